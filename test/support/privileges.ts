@@ -12,10 +12,10 @@ if (inCI && !isRoot) {
 let explained = false;
 export const describeRoot: typeof describe = isRoot
   ? describe
-  : ((...args: Parameters<typeof describe>) => {
+  : (((...args: Parameters<typeof describe>) => {
       if (!explained) {
         console.warn('skipping root-only tests: not running as root (they run in CI, which is root)');
         explained = true;
       }
       return describe.skip(...args);
-    }) as typeof describe;
+    }) as typeof describe);

@@ -1,0 +1,80 @@
+// The validated configuration every other module reads. Built by config/load.ts from kube-proxy's
+// KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1) with flags applied on top.
+
+export type ProxyMode = 'bpf' | 'iptables' | 'nftables' | 'ipvs';
+export const PROXY_MODES: readonly ProxyMode[] = ['bpf', 'iptables', 'nftables', 'ipvs'];
+
+export type DetectLocalMode = 'ClusterCIDR' | 'NodeCIDR' | 'BridgeInterface' | 'InterfaceNamePrefix';
+
+export type BpfScheduler = 'random' | 'rr' | 'maglev';
+
+export interface BpfConfig {
+  /** Default backend choice; a service may override it with the annotation kube-bpf-proxy.io/scheduler. */
+  scheduler: BpfScheduler;
+  /** Prime; 16381 by default. */
+  maglevTableSize: number;
+  /** Interface name patterns (trailing "*" matches a prefix) facing pods: tc ingress. */
+  podInterfaces: string[];
+  /** Interface name patterns of the node's external interfaces: tc ingress and, if enabled, XDP. */
+  externalInterfaces: string[];
+  /** XDP on external interfaces: "native", "generic" or "off". */
+  xdpMode: 'native' | 'generic' | 'off';
+  /** bpffs directory under which maps and links are pinned (a versioned subdirectory is added). */
+  pinPath: string;
+  mapSizes: {
+    services: number;
+    backends: number;
+    backendSlots: number;
+    conntrack: number;
+    affinity: number;
+    sourceRanges: number;
+  };
+  conntrackGCIntervalSeconds: number;
+  /** Per-backend metric series are exported for at most this many backends (0 = none). */
+  metricsMaxBackends: number;
+}
+
+export interface ProxyConfig {
+  mode: ProxyMode;
+  featureGates: Record<string, boolean>;
+  hostnameOverride: string;
+  bindAddress: string;
+  healthzBindAddress: string;
+  metricsBindAddress: string;
+  enableProfiling: boolean;
+  /** Per family, from clusterCIDR (comma-separated in kube-proxy). */
+  clusterCIDRs: string[];
+  /** CIDRs and/or the word "primary"; empty means every local address. */
+  nodePortAddresses: string[];
+  /** "" selects the default (ClusterCIDR). */
+  detectLocalMode: DetectLocalMode;
+  detectLocal: { bridgeInterface: string; interfaceNamePrefix: string };
+  /** Mode-specific values resolved for the chosen mode (iptables.* / nftables.* / ipvs.*). */
+  masqueradeBit: number;
+  masqueradeAll: boolean;
+  localhostNodePorts: boolean;
+  syncPeriodSeconds: number;
+  minSyncPeriodSeconds: number;
+  configSyncPeriodSeconds: number;
+  ipvs: {
+    scheduler: string;
+    excludeCIDRs: string[];
+    strictARP: boolean;
+    tcpTimeoutSeconds: number;
+    tcpFinTimeoutSeconds: number;
+    udpTimeoutSeconds: number;
+  };
+  conntrack: {
+    maxPerCore: number;
+    min: number;
+    tcpEstablishedTimeoutSeconds: number;
+    tcpCloseWaitTimeoutSeconds: number;
+    tcpBeLiberal: boolean;
+    udpTimeoutSeconds: number;
+    udpStreamTimeoutSeconds: number;
+  };
+  clientConnection: { kubeconfig: string; qps: number; burst: number; contentType: string };
+  /** --master: the API server URL, overriding the kubeconfig's. */
+  master: string;
+  bpf: BpfConfig;
+}

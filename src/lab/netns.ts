@@ -1,0 +1,253 @@
+// The namespace lab: small clusters of network namespaces joined by veth pairs, with backend
+// servers and traffic clients inside them. The demo, the benchmark and the e2e tests all build
+// their topologies with it, so every namespace it creates carries the lab's prefix and is
+// deleted by destroy(), also after a failure.
+
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const execFileAsync = promisify(execFile);
+
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  code: number;
+}
+
+export interface BackendOptions {
+  /** Name the server answers with, so clients can tell backends apart. */
+  name: string;
+  tcpPort?: number;
+  udpPort?: number;
+}
+
+const NETNS_DIR = '/run/netns';
+// The helper scripts run as separate node processes inside namespaces, so they must be compiled
+// JavaScript: from sources (tests under vitest) use the build output in dist/.
+const compiledDir = import.meta.url.endsWith('.ts')
+  ? new URL('../../dist/src/lab/', import.meta.url)
+  : new URL('./', import.meta.url);
+const backendScript = fileURLToPath(new URL('backend-server.js', compiledDir));
+const clientScript = fileURLToPath(new URL('traffic-client.js', compiledDir));
+
+export class Lab {
+  readonly prefix: string;
+  private readonly namespaces = new Set<string>();
+  private readonly processes = new Set<ChildProcess>();
+
+  /** prefix: short and unique per run (pid included), e.g. `kbp${process.pid}`. */
+  constructor(prefix: string) {
+    this.prefix = prefix;
+  }
+
+  /** The full netns name of a lab namespace. */
+  ns(name: string): string {
+    return `${this.prefix}-${name}`;
+  }
+
+  async addNamespace(name: string): Promise<string> {
+    const full = this.ns(name);
+    await run('ip', ['netns', 'add', full]);
+    this.namespaces.add(full);
+    await this.exec(name, 'ip', ['link', 'set', 'lo', 'up']);
+    return full;
+  }
+
+  /** A veth pair with one end in each namespace (both ends are brought up). */
+  async link(nsA: string, ifA: string, nsB: string, ifB: string): Promise<void> {
+    await run('ip', [
+      'link',
+      'add',
+      ifA,
+      'netns',
+      this.ns(nsA),
+      'type',
+      'veth',
+      'peer',
+      'name',
+      ifB,
+      'netns',
+      this.ns(nsB),
+    ]);
+    await this.exec(nsA, 'ip', ['link', 'set', ifA, 'up']);
+    await this.exec(nsB, 'ip', ['link', 'set', ifB, 'up']);
+  }
+
+  async addAddress(ns: string, ifname: string, cidr: string): Promise<void> {
+    await this.exec(ns, 'ip', ['addr', 'add', cidr, 'dev', ifname]);
+  }
+
+  async addRoute(ns: string, ...args: string[]): Promise<void> {
+    await this.exec(ns, 'ip', ['route', 'add', ...args]);
+  }
+
+  async sysctl(ns: string, key: string, value: string): Promise<void> {
+    await this.exec(ns, 'sysctl', ['-qw', `${key}=${value}`]);
+  }
+
+  /**
+   * Runs a command inside a lab namespace. nsenter keeps the host's /sys (and so bpffs), unlike
+   * `ip netns exec`, which remounts it. Throws on a non-zero exit unless allowFailure.
+   */
+  async exec(
+    ns: string,
+    cmd: string,
+    args: string[],
+    opts: { allowFailure?: boolean; input?: string } = {},
+  ): Promise<ExecResult> {
+    return run('nsenter', [`--net=${NETNS_DIR}/${this.ns(ns)}`, '--', cmd, ...args], opts);
+  }
+
+  /** Starts a long-running process inside a namespace; destroy() kills it. */
+  spawn(ns: string, cmd: string, args: string[]): ChildProcess {
+    const child = spawn('nsenter', [`--net=${NETNS_DIR}/${this.ns(ns)}`, '--', cmd, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.processes.add(child);
+    child.once('exit', () => this.processes.delete(child));
+    return child;
+  }
+
+  /** Starts a backend (HTTP on tcpPort, UDP echo on udpPort) and waits until it listens. */
+  async startBackend(ns: string, opts: BackendOptions): Promise<ChildProcess> {
+    const args = [backendScript, '--name', opts.name];
+    if (opts.tcpPort) args.push('--tcp', String(opts.tcpPort));
+    if (opts.udpPort) args.push('--udp', String(opts.udpPort));
+    const child = this.spawn(ns, process.execPath, args);
+    await waitForLine(child, 'listening', 10_000);
+    return child;
+  }
+
+  /**
+   * Sends `count` requests (a new TCP connection with one HTTP request each, or one UDP datagram
+   * each) from a namespace and returns, per request, the answering backend's name or the error.
+   */
+  async requests(
+    ns: string,
+    target: string,
+    opts: { proto: 'tcp' | 'udp'; count: number; timeoutMs?: number; sourcePort?: number },
+  ): Promise<RequestResult[]> {
+    const args = [
+      clientScript,
+      '--proto',
+      opts.proto,
+      '--target',
+      target,
+      '--count',
+      String(opts.count),
+      '--timeout',
+      String(opts.timeoutMs ?? 2000),
+    ];
+    if (opts.sourcePort) args.push('--source-port', String(opts.sourcePort));
+    const { stdout } = await this.exec(ns, process.execPath, args);
+    return stdout
+      .split('\n')
+      .filter((line) => line.trim() !== '')
+      .map((line) => JSON.parse(line) as RequestResult);
+  }
+
+  async destroy(): Promise<void> {
+    for (const child of this.processes) child.kill('SIGKILL');
+    this.processes.clear();
+    for (const full of this.namespaces) {
+      await run('ip', ['netns', 'del', full], { allowFailure: true });
+    }
+    this.namespaces.clear();
+  }
+}
+
+export interface RequestResult {
+  /** The backend's name, or null when the request failed. */
+  backend: string | null;
+  /** The client address the backend saw ("ip:port"). */
+  seenClient: string | null;
+  error: string | null;
+  ms: number;
+}
+
+/** Deletes namespaces left behind by an earlier run that died before destroy() (by prefix). */
+export async function deleteStaleNamespaces(prefix: string): Promise<void> {
+  const { stdout } = await run('ip', ['netns', 'list'], { allowFailure: true });
+  for (const line of stdout.split('\n')) {
+    const name = line.split(' ')[0];
+    if (name?.startsWith(`${prefix}-`)) await run('ip', ['netns', 'del', name], { allowFailure: true });
+  }
+}
+
+export async function run(
+  cmd: string,
+  args: string[],
+  opts: { allowFailure?: boolean; input?: string } = {},
+): Promise<ExecResult> {
+  try {
+    if (opts.input !== undefined)
+      return await runWithInput(cmd, args, opts.input, opts.allowFailure ?? false);
+    const { stdout, stderr } = await execFileAsync(cmd, args, { maxBuffer: 256 * 1024 * 1024 });
+    return { stdout, stderr, code: 0 };
+  } catch (err) {
+    const e = err as { stdout?: string; stderr?: string; code?: number | string };
+    const result = {
+      stdout: e.stdout ?? '',
+      stderr: e.stderr ?? String(err),
+      code: typeof e.code === 'number' ? e.code : 1,
+    };
+    if (opts.allowFailure) return result;
+    throw new Error(`${cmd} ${args.join(' ')} failed (${result.code}): ${result.stderr.trim()}`);
+  }
+}
+
+function runWithInput(
+  cmd: string,
+  args: string[],
+  input: string,
+  allowFailure: boolean,
+): Promise<ExecResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => {
+      stdout += d;
+    });
+    child.stderr.on('data', (d) => {
+      stderr += d;
+    });
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const result = { stdout, stderr, code: code ?? 1 };
+      if (result.code !== 0 && !allowFailure) {
+        reject(new Error(`${cmd} ${args.join(' ')} failed (${result.code}): ${stderr.trim()}`));
+      } else {
+        resolve(result);
+      }
+    });
+    child.stdin.end(input);
+  });
+}
+
+function waitForLine(child: ChildProcess, needle: string, timeoutMs: number): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let seen = '';
+    const timer = setTimeout(
+      () => reject(new Error(`timed out waiting for "${needle}"; output: ${seen}`)),
+      timeoutMs,
+    );
+    const onData = (d: Buffer) => {
+      seen += d.toString();
+      if (seen.includes(needle)) {
+        clearTimeout(timer);
+        child.stdout?.off('data', onData);
+        resolve();
+      }
+    };
+    child.stdout?.on('data', onData);
+    child.stderr?.on('data', (d: Buffer) => {
+      seen += d.toString();
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`process exited (${code}) before "${needle}": ${seen}`));
+    });
+  });
+}

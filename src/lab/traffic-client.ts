@@ -1,0 +1,94 @@
+// The lab's traffic client: sends --count requests to --target one after another, each a new
+// TCP connection carrying one HTTP request, or one UDP datagram, and prints one JSON line per
+// request: {"backend", "seenClient", "error", "ms"}. Bounded by count and per-request timeout.
+// Usage: node traffic-client.js --proto tcp|udp --target HOST:PORT --count N [--timeout MS] [--source-port P]
+
+import { createSocket } from 'node:dgram';
+import { request } from 'node:http';
+import { parseArgs } from 'node:util';
+
+const { values } = parseArgs({
+  options: {
+    proto: { type: 'string', default: 'tcp' },
+    target: { type: 'string' },
+    count: { type: 'string', default: '1' },
+    timeout: { type: 'string', default: '2000' },
+    'source-port': { type: 'string' },
+  },
+});
+const target = values.target ?? '';
+const split = target.lastIndexOf(':');
+const host = target.slice(0, split).replace(/^\[|\]$/g, '');
+const port = Number(target.slice(split + 1));
+const timeoutMs = Number(values.timeout);
+const sourcePort = values['source-port'] ? Number(values['source-port']) : undefined;
+
+interface Answer {
+  backend: string;
+  client: string;
+}
+
+function tcpRequest(): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      { host, port, path: '/', agent: false, timeout: timeoutMs, localPort: sourcePort },
+      (res) => {
+        let body = '';
+        res.on('data', (d) => {
+          body += d;
+        });
+        res.on('end', () => {
+          try {
+            resolve(JSON.parse(body) as Answer);
+          } catch {
+            reject(new Error(`bad answer: ${body}`));
+          }
+        });
+      },
+    );
+    req.on('timeout', () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+function udpRequest(): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const socket = createSocket(host.includes(':') ? 'udp6' : 'udp4');
+    const timer = setTimeout(() => {
+      socket.close();
+      reject(new Error('timeout'));
+    }, timeoutMs);
+    socket.on('message', (msg) => {
+      clearTimeout(timer);
+      socket.close();
+      try {
+        resolve(JSON.parse(msg.toString()) as Answer);
+      } catch {
+        reject(new Error(`bad answer: ${msg}`));
+      }
+    });
+    socket.on('error', (err) => {
+      clearTimeout(timer);
+      socket.close();
+      reject(err);
+    });
+    const send = () => socket.send('ping', port, host);
+    if (sourcePort) socket.bind(sourcePort, send);
+    else send();
+  });
+}
+
+const count = Number(values.count);
+for (let i = 0; i < count; i++) {
+  const started = performance.now();
+  try {
+    const answer = await (values.proto === 'udp' ? udpRequest() : tcpRequest());
+    const ms = performance.now() - started;
+    console.log(JSON.stringify({ backend: answer.backend, seenClient: answer.client, error: null, ms }));
+  } catch (err) {
+    const ms = performance.now() - started;
+    const e = err as NodeJS.ErrnoException;
+    console.log(JSON.stringify({ backend: null, seenClient: null, error: e.code ?? e.message, ms }));
+  }
+}

@@ -1,0 +1,123 @@
+// The brain's output: kube-proxy's decisions for one node, as plain data. Every data plane
+// (bpf, iptables, nftables, ipvs) renders these and never re-derives policy from the API objects.
+// `render --output json` prints ProxyDecisions; docs/decisions-json.md documents the format.
+
+import type { DetectLocalMode } from '../config/types.js';
+import type { IPFamily, Protocol, ServiceType } from '../model/types.js';
+
+export interface Endpoint {
+  /** Canonical form of addresses[0] (sloppy parse, so "010.001.2.3" is "10.1.2.3"). */
+  ip: string;
+  port: number;
+  /** net.JoinHostPort form: "10.1.2.3:80" or "[fd00::1]:80". Endpoint lists are sorted by it. */
+  endpoint: string;
+  isLocal: boolean;
+  ready: boolean;
+  serving: boolean;
+  terminating: boolean;
+  nodeName: string | null;
+  zoneHints: string[];
+  nodeHints: string[];
+}
+
+export type TopologyMode = '' | 'PreferSameZone' | 'PreferSameNode';
+
+export interface ServicePortDecision {
+  family: IPFamily;
+  namespace: string;
+  name: string;
+  /** "" for an unnamed port. */
+  portName: string;
+  protocol: Protocol;
+  /** ServicePortName.String(): "ns/name" or "ns/name:portName". */
+  servicePortName: string;
+  type: ServiceType;
+  clusterIP: string;
+  port: number;
+  /** 0 when the port has no NodePort. */
+  nodePort: number;
+  externalIPs: string[];
+  /** status.loadBalancer.ingress IPs of this family, except those with ipMode Proxy. */
+  loadBalancerIPs: string[];
+  /** Canonical CIDRs of this family. */
+  loadBalancerSourceRanges: string[];
+  /** 0 unless type=LoadBalancer and eTP=Local. */
+  healthCheckNodePort: number;
+  externalPolicyLocal: boolean;
+  internalPolicyLocal: boolean;
+  externallyAccessible: boolean;
+  usesClusterEndpoints: boolean;
+  usesLocalEndpoints: boolean;
+  /** 0 without ClientIP affinity. */
+  sessionAffinityTimeoutSeconds: number;
+  /** The kube-bpf-proxy.io/scheduler annotation when present (validated by the bpf data plane). */
+  schedulerAnnotation: string | null;
+  topologyMode: TopologyMode;
+  /** Every endpoint of this port and family after slice merging, sorted by `endpoint`. */
+  endpoints: Endpoint[];
+  clusterEndpoints: Endpoint[];
+  localEndpoints: Endpoint[];
+  allReachableEndpoints: Endpoint[];
+  hasAnyEndpoints: boolean;
+  /** Local, ready endpoints: what the healthCheckNodePort server reports. */
+  localReadyEndpoints: number;
+}
+
+export type LocalDetector =
+  | { mode: 'None' }
+  | { mode: Extract<DetectLocalMode, 'ClusterCIDR' | 'NodeCIDR'>; cidrs: string[] }
+  | { mode: 'BridgeInterface'; interfaceName: string }
+  | { mode: 'InterfaceNamePrefix'; prefix: string };
+
+export interface NodePortAddresses {
+  /** True when nodePortAddresses is empty or holds 0.0.0.0/0 (::/0): every local address. */
+  matchAll: boolean;
+  /** When not matchAll: the node's addresses of this family inside the CIDRs, loopback rules applied. */
+  ips: string[];
+}
+
+export interface FamilyDecisions {
+  family: IPFamily;
+  /** The node's primary IP of this family, or "" when it has none. */
+  nodeIP: string;
+  /** Sorted by servicePortName, then protocol. */
+  servicePorts: ServicePortDecision[];
+  nodePortAddresses: NodePortAddresses;
+  localDetector: LocalDetector;
+  /** Go's %#08x of 1<<masqueradeBit, e.g. "0x00004000". */
+  masqueradeMark: string;
+  masqueradeAll: boolean;
+  /** IPv4 only: NodePorts answer on 127.0.0.0/8 (route_localnet). */
+  localhostNodePorts: boolean;
+}
+
+export interface SkippedObject {
+  kind: string;
+  namespace: string;
+  name: string;
+  reason: string;
+  /** Where it came from: "file.yaml#3" for manifests, "api" for the API server. */
+  source: string;
+}
+
+export interface ProxyDecisions {
+  nodeName: string;
+  families: FamilyDecisions[];
+  skipped: SkippedObject[];
+}
+
+/** Host facts `run` probes and `render --node-env` takes from a file. */
+export interface NodeEnv {
+  nodeName: string;
+  nodeIPs: string[];
+  /** Exactly what `ip -j addr show` prints (only the fields used are typed). */
+  interfaces: IpAddrInterface[];
+  nodeLabels: Record<string, string>;
+  iptables: { randomFully: boolean; nfacct: boolean };
+}
+
+export interface IpAddrInterface {
+  ifname: string;
+  flags?: string[];
+  addr_info: { family: 'inet' | 'inet6'; local: string; prefixlen: number; scope?: string }[];
+}
