@@ -22,3 +22,4 @@ fi
 if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-lock.json ]]; then
   npm ci --no-audit --no-fund
 fi
+bash scripts/install-helm.sh
