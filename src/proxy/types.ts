@@ -103,7 +103,10 @@ export interface SkippedObject {
 export interface ProxyDecisions {
   nodeName: string;
   families: FamilyDecisions[];
+  /** Malformed or unsupported objects that were left out (reported as errors and counted). */
   skipped: SkippedObject[];
+  /** Objects kube-proxy deliberately does not program (headless, ExternalName, FQDN slices, ...). */
+  ignored: SkippedObject[];
 }
 
 /** Host facts `run` probes and `render --node-env` takes from a file. */

@@ -1,0 +1,32 @@
+// The contract between the sync runner (proxy/runner.ts) and every data plane.
+
+import type { ProxyMode } from '../config/types.js';
+import type { ProxyDecisions } from '../proxy/types.js';
+
+/** What changed since the last successful sync; partial syncs rewrite only these services. */
+export interface ChangeSet {
+  /** "namespace/name" of every Service whose Service object or EndpointSlices changed. */
+  changedServices: ReadonlySet<string>;
+  /** First sync, after a failure, after a node label change, or periodically (kube-proxy: hourly). */
+  fullSyncRequired: boolean;
+}
+
+export interface SyncResult {
+  /** True when this sync rewrote everything (for the full/partial duration metrics). */
+  full: boolean;
+}
+
+export interface Dataplane {
+  readonly mode: ProxyMode;
+  /**
+   * Brings the kernel to the decisions. Throws when the kernel write failed; the data plane
+   * must then still hold the last good state, and the runner retries with a full sync.
+   */
+  sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult>;
+  close(): Promise<void>;
+}
+
+/** "namespace/name" of the Service a decision belongs to. */
+export function serviceKey(namespace: string, name: string): string {
+  return `${namespace}/${name}`;
+}
