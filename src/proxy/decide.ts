@@ -126,7 +126,7 @@ export function ignoredObjects(state: ClusterState): SkippedObject[] {
         namespace: service.meta.namespace,
         name: service.meta.name,
         reason,
-        source: '',
+        origin: '',
       });
   }
   for (const slice of state.endpointSlices.values()) {
@@ -142,7 +142,7 @@ export function ignoredObjects(state: ClusterState): SkippedObject[] {
         namespace: slice.meta.namespace,
         name: slice.meta.name,
         reason,
-        source: '',
+        origin: '',
       });
   }
   return ignored;

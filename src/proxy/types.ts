@@ -3,6 +3,7 @@
 // `render --output json` prints ProxyDecisions; docs/decisions-json.md documents the format.
 
 import type { DetectLocalMode } from '../config/types.js';
+import type { ObjectProblem } from '../model/parse.js';
 import type { IPFamily, Protocol, ServiceType } from '../model/types.js';
 
 export interface Endpoint {
@@ -91,14 +92,8 @@ export interface FamilyDecisions {
   localhostNodePorts: boolean;
 }
 
-export interface SkippedObject {
-  kind: string;
-  namespace: string;
-  name: string;
-  reason: string;
-  /** Where it came from: "file.yaml#3" for manifests, "api" for the API server. */
-  source: string;
-}
+/** An object left out of the decisions, located for a `file#doc Kind ns/name: reason` line. */
+export type SkippedObject = ObjectProblem;
 
 export interface ProxyDecisions {
   nodeName: string;

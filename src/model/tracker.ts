@@ -1,0 +1,183 @@
+// Change tracking (kube-proxy's ServiceChangeTracker / EndpointsChangeTracker in one): applies
+// source events to the cluster state, remembers which Services changed since the last sync
+// (partial syncs rewrite only those), counts pending changes for the metrics, and keeps the
+// EndpointSlice trigger times that network-programming latency is measured from.
+// A malformed object is skipped and reported; the last good version of it is kept.
+
+import type { SourceEvent } from '../sources/types.js';
+import { describeObject, type ObjectProblem, parseEvent } from './parse.js';
+import {
+  type ClusterState,
+  type EndpointSlice,
+  type Node,
+  type Service,
+  TRIGGER_TIME_ANNOTATION,
+} from './types.js';
+
+export interface PendingChanges {
+  /** "namespace/name" of each Service whose object or EndpointSlices changed. */
+  changedServices: Set<string>;
+  /** Node labels or podCIDRs changed (kube-proxy then resyncs fully). */
+  nodeChanged: boolean;
+  serviceChanges: number;
+  endpointChanges: number;
+  /** Earliest last-change-trigger-time (ms since epoch) per changed Service, when its slices carried one. */
+  triggerTimes: Map<string, number>;
+}
+
+function emptyChanges(): PendingChanges {
+  return {
+    changedServices: new Set(),
+    nodeChanged: false,
+    serviceChanges: 0,
+    endpointChanges: 0,
+    triggerTimes: new Map(),
+  };
+}
+
+function objectKey(namespace: string, name: string): string {
+  return namespace === '' ? name : `${namespace}/${name}`;
+}
+
+function sliceServiceKey(slice: EndpointSlice): string | null {
+  return slice.serviceName === '' ? null : `${slice.meta.namespace}/${slice.serviceName}`;
+}
+
+function sameStrings(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((value, i) => value === b[i]);
+}
+
+function nodeFactsDiffer(a: Node | null, b: Node | null): boolean {
+  if (a === null || b === null) return a !== b;
+  const labelsA = Object.entries(a.meta.labels).sort().flat();
+  const labelsB = Object.entries(b.meta.labels).sort().flat();
+  return !sameStrings(labelsA, labelsB) || !sameStrings(a.podCIDRs, b.podCIDRs);
+}
+
+export class ChangeTracker {
+  private readonly services = new Map<string, Service>();
+  private readonly endpointSlices = new Map<string, EndpointSlice>();
+  private node: Node | null = null;
+  /** Current problems keyed by kind and object key; cleared when a valid version arrives or it is deleted. */
+  private readonly problems = new Map<string, ObjectProblem>();
+  private pending = emptyChanges();
+  /** Every change ever applied, for the *_changes_total counters. */
+  readonly totals = { serviceChanges: 0, endpointChanges: 0 };
+
+  constructor(private readonly nodeName: string) {}
+
+  apply(events: readonly SourceEvent[]): void {
+    for (const event of events) this.applyOne(event);
+  }
+
+  private applyOne(event: SourceEvent): void {
+    const identity = describeObject(event.object);
+    const key = objectKey(identity.namespace, identity.name);
+    const problemKey = `${event.kind}/${key}`;
+    if (event.type === 'delete') {
+      this.problems.delete(problemKey);
+      this.remove(event.kind, key);
+      return;
+    }
+    const parsed = parseEvent(event);
+    if (!parsed.ok) {
+      this.problems.set(problemKey, parsed.problem);
+      return;
+    }
+    this.problems.delete(problemKey);
+    const { object } = parsed;
+    switch (object.kind) {
+      case 'Service':
+        this.services.set(key, object.value);
+        this.noteServiceChange(key);
+        break;
+      case 'EndpointSlice': {
+        const previous = this.endpointSlices.get(key);
+        this.endpointSlices.set(key, object.value);
+        this.noteSliceChange(previous, object.value);
+        break;
+      }
+      case 'Node':
+        if (object.value.meta.name !== this.nodeName) return;
+        if (nodeFactsDiffer(this.node, object.value)) this.pending.nodeChanged = true;
+        this.node = object.value;
+        break;
+    }
+  }
+
+  private remove(kind: SourceEvent['kind'], key: string): void {
+    if (kind === 'Service') {
+      if (this.services.delete(key)) this.noteServiceChange(key);
+    } else if (kind === 'EndpointSlice') {
+      const previous = this.endpointSlices.get(key);
+      if (previous) {
+        this.endpointSlices.delete(key);
+        this.noteSliceChange(previous, undefined);
+      }
+    } else if (this.node?.meta.name === key) {
+      this.node = null;
+      this.pending.nodeChanged = true;
+    }
+  }
+
+  private noteServiceChange(key: string): void {
+    this.pending.changedServices.add(key);
+    this.pending.serviceChanges++;
+    this.totals.serviceChanges++;
+  }
+
+  private noteSliceChange(previous: EndpointSlice | undefined, current: EndpointSlice | undefined): void {
+    for (const slice of [previous, current]) {
+      if (!slice) continue;
+      const serviceKey = sliceServiceKey(slice);
+      if (serviceKey) this.pending.changedServices.add(serviceKey);
+    }
+    this.pending.endpointChanges++;
+    this.totals.endpointChanges++;
+    const triggerText = current?.meta.annotations[TRIGGER_TIME_ANNOTATION];
+    const serviceKey = current ? sliceServiceKey(current) : null;
+    if (triggerText && serviceKey) {
+      const time = Date.parse(triggerText);
+      const known = this.pending.triggerTimes.get(serviceKey);
+      if (Number.isFinite(time) && (known === undefined || time < known))
+        this.pending.triggerTimes.set(serviceKey, time);
+    }
+  }
+
+  /** A snapshot of the state (the maps are copies: later events do not change it). */
+  state(): ClusterState {
+    return {
+      services: new Map(this.services),
+      endpointSlices: new Map(this.endpointSlices),
+      node: this.node,
+    };
+  }
+
+  /** Objects currently skipped as malformed. */
+  skipped(): ObjectProblem[] {
+    return [...this.problems.values()];
+  }
+
+  peekPending(): Readonly<PendingChanges> {
+    return this.pending;
+  }
+
+  /** Hands the changes since the last call to the sync about to run, and starts a new batch. */
+  takePending(): PendingChanges {
+    const taken = this.pending;
+    this.pending = emptyChanges();
+    return taken;
+  }
+
+  /** Puts back changes a failed sync could not apply, so the retry covers them too. */
+  restorePending(changes: PendingChanges): void {
+    for (const key of changes.changedServices) this.pending.changedServices.add(key);
+    this.pending.nodeChanged ||= changes.nodeChanged;
+    this.pending.serviceChanges += changes.serviceChanges;
+    this.pending.endpointChanges += changes.endpointChanges;
+    for (const [key, time] of changes.triggerTimes) {
+      const known = this.pending.triggerTimes.get(key);
+      if (known === undefined || time < known) this.pending.triggerTimes.set(key, time);
+    }
+  }
+}

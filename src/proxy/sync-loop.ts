@@ -1,0 +1,91 @@
+// One sync, as kube-proxy's syncProxyRules frames it: take the pending changes, compute the
+// decisions, hand them to the data plane with what changed, and report the outcome. Full syncs
+// happen first, after any failure, after node label changes and every fullSyncPeriod; the others
+// are partial. A failed sync puts its changes back and asks the runner for a retry.
+
+import type { Dataplane } from '../dataplanes/types.js';
+import type { ChangeTracker, PendingChanges } from '../model/tracker.js';
+import { type BrainConfig, decide } from './decide.js';
+import type { NodeEnv, ProxyDecisions } from './types.js';
+
+export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
+
+export interface SyncReport {
+  full: boolean;
+  durationSeconds: number;
+  decisions: ProxyDecisions;
+  changes: PendingChanges;
+  /** Seconds from each changed Service's EndpointSlice trigger time to now (network programming latency). */
+  programmingLatenciesSeconds: number[];
+}
+
+/** Who wants to know about syncs: metrics, health, logs. */
+export interface SyncObserver {
+  /** A sync was asked for (kube-proxy's QueuedUpdate / last_queued_timestamp). */
+  queued?(at: Date): void;
+  synced?(report: SyncReport): void;
+  failed?(info: { full: boolean; error: unknown; durationSeconds: number }): void;
+}
+
+export interface SyncLoopOptions {
+  tracker: ChangeTracker;
+  /** Host facts, probed again on every sync (addresses can change). */
+  nodeEnv: () => NodeEnv | Promise<NodeEnv>;
+  config: BrainConfig;
+  dataplane: Dataplane;
+  observers: SyncObserver[];
+  now?: () => number;
+}
+
+export class SyncLoop {
+  private lastFullSyncAt = Number.NEGATIVE_INFINITY;
+  private needFullSync = true;
+  private readonly now: () => number;
+
+  constructor(private readonly opts: SyncLoopOptions) {
+    this.now = opts.now ?? Date.now;
+  }
+
+  /** Tells observers a sync has been requested (call when source events arrive). */
+  noteQueued(): void {
+    const at = new Date(this.now());
+    for (const observer of this.opts.observers) observer.queued?.(at);
+  }
+
+  /** Runs one sync. Returns false when the data plane failed (the caller schedules a retry). */
+  async syncOnce(): Promise<boolean> {
+    const { tracker, dataplane, observers } = this.opts;
+    const changes = tracker.takePending();
+    const started = this.now();
+    const full =
+      this.needFullSync || changes.nodeChanged || started - this.lastFullSyncAt >= FULL_SYNC_PERIOD_MS;
+    try {
+      const env = await this.opts.nodeEnv();
+      const decisions = decide(tracker.state(), env, this.opts.config, { skipped: tracker.skipped() });
+      const result = await dataplane.sync(decisions, {
+        changedServices: changes.changedServices,
+        fullSyncRequired: full,
+      });
+      const finished = this.now();
+      if (result.full) this.lastFullSyncAt = started;
+      this.needFullSync = false;
+      const report: SyncReport = {
+        full: result.full,
+        durationSeconds: (finished - started) / 1000,
+        decisions,
+        changes,
+        programmingLatenciesSeconds: [...changes.triggerTimes.values()].map((t) =>
+          Math.max(0, (finished - t) / 1000),
+        ),
+      };
+      for (const observer of observers) observer.synced?.(report);
+      return true;
+    } catch (error) {
+      tracker.restorePending(changes);
+      this.needFullSync = true;
+      const durationSeconds = (this.now() - started) / 1000;
+      for (const observer of observers) observer.failed?.({ full, error, durationSeconds });
+      return false;
+    }
+  }
+}

@@ -1,0 +1,204 @@
+import { describe, expect, it } from 'vitest';
+import type { ChangeSet, Dataplane } from '../../src/dataplanes/types.js';
+import { ChangeTracker } from '../../src/model/tracker.js';
+import type { BrainConfig } from '../../src/proxy/decide.js';
+import { FULL_SYNC_PERIOD_MS, SyncLoop, type SyncReport } from '../../src/proxy/sync-loop.js';
+import type { ProxyDecisions } from '../../src/proxy/types.js';
+import type { SourceEvent } from '../../src/sources/types.js';
+import { nodeEnv } from '../support/model-fixtures.js';
+
+const rawService = (name: string, port = 80) => ({
+  apiVersion: 'v1',
+  kind: 'Service',
+  metadata: { namespace: 'ns', name, resourceVersion: '1', uid: `u-${name}` },
+  spec: {
+    clusterIP: '10.96.0.10',
+    clusterIPs: ['10.96.0.10'],
+    ports: [{ name: 'http', port, protocol: 'TCP' }],
+  },
+});
+const rawSlice = (name: string, service: string, ips: string[], triggerTime?: string) => ({
+  apiVersion: 'discovery.k8s.io/v1',
+  kind: 'EndpointSlice',
+  metadata: {
+    namespace: 'ns',
+    name,
+    labels: { 'kubernetes.io/service-name': service },
+    annotations: triggerTime ? { 'endpoints.kubernetes.io/last-change-trigger-time': triggerTime } : {},
+  },
+  addressType: 'IPv4',
+  ports: [{ name: 'http', port: 8080, protocol: 'TCP' }],
+  endpoints: ips.map((ip) => ({ addresses: [ip], conditions: { ready: true } })),
+});
+const upsert = (kind: SourceEvent['kind'], object: unknown, origin = 'test#0'): SourceEvent => ({
+  type: 'upsert',
+  kind,
+  object,
+  origin,
+});
+const remove = (kind: SourceEvent['kind'], object: unknown): SourceEvent => ({
+  type: 'delete',
+  kind,
+  object,
+  origin: 'test#0',
+});
+
+describe('ChangeTracker', () => {
+  it('tracks which services changed, through the service or its slices, and counts changes', () => {
+    const tracker = new ChangeTracker('test-node');
+    tracker.apply([
+      upsert('Service', rawService('a')),
+      upsert('Service', rawService('b')),
+      upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.1'])),
+    ]);
+    let pending = tracker.takePending();
+    expect([...pending.changedServices].sort()).toEqual(['ns/a', 'ns/b']);
+    expect(pending.serviceChanges).toBe(2);
+    expect(pending.endpointChanges).toBe(1);
+    tracker.apply([upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.2']))]);
+    pending = tracker.takePending();
+    expect([...pending.changedServices]).toEqual(['ns/a']);
+    tracker.apply([remove('EndpointSlice', rawSlice('a-1', 'a', []))]);
+    expect([...tracker.takePending().changedServices]).toEqual(['ns/a']);
+    expect(tracker.state().endpointSlices.size).toBe(0);
+    expect(tracker.totals).toEqual({ serviceChanges: 2, endpointChanges: 3 });
+  });
+
+  it('skips a malformed object, reports it, and keeps its last good version', () => {
+    const tracker = new ChangeTracker('test-node');
+    tracker.apply([upsert('Service', rawService('a'))]);
+    tracker.apply([
+      upsert(
+        'Service',
+        { ...rawService('a'), spec: { ...rawService('a').spec, ports: [{ port: 70000 }] } },
+        'f.yaml#3',
+      ),
+    ]);
+    expect(tracker.state().services.get('ns/a')?.ports[0]?.port).toBe(80);
+    expect(tracker.skipped()).toHaveLength(1);
+    expect(tracker.skipped()[0]).toMatchObject({
+      origin: 'f.yaml#3',
+      kind: 'Service',
+      namespace: 'ns',
+      name: 'a',
+    });
+    tracker.apply([upsert('Service', rawService('a', 81))]);
+    expect(tracker.skipped()).toHaveLength(0);
+  });
+
+  it('keeps the earliest trigger time per service', () => {
+    const tracker = new ChangeTracker('test-node');
+    tracker.apply([
+      upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.1'], '2026-01-01T00:00:10Z')),
+      upsert('EndpointSlice', rawSlice('a-2', 'a', ['10.0.0.2'], '2026-01-01T00:00:05Z')),
+    ]);
+    expect(tracker.takePending().triggerTimes.get('ns/a')).toBe(Date.parse('2026-01-01T00:00:05Z'));
+  });
+
+  it('flags node label changes of this node only', () => {
+    const tracker = new ChangeTracker('test-node');
+    const rawNode = (name: string, zone: string) => ({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name, labels: { 'topology.kubernetes.io/zone': zone } },
+    });
+    tracker.apply([upsert('Node', rawNode('other', 'a'))]);
+    expect(tracker.takePending().nodeChanged).toBe(false);
+    tracker.apply([upsert('Node', rawNode('test-node', 'a'))]);
+    expect(tracker.takePending().nodeChanged).toBe(true);
+    tracker.apply([upsert('Node', rawNode('test-node', 'a'))]);
+    expect(tracker.takePending().nodeChanged).toBe(false);
+    tracker.apply([upsert('Node', rawNode('test-node', 'b'))]);
+    expect(tracker.takePending().nodeChanged).toBe(true);
+  });
+});
+
+const brainConfig: BrainConfig = {
+  nodePortAddresses: [],
+  detectLocalMode: 'ClusterCIDR',
+  detectLocal: { bridgeInterface: '', interfaceNamePrefix: '' },
+  clusterCIDRs: ['10.244.0.0/16'],
+  masqueradeBit: 14,
+  masqueradeAll: false,
+  localhostNodePorts: true,
+  featureGates: {},
+};
+
+class RecordingDataplane implements Dataplane {
+  readonly mode = 'iptables' as const;
+  calls: { decisions: ProxyDecisions; changes: ChangeSet }[] = [];
+  failNext = false;
+  async sync(decisions: ProxyDecisions, changes: ChangeSet) {
+    this.calls.push({ decisions, changes });
+    if (this.failNext) {
+      this.failNext = false;
+      throw new Error('restore failed');
+    }
+    return { full: changes.fullSyncRequired };
+  }
+  async close() {}
+}
+
+describe('SyncLoop', () => {
+  function setup() {
+    let now = 1_000_000;
+    const tracker = new ChangeTracker('test-node');
+    const dataplane = new RecordingDataplane();
+    const reports: SyncReport[] = [];
+    const failures: unknown[] = [];
+    const loop = new SyncLoop({
+      tracker,
+      nodeEnv: () => nodeEnv(),
+      config: brainConfig,
+      dataplane,
+      observers: [{ synced: (r) => reports.push(r), failed: (f) => failures.push(f.error) }],
+      now: () => now,
+    });
+    return { tracker, dataplane, reports, failures, loop, advance: (ms: number) => (now += ms) };
+  }
+
+  it('syncs fully first, then partially with the changed services, and fully again after an hour', async () => {
+    const { tracker, dataplane, loop, advance } = setup();
+    tracker.apply([
+      upsert('Service', rawService('a')),
+      upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.1'])),
+    ]);
+    expect(await loop.syncOnce()).toBe(true);
+    expect(dataplane.calls[0]?.changes.fullSyncRequired).toBe(true);
+    expect(
+      dataplane.calls[0]?.decisions.families[0]?.servicePorts[0]?.clusterEndpoints.map((e) => e.endpoint),
+    ).toEqual(['10.0.0.1:8080']);
+    tracker.apply([upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.2']))]);
+    advance(1000);
+    await loop.syncOnce();
+    expect(dataplane.calls[1]?.changes).toEqual({
+      changedServices: new Set(['ns/a']),
+      fullSyncRequired: false,
+    });
+    advance(FULL_SYNC_PERIOD_MS);
+    await loop.syncOnce();
+    expect(dataplane.calls[2]?.changes.fullSyncRequired).toBe(true);
+  });
+
+  it('after a failure, puts the changes back and syncs fully next time', async () => {
+    const { tracker, dataplane, loop, failures } = setup();
+    await loop.syncOnce();
+    tracker.apply([upsert('Service', rawService('b'))]);
+    dataplane.failNext = true;
+    expect(await loop.syncOnce()).toBe(false);
+    expect(failures).toHaveLength(1);
+    expect(await loop.syncOnce()).toBe(true);
+    expect(dataplane.calls[2]?.changes.fullSyncRequired).toBe(true);
+    expect([...(dataplane.calls[2]?.changes.changedServices ?? [])]).toEqual(['ns/b']);
+  });
+
+  it('reports network programming latency from the trigger time', async () => {
+    const { tracker, loop, reports, advance } = setup();
+    tracker.apply([
+      upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.1'], new Date(1_000_000 - 2000).toISOString())),
+    ]);
+    advance(500);
+    await loop.syncOnce();
+    expect(reports[0]?.programmingLatenciesSeconds).toEqual([2.5]);
+  });
+});
