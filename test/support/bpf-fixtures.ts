@@ -1,0 +1,113 @@
+// Hand-built brain decisions for the bpf data plane's tests: each test states only the fields it
+// is about; the rest are those of a plain ClusterIP service port with no endpoints.
+
+import type { BpfConfig } from '../../src/config/types.js';
+import type {
+  Endpoint,
+  FamilyDecisions,
+  ProxyDecisions,
+  ServicePortDecision,
+} from '../../src/proxy/types.js';
+
+export function ep(ip: string, port: number, extra: Partial<Endpoint> = {}): Endpoint {
+  return {
+    ip,
+    port,
+    endpoint: `${ip}:${port}`,
+    isLocal: false,
+    ready: true,
+    serving: true,
+    terminating: false,
+    nodeName: null,
+    zoneHints: [],
+    nodeHints: [],
+    ...extra,
+  };
+}
+
+/** A service port whose cluster endpoints are `endpoints` and local ones those marked isLocal. */
+export function servicePort(
+  namespace: string,
+  name: string,
+  fields: Partial<ServicePortDecision> & { endpoints?: Endpoint[] } = {},
+): ServicePortDecision {
+  const endpoints = fields.endpoints ?? [];
+  const portName = fields.portName ?? '';
+  return {
+    family: 'IPv4',
+    namespace,
+    name,
+    portName,
+    protocol: 'TCP',
+    servicePortName: portName ? `${namespace}/${name}:${portName}` : `${namespace}/${name}`,
+    type: 'ClusterIP',
+    clusterIP: '10.96.0.10',
+    port: 80,
+    nodePort: 0,
+    externalIPs: [],
+    loadBalancerIPs: [],
+    loadBalancerSourceRanges: [],
+    healthCheckNodePort: 0,
+    externalPolicyLocal: false,
+    internalPolicyLocal: false,
+    externallyAccessible: false,
+    usesClusterEndpoints: true,
+    usesLocalEndpoints: false,
+    sessionAffinityTimeoutSeconds: 0,
+    schedulerAnnotation: null,
+    topologyMode: '',
+    endpoints,
+    clusterEndpoints: endpoints,
+    localEndpoints: endpoints.filter((e) => e.isLocal),
+    allReachableEndpoints: endpoints,
+    hasAnyEndpoints: endpoints.length > 0,
+    localReadyEndpoints: endpoints.filter((e) => e.isLocal && e.ready).length,
+    ...fields,
+  };
+}
+
+export function decisions(
+  servicePorts: ServicePortDecision[],
+  family: Partial<FamilyDecisions> = {},
+): ProxyDecisions {
+  return {
+    nodeName: 'node-a',
+    families: [
+      {
+        family: 'IPv4',
+        nodeIP: '192.168.1.10',
+        servicePorts,
+        nodePortAddresses: { matchAll: true, ips: [] },
+        localDetector: { mode: 'None' },
+        masqueradeMark: '0x00004000',
+        masqueradeAll: false,
+        localhostNodePorts: true,
+        ...family,
+      },
+    ],
+    skipped: [],
+    ignored: [],
+  };
+}
+
+export function bpfConfig(extra: Partial<BpfConfig> = {}): BpfConfig {
+  return {
+    scheduler: 'random',
+    maglevTableSize: 16381,
+    podInterfaces: [],
+    externalInterfaces: [],
+    xdpMode: 'off',
+    pinPath: '/sys/fs/bpf/kube-bpf-proxy',
+    mapSizes: {
+      services: 1024,
+      backends: 4096,
+      backendSlots: 8192,
+      conntrack: 16384,
+      affinity: 4096,
+      sourceRanges: 1024,
+    },
+    conntrackGCIntervalSeconds: 30,
+    metricsMaxBackends: 100,
+    ...extra,
+  };
+}
