@@ -14,6 +14,7 @@ run_check() {
   fi
 }
 run_check npm run --silent build
+run_check npx tsc -p tsconfig.test.json
 run_check npx biome check .
 run_check bash scripts/check-c-format.sh
 npx vitest run --reporter=default --reporter=json --outputFile=.vitest-results.json "$@"
