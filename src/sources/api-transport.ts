@@ -1,0 +1,122 @@
+// HTTP GETs to the API server with the credentials of a client-node KubeConfig (client
+// certificates, bearer and rotated token files, exec plugins, proxies), rate limited. Plain
+// node:http(s) rather than client-node's fetch so that a watch response is a stream we can close
+// ourselves and whose every chunk we see as it arrives.
+
+import http from 'node:http';
+import https from 'node:https';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { KubeConfig } from '@kubernetes/client-node';
+import type { RequestRateLimiter } from './flow-control.js';
+
+const USER_AGENT = 'kube-bpf-proxy';
+/** Same probe interval client-node uses for its watch sockets: a dead peer is noticed without traffic. */
+const TCP_KEEPALIVE_MS = 30_000;
+
+/** The fields of a metav1.Status the source acts on. */
+export interface ApiStatus {
+  code?: number;
+  reason?: string;
+  message?: string;
+}
+
+export class ApiError extends Error {
+  constructor(
+    readonly statusCode: number,
+    readonly status: ApiStatus | null,
+  ) {
+    super(`API server answered ${statusCode}${status?.message ? `: ${status.message}` : ''}`);
+    this.name = 'ApiError';
+  }
+}
+
+export class ApiTransport {
+  constructor(
+    private readonly kubeConfig: KubeConfig,
+    private readonly limiter: RequestRateLimiter,
+  ) {}
+
+  get server(): string {
+    return this.kubeConfig.getCurrentCluster()?.server ?? '';
+  }
+
+  /** Starts a GET and resolves with the response once it is a 200; any other status throws ApiError. */
+  async open(
+    path: string,
+    query: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<http.IncomingMessage> {
+    const wait = this.limiter.reserve();
+    if (wait > 0) await sleep(wait, undefined, { signal });
+    const cluster = this.kubeConfig.getCurrentCluster();
+    if (!cluster) throw new Error('the kubeconfig has no current cluster');
+    const url = new URL(cluster.server.replace(/\/+$/, '') + path);
+    for (const [name, value] of Object.entries(query)) url.searchParams.set(name, value);
+
+    // Asked per request: token files and exec credentials rotate.
+    const auth: https.RequestOptions = {};
+    await this.kubeConfig.applyToHTTPSOptions(auth);
+    const agent = auth.agent;
+    const releaseAgent = () => {
+      if (agent instanceof http.Agent) agent.destroy();
+    };
+    const request = (url.protocol === 'https:' ? https : http).request(url, {
+      method: 'GET',
+      agent,
+      auth: auth.auth,
+      headers: { ...auth.headers, Accept: 'application/json', 'User-Agent': USER_AGENT },
+      signal,
+    });
+    return new Promise((resolve, reject) => {
+      let answered = false;
+      request.on('error', (error) => {
+        if (answered) return; // the response stream reports it
+        releaseAgent();
+        reject(error);
+      });
+      request.once('response', (response) => {
+        answered = true;
+        response.once('close', releaseAgent);
+        response.socket?.setKeepAlive(true, TCP_KEEPALIVE_MS);
+        if (response.statusCode === 200) {
+          resolve(response);
+          return;
+        }
+        const statusCode = response.statusCode ?? 0;
+        readBody(response).then((body) => reject(new ApiError(statusCode, parseStatus(body))), reject);
+      });
+      request.end();
+    });
+  }
+
+  async getJson(path: string, query: Record<string, string>, signal: AbortSignal): Promise<unknown> {
+    const response = await this.open(path, query, signal);
+    return JSON.parse(await readBody(response));
+  }
+}
+
+function readBody(response: http.IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: string[] = [];
+    response.setEncoding('utf8');
+    response.on('data', (chunk: string) => chunks.push(chunk));
+    response.on('end', () => resolve(chunks.join('')));
+    response.on('error', reject);
+  });
+}
+
+/** A metav1.Status from an error body, or null when the body is not one. */
+export function parseStatus(body: string): ApiStatus | null {
+  try {
+    const value: unknown = JSON.parse(body);
+    if (typeof value !== 'object' || value === null) return null;
+    const { code, reason, message } = value as Record<string, unknown>;
+    return {
+      ...(typeof code === 'number' ? { code } : {}),
+      ...(typeof reason === 'string' ? { reason } : {}),
+      ...(typeof message === 'string' ? { message } : {}),
+    };
+  } catch {
+    return null;
+  }
+}

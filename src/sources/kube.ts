@@ -1,0 +1,141 @@
+// The Kubernetes API source: what kube-proxy's informers watch (Services and EndpointSlices with
+// its label selector, and this node's Node), delivered as raw objects. Each resource runs its own
+// list/watch loop (reflector.ts) on top of client-node's KubeConfig for credentials; see
+// docs/sources.md for why not client-node's informer.
+
+import { existsSync } from 'node:fs';
+import { KubeConfig } from '@kubernetes/client-node';
+import { type Logger, pino } from 'pino';
+import type { ProxyConfig } from '../config/types.js';
+import { KUBE_PROXY_LABEL_SELECTOR } from '../model/types.js';
+import { ApiTransport } from './api-transport.js';
+import { type BackoffPolicy, DEFAULT_BACKOFF, RequestRateLimiter } from './flow-control.js';
+import { Reflector, type WatchedResource } from './reflector.js';
+import type { Source, SourceEvent } from './types.js';
+
+const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
+
+export interface KubeSourceOptions {
+  /** The settings this source honours (see docs/sources.md for contentType). */
+  clientConnection: Pick<ProxyConfig['clientConnection'], 'kubeconfig' | 'qps' | 'burst' | 'contentType'>;
+  /** --master; "" keeps the kubeconfig's (or in-cluster) server. */
+  master: string;
+  /** This node's name (hostnameOverride or the host name): the one Node object watched. */
+  nodeName: string;
+  logger?: Logger;
+  backoff?: BackoffPolicy;
+}
+
+/** The three collections kube-proxy's informers watch, with its selectors. */
+export function watchedResources(nodeName: string): WatchedResource[] {
+  return [
+    { kind: 'Service', path: '/api/v1/services', labelSelector: KUBE_PROXY_LABEL_SELECTOR },
+    {
+      kind: 'EndpointSlice',
+      path: '/apis/discovery.k8s.io/v1/endpointslices',
+      labelSelector: KUBE_PROXY_LABEL_SELECTOR,
+    },
+    { kind: 'Node', path: '/api/v1/nodes', fieldSelector: `metadata.name=${nodeName}` },
+  ];
+}
+
+function inClusterPossible(): boolean {
+  return (
+    Boolean(process.env.KUBERNETES_SERVICE_HOST && process.env.KUBERNETES_SERVICE_PORT) &&
+    existsSync(SERVICE_ACCOUNT_TOKEN)
+  );
+}
+
+/**
+ * client-go's BuildConfigFromFlags: the kubeconfig file if given, else the pod's service account
+ * when running in a cluster, else --master alone (no credentials); --master overrides the server
+ * in every case.
+ */
+export function loadKubeConfig(
+  kubeconfigPath: string,
+  master: string,
+  inCluster = inClusterPossible(),
+): KubeConfig {
+  const config = new KubeConfig();
+  if (kubeconfigPath !== '') {
+    config.loadFromFile(kubeconfigPath);
+  } else if (inCluster) {
+    config.loadFromCluster();
+  } else if (master !== '') {
+    config.loadFromClusterAndUser(
+      { name: 'master', server: master, skipTLSVerify: false },
+      { name: 'master' },
+    );
+  } else {
+    throw new Error(
+      'no API server to talk to: set clientConnection.kubeconfig or --master, or run in a pod with a service account',
+    );
+  }
+  const current = config.getCurrentCluster();
+  if (!current) throw new Error(`kubeconfig ${kubeconfigPath} has no current context with a cluster`);
+  const server = master !== '' ? master : current.server;
+  // client-node refuses http:// servers unless TLS verification is off; there is no TLS to verify
+  // there, and client-go accepts plain http (e.g. an insecure --master on localhost).
+  const plainHttp = server.startsWith('http:');
+  config.loadFromOptions({
+    clusters: config.clusters.map((cluster) =>
+      cluster.name === current.name
+        ? { ...cluster, server, skipTLSVerify: cluster.skipTLSVerify || plainHttp }
+        : cluster,
+    ),
+    users: config.users,
+    contexts: config.contexts,
+    currentContext: config.currentContext,
+  });
+  return config;
+}
+
+export class KubeSource implements Source {
+  private readonly log: Logger;
+  private readonly transport: ApiTransport;
+  private readonly stopping = new AbortController();
+  private loops: Promise<void>[] = [];
+
+  constructor(private readonly options: KubeSourceOptions) {
+    this.log = (options.logger ?? pino({ level: 'silent' })).child({ source: 'kube' });
+    const { kubeconfig, qps, burst, contentType } = options.clientConnection;
+    this.transport = new ApiTransport(
+      loadKubeConfig(kubeconfig, options.master),
+      new RequestRateLimiter(qps, burst),
+    );
+    if (contentType.includes('protobuf')) {
+      this.log.info({ contentType }, 'protobuf is not implemented; the source asks the API server for JSON');
+    }
+  }
+
+  async start(onEvent: (events: SourceEvent[]) => void): Promise<void> {
+    if (this.loops.length > 0) throw new Error('kube source already started');
+    const signal = this.stopping.signal;
+    const synced: Promise<void>[] = [];
+    const backoff = this.options.backoff ?? DEFAULT_BACKOFF;
+    this.log.info(
+      { server: this.transport.server, node: this.options.nodeName },
+      'connecting to the API server',
+    );
+    for (const resource of watchedResources(this.options.nodeName)) {
+      let markSynced = () => {};
+      synced.push(new Promise<void>((resolve) => (markSynced = resolve)));
+      const reflector = new Reflector(resource, this.transport, onEvent, this.log, backoff);
+      this.loops.push(reflector.run(signal, () => markSynced()));
+    }
+    const stopped = new Promise<never>((_, reject) => {
+      const rejectStopped = () => reject(new Error('kube source stopped before its initial lists completed'));
+      if (signal.aborted) rejectStopped();
+      else signal.addEventListener('abort', rejectStopped, { once: true });
+    });
+    stopped.catch(() => undefined);
+    await Promise.race([Promise.all(synced), stopped]);
+    this.log.info('initial lists of services, endpoint slices and node delivered');
+  }
+
+  /** Closes every connection and timer; resolves when all loops have ended. */
+  async stop(): Promise<void> {
+    this.stopping.abort();
+    await Promise.all(this.loops);
+  }
+}

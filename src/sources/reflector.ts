@@ -1,0 +1,290 @@
+// One resource's list/watch loop (client-go calls it a reflector): list, then watch from the list's
+// resourceVersion, and keep the last known state across every failure. The API server being gone
+// never deletes anything; only a relist (after 410 Gone) says what really disappeared, and only the
+// difference is delivered.
+
+import type http from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from 'pino';
+import { ApiError, type ApiStatus, type ApiTransport } from './api-transport.js';
+import { type BackoffPolicy, backoffDelayMs } from './flow-control.js';
+import type { SourceEvent, WatchedKind } from './types.js';
+
+export interface WatchedResource {
+  kind: WatchedKind;
+  /** Collection path across all namespaces, e.g. /api/v1/services. */
+  path: string;
+  labelSelector?: string;
+  fieldSelector?: string;
+}
+
+/** client-go's minWatchTimeout: each watch asks the server to end it after 5 to 10 minutes, spread so that clients do not all re-watch at once. */
+const MIN_WATCH_TIMEOUT_SECONDS = 300;
+/** If the server has not ended a watch this long after its own timeout, the connection is dead. */
+const WATCH_DEADLINE_GRACE_SECONDS = 30;
+/** A watch that ends sooner than this without delivering anything counts as a failed attempt (backoff), not as a normal end. */
+const HEALTHY_WATCH_MS = 1000;
+
+type WatchOutcome = 'healthy' | 'failed' | 'expired';
+
+export class Reflector {
+  private known = new Map<string, unknown>();
+  private resourceVersion = '';
+  private failures = 0;
+  private readonly log: Logger;
+
+  constructor(
+    private readonly resource: WatchedResource,
+    private readonly transport: ApiTransport,
+    private readonly emit: (events: SourceEvent[]) => void,
+    log: Logger,
+    private readonly backoff: BackoffPolicy,
+  ) {
+    this.log = log.child({ kind: resource.kind });
+  }
+
+  /** Loops until `signal` aborts; `onSynced` is called after the first list has been delivered. */
+  async run(signal: AbortSignal, onSynced: () => void): Promise<void> {
+    while (!signal.aborted) {
+      let failure: string;
+      try {
+        const fromFreshList = this.resourceVersion === '';
+        if (fromFreshList) {
+          await this.relist(signal);
+          onSynced();
+          this.failures = 0;
+        }
+        const outcome = await this.watch(signal);
+        if (outcome === 'healthy') {
+          this.failures = 0;
+          continue;
+        }
+        // A watch that expires right after a fresh list means the server is confused: back off.
+        if (outcome === 'expired' && !fromFreshList) continue;
+        failure = `watch ${outcome === 'expired' ? 'expired at once' : 'failed'}`;
+      } catch (error) {
+        if (signal.aborted) break;
+        if (error instanceof ApiError && isExpired({ code: error.statusCode, ...error.status })) {
+          this.log.info(
+            { resourceVersion: this.resourceVersion },
+            'resourceVersion expired (410); relisting',
+          );
+          this.resourceVersion = '';
+          continue;
+        }
+        failure = error instanceof Error ? error.message : String(error);
+      }
+      const delayMs = backoffDelayMs(this.backoff, this.failures, Math.random());
+      this.failures += 1;
+      this.log.warn(
+        { error: failure, attempt: this.failures, delayMs, server: this.transport.server },
+        'list/watch failed; keeping the last known state and retrying',
+      );
+      await sleep(delayMs, undefined, { signal }).catch(() => undefined);
+    }
+  }
+
+  private selectors(): Record<string, string> {
+    const { labelSelector, fieldSelector } = this.resource;
+    return { ...(labelSelector ? { labelSelector } : {}), ...(fieldSelector ? { fieldSelector } : {}) };
+  }
+
+  private async relist(signal: AbortSignal): Promise<void> {
+    const { items, resourceVersion } = readList(
+      await this.transport.getJson(this.resource.path, this.selectors(), signal),
+    );
+    const diff = diffRelist(this.known, items);
+    this.known = diff.next;
+    this.resourceVersion = resourceVersion;
+    this.deliver([
+      ...diff.deletes.map((object) => this.event('delete', object)),
+      ...diff.upserts.map((object) => this.event('upsert', object)),
+    ]);
+    this.log.info(
+      { objects: items.length, upserts: diff.upserts.length, deletes: diff.deletes.length, resourceVersion },
+      'listed',
+    );
+  }
+
+  private async watch(signal: AbortSignal): Promise<WatchOutcome> {
+    const timeoutSeconds = MIN_WATCH_TIMEOUT_SECONDS + Math.floor(Math.random() * MIN_WATCH_TIMEOUT_SECONDS);
+    const connection = new AbortController();
+    const abortConnection = () => connection.abort();
+    signal.addEventListener('abort', abortConnection, { once: true });
+    const deadline = setTimeout(abortConnection, (timeoutSeconds + WATCH_DEADLINE_GRACE_SECONDS) * 1000);
+    try {
+      const query = {
+        ...this.selectors(),
+        watch: 'true',
+        resourceVersion: this.resourceVersion,
+        allowWatchBookmarks: 'true',
+        timeoutSeconds: String(timeoutSeconds),
+      };
+      const response = await this.transport.open(this.resource.path, query, connection.signal);
+      if (this.failures > 0) {
+        this.log.info(
+          { afterFailures: this.failures, resourceVersion: this.resourceVersion },
+          'watching again',
+        );
+      }
+      const startedAt = performance.now();
+      const { outcome, received } = await this.consume(response);
+      if (outcome !== 'healthy') return outcome;
+      return received || performance.now() - startedAt >= HEALTHY_WATCH_MS ? 'healthy' : 'failed';
+    } finally {
+      clearTimeout(deadline);
+      signal.removeEventListener('abort', abortConnection);
+    }
+  }
+
+  /** Reads newline-delimited watch events until the stream closes; each chunk's events are delivered together. */
+  private consume(response: http.IncomingMessage): Promise<{ outcome: WatchOutcome; received: boolean }> {
+    return new Promise((resolve) => {
+      let partialLine = '';
+      let received = false;
+      let outcome: WatchOutcome = 'healthy';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => {
+        const lines = (partialLine + chunk).split('\n');
+        partialLine = lines.pop() ?? '';
+        const events: SourceEvent[] = [];
+        for (const line of lines) {
+          if (line.trim() === '') continue;
+          received = true;
+          outcome = this.apply(line, events);
+          if (outcome !== 'healthy') break;
+        }
+        this.deliver(events);
+        if (outcome !== 'healthy') response.destroy();
+      });
+      // A connection lost mid-watch ends it like a close; the next watch resumes from the last resourceVersion.
+      response.on('error', (error) => this.log.debug({ error: error.message }, 'watch connection lost'));
+      response.on('close', () => resolve({ outcome, received }));
+    });
+  }
+
+  /** Applies one watch event to the known state, appending what consumers must hear to `events`. */
+  private apply(line: string, events: SourceEvent[]): WatchOutcome {
+    const event = parseWatchLine(line);
+    if (!event) {
+      // Skipping it could lose an update for good; re-watching from the last good resourceVersion replays it.
+      this.log.warn({ line: line.slice(0, 200) }, 'undecodable watch event; re-watching');
+      return 'failed';
+    }
+    const { key, resourceVersion } = identityOf(event.object);
+    switch (event.type) {
+      case 'ADDED':
+      case 'MODIFIED': {
+        const previous = this.known.get(key);
+        if (previous === undefined || identityOf(previous).resourceVersion !== resourceVersion) {
+          this.known.set(key, event.object);
+          events.push(this.event('upsert', event.object));
+        }
+        break;
+      }
+      case 'DELETED':
+        if (this.known.delete(key)) events.push(this.event('delete', event.object));
+        break;
+      case 'BOOKMARK':
+        this.log.trace({ resourceVersion }, 'bookmark');
+        break;
+      case 'ERROR': {
+        const status = (event.object ?? {}) as ApiStatus;
+        if (isExpired(status)) {
+          this.log.info(
+            { resourceVersion: this.resourceVersion, message: status.message },
+            'watch expired; relisting',
+          );
+          this.resourceVersion = '';
+          return 'expired';
+        }
+        this.log.warn({ status }, 'watch ERROR event');
+        return 'failed';
+      }
+      default:
+        this.log.warn({ type: event.type }, 'unknown watch event type ignored');
+        return 'healthy';
+    }
+    if (resourceVersion !== '') this.resourceVersion = resourceVersion;
+    return 'healthy';
+  }
+
+  private event(type: SourceEvent['type'], object: unknown): SourceEvent {
+    return { type, kind: this.resource.kind, object, origin: 'api' };
+  }
+
+  private deliver(events: SourceEvent[]): void {
+    if (events.length === 0) return;
+    try {
+      this.emit(events);
+    } catch (error) {
+      this.log.error(
+        { error: error instanceof Error ? error.message : String(error) },
+        'event consumer threw',
+      );
+    }
+  }
+}
+
+/** Objects are tracked by namespace/name, the key kube-proxy's change trackers use; resourceVersion says whether one changed. */
+export function identityOf(object: unknown): { key: string; resourceVersion: string } {
+  const meta = (object as { metadata?: Record<string, unknown> } | null)?.metadata ?? {};
+  const text = (value: unknown) => (typeof value === 'string' ? value : '');
+  return {
+    key: `${text(meta.namespace)}/${text(meta.name)}`,
+    resourceVersion: text(meta.resourceVersion),
+  };
+}
+
+/** What a relist changes: objects that are new or have another resourceVersion, and known objects that are gone. */
+export function diffRelist(
+  known: ReadonlyMap<string, unknown>,
+  items: readonly unknown[],
+): { upserts: unknown[]; deletes: unknown[]; next: Map<string, unknown> } {
+  const next = new Map<string, unknown>();
+  const upserts: unknown[] = [];
+  for (const item of items) {
+    const { key, resourceVersion } = identityOf(item);
+    next.set(key, item);
+    const previous = known.get(key);
+    if (
+      previous === undefined ||
+      resourceVersion === '' ||
+      identityOf(previous).resourceVersion !== resourceVersion
+    ) {
+      upserts.push(item);
+    }
+  }
+  const deletes = [...known].filter(([key]) => !next.has(key)).map(([, object]) => object);
+  return { upserts, deletes, next };
+}
+
+/** 410 Gone / reason Expired, or the older "too old resource version" wording: the resourceVersion is compacted away and only a relist helps. */
+export function isExpired(status: ApiStatus): boolean {
+  return (
+    status.code === 410 ||
+    status.reason === 'Expired' ||
+    status.reason === 'Gone' ||
+    /too old resource ?version|resource ?version .*too old/i.test(status.message ?? '')
+  );
+}
+
+export function parseWatchLine(line: string): { type: string; object: unknown } | null {
+  try {
+    const value: unknown = JSON.parse(line);
+    if (typeof value !== 'object' || value === null) return null;
+    const { type, object } = value as Record<string, unknown>;
+    return typeof type === 'string' ? { type, object } : null;
+  } catch {
+    return null;
+  }
+}
+
+function readList(body: unknown): { items: unknown[]; resourceVersion: string } {
+  const list = (body ?? {}) as { items?: unknown; metadata?: { resourceVersion?: unknown } };
+  const resourceVersion = list.metadata?.resourceVersion;
+  if (!Array.isArray(list.items) || typeof resourceVersion !== 'string' || resourceVersion === '') {
+    throw new Error('list response has no items or no metadata.resourceVersion');
+  }
+  return { items: list.items, resourceVersion };
+}
