@@ -42,6 +42,11 @@ export interface ProxyConfig {
   healthzBindAddress: string;
   metricsBindAddress: string;
   enableProfiling: boolean;
+  /** Exit when a bind address cannot be bound, instead of logging and going on. */
+  bindAddressHardFail: boolean;
+  /** oom_score_adj of the agent process (kube-proxy's default -999). */
+  oomScoreAdj: number;
+  logging: { format: 'text' | 'json'; verbosity: number; flushFrequencySeconds: number };
   /** Per family, from clusterCIDR (comma-separated in kube-proxy). */
   clusterCIDRs: string[];
   /** CIDRs and/or the word "primary"; empty means every local address. */
@@ -73,7 +78,14 @@ export interface ProxyConfig {
     udpTimeoutSeconds: number;
     udpStreamTimeoutSeconds: number;
   };
-  clientConnection: { kubeconfig: string; qps: number; burst: number; contentType: string };
+  clientConnection: {
+    kubeconfig: string;
+    qps: number;
+    burst: number;
+    contentType: string;
+    /** Accept header of API requests; "" lets the client choose. */
+    acceptContentTypes: string;
+  };
   /** --master: the API server URL, overriding the kubeconfig's. */
   master: string;
   bpf: BpfConfig;

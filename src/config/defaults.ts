@@ -1,0 +1,226 @@
+// kube-proxy's defaulting of a v1alpha1 KubeProxyConfiguration (pkg/proxy/apis/config/v1alpha1/defaults.go):
+// nulls, zero durations, zero numbers and empty strings take kube-proxy's defaults, exactly where
+// kube-proxy applies them. Our `bpf:` section is defaulted field by field where absent or null.
+
+import { parseIP } from '../proxy/ip.js';
+import { appendPortIfNeeded } from './address.js';
+import type { KubeProxyConfigurationFile } from './file.js';
+import type { BpfConfig } from './types.js';
+
+/** The file after defaulting, durations in seconds; flags are applied to this, then it is validated. */
+export interface KubeProxySettings {
+  featureGates: Record<string, boolean>;
+  clientConnection: {
+    kubeconfig: string;
+    acceptContentTypes: string;
+    contentType: string;
+    qps: number;
+    burst: number;
+  };
+  logging: {
+    format: string;
+    flushFrequencySeconds: number;
+    verbosity: number;
+    vmodule: { filePattern: string; verbosity: number }[];
+  };
+  hostnameOverride: string;
+  bindAddress: string;
+  healthzBindAddress: string;
+  metricsBindAddress: string;
+  bindAddressHardFail: boolean;
+  enableProfiling: boolean;
+  showHiddenMetricsForVersion: string;
+  /** As written; "" is resolved to bpf when converting. */
+  mode: string;
+  iptables: {
+    masqueradeBit: number;
+    masqueradeAll: boolean;
+    localhostNodePorts: boolean;
+    syncPeriodSeconds: number;
+    minSyncPeriodSeconds: number;
+  };
+  ipvs: {
+    syncPeriodSeconds: number;
+    minSyncPeriodSeconds: number;
+    scheduler: string;
+    excludeCIDRs: string[];
+    strictARP: boolean;
+    tcpTimeoutSeconds: number;
+    tcpFinTimeoutSeconds: number;
+    udpTimeoutSeconds: number;
+  };
+  nftables: {
+    masqueradeBit: number;
+    masqueradeAll: boolean;
+    syncPeriodSeconds: number;
+    minSyncPeriodSeconds: number;
+  };
+  detectLocalMode: string;
+  detectLocal: { bridgeInterface: string; interfaceNamePrefix: string };
+  clusterCIDR: string;
+  nodePortAddresses: string[];
+  oomScoreAdj: number;
+  conntrack: {
+    maxPerCore: number;
+    min: number;
+    tcpEstablishedTimeoutSeconds: number;
+    tcpCloseWaitTimeoutSeconds: number;
+    tcpBeLiberal: boolean;
+    udpTimeoutSeconds: number;
+    udpStreamTimeoutSeconds: number;
+  };
+  configSyncPeriodSeconds: number;
+  /** Mode-independent periods (top-level `syncPeriod`/`minSyncPeriod`, or --sync-period): override the mode's section. */
+  syncPeriodSeconds: number | undefined;
+  minSyncPeriodSeconds: number | undefined;
+  /** Flag only (--master): the API server URL, overriding the kubeconfig's. */
+  master: string;
+  bpf: BpfConfig;
+}
+
+export const KUBE_PROXY_HEALTHZ_PORT = 10256;
+export const KUBE_PROXY_METRICS_PORT = 10249;
+/** qos.KubeProxyOOMScoreAdj */
+export const KUBE_PROXY_OOM_SCORE_ADJ = -999;
+/** component-base logsapi.LogFlushFreqDefault */
+const LOG_FLUSH_FREQUENCY_SECONDS = 5;
+
+export const DEFAULT_BPF_CONFIG: BpfConfig = {
+  scheduler: 'random',
+  maglevTableSize: 16381,
+  // Host-side ends of pod veths: plain veth pairs (bridge, flannel, kindnet), Calico, Cilium, AWS
+  // VPC CNI, GKE, Azure CNI. Bridges such as cni0 are left out: the veths under them are hooked already.
+  podInterfaces: ['veth*', 'cali*', 'lxc*', 'eni*', 'gke*', 'azv*'],
+  externalInterfaces: [],
+  xdpMode: 'off',
+  pinPath: '/sys/fs/bpf/kube-bpf-proxy',
+  mapSizes: {
+    services: 65536,
+    backends: 262144,
+    backendSlots: 1048576,
+    conntrack: 524288,
+    affinity: 65536,
+    sourceRanges: 16384,
+  },
+  conntrackGCIntervalSeconds: 30,
+  metricsMaxBackends: 1000,
+};
+
+function defaultBpf(section: KubeProxyConfigurationFile['bpf']): BpfConfig {
+  const d = DEFAULT_BPF_CONFIG;
+  const s = section ?? {};
+  const sizes = s.mapSizes ?? {};
+  return {
+    scheduler: s.scheduler ?? d.scheduler,
+    maglevTableSize: s.maglevTableSize ?? d.maglevTableSize,
+    podInterfaces: s.podInterfaces ?? [...d.podInterfaces],
+    externalInterfaces: s.externalInterfaces ?? [...d.externalInterfaces],
+    xdpMode: s.xdpMode ?? d.xdpMode,
+    pinPath: s.pinPath ?? d.pinPath,
+    mapSizes: {
+      services: sizes.services ?? d.mapSizes.services,
+      backends: sizes.backends ?? d.mapSizes.backends,
+      backendSlots: sizes.backendSlots ?? d.mapSizes.backendSlots,
+      conntrack: sizes.conntrack ?? d.mapSizes.conntrack,
+      affinity: sizes.affinity ?? d.mapSizes.affinity,
+      sourceRanges: sizes.sourceRanges ?? d.mapSizes.sourceRanges,
+    },
+    conntrackGCIntervalSeconds: s.conntrackGCIntervalSeconds ?? d.conntrackGCIntervalSeconds,
+    metricsMaxBackends: s.metricsMaxBackends ?? d.metricsMaxBackends,
+  };
+}
+
+/** Go's zero value means "unset" for these fields: 0, "" and absent all take the default. */
+function orDefault<T>(value: T | undefined, fallback: T): T {
+  return value === undefined || value === 0 || value === '' ? fallback : value;
+}
+
+export function applyKubeProxyDefaults(file: KubeProxyConfigurationFile): KubeProxySettings {
+  const bindAddress = orDefault(file.bindAddress, '0.0.0.0');
+  // Like kube-proxy, the healthz and metrics defaults follow the family of bindAddress.
+  const ipv4Bind = parseIP(bindAddress)?.family !== 'IPv6';
+  const anyAddress = ipv4Bind ? '0.0.0.0' : '[::]';
+  const loopback = ipv4Bind ? '127.0.0.1' : '[::1]';
+  const address = (value: string | undefined, defaultHost: string, port: number) =>
+    value ? appendPortIfNeeded(value, port) : `${defaultHost}:${port}`;
+  const cc = file.clientConnection ?? {};
+  const log = file.logging ?? {};
+  const ipt = file.iptables ?? {};
+  const ipvs = file.ipvs ?? {};
+  const nft = file.nftables ?? {};
+  const ct = file.conntrack ?? {};
+  return {
+    featureGates: { ...(file.featureGates ?? {}) },
+    clientConnection: {
+      kubeconfig: cc.kubeconfig ?? '',
+      acceptContentTypes: cc.acceptContentTypes ?? '',
+      contentType: orDefault(cc.contentType, 'application/vnd.kubernetes.protobuf'),
+      qps: orDefault(cc.qps, 5),
+      burst: orDefault(cc.burst, 10),
+    },
+    logging: {
+      format: orDefault(log.format, 'text'),
+      flushFrequencySeconds: orDefault(log.flushFrequency, LOG_FLUSH_FREQUENCY_SECONDS),
+      verbosity: log.verbosity ?? 0,
+      vmodule: (log.vmodule ?? []).map((v) => ({
+        filePattern: v.filePattern ?? '',
+        verbosity: v.verbosity ?? 0,
+      })),
+    },
+    hostnameOverride: file.hostnameOverride ?? '',
+    bindAddress,
+    healthzBindAddress: address(file.healthzBindAddress, anyAddress, KUBE_PROXY_HEALTHZ_PORT),
+    metricsBindAddress: address(file.metricsBindAddress, loopback, KUBE_PROXY_METRICS_PORT),
+    bindAddressHardFail: file.bindAddressHardFail ?? false,
+    enableProfiling: file.enableProfiling ?? false,
+    showHiddenMetricsForVersion: file.showHiddenMetricsForVersion ?? '',
+    mode: file.mode ?? '',
+    iptables: {
+      masqueradeBit: ipt.masqueradeBit ?? 14,
+      masqueradeAll: ipt.masqueradeAll ?? false,
+      localhostNodePorts: ipt.localhostNodePorts ?? true,
+      syncPeriodSeconds: orDefault(ipt.syncPeriod, 30),
+      minSyncPeriodSeconds: orDefault(ipt.minSyncPeriod, 1),
+    },
+    ipvs: {
+      syncPeriodSeconds: orDefault(ipvs.syncPeriod, 30),
+      // kube-proxy gives ipvs.minSyncPeriod no default: 0s stays 0s.
+      minSyncPeriodSeconds: ipvs.minSyncPeriod ?? 0,
+      scheduler: ipvs.scheduler ?? '',
+      excludeCIDRs: ipvs.excludeCIDRs ?? [],
+      strictARP: ipvs.strictARP ?? false,
+      tcpTimeoutSeconds: ipvs.tcpTimeout ?? 0,
+      tcpFinTimeoutSeconds: ipvs.tcpFinTimeout ?? 0,
+      udpTimeoutSeconds: ipvs.udpTimeout ?? 0,
+    },
+    nftables: {
+      masqueradeBit: nft.masqueradeBit ?? 14,
+      masqueradeAll: nft.masqueradeAll ?? false,
+      syncPeriodSeconds: orDefault(nft.syncPeriod, 30),
+      minSyncPeriodSeconds: orDefault(nft.minSyncPeriod, 1),
+    },
+    detectLocalMode: file.detectLocalMode ?? '',
+    detectLocal: {
+      bridgeInterface: file.detectLocal?.bridgeInterface ?? '',
+      interfaceNamePrefix: file.detectLocal?.interfaceNamePrefix ?? '',
+    },
+    clusterCIDR: file.clusterCIDR ?? '',
+    nodePortAddresses: file.nodePortAddresses ?? [],
+    oomScoreAdj: file.oomScoreAdj ?? KUBE_PROXY_OOM_SCORE_ADJ,
+    conntrack: {
+      // Pointers in kube-proxy: only null takes the default; an explicit 0 means "leave the kernel's value".
+      maxPerCore: ct.maxPerCore ?? 32768,
+      min: ct.min ?? 131072,
+      tcpEstablishedTimeoutSeconds: ct.tcpEstablishedTimeout ?? 24 * 3600,
+      tcpCloseWaitTimeoutSeconds: ct.tcpCloseWaitTimeout ?? 3600,
+      tcpBeLiberal: ct.tcpBeLiberal ?? false,
+      udpTimeoutSeconds: ct.udpTimeout ?? 0,
+      udpStreamTimeoutSeconds: ct.udpStreamTimeout ?? 0,
+    },
+    configSyncPeriodSeconds: orDefault(file.configSyncPeriod, 15 * 60),
+    syncPeriodSeconds: orDefault(file.syncPeriod, undefined),
+    minSyncPeriodSeconds: orDefault(file.minSyncPeriod, undefined),
+    master: '',
+    bpf: defaultBpf(file.bpf),
+  };
+}
