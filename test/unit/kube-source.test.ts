@@ -4,6 +4,7 @@ import path from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { type Logger, pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { parseEvent } from '../../src/model/parse.js';
 import { KUBE_PROXY_LABEL_SELECTOR } from '../../src/model/types.js';
 import { backoffDelayMs, RequestRateLimiter } from '../../src/sources/flow-control.js';
 import { KubeSource, loadKubeConfig } from '../../src/sources/kube.js';
@@ -17,7 +18,7 @@ const WAIT = { timeout: 5000, interval: 20 };
 
 const service = (name: string, labels: Record<string, string> = {}, port = 80): FakeObject => ({
   metadata: { name, namespace: 'default', labels },
-  spec: { type: 'ClusterIP', clusterIP: '10.96.0.10', ports: [{ name: '', port, protocol: 'TCP' }] },
+  spec: { type: 'ClusterIP', clusterIP: '10.96.0.10', ports: [{ port, protocol: 'TCP' }] },
 });
 const slice = (name: string, serviceName: string, labels: Record<string, string> = {}): FakeObject => ({
   metadata: { name, namespace: 'default', labels: { 'kubernetes.io/service-name': serviceName, ...labels } },
@@ -114,6 +115,8 @@ describe('kube source against a fake API server', () => {
       'upsert Service default/web',
     ]);
     expect(collector.batches.flat().every((event) => event.origin === 'api')).toBe(true);
+    // What the API serves (list items carry no kind) is what model/parse.ts accepts.
+    expect(collector.batches.flat().map((event) => parseEvent(event).ok)).toEqual([true, true, true, true]);
     for (const pathname of ['/api/v1/services', '/apis/discovery.k8s.io/v1/endpointslices']) {
       const [list] = requestsFor(server, pathname, false);
       expect(list?.query.get('labelSelector')).toBe(KUBE_PROXY_LABEL_SELECTOR);
