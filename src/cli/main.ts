@@ -1,0 +1,28 @@
+#!/usr/bin/env node
+// The kube-bpf-proxy command: one subcommand per file in src/cli/.
+
+import { Command } from 'commander';
+import { registerRenderCommand } from './render.js';
+import { registerRunCommand } from './run.js';
+import { registerVersionCommand, VERSION } from './version.js';
+
+export function buildProgram(): Command {
+  const program = new Command('kube-bpf-proxy')
+    .description(
+      'A kube-proxy replacement: kube-proxy semantics, carried by eBPF (or iptables, nftables, ipvs)',
+    )
+    .version(VERSION, '--version', 'print the version')
+    .showHelpAfterError()
+    .enablePositionalOptions();
+  registerRunCommand(program);
+  registerRenderCommand(program);
+  registerVersionCommand(program);
+  return program;
+}
+
+try {
+  await buildProgram().parseAsync(process.argv);
+} catch (err) {
+  process.stderr.write(`kube-bpf-proxy: ${(err as Error).message}\n`);
+  process.exitCode = 1;
+}

@@ -1,0 +1,154 @@
+// `kube-bpf-proxy run`: the agent. Source (the API server, or manifest files with --manifests)
+// → change tracker → bounded-frequency runner → the brain → the data plane of --proxy-mode.
+
+import type { Command } from 'commander';
+import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
+import { formatProblems, loadConfigFile } from '../config/load.js';
+import type { ProxyConfig } from '../config/types.js';
+import { openDataplane } from '../dataplanes/open.js';
+import { createLogger, type Logger } from '../logger.js';
+import { formatProblem } from '../model/parse.js';
+import { ChangeTracker } from '../model/tracker.js';
+import { BoundedFrequencyRunner } from '../proxy/runner.js';
+import { SyncLoop, type SyncObserver } from '../proxy/sync-loop.js';
+import { probeNodeEnv, resolveNodeName } from '../sources/host.js';
+import { KubeSource } from '../sources/kube.js';
+import { ManifestSource } from '../sources/manifests.js';
+import type { Source } from '../sources/types.js';
+
+export const SYNC_BURST = 2;
+const RETRY_AFTER_FAILURE_MS = 1000;
+
+export interface RunOptions {
+  config?: string;
+  manifests?: string[];
+  logLevel: string;
+}
+
+/** One log line per sync at the default level; nothing per packet. */
+export function loggingObserver(log: Logger): SyncObserver {
+  return {
+    synced: (report) =>
+      log.info(
+        {
+          full: report.full,
+          durationMs: Math.round(report.durationSeconds * 1000),
+          families: report.decisions.families.map((f) => ({
+            family: f.family,
+            servicePorts: f.servicePorts.length,
+          })),
+          changedServices: report.changes.changedServices.size,
+          skipped: report.decisions.skipped.length,
+        },
+        'synced',
+      ),
+    failed: ({ full, error, durationSeconds }) =>
+      log.error(
+        { full, err: error, durationMs: Math.round(durationSeconds * 1000) },
+        'sync failed; keeping the last good state, retrying',
+      ),
+  };
+}
+
+function openSource(opts: RunOptions, config: ProxyConfig, nodeName: string, log: Logger): Source {
+  if (opts.manifests && opts.manifests.length > 0) {
+    return new ManifestSource({
+      paths: opts.manifests,
+      nodeName,
+      watch: true,
+      onProblems: (problems) => {
+        for (const problem of problems)
+          log.warn({ origin: problem.origin }, `skipped: ${formatProblem(problem)}`);
+      },
+    });
+  }
+  return new KubeSource({
+    clientConnection: config.clientConnection,
+    master: config.master,
+    nodeName,
+    logger: log,
+  });
+}
+
+export interface RunningAgent {
+  stop(): Promise<void>;
+}
+
+export async function startAgent(
+  opts: RunOptions,
+  config: ProxyConfig,
+  log: Logger,
+  observers: SyncObserver[] = [],
+): Promise<RunningAgent> {
+  const nodeName = resolveNodeName(config.hostnameOverride);
+  const tracker = new ChangeTracker(nodeName);
+  const { dataplane, iptables } = await openDataplane(config, log);
+  const loop = new SyncLoop({
+    tracker,
+    nodeEnv: () => probeNodeEnv({ nodeName, node: tracker.state().node, iptables }),
+    config,
+    dataplane,
+    observers: [loggingObserver(log), ...observers],
+  });
+  const runner = new BoundedFrequencyRunner(
+    async () => {
+      if (!(await loop.syncOnce())) runner.retryAfter(RETRY_AFTER_FAILURE_MS);
+    },
+    {
+      minIntervalMs: config.minSyncPeriodSeconds * 1000,
+      maxIntervalMs: config.syncPeriodSeconds * 1000,
+      burst: SYNC_BURST,
+      onError: (err) => log.error({ err }, 'sync crashed'),
+    },
+  );
+  const source = openSource(opts, config, nodeName, log);
+  let synced = false;
+  // kube-proxy waits for the initial lists before its first sync, so a restart never programs a
+  // half-known cluster (which would scale services down to nothing).
+  await source.start((events) => {
+    tracker.apply(events);
+    for (const problem of tracker.skipped())
+      log.debug({ origin: problem.origin }, `skipped: ${formatProblem(problem)}`);
+    if (synced) {
+      loop.noteQueued();
+      runner.run();
+    }
+  });
+  synced = true;
+  log.info({ mode: config.mode, node: nodeName }, 'initial state received; starting the sync loop');
+  loop.noteQueued();
+  runner.start();
+  return {
+    async stop() {
+      await source.stop();
+      await runner.stop();
+      await dataplane.close();
+    },
+  };
+}
+
+export function registerRunCommand(program: Command): void {
+  const command = program
+    .command('run')
+    .description('run the proxy agent on this node (in place of kube-proxy)')
+    .option(
+      '--manifests <path...>',
+      'standalone mode: read Services, EndpointSlices and Nodes from these files/directories (watched) instead of the API server',
+    )
+    .option('--log-level <level>', 'trace, debug, info, warn or error', process.env.LOG_LEVEL ?? 'info');
+  registerConfigFlags(command);
+  command.action(async (opts: RunOptions) => {
+    const loaded = await loadConfigFile(opts.config, readConfigFlags(command));
+    if (!loaded.ok) throw new Error(`invalid configuration:\n${formatProblems(loaded.problems)}`);
+    const log = createLogger(opts.logLevel);
+    const agent = await startAgent(opts, loaded.config, log);
+    await new Promise<void>((resolve) => {
+      const shutdown = (signal: string) => {
+        log.info({ signal }, 'stopping; the kernel state stays in place for the next start');
+        agent.stop().then(resolve, resolve);
+      };
+      process.once('SIGINT', () => shutdown('SIGINT'));
+      process.once('SIGTERM', () => shutdown('SIGTERM'));
+    });
+  });
+}

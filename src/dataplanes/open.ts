@@ -1,0 +1,27 @@
+// Opens the data plane that --proxy-mode names. Modes arrive one by one; until a mode exists,
+// `run` refuses it with a clear message instead of pretending.
+
+import type { ProxyConfig, ProxyMode } from '../config/types.js';
+import type { Logger } from '../logger.js';
+import type { NodeEnv } from '../proxy/types.js';
+import type { Dataplane } from './types.js';
+
+export interface OpenedDataplane {
+  dataplane: Dataplane;
+  /** What the host's iptables can do (the iptables renderer needs it; other modes report it as probed). */
+  iptables: NodeEnv['iptables'];
+}
+
+type Opener = (config: ProxyConfig, log: Logger) => Promise<OpenedDataplane>;
+
+const OPENERS: Partial<Record<ProxyMode, Opener>> = {};
+
+export async function openDataplane(config: ProxyConfig, log: Logger): Promise<OpenedDataplane> {
+  const open = OPENERS[config.mode];
+  if (!open) {
+    throw new Error(
+      `proxy mode "${config.mode}" is not implemented yet in this build; implemented: ${Object.keys(OPENERS).join(', ') || 'none'}`,
+    );
+  }
+  return open(config, log.child({ dataplane: config.mode }));
+}
