@@ -1,0 +1,597 @@
+// koffi bindings to libbpf.so.1 (libbpf >= 1.1). Thin and typed: every call that fails throws
+// NativeError naming the libbpf function and the errno text. Keys and values are Buffers laid out
+// by src/dataplanes/bpf/layout.ts. Opts structs are filled by hand with the libbpf 1.1 x86_64
+// layouts measured in reference/libbpf-from-node.md.
+
+import koffi from 'koffi';
+import { lastErrno, NativeError } from './libc.js';
+
+const lib = koffi.load('libbpf.so.1');
+koffi.opaque('bpf_object');
+koffi.opaque('bpf_map');
+koffi.opaque('bpf_program');
+koffi.opaque('btf');
+
+const f = {
+  open_file: lib.func('bpf_object *bpf_object__open_file(const char *path, const void *opts)'),
+  load: lib.func('int bpf_object__load(bpf_object *obj)'),
+  close: lib.func('void bpf_object__close(bpf_object *obj)'),
+  find_map: lib.func('bpf_map *bpf_object__find_map_by_name(const bpf_object *obj, const char *name)'),
+  map_fd: lib.func('int bpf_map__fd(const bpf_map *map)'),
+  map_set_max_entries: lib.func('int bpf_map__set_max_entries(bpf_map *map, uint32_t max_entries)'),
+  map_max_entries: lib.func('uint32_t bpf_map__max_entries(const bpf_map *map)'),
+  map_reuse_fd: lib.func('int bpf_map__reuse_fd(bpf_map *map, int fd)'),
+  find_prog: lib.func(
+    'bpf_program *bpf_object__find_program_by_name(const bpf_object *obj, const char *name)',
+  ),
+  prog_fd: lib.func('int bpf_program__fd(const bpf_program *prog)'),
+  object_btf: lib.func('btf *bpf_object__btf(const bpf_object *obj)'),
+  btf_find: lib.func('int32_t btf__find_by_name_kind(const btf *btf, const char *name, uint32_t kind)'),
+  btf_type: lib.func('const void *btf__type_by_id(const btf *btf, uint32_t id)'),
+  btf_name: lib.func('const char *btf__name_by_offset(const btf *btf, uint32_t offset)'),
+  update: lib.func('int bpf_map_update_elem(int fd, const void *key, const void *value, uint64_t flags)'),
+  lookup: lib.func('int bpf_map_lookup_elem(int fd, const void *key, void *value)'),
+  lookup_flags: lib.func(
+    'int bpf_map_lookup_elem_flags(int fd, const void *key, void *value, uint64_t flags)',
+  ),
+  delete: lib.func('int bpf_map_delete_elem(int fd, const void *key)'),
+  next_key: lib.func('int bpf_map_get_next_key(int fd, const void *key, void *next_key)'),
+  update_batch: lib.func(
+    'int bpf_map_update_batch(int fd, const void *keys, const void *values, _Inout_ uint32_t *count, const void *opts)',
+  ),
+  delete_batch: lib.func(
+    'int bpf_map_delete_batch(int fd, const void *keys, _Inout_ uint32_t *count, const void *opts)',
+  ),
+  lookup_batch: lib.func(
+    'int bpf_map_lookup_batch(int fd, void *in_batch, void *out_batch, void *keys, void *values, _Inout_ uint32_t *count, const void *opts)',
+  ),
+  lookup_and_delete_batch: lib.func(
+    'int bpf_map_lookup_and_delete_batch(int fd, void *in_batch, void *out_batch, void *keys, void *values, _Inout_ uint32_t *count, const void *opts)',
+  ),
+  map_create: lib.func(
+    'int bpf_map_create(int map_type, const char *name, uint32_t key_size, uint32_t value_size, uint32_t max_entries, const void *opts)',
+  ),
+  obj_pin: lib.func('int bpf_obj_pin(int fd, const char *path)'),
+  obj_get: lib.func('int bpf_obj_get(const char *path)'),
+  obj_info: lib.func('int bpf_obj_get_info_by_fd(int fd, void *info, _Inout_ uint32_t *info_len)'),
+  test_run: lib.func('int bpf_prog_test_run_opts(int prog_fd, void *opts)'),
+  xdp_attach: lib.func('int bpf_xdp_attach(int ifindex, int prog_fd, uint32_t flags, const void *opts)'),
+  xdp_detach: lib.func('int bpf_xdp_detach(int ifindex, uint32_t flags, const void *opts)'),
+  xdp_query_id: lib.func('int bpf_xdp_query_id(int ifindex, int flags, _Out_ uint32_t *prog_id)'),
+  tc_hook_create: lib.func('int bpf_tc_hook_create(void *hook)'),
+  tc_hook_destroy: lib.func('int bpf_tc_hook_destroy(void *hook)'),
+  tc_attach: lib.func('int bpf_tc_attach(const void *hook, void *opts)'),
+  tc_detach: lib.func('int bpf_tc_detach(const void *hook, const void *opts)'),
+  tc_query: lib.func('int bpf_tc_query(const void *hook, void *opts)'),
+  link_create: lib.func('int bpf_link_create(int prog_fd, int target_fd, int attach_type, const void *opts)'),
+  link_detach: lib.func('int bpf_link_detach(int link_fd)'),
+  num_possible_cpus: lib.func('int libbpf_num_possible_cpus(void)'),
+};
+
+/** Opaque libbpf handles (koffi 3 hands pointers over as bigint). */
+export type BpfObject = bigint & { readonly __brand: 'bpf_object' };
+export type BpfMap = bigint & { readonly __brand: 'bpf_map' };
+export type Btf = bigint & { readonly __brand: 'btf' };
+
+export const ENOENT = 2;
+export const EEXIST = 17;
+export const E2BIG = 7;
+export const EINVAL = 22;
+export const ENOSPC = 28;
+export const ENOTSUPP = 524;
+
+// enum bpf_map_type
+export const BPF_MAP_TYPE_HASH = 1;
+export const BPF_MAP_TYPE_ARRAY = 2;
+export const BPF_MAP_TYPE_PERCPU_ARRAY = 6;
+export const BPF_MAP_TYPE_LPM_TRIE = 11;
+export const BPF_MAP_TYPE_HASH_OF_MAPS = 13;
+// map update flags
+export const BPF_ANY = 0n;
+export const BPF_NOEXIST = 1n;
+export const BPF_EXIST = 2n;
+// map_flags
+export const BPF_F_NO_PREALLOC = 1;
+export const BPF_F_INNER_MAP = 1 << 12;
+// XDP attach flags
+export const XDP_FLAGS_UPDATE_IF_NOEXIST = 1;
+export const XDP_FLAGS_SKB_MODE = 2;
+export const XDP_FLAGS_DRV_MODE = 4;
+// tc
+export const BPF_TC_INGRESS = 1;
+export const BPF_TC_EGRESS = 2;
+export const BPF_TC_F_REPLACE = 1;
+// enum bpf_attach_type values absent from Debian's 6.1 UAPI headers
+export const BPF_TCX_INGRESS = 46;
+export const BPF_TCX_EGRESS = 47;
+// BTF kinds
+export const BTF_KIND_STRUCT = 4;
+
+/** A libbpf 1.x call result: >= 0 on success, -errno on failure. */
+function check(fn: string, rc: number, detail?: string): number {
+  if (rc < 0) throw new NativeError(fn, -rc, detail);
+  return rc;
+}
+
+function nonNull<T>(fn: string, ptr: T | null, detail?: string): T {
+  if (ptr === null) throw new NativeError(fn, lastErrno() || ENOENT, detail);
+  return ptr;
+}
+
+// ---------- objects, maps, programs ----------
+
+export function openObject(path: string): BpfObject {
+  return nonNull('bpf_object__open_file', f.open_file(path, null) as BpfObject | null, path);
+}
+
+/** Verifies and loads every program and creates (or reuses) every map. */
+export function loadObject(obj: BpfObject): void {
+  check('bpf_object__load', f.load(obj) as number);
+}
+
+/** The same as loadObject on a worker thread, so the event loop keeps running. */
+export function loadObjectAsync(obj: BpfObject): Promise<void> {
+  return new Promise((resolve, reject) => {
+    f.load.async(obj, (err: unknown, rc: number) => {
+      if (err) reject(err);
+      else if (rc < 0) reject(new NativeError('bpf_object__load', -rc));
+      else resolve();
+    });
+  });
+}
+
+/** Closes the object: its program and map fds (pinned objects and links stay). */
+export function closeObject(obj: BpfObject): void {
+  f.close(obj);
+}
+
+export function findMap(obj: BpfObject, name: string): BpfMap {
+  return nonNull('bpf_object__find_map_by_name', f.find_map(obj, name) as BpfMap | null, name);
+}
+
+export function mapFd(map: BpfMap): number {
+  return check('bpf_map__fd', f.map_fd(map) as number);
+}
+
+/** Before loadObject only. */
+export function setMapMaxEntries(map: BpfMap, maxEntries: number): void {
+  check('bpf_map__set_max_entries', f.map_set_max_entries(map, maxEntries) as number);
+}
+
+export function mapMaxEntries(map: BpfMap): number {
+  return f.map_max_entries(map) as number;
+}
+
+/** Before loadObject: use an existing (e.g. pinned) map instead of creating one. */
+export function reuseMapFd(map: BpfMap, fd: number): void {
+  check('bpf_map__reuse_fd', f.map_reuse_fd(map, fd) as number);
+}
+
+export function programFd(obj: BpfObject, name: string): number {
+  const prog = nonNull('bpf_object__find_program_by_name', f.find_prog(obj, name) as bigint | null, name);
+  return check('bpf_program__fd', f.prog_fd(prog) as number, name);
+}
+
+// ---------- map elements ----------
+
+export function mapUpdate(fd: number, key: Buffer, value: Buffer, flags: bigint = BPF_ANY): void {
+  check('bpf_map_update_elem', f.update(fd, key, value, flags) as number);
+}
+
+/** Fills `value` and returns true, or returns false when the key is absent. */
+export function mapLookup(fd: number, key: Buffer, value: Buffer): boolean {
+  const rc = f.lookup(fd, key, value) as number;
+  if (rc === -ENOENT) return false;
+  check('bpf_map_lookup_elem', rc);
+  return true;
+}
+
+/** Returns false when the key was absent. */
+export function mapDelete(fd: number, key: Buffer): boolean {
+  const rc = f.delete(fd, key) as number;
+  if (rc === -ENOENT) return false;
+  check('bpf_map_delete_elem', rc);
+  return true;
+}
+
+/** Writes the key after `key` (the first key when `key` is null) into `next`; false at the end. */
+export function mapNextKey(fd: number, key: Buffer | null, next: Buffer): boolean {
+  const rc = f.next_key(fd, key, next) as number;
+  if (rc === -ENOENT) return false;
+  check('bpf_map_get_next_key', rc);
+  return true;
+}
+
+function batchOpts(elemFlags: bigint): Buffer {
+  const opts = Buffer.alloc(24);
+  opts.writeBigUInt64LE(24n, 0);
+  opts.writeBigUInt64LE(elemFlags, 8);
+  return opts;
+}
+
+/** Writes `count` keys/values (packed back to back) in one syscall. Returns how many were written. */
+export function mapUpdateBatch(
+  fd: number,
+  keys: Buffer,
+  values: Buffer,
+  count: number,
+  elemFlags: bigint = BPF_ANY,
+): number {
+  const n = [count];
+  check('bpf_map_update_batch', f.update_batch(fd, keys, values, n, batchOpts(elemFlags)) as number);
+  return n[0]!;
+}
+
+/** Deletes `count` packed keys. Missing keys fail with ENOENT after the ones before them. */
+export function mapDeleteBatch(fd: number, keys: Buffer, count: number): number {
+  const n = [count];
+  check('bpf_map_delete_batch', f.delete_batch(fd, keys, n, batchOpts(0n)) as number);
+  return n[0]!;
+}
+
+export interface BatchChunk {
+  /** Elements written into keys/values. */
+  count: number;
+  /** True when the map has no more elements after this chunk. */
+  done: boolean;
+}
+
+/**
+ * One chunk of a batched walk. `inBatch` is null for the first call, then the previous
+ * `outBatch`; both tokens must be at least max(keySize, 8) bytes. Values of per-CPU maps take
+ * roundUp(valueSize, 8) * possibleCpus() bytes each.
+ */
+export function mapLookupBatch(
+  fd: number,
+  inBatch: Buffer | null,
+  outBatch: Buffer,
+  keys: Buffer,
+  values: Buffer,
+  maxCount: number,
+): BatchChunk {
+  return batchWalk('bpf_map_lookup_batch', f.lookup_batch, fd, inBatch, outBatch, keys, values, maxCount);
+}
+
+/** As mapLookupBatch, deleting what it returns. */
+export function mapLookupAndDeleteBatch(
+  fd: number,
+  inBatch: Buffer | null,
+  outBatch: Buffer,
+  keys: Buffer,
+  values: Buffer,
+  maxCount: number,
+): BatchChunk {
+  return batchWalk(
+    'bpf_map_lookup_and_delete_batch',
+    f.lookup_and_delete_batch,
+    fd,
+    inBatch,
+    outBatch,
+    keys,
+    values,
+    maxCount,
+  );
+}
+
+function batchWalk(
+  name: string,
+  fn: (typeof f)['lookup_batch'],
+  fd: number,
+  inBatch: Buffer | null,
+  outBatch: Buffer,
+  keys: Buffer,
+  values: Buffer,
+  maxCount: number,
+): BatchChunk {
+  const n = [maxCount];
+  const rc = fn(fd, inBatch, outBatch, keys, values, n, batchOpts(0n)) as number;
+  if (rc === -ENOENT) return { count: n[0]!, done: true };
+  check(name, rc);
+  return { count: n[0]!, done: false };
+}
+
+export interface MapDump {
+  keys: Buffer[];
+  values: Buffer[];
+}
+
+/**
+ * Every element of a map: batched lookups where the map type supports them, get_next_key plus
+ * lookup otherwise (LPM tries, map-in-map). `valueSize` is the full per-element size (per-CPU
+ * maps: roundUp(value_size, 8) * possibleCpus()).
+ */
+export function dumpMap(fd: number, keySize: number, valueSize: number, chunk = 4096): MapDump {
+  const out: MapDump = { keys: [], values: [] };
+  const tokenSize = Math.max(keySize, 8);
+  const keys = Buffer.alloc(keySize * chunk);
+  const values = Buffer.alloc(valueSize * chunk);
+  let inBatch: Buffer | null = null;
+  for (;;) {
+    const outBatch = Buffer.alloc(tokenSize);
+    let res: BatchChunk;
+    try {
+      res = mapLookupBatch(fd, inBatch, outBatch, keys, values, chunk);
+    } catch (err) {
+      if (
+        inBatch === null &&
+        err instanceof NativeError &&
+        (err.errno === EINVAL || err.errno === ENOTSUPP)
+      ) {
+        return dumpMapByKeys(fd, keySize, valueSize);
+      }
+      throw err;
+    }
+    for (let i = 0; i < res.count; i++) {
+      out.keys.push(Buffer.from(keys.subarray(i * keySize, (i + 1) * keySize)));
+      out.values.push(Buffer.from(values.subarray(i * valueSize, (i + 1) * valueSize)));
+    }
+    if (res.done) return out;
+    inBatch = outBatch;
+  }
+}
+
+function dumpMapByKeys(fd: number, keySize: number, valueSize: number): MapDump {
+  const out: MapDump = { keys: [], values: [] };
+  let key: Buffer | null = null;
+  for (;;) {
+    const next = Buffer.alloc(keySize);
+    if (!mapNextKey(fd, key, next)) return out;
+    const value = Buffer.alloc(valueSize);
+    // An element deleted between the two calls is simply skipped.
+    if (mapLookup(fd, next, value)) {
+      out.keys.push(next);
+      out.values.push(value);
+    }
+    key = next;
+  }
+}
+
+export interface MapCreateOptions {
+  mapFlags?: number;
+  innerMapFd?: number;
+}
+
+/** Creates a map outside any object (Maglev inner tables). Returns its fd. */
+export function createMap(
+  type: number,
+  name: string,
+  keySize: number,
+  valueSize: number,
+  maxEntries: number,
+  options: MapCreateOptions = {},
+): number {
+  const opts = Buffer.alloc(48);
+  opts.writeBigUInt64LE(48n, 0);
+  opts.writeUInt32LE(options.innerMapFd ?? 0, 24);
+  opts.writeUInt32LE(options.mapFlags ?? 0, 28);
+  return check(
+    'bpf_map_create',
+    f.map_create(type, name, keySize, valueSize, maxEntries, opts) as number,
+    name,
+  );
+}
+
+export interface MapInfo {
+  type: number;
+  id: number;
+  keySize: number;
+  valueSize: number;
+  maxEntries: number;
+  mapFlags: number;
+  name: string;
+}
+
+export function mapInfo(fd: number): MapInfo {
+  const info = Buffer.alloc(96);
+  check('bpf_obj_get_info_by_fd', f.obj_info(fd, info, [info.length]) as number);
+  const nameEnd = info.indexOf(0, 24);
+  return {
+    type: info.readUInt32LE(0),
+    id: info.readUInt32LE(4),
+    keySize: info.readUInt32LE(8),
+    valueSize: info.readUInt32LE(12),
+    maxEntries: info.readUInt32LE(16),
+    mapFlags: info.readUInt32LE(20),
+    name: info.toString('latin1', 24, nameEnd < 0 || nameEnd > 40 ? 40 : nameEnd),
+  };
+}
+
+/** Number of possible CPUs: the multiplier of per-CPU map values. */
+export function possibleCpus(): number {
+  return check('libbpf_num_possible_cpus', f.num_possible_cpus() as number);
+}
+
+// ---------- bpffs ----------
+
+export function pinObject(fd: number, path: string): void {
+  check('bpf_obj_pin', f.obj_pin(fd, path) as number, path);
+}
+
+/** Opens a pinned map, program or link. Returns its fd. */
+export function getPinned(path: string): number {
+  return check('bpf_obj_get', f.obj_get(path) as number, path);
+}
+
+// ---------- BPF_PROG_TEST_RUN ----------
+
+export interface TestRunOptions {
+  data: Buffer;
+  repeat?: number;
+  /** __sk_buff (tc) or xdp_md (XDP) context passed to the program. */
+  ctx?: Buffer;
+  /** Room for the output packet; defaults to the input length + 256. */
+  dataOutSize?: number;
+}
+
+export interface TestRunResult {
+  retval: number;
+  /** Average ns per run as the kernel measured it. */
+  durationNs: number;
+  dataOut: Buffer;
+}
+
+export function testRun(progFd: number, options: TestRunOptions): TestRunResult {
+  const dataOut = Buffer.alloc(options.dataOutSize ?? options.data.length + 256);
+  const opts = Buffer.alloc(80);
+  opts.writeBigUInt64LE(80n, 0);
+  opts.writeBigUInt64LE(koffi.address(options.data), 8);
+  opts.writeBigUInt64LE(koffi.address(dataOut), 16);
+  opts.writeUInt32LE(options.data.length, 24);
+  opts.writeUInt32LE(dataOut.length, 28);
+  if (options.ctx) {
+    opts.writeBigUInt64LE(koffi.address(options.ctx), 32);
+    opts.writeUInt32LE(options.ctx.length, 48);
+  }
+  opts.writeUInt32LE(options.repeat ?? 1, 60);
+  check('bpf_prog_test_run_opts', f.test_run(progFd, opts) as number);
+  return {
+    retval: opts.readInt32LE(56),
+    durationNs: opts.readUInt32LE(64),
+    dataOut: dataOut.subarray(0, opts.readUInt32LE(28)),
+  };
+}
+
+// ---------- attach ----------
+
+export function xdpAttach(ifindex: number, progFd: number, flags: number): void {
+  check('bpf_xdp_attach', f.xdp_attach(ifindex, progFd, flags, null) as number, `ifindex ${ifindex}`);
+}
+
+export function xdpDetach(ifindex: number, flags: number): void {
+  check('bpf_xdp_detach', f.xdp_detach(ifindex, flags, null) as number, `ifindex ${ifindex}`);
+}
+
+/** The id of the XDP program attached in the given mode, 0 when none. */
+export function xdpQueryId(ifindex: number, flags: number): number {
+  const id = [0];
+  check('bpf_xdp_query_id', f.xdp_query_id(ifindex, flags, id) as number, `ifindex ${ifindex}`);
+  return id[0]!;
+}
+
+function tcHook(ifindex: number, attachPoint: number): Buffer {
+  const hook = Buffer.alloc(24);
+  hook.writeBigUInt64LE(24n, 0);
+  hook.writeInt32LE(ifindex, 8);
+  hook.writeUInt32LE(attachPoint, 12);
+  return hook;
+}
+
+function tcOpts(progFd: number, flags: number, handle: number, priority: number): Buffer {
+  const opts = Buffer.alloc(32);
+  opts.writeBigUInt64LE(32n, 0);
+  opts.writeInt32LE(progFd, 8);
+  opts.writeUInt32LE(flags, 12);
+  opts.writeUInt32LE(handle, 20);
+  opts.writeUInt32LE(priority, 24);
+  return opts;
+}
+
+/** Creates the clsact qdisc; an existing one is fine. */
+export function tcHookCreate(ifindex: number): void {
+  const rc = f.tc_hook_create(tcHook(ifindex, BPF_TC_INGRESS | BPF_TC_EGRESS)) as number;
+  if (rc !== -EEXIST) check('bpf_tc_hook_create', rc, `ifindex ${ifindex}`);
+}
+
+/** Deletes the clsact qdisc with every filter on it, including other programs' filters. */
+export function tcHookDestroy(ifindex: number): void {
+  check(
+    'bpf_tc_hook_destroy',
+    f.tc_hook_destroy(tcHook(ifindex, BPF_TC_INGRESS | BPF_TC_EGRESS)) as number,
+    `ifindex ${ifindex}`,
+  );
+}
+
+export interface TcFilter {
+  handle: number;
+  priority: number;
+  progId: number;
+}
+
+/** Attaches a direct-action cls_bpf filter; handle/priority 0 let the kernel choose. */
+export function tcAttach(
+  ifindex: number,
+  attachPoint: number,
+  progFd: number,
+  options: { handle?: number; priority?: number; replace?: boolean } = {},
+): TcFilter {
+  const opts = tcOpts(
+    progFd,
+    options.replace ? BPF_TC_F_REPLACE : 0,
+    options.handle ?? 0,
+    options.priority ?? 0,
+  );
+  check('bpf_tc_attach', f.tc_attach(tcHook(ifindex, attachPoint), opts) as number, `ifindex ${ifindex}`);
+  return { progId: opts.readUInt32LE(16), handle: opts.readUInt32LE(20), priority: opts.readUInt32LE(24) };
+}
+
+export function tcDetach(ifindex: number, attachPoint: number, handle: number, priority: number): void {
+  check(
+    'bpf_tc_detach',
+    f.tc_detach(tcHook(ifindex, attachPoint), tcOpts(0, 0, handle, priority)) as number,
+    `ifindex ${ifindex}`,
+  );
+}
+
+/** The program id of the filter at handle/priority, or null when there is none. */
+export function tcQuery(
+  ifindex: number,
+  attachPoint: number,
+  handle: number,
+  priority: number,
+): number | null {
+  const opts = tcOpts(0, 0, handle, priority);
+  const rc = f.tc_query(tcHook(ifindex, attachPoint), opts) as number;
+  if (rc === -ENOENT) return null;
+  check('bpf_tc_query', rc, `ifindex ${ifindex}`);
+  return opts.readUInt32LE(16);
+}
+
+/** bpf_link_create: for tcx pass the ifindex and BPF_TCX_INGRESS/EGRESS. Returns the link fd. */
+export function linkCreate(progFd: number, targetFd: number, attachType: number): number {
+  return check('bpf_link_create', f.link_create(progFd, targetFd, attachType, null) as number);
+}
+
+export function linkDetach(linkFd: number): void {
+  check('bpf_link_detach', f.link_detach(linkFd) as number);
+}
+
+// ---------- BTF ----------
+
+export interface BtfMember {
+  name: string;
+  /** Offset in bits (bitfields are not used by maps.h). */
+  bitOffset: number;
+  typeId: number;
+}
+
+export interface BtfStruct {
+  name: string;
+  size: number;
+  members: BtfMember[];
+}
+
+export function objectBtf(obj: BpfObject): Btf {
+  return nonNull('bpf_object__btf', f.object_btf(obj) as Btf | null);
+}
+
+/** A struct's size and members from BTF, or null when the BTF has no struct of that name. */
+export function btfStruct(btf: Btf, name: string): BtfStruct | null {
+  const id = f.btf_find(btf, name, BTF_KIND_STRUCT) as number;
+  if (id < 0) return null;
+  const ptr = nonNull('btf__type_by_id', f.btf_type(btf, id) as bigint | null, name);
+  // struct btf_type { u32 name_off; u32 info; u32 size; } then vlen x struct btf_member
+  // { u32 name_off; u32 type; u32 offset; }; vlen is info's low 16 bits.
+  const head = Buffer.from(koffi.view(ptr, 12));
+  const vlen = head.readUInt32LE(4) & 0xffff;
+  const all = Buffer.from(koffi.view(ptr, 12 + 12 * vlen));
+  const members: BtfMember[] = [];
+  for (let i = 0; i < vlen; i++) {
+    const at = 12 + 12 * i;
+    members.push({
+      name: f.btf_name(btf, all.readUInt32LE(at)) as string,
+      typeId: all.readUInt32LE(at + 4),
+      bitOffset: all.readUInt32LE(at + 8),
+    });
+  }
+  return { name, size: head.readUInt32LE(8), members };
+}

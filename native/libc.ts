@@ -1,0 +1,67 @@
+// koffi bindings to the few libc calls the control plane needs. Failures throw NativeError with
+// the function name and strerror text.
+
+import koffi from 'koffi';
+
+const libc = koffi.load('libc.so.6');
+
+const c = {
+  if_nametoindex: libc.func('unsigned int if_nametoindex(const char *ifname)'),
+  if_indextoname: libc.func('char *if_indextoname(unsigned int ifindex, _Out_ char *ifname)'),
+  close: libc.func('int close(int fd)'),
+  open: libc.func('int open(const char *path, int flags)'),
+  setns: libc.func('int setns(int fd, int nstype)'),
+  strerror: libc.func('const char *strerror(int errnum)'),
+};
+
+export const O_RDONLY = 0;
+export const O_CLOEXEC = 0o2000000;
+export const CLONE_NEWNET = 0x40000000;
+
+export class NativeError extends Error {
+  constructor(
+    readonly fn: string,
+    readonly errno: number,
+    detail?: string,
+  ) {
+    super(`${fn}${detail ? ` (${detail})` : ''}: ${strerror(errno)} (errno ${errno})`);
+    this.name = 'NativeError';
+  }
+}
+
+export function strerror(errno: number): string {
+  return c.strerror(errno) as string;
+}
+
+/** The errno of the last failed libc call on this thread. */
+export function lastErrno(): number {
+  return koffi.errno();
+}
+
+export function ifNameToIndex(name: string): number {
+  const index = c.if_nametoindex(name) as number;
+  if (index === 0) throw new NativeError('if_nametoindex', lastErrno(), name);
+  return index;
+}
+
+export function ifIndexToName(index: number): string {
+  const buf = Buffer.alloc(16);
+  if (c.if_indextoname(index, buf) === null)
+    throw new NativeError('if_indextoname', lastErrno(), String(index));
+  return buf.toString('latin1', 0, buf.indexOf(0));
+}
+
+export function openPath(path: string, flags = O_RDONLY | O_CLOEXEC): number {
+  const fd = c.open(path, flags) as number;
+  if (fd < 0) throw new NativeError('open', lastErrno(), path);
+  return fd;
+}
+
+export function closeFd(fd: number): void {
+  if ((c.close(fd) as number) < 0) throw new NativeError('close', lastErrno(), String(fd));
+}
+
+/** Moves the calling thread into the namespace `fd` refers to (Node runs JS on one thread). */
+export function setns(fd: number, nstype: number): void {
+  if ((c.setns(fd, nstype) as number) < 0) throw new NativeError('setns', lastErrno());
+}

@@ -1,0 +1,511 @@
+// The TypeScript side of bpf/maps.h: one codec per map struct with the same offsets, the map
+// names, and verifyLayoutAgainstBtf() which compares both against the loaded object's BTF.
+// Addresses are strings ("10.0.0.1"); ports are numbers in host order (stored big-endian, as in
+// packets); ids, counts and flags are numbers; timestamps and counters are bigint.
+
+import { type BpfObject, btfStruct, findMap, mapFd, mapInfo, objectBtf } from '../../../native/libbpf.js';
+import { formatIP, parseIP } from '../../proxy/ip.js';
+
+// ---------- field codecs ----------
+
+interface Field<V> {
+  offset: number;
+  size: number;
+  read(buf: Buffer, at: number): V;
+  write(buf: Buffer, at: number, value: V): void;
+}
+
+type AnyField = Field<string> | Field<number> | Field<bigint>;
+type Fields = Record<string, AnyField>;
+type FieldValue<F> = F extends Field<infer V> ? V : never;
+export type StructValue<F extends Fields> = { [K in keyof F]: FieldValue<F[K]> };
+
+function u8(offset: number): Field<number> {
+  return {
+    offset,
+    size: 1,
+    read: (b, at) => b.readUInt8(at + offset),
+    write: (b, at, v) => b.writeUInt8(v, at + offset),
+  };
+}
+function u16(offset: number): Field<number> {
+  return {
+    offset,
+    size: 2,
+    read: (b, at) => b.readUInt16LE(at + offset),
+    write: (b, at, v) => b.writeUInt16LE(v, at + offset),
+  };
+}
+function u32(offset: number): Field<number> {
+  return {
+    offset,
+    size: 4,
+    read: (b, at) => b.readUInt32LE(at + offset),
+    write: (b, at, v) => b.writeUInt32LE(v >>> 0, at + offset),
+  };
+}
+function u64(offset: number): Field<bigint> {
+  return {
+    offset,
+    size: 8,
+    read: (b, at) => b.readBigUInt64LE(at + offset),
+    write: (b, at, v) => b.writeBigUInt64LE(v, at + offset),
+  };
+}
+/** A __be16 port: host-order number in TS, network order in the map. */
+function port(offset: number): Field<number> {
+  return {
+    offset,
+    size: 2,
+    read: (b, at) => b.readUInt16BE(at + offset),
+    write: (b, at, v) => b.writeUInt16BE(v, at + offset),
+  };
+}
+function ipField(offset: number, family: 'IPv4' | 'IPv6'): Field<string> {
+  const size = family === 'IPv4' ? 4 : 16;
+  return {
+    offset,
+    size,
+    read: (b, at) => formatIP(new Uint8Array(b.subarray(at + offset, at + offset + size))),
+    write: (b, at, v) => b.set(ipBytes(v, family), at + offset),
+  };
+}
+const ip4 = (offset: number) => ipField(offset, 'IPv4');
+const ip6 = (offset: number) => ipField(offset, 'IPv6');
+
+/** 4 or 16 bytes of an address of the given family; throws on anything else. */
+export function ipBytes(text: string, family: 'IPv4' | 'IPv6'): Uint8Array {
+  const parsed = parseIP(text);
+  if (!parsed || parsed.family !== family)
+    throw new Error(`not an ${family} address: ${JSON.stringify(text)}`);
+  return parsed.bytes;
+}
+
+export class StructCodec<F extends Fields> {
+  constructor(
+    /** The struct's name in maps.h (and in the object's BTF). */
+    readonly cName: string,
+    readonly size: number,
+    readonly fields: F,
+    /** Padding members: always written as zero, checked against BTF like the fields. */
+    readonly padding: Record<string, number> = {},
+  ) {
+    for (const [name, field] of Object.entries(fields)) {
+      if (field.offset + field.size > size) throw new Error(`${cName}.${name} lies outside ${size} bytes`);
+    }
+  }
+
+  encode(value: StructValue<F>): Buffer {
+    const buf = Buffer.alloc(this.size);
+    this.encodeInto(buf, 0, value);
+    return buf;
+  }
+
+  /** Writes at `at` (for packed batch buffers); padding bytes are zeroed. */
+  encodeInto(buf: Buffer, at: number, value: StructValue<F>): void {
+    buf.fill(0, at, at + this.size);
+    for (const [name, field] of Object.entries(this.fields)) {
+      (field as Field<unknown>).write(buf, at, value[name as keyof F]);
+    }
+  }
+
+  decode(buf: Buffer, at = 0): StructValue<F> {
+    if (buf.length < at + this.size)
+      throw new Error(`${this.cName}: need ${this.size} bytes at ${at}, have ${buf.length}`);
+    const out: Record<string, unknown> = {};
+    for (const [name, field] of Object.entries(this.fields))
+      out[name] = (field as Field<unknown>).read(buf, at);
+    return out as StructValue<F>;
+  }
+
+  /** Packs many values back to back, as the batch syscalls want them. */
+  encodeMany(values: readonly StructValue<F>[]): Buffer {
+    const buf = Buffer.alloc(this.size * values.length);
+    for (let i = 0; i < values.length; i++) this.encodeInto(buf, i * this.size, values[i]!);
+    return buf;
+  }
+}
+
+/** A map key or value that is a single scalar (__u32 ids, __u8 markers, __be32 node address). */
+export class ScalarCodec<V> {
+  constructor(
+    readonly size: number,
+    private readonly field: Field<V>,
+  ) {}
+  encode(value: V): Buffer {
+    const buf = Buffer.alloc(this.size);
+    this.field.write(buf, 0, value);
+    return buf;
+  }
+  encodeInto(buf: Buffer, at: number, value: V): void {
+    this.field.write(buf, at, value);
+  }
+  decode(buf: Buffer, at = 0): V {
+    return this.field.read(buf, at);
+  }
+  encodeMany(values: readonly V[]): Buffer {
+    const buf = Buffer.alloc(this.size * values.length);
+    for (let i = 0; i < values.length; i++) this.field.write(buf, i * this.size, values[i]!);
+    return buf;
+  }
+}
+
+export const u32Codec = new ScalarCodec(4, u32(0));
+export const u8Codec = new ScalarCodec(1, u8(0));
+export const ip4Codec = new ScalarCodec(4, ip4(0));
+
+// ---------- constants (maps.h) ----------
+
+export const SCOPE = { all: 0, internal: 1 } as const;
+export const ALGORITHM = { random: 0, rr: 1, maglev: 2 } as const;
+export const ACTION = { forward: 0, reject: 1, drop: 2 } as const;
+
+export const SVC_F = {
+  EXTERNAL: 1 << 0,
+  NODEPORT: 1 << 1,
+  EXTERNAL_IP: 1 << 2,
+  LOADBALANCER: 1 << 3,
+  LOCAL_ONLY: 1 << 4,
+  TWO_SCOPES: 1 << 5,
+  AFFINITY: 1 << 6,
+  SOURCE_RANGE: 1 << 7,
+} as const;
+
+export const BE_F = { LOCAL: 1 << 0, TERMINATING: 1 << 1 } as const;
+
+export const CT_F = { REPLY: 1 << 0, SNAT: 1 << 1, HAIRPIN: 1 << 2, EXTERNAL: 1 << 3 } as const;
+
+export const TCP_FLAG = { FIN: 1 << 0, SYN: 1 << 1, RST: 1 << 2, ACK: 1 << 4 } as const;
+
+/** Index of kbp_drops_v1. */
+export const DROP_REASON = {
+  none: 0,
+  noEndpoints: 1,
+  noLocalEndpoints: 2,
+  sourceRange: 3,
+  backendMissing: 4,
+  noSnatAddress: 5,
+  snatPortsExhausted: 6,
+  conntrackInsert: 7,
+  rejectFailed: 8,
+} as const;
+export const DROP_REASON_COUNT = 16;
+
+export const CT_REFRESH_NS = 1_000_000_000n;
+export const SNAT_PORT_TRIES = 16;
+
+// ---------- structs (maps.h) ----------
+
+export const svc4Key = new StructCodec('kbp_svc4_key', 8, {
+  addr: ip4(0),
+  port: port(4),
+  proto: u8(6),
+  scope: u8(7),
+});
+export const svc6Key = new StructCodec('kbp_svc6_key', 20, {
+  addr: ip6(0),
+  port: port(16),
+  proto: u8(18),
+  scope: u8(19),
+});
+export const svcVal = new StructCodec(
+  'kbp_svc_val',
+  24,
+  {
+    svcId: u32(0),
+    count: u16(4),
+    localCount: u16(6),
+    flags: u32(8),
+    affinityTimeoutS: u32(12),
+    gen: u8(16),
+    algorithm: u8(17),
+    action: u8(18),
+  },
+  { pad: 19, pad2: 20 },
+);
+export const slotKey = new StructCodec(
+  'kbp_slot_key',
+  8,
+  { svcId: u32(0), slot: u16(4), gen: u8(6) },
+  { pad: 7 },
+);
+export const backend4 = new StructCodec(
+  'kbp_backend4',
+  8,
+  { addr: ip4(0), port: port(4), flags: u8(6) },
+  { pad: 7 },
+);
+export const backend6 = new StructCodec(
+  'kbp_backend6',
+  20,
+  { addr: ip6(0), port: port(16), flags: u8(18) },
+  { pad: 19 },
+);
+export const ct4Key = new StructCodec(
+  'kbp_ct4_key',
+  16,
+  { saddr: ip4(0), daddr: ip4(4), sport: port(8), dport: port(10), proto: u8(12) },
+  { pad: 13 },
+);
+export const ct4Val = new StructCodec(
+  'kbp_ct4_val',
+  32,
+  {
+    lastSeenNs: u64(0),
+    xlateSaddr: ip4(8),
+    xlateDaddr: ip4(12),
+    xlateSport: port(16),
+    xlateDport: port(18),
+    svcId: u32(20),
+    backendId: u32(24),
+    flags: u8(28),
+    tcpFlags: u8(29),
+  },
+  { pad: 30 },
+);
+export const ct6Key = new StructCodec(
+  'kbp_ct6_key',
+  40,
+  { saddr: ip6(0), daddr: ip6(16), sport: port(32), dport: port(34), proto: u8(36) },
+  { pad: 37 },
+);
+export const ct6Val = new StructCodec(
+  'kbp_ct6_val',
+  56,
+  {
+    lastSeenNs: u64(0),
+    xlateSaddr: ip6(8),
+    xlateDaddr: ip6(24),
+    xlateSport: port(40),
+    xlateDport: port(42),
+    svcId: u32(44),
+    backendId: u32(48),
+    flags: u8(52),
+    tcpFlags: u8(53),
+  },
+  { pad: 54 },
+);
+export const aff4Key = new StructCodec('kbp_aff4_key', 8, { client: ip4(0), svcId: u32(4) });
+export const aff6Key = new StructCodec('kbp_aff6_key', 20, { client: ip6(0), svcId: u32(16) });
+export const affVal = new StructCodec(
+  'kbp_aff_val',
+  16,
+  { lastUsedNs: u64(0), backendId: u32(8) },
+  { pad: 12 },
+);
+export const affMatchKey = new StructCodec('kbp_aff_match_key', 8, { backendId: u32(0), svcId: u32(4) });
+/** prefixlen = SRC_RANGE_ID_BITS + the CIDR's prefix length (the trie matches svc_id first). */
+export const srcRange4Key = new StructCodec('kbp_srcr4_key', 12, {
+  prefixlen: u32(0),
+  svcId: u32(4),
+  addr: ip4(8),
+});
+export const srcRange6Key = new StructCodec('kbp_srcr6_key', 24, {
+  prefixlen: u32(0),
+  svcId: u32(4),
+  addr: ip6(8),
+});
+/** Bits of kbp_srcr*_key.prefixlen that cover svc_id. */
+export const SRC_RANGE_ID_BITS = 32;
+export const rrVal = new StructCodec('kbp_rr_val', 8, { next: u32(4) }, { lock: 0 });
+export const trafficStats = new StructCodec('kbp_traffic_stats', 48, {
+  newConns: u64(0),
+  fwdPackets: u64(8),
+  fwdBytes: u64(16),
+  replyPackets: u64(24),
+  replyBytes: u64(32),
+  drops: u64(40),
+});
+export const dropStats = new StructCodec('kbp_drop_stats', 16, { packets: u64(0), bytes: u64(8) });
+export const config = new StructCodec(
+  'kbp_config',
+  36,
+  {
+    snatAddr4: ip4(0),
+    snatAddr6: ip6(4),
+    snatPortMin: u16(20),
+    snatPortMax: u16(22),
+    maglevSize: u32(24),
+    hashSeed: u32(28),
+  },
+  { pad: 32 },
+);
+export const node6Key = new StructCodec('kbp_node6_key', 16, { addr: ip6(0) });
+
+export type Svc4Key = StructValue<typeof svc4Key.fields>;
+export type Svc6Key = StructValue<typeof svc6Key.fields>;
+export type SvcVal = StructValue<typeof svcVal.fields>;
+export type SlotKey = StructValue<typeof slotKey.fields>;
+export type Backend4 = StructValue<typeof backend4.fields>;
+export type Backend6 = StructValue<typeof backend6.fields>;
+export type Ct4Key = StructValue<typeof ct4Key.fields>;
+export type Ct4Val = StructValue<typeof ct4Val.fields>;
+export type Ct6Key = StructValue<typeof ct6Key.fields>;
+export type Ct6Val = StructValue<typeof ct6Val.fields>;
+export type Aff4Key = StructValue<typeof aff4Key.fields>;
+export type Aff6Key = StructValue<typeof aff6Key.fields>;
+export type AffVal = StructValue<typeof affVal.fields>;
+export type AffMatchKey = StructValue<typeof affMatchKey.fields>;
+export type SrcRange4Key = StructValue<typeof srcRange4Key.fields>;
+export type SrcRange6Key = StructValue<typeof srcRange6Key.fields>;
+export type TrafficStats = StructValue<typeof trafficStats.fields>;
+export type DropStats = StructValue<typeof dropStats.fields>;
+export type BpfConfigValue = StructValue<typeof config.fields>;
+
+export const STRUCTS: readonly StructCodec<Fields>[] = [
+  svc4Key,
+  svc6Key,
+  svcVal,
+  slotKey,
+  backend4,
+  backend6,
+  ct4Key,
+  ct4Val,
+  ct6Key,
+  ct6Val,
+  aff4Key,
+  aff6Key,
+  affVal,
+  affMatchKey,
+  srcRange4Key,
+  srcRange6Key,
+  rrVal,
+  trafficStats,
+  dropStats,
+  config,
+  node6Key,
+] as unknown as readonly StructCodec<Fields>[];
+
+// ---------- maps ----------
+
+export interface MapLayout {
+  /** Name in the object, and the pin name. */
+  name: string;
+  keySize: number;
+  valueSize: number;
+  perCpu: boolean;
+}
+
+function mapLayout(name: string, key: { size: number }, value: { size: number }, perCpu = false): MapLayout {
+  return { name, keySize: key.size, valueSize: value.size, perCpu };
+}
+
+export const MAPS = {
+  svc4: mapLayout('kbp_svc4_v1', svc4Key, svcVal),
+  svc6: mapLayout('kbp_svc6_v1', svc6Key, svcVal),
+  slots: mapLayout('kbp_slot_v1', slotKey, u32Codec),
+  backends4: mapLayout('kbp_be4_v1', u32Codec, backend4),
+  backends6: mapLayout('kbp_be6_v1', u32Codec, backend6),
+  /** HASH_OF_MAPS: value is an inner map fd (4 bytes) on update, an inner map id on lookup. */
+  maglev: mapLayout('kbp_mglv_v1', u32Codec, u32Codec),
+  ct4Tcp: mapLayout('kbp_ct4tcp_v1', ct4Key, ct4Val),
+  ct4Any: mapLayout('kbp_ct4any_v1', ct4Key, ct4Val),
+  ct6Tcp: mapLayout('kbp_ct6tcp_v1', ct6Key, ct6Val),
+  ct6Any: mapLayout('kbp_ct6any_v1', ct6Key, ct6Val),
+  affinity4: mapLayout('kbp_aff4_v1', aff4Key, affVal),
+  affinity6: mapLayout('kbp_aff6_v1', aff6Key, affVal),
+  affinityMatch: mapLayout('kbp_affm_v1', affMatchKey, u8Codec),
+  srcRange4: mapLayout('kbp_srcr4_v1', srcRange4Key, u8Codec),
+  srcRange6: mapLayout('kbp_srcr6_v1', srcRange6Key, u8Codec),
+  rr: mapLayout('kbp_rr_v1', u32Codec, rrVal),
+  svcStats: mapLayout('kbp_svcst_v1', u32Codec, trafficStats, true),
+  backendStats: mapLayout('kbp_best_v1', u32Codec, trafficStats, true),
+  drops: mapLayout('kbp_drops_v1', u32Codec, dropStats, true),
+  config: mapLayout('kbp_cfg_v1', u32Codec, config),
+  nodeAddrs4: mapLayout('kbp_node4_v1', ip4Codec, u32Codec),
+  nodeAddrs6: mapLayout('kbp_node6_v1', node6Key, u32Codec),
+} as const satisfies Record<string, MapLayout>;
+
+/** The Maglev inner map every kbp_mglv_v1 value must look like (BPF_F_INNER_MAP lets M vary). */
+export const MAGLEV_INNER = { keySize: 4, valueSize: 4 } as const;
+
+/** The programs in bpf/lb.o. */
+export const PROGRAMS = {
+  /** tc ingress of pod-facing interfaces (traffic from pods, replies of local backends). */
+  tcFromPod: 'kbp_tc_pod',
+  /** tc ingress of external interfaces (NodePort/externalIP/LB, replies of remote backends). */
+  tcFromExternal: 'kbp_tc_ext',
+  /** XDP on external interfaces: the same work as kbp_tc_ext before the stack. */
+  xdpFromExternal: 'kbp_xdp_ext',
+  /** Benchmark baseline: swap MACs, XDP_TX. */
+  xdpTx: 'kbp_xdp_tx',
+} as const;
+
+// ---------- per-CPU values ----------
+
+/** Bytes one element of a per-CPU map takes in a lookup buffer. */
+export function perCpuValueSize(valueSize: number, cpus: number): number {
+  return Math.ceil(valueSize / 8) * 8 * cpus;
+}
+
+/** Sums a per-CPU value of u64 counters (every counter struct in maps.h is all u64). */
+export function sumPerCpu<F extends Fields>(
+  codec: StructCodec<F>,
+  buf: Buffer,
+  cpus: number,
+): StructValue<F> {
+  const stride = Math.ceil(codec.size / 8) * 8;
+  const total = codec.decode(buf, 0) as Record<string, unknown>;
+  for (let cpu = 1; cpu < cpus; cpu++) {
+    const part = codec.decode(buf, cpu * stride) as Record<string, unknown>;
+    for (const k of Object.keys(total)) total[k] = (total[k] as bigint) + (part[k] as bigint);
+  }
+  return total as StructValue<F>;
+}
+
+// ---------- start-up check ----------
+
+/**
+ * Compares every codec with the struct of the same name in the object's BTF (size, and each
+ * member's offset by name, both ways), and every map's key/value size in the loaded object with
+ * MAPS. Returns the mismatches; empty means the object and this file agree.
+ */
+export function layoutMismatches(obj: BpfObject, options: { loaded: boolean }): string[] {
+  const problems: string[] = [];
+  const btf = objectBtf(obj);
+  for (const codec of STRUCTS) {
+    const s = btfStruct(btf, codec.cName);
+    if (!s) {
+      problems.push(`struct ${codec.cName}: not in the object's BTF`);
+      continue;
+    }
+    if (s.size !== codec.size)
+      problems.push(`struct ${codec.cName}: BTF size ${s.size}, layout.ts ${codec.size}`);
+    const expected = new Map<string, number>();
+    for (const [name, field] of Object.entries(codec.fields)) expected.set(cMemberName(name), field.offset);
+    for (const [name, offset] of Object.entries(codec.padding)) expected.set(name, offset);
+    for (const m of s.members) {
+      const want = expected.get(m.name);
+      if (want === undefined) problems.push(`struct ${codec.cName}: member ${m.name} is not in layout.ts`);
+      else if (m.bitOffset !== want * 8)
+        problems.push(`struct ${codec.cName}.${m.name}: BTF offset ${m.bitOffset / 8}, layout.ts ${want}`);
+      expected.delete(m.name);
+    }
+    for (const name of expected.keys()) problems.push(`struct ${codec.cName}: ${name} is not in BTF`);
+  }
+  if (options.loaded) {
+    for (const layout of Object.values(MAPS)) {
+      const info = mapInfo(mapFd(findMap(obj, layout.name)));
+      if (info.keySize !== layout.keySize || info.valueSize !== layout.valueSize)
+        problems.push(
+          `map ${layout.name}: key/value ${info.keySize}/${info.valueSize} bytes, layout.ts ${layout.keySize}/${layout.valueSize}`,
+        );
+    }
+  }
+  return problems;
+}
+
+/** Throws with every mismatch between the object and layout.ts (see layoutMismatches). */
+export function verifyLayoutAgainstBtf(
+  obj: BpfObject,
+  options: { loaded: boolean } = { loaded: true },
+): void {
+  const problems = layoutMismatches(obj, options);
+  if (problems.length > 0)
+    throw new Error(`bpf object does not match layout.ts:\n  ${problems.join('\n  ')}`);
+}
+
+/** camelCase codec field name -> the C member name (svcId -> svc_id, snatAddr4 -> snat_addr4). */
+function cMemberName(name: string): string {
+  return name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+}
