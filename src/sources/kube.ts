@@ -5,8 +5,8 @@
 
 import { existsSync } from 'node:fs';
 import { KubeConfig } from '@kubernetes/client-node';
-import { type Logger, pino } from 'pino';
 import type { ProxyConfig } from '../config/types.js';
+import { type Logger, silentLogger } from '../logger.js';
 import { KUBE_PROXY_LABEL_SELECTOR } from '../model/types.js';
 import { ApiTransport } from './api-transport.js';
 import { type BackoffPolicy, DEFAULT_BACKOFF, RequestRateLimiter } from './flow-control.js';
@@ -97,7 +97,7 @@ export class KubeSource implements Source {
   private loops: Promise<void>[] = [];
 
   constructor(private readonly options: KubeSourceOptions) {
-    this.log = (options.logger ?? pino({ level: 'silent' })).child({ source: 'kube' });
+    this.log = (options.logger ?? silentLogger).child({ source: 'kube' });
     const { kubeconfig, qps, burst, contentType } = options.clientConnection;
     this.transport = new ApiTransport(
       loadKubeConfig(kubeconfig, options.master),
