@@ -34,8 +34,8 @@ export interface ServicePortInfo {
 
 /** ShouldSkipService: headless and ExternalName services get no rules. Returns the reason, or null. */
 export function skipReason(service: Service): string | null {
-  if (service.clusterIP === '' || service.clusterIP === 'None') return 'headless service (no ClusterIP)';
   if (service.type === 'ExternalName') return 'ExternalName service';
+  if (service.clusterIP === '' || service.clusterIP === 'None') return 'headless service (no ClusterIP)';
   return null;
 }
 
