@@ -167,7 +167,10 @@ export function decodeConfigurationFile(
   const problems: Problem[] = [];
   const document = parseDocument(text, { version: '1.1' });
   if (document.errors.length > 0) {
-    for (const error of document.errors) problems.push({ path: source, message: error.message.trim() });
+    // The first line says what and where ("… at line 3, column 2:"); the rest is a code frame.
+    for (const error of document.errors) {
+      problems.push({ path: source, message: (error.message.split('\n')[0] ?? '').replace(/:$/, '') });
+    }
     return { file: {}, problems };
   }
   const value: unknown = document.toJS();

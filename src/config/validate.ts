@@ -158,7 +158,7 @@ export function validateSettings(
   const minSync = settings.minSyncPeriodSeconds ?? settings[section].minSyncPeriodSeconds;
   if (sync <= 0) report(syncPath, `must be greater than 0, got ${d(sync)}`);
   notNegative(minSyncPath, minSync, d);
-  if (minSync > sync) {
+  if (sync > 0 && minSync > sync) {
     report(syncPath, `must be greater than or equal to ${minSyncPath} (${d(minSync)}), got ${d(sync)}`);
   }
   if (settings.configSyncPeriodSeconds <= 0) {
