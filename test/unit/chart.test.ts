@@ -18,6 +18,7 @@ import { Service } from 'kubernetes-models/v1/Service';
 import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
+import { formatProblems, loadConfig } from '../../src/config/load.js';
 
 const root = resolve(import.meta.dirname, '../..');
 const chartDir = join(root, 'charts/kube-bpf-proxy');
@@ -663,6 +664,41 @@ describe('bpf settings', () => {
     });
     expect(portNumber(container, container.readinessProbe.httpGet.port)).toBe(20256);
     expect(portNumber(container, 'metrics')).toBe(20249);
+  });
+});
+
+describe("the agent's config loader reads what the chart writes", () => {
+  const pasted = 'apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n';
+  it.each([
+    ['defaults', base, 'bpf'],
+    [
+      'maglev with interfaces',
+      { ...base, bpf: { scheduler: 'maglev', podInterfaces: ['cni*'], xdpMode: 'off' } },
+      'bpf',
+    ],
+    [
+      'ipvs mode with extra settings',
+      { ...base, proxyMode: 'ipvs', config: { extra: { oomScoreAdj: -998 } } },
+      'ipvs',
+    ],
+    ['nftables mode', { ...base, proxyMode: 'nftables' }, 'nftables'],
+    ['a pasted configuration', { ...base, config: { kubeProxyConfiguration: pasted } }, 'bpf'],
+  ])('%s', (_what, values, mode) => {
+    const objects = render(values);
+    const fileText = find(objects, 'ConfigMap').data['config.conf'];
+    const result = loadConfig({
+      fileText,
+      fileName: 'config.conf',
+      flags: { 'hostname-override': 'node-1' },
+    });
+    if (!result.ok) throw new Error(formatProblems(result.problems));
+    expect(result.config.mode).toBe(mode);
+    expect(result.config.hostnameOverride).toBe('node-1');
+    expect(result.config.healthzBindAddress).toBe('0.0.0.0:10256');
+    expect(result.config.metricsBindAddress).toBe('0.0.0.0:10249');
+    expect(result.config.clientConnection.kubeconfig).toBe('');
+    const bpf = configConf(objects).bpf;
+    expect(result.config.bpf).toMatchObject(bpf);
   });
 });
 
