@@ -1,0 +1,114 @@
+// The BPF maps as the writer sees them: logical entries (addresses as strings, flags as fields)
+// and one call per map operation, each a batch. kernel-store.ts implements it over libbpf with the
+// codecs of layout.ts; the writer's unit test implements it in memory to check the order of writes.
+
+import type { BpfScheduler } from '../../config/types.js';
+import type { IPFamily } from '../../model/types.js';
+import type { FrontendKey, FrontendKind } from './plan.js';
+
+export interface FrontendValue {
+  serviceId: number;
+  /** Cluster set: slots [0, count). */
+  count: number;
+  /** Local set: slots [count, count + localCount). */
+  localCount: number;
+  /** The live slot generation. */
+  gen: number;
+  scheduler: BpfScheduler;
+  kind: FrontendKind;
+  externalPolicyLocal: boolean;
+  internalPolicyLocal: boolean;
+  /** 0 without ClientIP affinity. */
+  affinityTimeoutSeconds: number;
+  checksSourceRanges: boolean;
+  noEndpoints: boolean;
+}
+
+export interface FrontendEntry {
+  key: FrontendKey;
+  value: FrontendValue;
+}
+
+export interface BackendEntry {
+  id: number;
+  family: IPFamily;
+  address: string;
+  port: number;
+  isLocal: boolean;
+  terminating: boolean;
+}
+
+export interface SlotKey {
+  serviceId: number;
+  slot: number;
+  gen: number;
+}
+
+export interface SlotEntry extends SlotKey {
+  backendId: number;
+}
+
+export type BackendSet = 'cluster' | 'local';
+
+export interface MaglevKey {
+  serviceId: number;
+  set: BackendSet;
+}
+
+export interface AffinityMatch {
+  backendId: number;
+  serviceId: number;
+}
+
+export interface SourceRange {
+  serviceId: number;
+  family: IPFamily;
+  /** Canonical CIDR. */
+  cidr: string;
+}
+
+/** What the maps the writer owns hold, read back at start-up. */
+export interface StoredState {
+  frontends: FrontendEntry[];
+  slots: SlotEntry[];
+  backends: BackendEntry[];
+  /** The backend ids each Maglev table holds (the table is a function of them and M). */
+  maglev: { key: MaglevKey; backendIds: number[]; size: number }[];
+  affinityMatches: AffinityMatch[];
+  sourceRanges: SourceRange[];
+}
+
+/** A write the map could not take because it is full. */
+export class MapFullError extends Error {
+  constructor(
+    readonly mapName: string,
+    readonly capacity: number,
+    /** The config setting that raises the capacity, e.g. "bpf.mapSizes.backendSlots". */
+    readonly setting: string,
+    cause?: unknown,
+  ) {
+    super(`BPF map ${mapName} is full (capacity ${capacity} entries); raise ${setting}`, { cause });
+    this.name = 'MapFullError';
+  }
+}
+
+export interface MapStore {
+  readonly families: readonly IPFamily[];
+  upsertBackends(entries: readonly BackendEntry[]): void;
+  deleteBackends(entries: readonly Pick<BackendEntry, 'id' | 'family'>[]): void;
+  upsertSlots(entries: readonly SlotEntry[]): void;
+  deleteSlots(keys: readonly SlotKey[]): void;
+  /** Builds a fresh inner table and swaps it in with one update of the outer map. */
+  setMaglev(key: MaglevKey, table: Uint32Array): void;
+  deleteMaglev(keys: readonly MaglevKey[]): void;
+  upsertAffinityMatches(entries: readonly AffinityMatch[]): void;
+  deleteAffinityMatches(entries: readonly AffinityMatch[]): void;
+  upsertSourceRanges(entries: readonly SourceRange[]): void;
+  deleteSourceRanges(entries: readonly SourceRange[]): void;
+  /** Zeroes the per-CPU counters of ids about to be (re)used. */
+  resetServiceStats(serviceIds: readonly number[]): void;
+  resetBackendStats(backendIds: readonly number[]): void;
+  upsertFrontends(entries: readonly FrontendEntry[]): void;
+  deleteFrontends(keys: readonly FrontendKey[]): void;
+  read(): StoredState;
+}
