@@ -101,7 +101,7 @@ function detectorArgs(detector: LocalDetector): DetectorArgs | null {
 }
 
 /** nodePortAddresses.ContainsIPv4Loopback(): NodePorts are reachable on 127.0.0.0/8. */
-function nodePortsOnLoopback(decisions: FamilyDecisions): boolean {
+export function nodePortsOnLoopback(decisions: FamilyDecisions): boolean {
   if (decisions.family !== 'IPv4' || !decisions.localhostNodePorts) return false;
   return (
     decisions.nodePortAddresses.matchAll ||

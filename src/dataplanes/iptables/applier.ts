@@ -1,0 +1,239 @@
+// `run --proxy-mode iptables`: writes the rendered rules with one iptables-restore per family,
+// the way kube-proxy's syncProxyRules does (reference/kube-proxy.md §2.1, §2.7). The restore is
+// atomic, so a failed one leaves the previous rules in place; it is counted and the next sync
+// is full.
+
+import type { ProxyConfig } from '../../config/types.js';
+import type { IPFamily } from '../../model/types.js';
+import type { FamilyDecisions, ProxyDecisions } from '../../proxy/types.js';
+import type { ChangeSet, Dataplane, SyncResult } from '../types.js';
+import {
+  type CommandRunner,
+  detectIptablesBackend,
+  type IptablesBackend,
+  type IptablesCapabilities,
+  iptablesBinary,
+  probeIptablesCapabilities,
+  runOnHost,
+  waitFlags,
+} from './backend.js';
+import { isServiceChainName, JUMP_RULES, jumpRuleArgs, KUBE_PROXY_CANARY } from './names.js';
+import {
+  activeNatChains,
+  assembleRestoreInput,
+  buildIptablesRuleset,
+  type IptablesRenderOptions,
+  nodePortsOnLoopback,
+  type ServicePortNatBlock,
+} from './render.js';
+
+/** kube-proxy's FullSyncPeriod: partial syncs stop trusting the kernel state after an hour. */
+export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
+
+const CANARY_TABLES = ['mangle', 'nat', 'filter'] as const;
+
+/** What the metrics module exports per family (kubeproxy_sync_proxy_rules_iptables_*). */
+export interface IptablesFamilyStats {
+  restoreFailures: number;
+  partialRestoreFailures: number;
+  /** Rules owned per table after the last successful sync. */
+  rulesTotal: { filter: number; nat: number };
+  /** Rules written per table by the last successful sync. */
+  rulesLast: { filter: number; nat: number };
+  /** Service ports with a Local policy and no local endpoints, per policy. */
+  noLocalEndpoints: { internal: number; external: number };
+}
+
+interface FamilyState {
+  needFullSync: boolean;
+  lastFullSync: number;
+  lastStaleScan: number;
+  /** Block key → the rules last written for it, to catch changes the change set does not name. */
+  applied: Map<string, string>;
+  stats: IptablesFamilyStats;
+}
+
+export interface IptablesDataplaneOptions {
+  config: Pick<ProxyConfig, 'syncPeriodSeconds'> & {
+    conntrack: Pick<ProxyConfig['conntrack'], 'tcpBeLiberal'>;
+  };
+  /** Where the commands run (default: this host's network namespace). */
+  exec?: CommandRunner;
+  /** Default: detected as kube-proxy's images do. */
+  backend?: IptablesBackend;
+  /** Default: probed (NodeEnv.iptables carries the same facts for `render`). */
+  capabilities?: IptablesCapabilities;
+  now?: () => number;
+}
+
+export class IptablesRestoreError extends Error {
+  constructor(
+    readonly family: IPFamily,
+    readonly partial: boolean,
+    stderr: string,
+  ) {
+    super(`${family} ${partial ? 'partial' : 'full'} iptables-restore failed: ${stderr.trim()}`);
+  }
+}
+
+export class IptablesDataplane implements Dataplane {
+  readonly mode = 'iptables' as const;
+  private readonly families = new Map<IPFamily, FamilyState>();
+  private readonly renderOptions: IptablesRenderOptions;
+  private routeLocalnetSet = false;
+
+  constructor(
+    readonly backend: IptablesBackend,
+    capabilities: IptablesCapabilities,
+    private readonly options: IptablesDataplaneOptions & { exec: CommandRunner; now: () => number },
+  ) {
+    this.renderOptions = { ...capabilities, tcpBeLiberal: options.config.conntrack.tcpBeLiberal };
+  }
+
+  stats(family: IPFamily): IptablesFamilyStats | undefined {
+    return this.families.get(family)?.stats;
+  }
+
+  async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
+    let full = false;
+    const failures: Error[] = [];
+    // Each family is its own proxier upstream (metaproxier): one failing does not hold back the other.
+    for (const family of decisions.families) {
+      try {
+        full = (await this.syncFamily(family, changes)) || full;
+      } catch (err) {
+        failures.push(err as Error);
+      }
+    }
+    if (failures.length > 0) throw new AggregateError(failures, failures.map((e) => e.message).join('; '));
+    return { full };
+  }
+
+  async close(): Promise<void> {
+    // Rules stay in the kernel after the agent stops, as kube-proxy's do; `cleanup` removes them.
+  }
+
+  private state(family: IPFamily): FamilyState {
+    let state = this.families.get(family);
+    if (!state) {
+      state = {
+        needFullSync: true,
+        lastFullSync: 0,
+        lastStaleScan: 0,
+        applied: new Map(),
+        stats: {
+          restoreFailures: 0,
+          partialRestoreFailures: 0,
+          rulesTotal: { filter: 0, nat: 0 },
+          rulesLast: { filter: 0, nat: 0 },
+          noLocalEndpoints: { internal: 0, external: 0 },
+        },
+      };
+      this.families.set(family, state);
+    }
+    return state;
+  }
+
+  private async syncFamily(decisions: FamilyDecisions, changes: ChangeSet): Promise<boolean> {
+    const { exec, now } = this.options;
+    const state = this.state(decisions.family);
+    const startedAt = now();
+    let full =
+      changes.fullSyncRequired || state.needFullSync || startedAt - state.lastFullSync >= FULL_SYNC_PERIOD_MS;
+
+    await this.ensureRouteLocalnet(decisions);
+    const ruleset = buildIptablesRuleset(decisions, this.renderOptions);
+
+    // iptables-save takes seconds on big hosts, so large clusters scan for stale chains at most
+    // once per syncPeriod; stale chains are unreferenced and harmless meanwhile.
+    let staleChains: string[] = [];
+    const scan =
+      !ruleset.largeClusterMode ||
+      startedAt - state.lastStaleScan > this.options.config.syncPeriodSeconds * 1000;
+    if (scan) {
+      const existing = await this.natChains(decisions.family);
+      // The canary vanishes when someone flushes the tables: rebuild everything, jumps included.
+      if (!existing.has(KUBE_PROXY_CANARY)) full = true;
+      const active = activeNatChains(ruleset);
+      staleChains = [...existing].filter((chain) => isServiceChainName(chain) && !active.has(chain));
+    }
+
+    if (full) await this.ensureJumpRules(decisions.family);
+
+    const blockText = (block: ServicePortNatBlock) => `${block.chains.join(' ')}\n${block.rules.join('\n')}`;
+    const input = assembleRestoreInput(ruleset, {
+      writeBlock: full
+        ? () => true
+        : (block) =>
+            changes.changedServices.has(block.service) || state.applied.get(block.key) !== blockText(block),
+      staleChains,
+    });
+
+    const result = await exec(
+      iptablesBinary(this.backend, decisions.family, 'restore'),
+      [...waitFlags(this.backend), '--noflush', '--counters'],
+      { input: input.text, allowFailure: true },
+    );
+    if (result.code !== 0) {
+      if (full) state.stats.restoreFailures++;
+      else state.stats.partialRestoreFailures++;
+      state.needFullSync = true;
+      throw new IptablesRestoreError(decisions.family, !full, result.stderr);
+    }
+
+    state.applied = new Map(ruleset.servicePorts.map((sp) => [sp.block.key, blockText(sp.block)]));
+    state.needFullSync = false;
+    if (full) state.lastFullSync = startedAt;
+    if (scan) state.lastStaleScan = startedAt;
+    state.stats.rulesTotal = input.rulesTotal;
+    state.stats.rulesLast = input.rulesWritten;
+    state.stats.noLocalEndpoints = ruleset.noLocalEndpoints;
+    return full;
+  }
+
+  /** Every chain of the nat table as iptables-save lists it. */
+  private async natChains(family: IPFamily): Promise<Set<string>> {
+    const save = await this.options.exec(iptablesBinary(this.backend, family, 'save'), ['-t', 'nat']);
+    const chains = new Set<string>();
+    for (const line of save.stdout.split('\n')) {
+      if (line.startsWith(':')) chains.add(line.slice(1).split(' ')[0] as string);
+    }
+    return chains;
+  }
+
+  /** EnsureChain + EnsureRule(Prepend) for every jump, and the canary chains. */
+  private async ensureJumpRules(family: IPFamily): Promise<void> {
+    const { exec } = this.options;
+    const iptables = iptablesBinary(this.backend, family, 'iptables');
+    const wait = waitFlags(this.backend);
+    const ensureChain = async (table: string, chain: string) => {
+      const created = await exec(iptables, [...wait, '-t', table, '-N', chain], { allowFailure: true });
+      if (created.code !== 0 && !created.stderr.includes('already exists')) {
+        throw new Error(`${iptables} -t ${table} -N ${chain} failed: ${created.stderr.trim()}`);
+      }
+    };
+    for (const table of CANARY_TABLES) await ensureChain(table, KUBE_PROXY_CANARY);
+    for (const rule of JUMP_RULES) {
+      await ensureChain(rule.table, rule.to);
+      const spec = jumpRuleArgs(rule);
+      const check = await exec(iptables, [...wait, '-t', rule.table, '-C', rule.from, ...spec], {
+        allowFailure: true,
+      });
+      if (check.code !== 0) await exec(iptables, [...wait, '-t', rule.table, '-I', rule.from, ...spec]);
+    }
+  }
+
+  /** kube-proxy sets route_localnet when NodePorts answer on 127.0.0.0/8 (guarded by KUBE-FIREWALL). */
+  private async ensureRouteLocalnet(decisions: FamilyDecisions): Promise<void> {
+    if (this.routeLocalnetSet || !nodePortsOnLoopback(decisions)) return;
+    await this.options.exec('sysctl', ['-qw', 'net.ipv4.conf.all.route_localnet=1']);
+    this.routeLocalnetSet = true;
+  }
+}
+
+export async function createIptablesDataplane(options: IptablesDataplaneOptions): Promise<IptablesDataplane> {
+  const exec = options.exec ?? runOnHost;
+  const backend = options.backend ?? (await detectIptablesBackend(exec));
+  const capabilities = options.capabilities ?? (await probeIptablesCapabilities({ exec, backend }));
+  return new IptablesDataplane(backend, capabilities, { ...options, exec, now: options.now ?? Date.now });
+}
