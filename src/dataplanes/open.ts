@@ -4,6 +4,7 @@
 import type { ProxyConfig, ProxyMode } from '../config/types.js';
 import type { Logger } from '../logger.js';
 import type { NodeEnv } from '../proxy/types.js';
+import { createIptablesDataplane } from './iptables/applier.js';
 import type { Dataplane } from './types.js';
 
 export interface OpenedDataplane {
@@ -14,7 +15,13 @@ export interface OpenedDataplane {
 
 type Opener = (config: ProxyConfig, log: Logger) => Promise<OpenedDataplane>;
 
-const OPENERS: Partial<Record<ProxyMode, Opener>> = {};
+const OPENERS: Partial<Record<ProxyMode, Opener>> = {
+  iptables: async (config, log) => {
+    const dataplane = await createIptablesDataplane({ config });
+    log.info({ backend: dataplane.backend, ...dataplane.capabilities }, 'iptables backend chosen');
+    return { dataplane, iptables: dataplane.capabilities };
+  },
+};
 
 export async function openDataplane(config: ProxyConfig, log: Logger): Promise<OpenedDataplane> {
   const open = OPENERS[config.mode];

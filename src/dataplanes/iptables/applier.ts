@@ -84,7 +84,7 @@ export class IptablesDataplane implements Dataplane {
 
   constructor(
     readonly backend: IptablesBackend,
-    capabilities: IptablesCapabilities,
+    readonly capabilities: IptablesCapabilities,
     private readonly options: IptablesDataplaneOptions & { exec: CommandRunner; now: () => number },
   ) {
     this.renderOptions = { ...capabilities, tcpBeLiberal: options.config.conntrack.tcpBeLiberal };
