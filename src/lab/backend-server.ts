@@ -1,7 +1,7 @@
 // A backend for the namespace lab: answers each HTTP request and each UDP datagram with
 // {"backend": <name>, "client": "<ip>:<port>"}, so a client learns which backend it reached and
 // a test learns which source address the backend saw (masquerade or not).
-// Usage: node backend-server.js --name be1 [--tcp 8080] [--udp 8081]
+// Usage: node backend-server.js --name be1 [--tcp 8080[,9100...]] [--udp 5353[,...]]
 
 import { createSocket } from 'node:dgram';
 import { createServer } from 'node:http';
@@ -15,7 +15,9 @@ const pending: Promise<void>[] = [];
 // Dual-stack sockets report IPv4 peers as ::ffff:a.b.c.d; clients compare plain IPv4.
 const plain = (address: string | undefined) => (address ?? '').replace(/^::ffff:/, '');
 
-if (values.tcp) {
+const ports = (list: string | undefined) => (list ? list.split(',').map(Number) : []);
+
+for (const port of ports(values.tcp)) {
   const server = createServer((req, res) => {
     const body = JSON.stringify({
       backend: name,
@@ -25,10 +27,10 @@ if (values.tcp) {
     res.end(body);
   });
   server.keepAliveTimeout = 5000;
-  pending.push(new Promise((resolve) => server.listen(Number(values.tcp), '::', resolve)));
+  pending.push(new Promise((resolve) => server.listen(port, '::', resolve)));
 }
 
-if (values.udp) {
+for (const port of ports(values.udp)) {
   const socket = createSocket({ type: 'udp6', ipv6Only: false });
   socket.on('message', (_msg, rinfo) => {
     socket.send(
@@ -37,7 +39,7 @@ if (values.udp) {
       rinfo.address,
     );
   });
-  pending.push(new Promise((resolve) => socket.bind(Number(values.udp), '::', resolve)));
+  pending.push(new Promise((resolve) => socket.bind(port, '::', resolve)));
 }
 
 await Promise.all(pending);

@@ -18,8 +18,8 @@ export interface ExecResult {
 export interface BackendOptions {
   /** Name the server answers with, so clients can tell backends apart. */
   name: string;
-  tcpPort?: number;
-  udpPort?: number;
+  tcpPorts?: number[];
+  udpPorts?: number[];
 }
 
 const NETNS_DIR = '/run/netns';
@@ -109,11 +109,11 @@ export class Lab {
     return child;
   }
 
-  /** Starts a backend (HTTP on tcpPort, UDP echo on udpPort) and waits until it listens. */
+  /** Starts a backend (HTTP on each TCP port, UDP echo on each UDP port) and waits until it listens. */
   async startBackend(ns: string, opts: BackendOptions): Promise<ChildProcess> {
     const args = [backendScript, '--name', opts.name];
-    if (opts.tcpPort) args.push('--tcp', String(opts.tcpPort));
-    if (opts.udpPort) args.push('--udp', String(opts.udpPort));
+    if (opts.tcpPorts?.length) args.push('--tcp', opts.tcpPorts.join(','));
+    if (opts.udpPorts?.length) args.push('--udp', opts.udpPorts.join(','));
     const child = this.spawn(ns, process.execPath, args);
     await waitForLine(child, 'listening', 10_000);
     return child;
@@ -126,7 +126,7 @@ export class Lab {
   async requests(
     ns: string,
     target: string,
-    opts: { proto: 'tcp' | 'udp'; count: number; timeoutMs?: number; sourcePort?: number },
+    opts: { proto: 'tcp' | 'udp'; count: number; timeoutMs?: number; sourcePort?: number; sourceAddress?: string },
   ): Promise<RequestResult[]> {
     const args = [
       clientScript,
@@ -140,6 +140,7 @@ export class Lab {
       String(opts.timeoutMs ?? 2000),
     ];
     if (opts.sourcePort) args.push('--source-port', String(opts.sourcePort));
+    if (opts.sourceAddress) args.push('--source-address', opts.sourceAddress);
     const { stdout } = await this.exec(ns, process.execPath, args);
     return stdout
       .split('\n')

@@ -1,7 +1,7 @@
 // The lab's traffic client: sends --count requests to --target one after another, each a new
 // TCP connection carrying one HTTP request, or one UDP datagram, and prints one JSON line per
 // request: {"backend", "seenClient", "error", "ms"}. Bounded by count and per-request timeout.
-// Usage: node traffic-client.js --proto tcp|udp --target HOST:PORT --count N [--timeout MS] [--source-port P]
+// Usage: node traffic-client.js --proto tcp|udp --target HOST:PORT --count N [--timeout MS] [--source-port P] [--source-address IP]
 
 import { createSocket } from 'node:dgram';
 import { request } from 'node:http';
@@ -14,6 +14,7 @@ const { values } = parseArgs({
     count: { type: 'string', default: '1' },
     timeout: { type: 'string', default: '2000' },
     'source-port': { type: 'string' },
+    'source-address': { type: 'string' },
   },
 });
 const target = values.target ?? '';
@@ -22,6 +23,7 @@ const host = target.slice(0, split).replace(/^\[|\]$/g, '');
 const port = Number(target.slice(split + 1));
 const timeoutMs = Number(values.timeout);
 const sourcePort = values['source-port'] ? Number(values['source-port']) : undefined;
+const sourceAddress = values['source-address'];
 
 interface Answer {
   backend: string;
@@ -74,7 +76,7 @@ function udpRequest(): Promise<Answer> {
       reject(err);
     });
     const send = () => socket.send('ping', port, host);
-    if (sourcePort) socket.bind(sourcePort, send);
+    if (sourcePort || sourceAddress) socket.bind({ port: sourcePort ?? 0, address: sourceAddress }, send);
     else send();
   });
 }

@@ -157,7 +157,7 @@ describeRoot('iptables mode in network namespaces', () => {
       ['pod2', 'pod2'],
       ['pod3', 'pod3'],
     ] as const) {
-      await lab.startBackend(ns, { name, tcpPort: 8080, udpPort: 8081 });
+      await lab.startBackend(ns, { name, tcpPorts: [8080], udpPorts: [8081] });
     }
     const interfaces = JSON.parse((await onNode('ip', ['-j', 'addr', 'show'])).stdout) as IpAddrInterface[];
     env = {
