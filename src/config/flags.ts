@@ -588,11 +588,22 @@ const CONFIG_FLAG = 'config';
 /** Every flag name this module understands, --config included. */
 export const CONFIG_FLAG_NAMES: readonly string[] = [CONFIG_FLAG, ...FLAG_SPECS.map((spec) => spec.name)];
 
+const VALUE_NAMES: Record<FlagKind, string> = {
+  string: 'string',
+  bool: 'bool',
+  int32: 'int',
+  uint32: 'int',
+  float: 'number',
+  duration: 'duration',
+  list: 'list',
+  gates: 'Gate=bool,...',
+};
+
 function optionFor(spec: FlagSpec): Option {
   const long = `--${spec.name}`;
   const names = spec.short ? `-${spec.short}, ${long}` : long;
   if (spec.kind === 'bool') return new Option(`${names} [bool]`, spec.description);
-  const option = new Option(`${names} <value>`, spec.description);
+  const option = new Option(`${names} <${VALUE_NAMES[spec.kind]}>`, spec.description);
   // Repeating a list flag adds to it, as pflag's string slices do.
   if (spec.kind === 'list' || spec.kind === 'gates') {
     option.argParser((value: string, previous: string[] | undefined) => [...(previous ?? []), value]);

@@ -67,9 +67,11 @@ describe('commander registration', () => {
       expect(CONFIG_FLAG_NAMES).toContain(name);
     }
     const helpText = parse([]).helpInformation();
-    expect(helpText).toContain('--bpf-scheduler <value>');
-    expect(helpText).toContain('--bpf-map-size-backend-slots <value>');
-    expect(helpText).toContain('-v, --v <value>');
+    expect(helpText).toContain('--bpf-scheduler <string>');
+    expect(helpText).toContain('--sync-period <duration>');
+    expect(helpText).toContain('--masquerade-all [bool]');
+    expect(helpText).toContain('--bpf-map-size-backend-slots <int>');
+    expect(helpText).toContain('-v, --v <int>');
   });
 
   test('only flags the user set are read, in the forms kube-proxy users write them', () => {
