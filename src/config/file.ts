@@ -178,6 +178,10 @@ export function decodeConfigurationFile(
     problems.push({ path: source, message: `is empty; expected a ${KIND} (${API_VERSION})` });
     return { file: {}, problems };
   }
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    problems.push({ path: source, message: `must hold a ${KIND} object, got ${describeValue(value)}` });
+    return { file: {}, problems };
+  }
   const file = kubeProxyConfiguration(value, '', problems) ?? {};
   if (file.apiVersion !== API_VERSION && !problems.some((p) => p.path === 'apiVersion')) {
     problems.push({

@@ -245,6 +245,9 @@ describe('shape of the file', () => {
     expect(broken.length).toBeGreaterThan(0);
     expect(broken.every((line) => line.startsWith('config.conf: '))).toBe(true);
     expect(problemsOf('mode: iptables\nmode: ipvs\n')[0]).toMatch(/^config\.conf: Map keys must be unique/);
+    expect(problemsOf('- mode: iptables\n', {}, '')).toEqual([
+      'config.conf: must hold a KubeProxyConfiguration object, got a list',
+    ]);
     expect(problemsOf('', {}, '')).toEqual([
       'config.conf: is empty; expected a KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1)',
     ]);
