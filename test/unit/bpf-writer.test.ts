@@ -40,8 +40,8 @@ class MemoryStore implements MapStore {
 
   private checkReader(after: string) {
     for (const f of this.frontends.values()) {
-      const { serviceId, gen, count, localCount } = f.value;
-      for (let slot = 0; slot < count + localCount; slot++) {
+      const { serviceId, gen, count } = f.value;
+      for (let slot = 0; slot < count; slot++) {
         const s = this.slots.get(`${serviceId}/${gen}/${slot}`);
         if (!s)
           this.readerErrors.push(`after ${after}: ${frontendName(f.key)} slot ${slot} gen ${gen} missing`);
@@ -79,11 +79,11 @@ class MemoryStore implements MapStore {
     this.record('deleteSlots', keys.length);
   }
   setMaglev(key: MaglevKey, table: Uint32Array) {
-    this.maglev.set(`${key.serviceId}/${key.set}`, { key, table });
+    this.maglev.set(`${key.serviceId}`, { key, table });
     this.record('setMaglev', 1);
   }
   deleteMaglev(keys: readonly MaglevKey[]) {
-    for (const k of keys) this.maglev.delete(`${k.serviceId}/${k.set}`);
+    for (const k of keys) this.maglev.delete(`${k.serviceId}`);
     this.record('deleteMaglev', keys.length);
   }
   upsertAffinityMatches(entries: readonly AffinityMatch[]) {
@@ -189,22 +189,28 @@ describe('MapWriter publication order', () => {
         web(['10.1.0.1', '10.1.0.2'], { schedulerAnnotation: 'maglev', sessionAffinityTimeoutSeconds: 30 }),
       ]),
     );
+    // Two frontends (ClusterIP, NodePort on every node address), two slots each.
     expect(store.ops).toEqual([
       'resetBackendStats 2',
       'upsertBackends 2',
-      'upsertSlots 3',
+      'upsertSlots 4',
       'setMaglev 1',
       'setMaglev 1',
-      'upsertAffinityMatches 2',
-      'resetServiceStats 1',
+      'upsertAffinityMatches 4',
+      'resetServiceStats 2',
       'upsertFrontends 2',
     ]);
-    expect(result).toMatchObject({ written: 9, maglevTables: 2, failures: [], degraded: [] });
+    expect(result).toMatchObject({ written: 12, maglevTables: 2, failures: [], degraded: [] });
     expect(
-      [...store.frontends.values()].map((f) => [frontendName(f.key), f.value.count, f.value.localCount]),
+      [...store.frontends.values()].map((f) => [
+        frontendName(f.key),
+        f.value.count,
+        f.value.localCount,
+        f.value.gen,
+      ]),
     ).toEqual([
-      ['TCP/10.96.0.10:80', 2, 1],
-      ['TCP/*:30080', 2, 1],
+      ['TCP/0.0.0.0:30080', 2, 1, 0],
+      ['TCP/10.96.0.10:80', 2, 1, 0],
     ]);
     expect(store.readerErrors).toEqual([]);
 
@@ -227,22 +233,23 @@ describe('MapWriter publication order', () => {
     expect(store.ops).toEqual([
       'resetBackendStats 1',
       'upsertBackends 1',
-      'upsertSlots 3',
+      'upsertSlots 4',
+      'setMaglev 1',
       'setMaglev 1',
       'upsertFrontends 2',
     ]);
     expect([...store.frontends.values()].every((f) => f.value.gen === 1)).toBe(true);
     // The old generation and the departed backend are still there for readers of the old value.
-    expect(store.slots.size).toBe(6);
+    expect(store.slots.size).toBe(8);
     expect([...store.backends.keys()].sort()).toEqual([1, 2, 3]);
 
     store.ops = [];
     clock.ms += 499;
     expect(writer.flushDeferred()).toBe(0);
     clock.ms += 1;
-    expect(writer.flushDeferred()).toBe(4);
-    expect(store.ops).toEqual(['deleteSlots 3', 'deleteBackends 1']);
-    expect(store.slots.size).toBe(3);
+    expect(writer.flushDeferred()).toBe(5);
+    expect(store.ops).toEqual(['deleteSlots 4', 'deleteBackends 1']);
+    expect(store.slots.size).toBe(4);
     expect(store.readerErrors).toEqual([]);
   });
 
@@ -256,6 +263,8 @@ describe('MapWriter publication order', () => {
     await writer.apply(plan([web(['10.1.0.2'])]));
     expect(clock.slept).toEqual([400]);
     expect(store.ops.slice(0, 1)).toEqual(['deleteSlots 2']);
+    // Generation 0 is live again (one slot per frontend); generation 1 (two each) waits for its grace.
+    expect(store.slots.size).toBe(6);
     expect([...store.frontends.values()].every((f) => f.value.gen === 0)).toBe(true);
     expect(store.readerErrors).toEqual([]);
   });
@@ -282,9 +291,9 @@ describe('MapWriter publication order', () => {
     clock.ms += 500;
     writer.flushDeferred();
     expect(store.ops.slice(1)).toEqual([
-      'deleteSlots 2',
-      'deleteMaglev 2',
-      'deleteAffinityMatches 1',
+      'deleteSlots 3',
+      'deleteMaglev 3',
+      'deleteAffinityMatches 3',
       'deleteSourceRanges 1',
       'deleteBackends 1',
     ]);
@@ -308,7 +317,8 @@ describe('MapWriter publication order', () => {
     expect(result.failures).toEqual([
       {
         servicePortName: 'ns/a',
-        error: 'BPF map kbp_slot_v1 is full (capacity 5 entries); raise bpf.mapSizes.backendSlots',
+        error:
+          'TCP/10.96.0.1:80: BPF map kbp_slot_v1 is full (capacity 5 entries); raise bpf.mapSizes.backendSlots',
       },
     ]);
     const gens = Object.fromEntries(
@@ -360,7 +370,7 @@ describe('MapWriter restart', () => {
       },
       { serviceIds, backendIds },
     );
-    expect(p2.services.map((s) => s.serviceId)).toEqual(p1.services.map((s) => s.serviceId));
+    expect(p2.frontends.map((f) => f.serviceId)).toEqual(p1.frontends.map((f) => f.serviceId));
     expect(p2.backends).toEqual(p1.backends);
     first.store.ops = [];
     const result = await writer.apply(p2);

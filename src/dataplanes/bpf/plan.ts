@@ -1,9 +1,9 @@
 // The bpf data plane's plan: from the brain's decisions to what the BPF maps must hold, as plain
 // data (bpf/maps.h describes the maps). It decides nothing about Kubernetes semantics (the brain
-// did); it lays the decisions out as services (one per service port: the unit that owns backend
-// slots, the Maglev tables, affinity and counters), their frontends (each address:port/protocol
-// the datapath matches) and backends shared between services, and gives services and backends
-// stable numeric ids. Deterministic: the same decisions and allocator state give the same plan.
+// did); it lays the decisions out as frontends (one per address:port/protocol/scope the datapath
+// matches, each with its own service id, backend list and flags) and backends shared between
+// frontends, and gives both stable numeric ids. Deterministic: the same decisions and allocator
+// state give the same plan.
 
 import type { BpfScheduler } from '../../config/types.js';
 import type { IPFamily, Protocol } from '../../model/types.js';
@@ -14,16 +14,28 @@ import type { IdAllocator } from './ids.js';
 export const SCHEDULER_ANNOTATION = 'kube-bpf-proxy.io/scheduler';
 export const SCHEDULERS: readonly BpfScheduler[] = ['random', 'rr', 'maglev'];
 
+/** The address of a NodePort frontend open on every node address (nodePortAddresses match-all). */
+export const ANY_ADDRESS: Record<IPFamily, string> = { IPv4: '0.0.0.0', IPv6: '::' };
+
+/** count and slot are 16-bit in kbp_svc_val and kbp_slot_key. */
+export const MAX_BACKENDS_PER_FRONTEND = 65535;
+
 export type FrontendKind = 'ClusterIP' | 'ExternalIP' | 'LoadBalancer' | 'NodePort';
 
-/** `address`: the exact destination. `anyNodeAddress`: a NodePort open on every address of the node
- * (nodePortAddresses empty or match-all); its address is "" and the datapath checks the
- * destination against the node's addresses. */
-export type FrontendScope = 'address' | 'anyNodeAddress';
+/**
+ * `all`: the entry every packet to the VIP matches. `internal`: a second entry, for traffic from
+ * pods, present when that traffic must reach other endpoints than external traffic does
+ * (eTP=Local: pods reaching an external VIP use the cluster endpoints, as kube-proxy's
+ * "pod traffic for X external destinations" short-circuit does).
+ */
+export type FrontendScope = 'all' | 'internal';
+
+/** forward: DNAT to a backend. reject: no endpoints anywhere (ICMP port unreachable, as kube-proxy's
+ * REJECT). drop: endpoints exist but none the traffic policy allows ("has no local endpoints"). */
+export type FrontendAction = 'forward' | 'reject' | 'drop';
 
 export interface FrontendKey {
   family: IPFamily;
-  /** "" with scope anyNodeAddress. */
   address: string;
   port: number;
   protocol: Protocol;
@@ -32,33 +44,24 @@ export interface FrontendKey {
 
 export interface PlannedFrontend {
   key: FrontendKey;
-  /** frontendName(key): the identity the writer diffs on. */
+  /** frontendName(key): the allocator key (found again in the map key after a restart) and the
+   * identity the writer diffs on. */
   name: string;
-  kind: FrontendKind;
-  /** Only LoadBalancer frontends check the service's source ranges (kube-proxy's KUBE-FW chain). */
-  checksSourceRanges: boolean;
-}
-
-export interface PlannedService {
-  /** One per service port and family; the ClusterIP frontend's name is its allocator key. */
   serviceId: number;
+  kind: FrontendKind;
   servicePortName: string;
-  family: IPFamily;
-  protocol: Protocol;
   scheduler: BpfScheduler;
-  /** The ClusterIP first, then the LoadBalancer IPs, external IPs and NodePorts in the brain's order. */
-  frontends: PlannedFrontend[];
-  /** Backend ids of the brain's clusterEndpoints, in its order (sorted by endpoint). */
-  clusterBackendIds: number[];
-  /** Backend ids of the brain's localEndpoints. */
-  localBackendIds: number[];
-  /** No endpoints anywhere: an empty chosen set rejects rather than drops. */
-  noEndpoints: boolean;
-  externalPolicyLocal: boolean;
-  internalPolicyLocal: boolean;
+  action: FrontendAction;
+  /** Backend ids in slot order: local backends first, so slots [0, localCount) are the local ones. */
+  backendIds: number[];
+  localCount: number;
+  /** The backend list is the local-endpoints one (iTP or eTP Local for this frontend's traffic). */
+  localOnly: boolean;
+  /** Set on an `all` entry that has an `internal` sibling. */
+  hasInternalScope: boolean;
   /** 0 without ClientIP affinity. */
   affinityTimeoutSeconds: number;
-  /** Allowed source CIDRs (canonical, sorted) for the LoadBalancer frontends; empty: no filtering. */
+  /** Allowed source CIDRs (canonical); empty means no source filtering. */
   sourceRanges: string[];
 }
 
@@ -78,11 +81,9 @@ export interface PlanProblem {
   reason: string;
 }
 
-/** Entries each map can hold; a service port that would overflow one is reported and left out. */
 export interface PlanCapacity {
   frontends: number;
   backends: number;
-  /** Slot entries of one generation (the writer needs room for two while it switches). */
   slots: number;
   sourceRanges: number;
 }
@@ -96,8 +97,8 @@ export interface PlanOptions {
 }
 
 export interface BpfPlan {
-  /** Sorted by serviceId. */
-  services: PlannedService[];
+  /** Sorted by name. */
+  frontends: PlannedFrontend[];
   /** Sorted by id. */
   backends: PlannedBackend[];
   problems: PlanProblem[];
@@ -106,10 +107,11 @@ export interface BpfPlan {
   backendIds: IdAllocator;
 }
 
-/** "TCP/10.96.0.10:80"; "TCP/*:30080" for a NodePort on every node address. */
+/** "TCP/10.96.0.10:80", with "/internal" for an internal-scope entry; "TCP/0.0.0.0:30080" for a
+ * NodePort on every node address. */
 export function frontendName(key: FrontendKey): string {
-  const host = key.scope === 'anyNodeAddress' ? '*' : key.address;
-  return `${key.protocol}/${joinHostPort(host, key.port)}`;
+  const base = `${key.protocol}/${joinHostPort(key.address, key.port)}`;
+  return key.scope === 'internal' ? `${base}/internal` : base;
 }
 
 /** The scheduler a service port uses, and the problem with its annotation if it has a bad one. */
@@ -130,10 +132,31 @@ export function resolveScheduler(
   };
 }
 
+/** What one service port asks for, before ids: frontends with their endpoint lists. */
+interface FrontendDraft {
+  key: FrontendKey;
+  name: string;
+  kind: FrontendKind;
+  action: FrontendAction;
+  endpoints: Endpoint[];
+  localOnly: boolean;
+  hasInternalScope: boolean;
+  sourceRanges: string[];
+}
+
+function sameEndpoints(a: readonly Endpoint[], b: readonly Endpoint[]): boolean {
+  return a.length === b.length && a.every((e, i) => e.endpoint === b[i]!.endpoint);
+}
+
+/** Local endpoints first; each part keeps the brain's order (sorted by endpoint). */
+function slotOrder(endpoints: readonly Endpoint[]): Endpoint[] {
+  return [...endpoints.filter((e) => e.isLocal), ...endpoints.filter((e) => !e.isLocal)];
+}
+
 /** kube-proxy's allowFromNode: when a source range holds the node's IP, the LB IPs themselves may
  * send too (hairpin from a node whose VIP is local). */
 function lbSourceRanges(sp: ServicePortDecision, nodeIP: string): string[] {
-  if (sp.loadBalancerSourceRanges.length === 0 || sp.loadBalancerIPs.length === 0) return [];
+  if (sp.loadBalancerSourceRanges.length === 0) return [];
   const ranges = new Set(sp.loadBalancerSourceRanges);
   const node = parseIP(nodeIP);
   const allowFromNode =
@@ -149,29 +172,57 @@ function lbSourceRanges(sp: ServicePortDecision, nodeIP: string): string[] {
   return [...ranges].sort();
 }
 
-function frontendsOf(
-  sp: ServicePortDecision,
-  fam: FamilyDecisions,
-  sourceRanges: string[],
-): PlannedFrontend[] {
-  const out: PlannedFrontend[] = [];
-  const add = (kind: FrontendKind, address: string, port: number, scope: FrontendScope) => {
+function draftFrontends(sp: ServicePortDecision, fam: FamilyDecisions): FrontendDraft[] {
+  const drafts: FrontendDraft[] = [];
+  const noEndpoints = !sp.hasAnyEndpoints;
+  const make = (
+    kind: FrontendKind,
+    address: string,
+    port: number,
+    scope: FrontendScope,
+    localOnly: boolean,
+    extra: Partial<FrontendDraft> = {},
+  ): FrontendDraft => {
+    const endpoints = noEndpoints ? [] : slotOrder(localOnly ? sp.localEndpoints : sp.clusterEndpoints);
     const key: FrontendKey = { family: sp.family, address, port, protocol: sp.protocol, scope };
-    out.push({
+    return {
       key,
       name: frontendName(key),
       kind,
-      checksSourceRanges: kind === 'LoadBalancer' && sourceRanges.length > 0,
-    });
+      action: noEndpoints ? 'reject' : endpoints.length === 0 ? 'drop' : 'forward',
+      endpoints,
+      localOnly,
+      hasInternalScope: false,
+      sourceRanges: [],
+      ...extra,
+    };
   };
-  add('ClusterIP', sp.clusterIP, sp.port, 'address');
-  for (const ip of sp.loadBalancerIPs) add('LoadBalancer', ip, sp.port, 'address');
-  for (const ip of sp.externalIPs) add('ExternalIP', ip, sp.port, 'address');
+
+  drafts.push(make('ClusterIP', sp.clusterIP, sp.port, 'all', sp.internalPolicyLocal));
+
+  // eTP=Local keeps the client's source and sends external traffic to local endpoints only; pod
+  // traffic to the same external VIP is not subject to the policy and uses the cluster endpoints.
+  const splitScopes =
+    sp.externalPolicyLocal &&
+    !noEndpoints &&
+    sp.clusterEndpoints.length > 0 &&
+    !sameEndpoints(slotOrder(sp.clusterEndpoints), slotOrder(sp.localEndpoints));
+  const external = (kind: FrontendKind, address: string, port: number, sourceRanges: string[]) => {
+    drafts.push(
+      make(kind, address, port, 'all', sp.externalPolicyLocal, {
+        hasInternalScope: splitScopes,
+        sourceRanges,
+      }),
+    );
+    if (splitScopes) drafts.push(make(kind, address, port, 'internal', false, { sourceRanges }));
+  };
+  for (const ip of sp.loadBalancerIPs) external('LoadBalancer', ip, sp.port, lbSourceRanges(sp, fam.nodeIP));
+  for (const ip of sp.externalIPs) external('ExternalIP', ip, sp.port, []);
   if (sp.nodePort !== 0) {
-    if (fam.nodePortAddresses.matchAll) add('NodePort', '', sp.nodePort, 'anyNodeAddress');
-    else for (const ip of fam.nodePortAddresses.ips) add('NodePort', ip, sp.nodePort, 'address');
+    const addresses = fam.nodePortAddresses.matchAll ? [ANY_ADDRESS[sp.family]] : fam.nodePortAddresses.ips;
+    for (const ip of addresses) external('NodePort', ip, sp.nodePort, []);
   }
-  return out;
+  return drafts;
 }
 
 function capacityProblem(
@@ -186,13 +237,6 @@ function capacityProblem(
   };
 }
 
-function idProblem(servicePortName: string, allocator: IdAllocator, setting: string): PlanProblem {
-  return {
-    servicePortName,
-    reason: `not programmed: no free ${allocator.what} id (ids ${allocator.min}-${allocator.max} in use or in quarantine); raise bpf.mapSizes.${setting}`,
-  };
-}
-
 export function planBpf(
   decisions: ProxyDecisions,
   options: PlanOptions,
@@ -201,27 +245,25 @@ export function planBpf(
   const serviceIds = allocators.serviceIds.clone();
   const backendIds = allocators.backendIds.clone();
   const problems: PlanProblem[] = [];
-  const services: PlannedService[] = [];
-  const frontendOwners = new Map<string, string>();
+  const frontends = new Map<string, PlannedFrontend>();
+  const owners = new Map<string, string>();
   const backends = new Map<string, PlannedBackend>();
-  let frontendCount = 0;
   let slotCount = 0;
   let sourceRangeCount = 0;
   const { capacity, nowMs } = options;
 
   for (const fam of decisions.families) {
     for (const sp of fam.servicePorts) {
-      const name = sp.servicePortName;
       if (!options.families.includes(sp.family)) {
         problems.push({
-          servicePortName: name,
+          servicePortName: sp.servicePortName,
           reason: `not programmed: the bpf data plane handles ${options.families.join(', ') || 'no family'}, not ${sp.family}`,
         });
         continue;
       }
       if (sp.protocol === 'SCTP') {
         problems.push({
-          servicePortName: name,
+          servicePortName: sp.servicePortName,
           reason: 'not programmed: the bpf data plane handles TCP and UDP, not SCTP',
         });
         continue;
@@ -229,118 +271,128 @@ export function planBpf(
       const { scheduler, problem } = resolveScheduler(sp, options.defaultScheduler);
       if (problem) problems.push(problem);
 
-      const sourceRanges = lbSourceRanges(sp, fam.nodeIP);
-      const wanted = frontendsOf(sp, fam, sourceRanges);
-      // The ClusterIP frontend names the service port for the allocator: it is unique, never
-      // changes for the life of a Service, and is found again in the frontends map after a restart.
-      const idKey = wanted[0]!.name;
-      const clusterIPOwner = frontendOwners.get(idKey);
-      if (clusterIPOwner !== undefined) {
-        problems.push({
-          servicePortName: name,
-          reason: `not programmed: ${clusterIPOwner} already uses ${idKey}`,
-        });
-        continue;
-      }
-      const frontends: PlannedFrontend[] = [];
-      for (const f of wanted) {
-        const owner = frontendOwners.get(f.name);
-        if (owner === undefined) frontends.push(f);
-        else if (owner !== name) {
+      const drafts: FrontendDraft[] = [];
+      for (const draft of draftFrontends(sp, fam)) {
+        const owner = owners.get(draft.name);
+        if (owner === undefined) {
+          drafts.push(draft);
+          owners.set(draft.name, sp.servicePortName);
+        } else if (owner !== sp.servicePortName) {
           problems.push({
-            servicePortName: name,
-            reason: `${f.kind} frontend ${f.name} not programmed: ${owner} already uses it`,
+            servicePortName: sp.servicePortName,
+            reason: `${draft.kind} frontend ${draft.name} not programmed: ${owner} already uses it`,
           });
         }
       }
-      const cluster = sp.hasAnyEndpoints ? sp.clusterEndpoints : [];
-      const local = sp.hasAnyEndpoints ? sp.localEndpoints : [];
+
       const newBackends = new Set<string>();
-      for (const e of [...cluster, ...local]) if (!backends.has(e.endpoint)) newBackends.add(e.endpoint);
-      const slots = cluster.length + local.length;
+      for (const d of drafts)
+        for (const e of d.endpoints) if (!backends.has(e.endpoint)) newBackends.add(e.endpoint);
+      const slots = drafts.reduce((n, d) => n + d.endpoints.length, 0);
+      const ranges = drafts.reduce((n, d) => n + d.sourceRanges.length, 0);
+      const largest = Math.max(0, ...drafts.map((d) => d.endpoints.length));
       const full =
-        frontendCount + frontends.length > capacity.frontends
-          ? capacityProblem(name, 'services', capacity.frontends, 'services')
-          : backends.size + newBackends.size > capacity.backends
-            ? capacityProblem(name, 'backends', capacity.backends, 'backends')
-            : slotCount + slots > capacity.slots
-              ? capacityProblem(name, 'backend slots', capacity.slots, 'backendSlots')
-              : sourceRangeCount + sourceRanges.length > capacity.sourceRanges
-                ? capacityProblem(name, 'source ranges', capacity.sourceRanges, 'sourceRanges')
-                : null;
+        largest > MAX_BACKENDS_PER_FRONTEND
+          ? {
+              servicePortName: sp.servicePortName,
+              reason: `not programmed: ${largest} endpoints, more than the ${MAX_BACKENDS_PER_FRONTEND} a frontend can hold`,
+            }
+          : frontends.size + drafts.length > capacity.frontends
+            ? capacityProblem(sp.servicePortName, 'services', capacity.frontends, 'services')
+            : backends.size + newBackends.size > capacity.backends
+              ? capacityProblem(sp.servicePortName, 'backends', capacity.backends, 'backends')
+              : slotCount + slots > capacity.slots
+                ? capacityProblem(sp.servicePortName, 'backend slots', capacity.slots, 'backendSlots')
+                : sourceRangeCount + ranges > capacity.sourceRanges
+                  ? capacityProblem(
+                      sp.servicePortName,
+                      'source ranges',
+                      capacity.sourceRanges,
+                      'sourceRanges',
+                    )
+                  : null;
       if (full) {
+        for (const d of drafts) owners.delete(d.name);
         problems.push(full);
         continue;
       }
 
-      const serviceId = serviceIds.allocate(idKey, nowMs);
-      if (serviceId === null) {
-        problems.push(idProblem(name, serviceIds, 'services'));
-        continue;
-      }
-      const idsOf = (endpoints: readonly Endpoint[]): number[] | null => {
-        const ids: number[] = [];
-        for (const e of endpoints) {
-          const id = backendIds.allocate(e.endpoint, nowMs);
-          if (id === null) return null;
-          ids.push(id);
+      const planned: PlannedFrontend[] = [];
+      let exhausted: PlanProblem | null = null;
+      for (const d of drafts) {
+        const serviceId = serviceIds.allocate(d.name, nowMs);
+        if (serviceId === null) {
+          exhausted = {
+            servicePortName: sp.servicePortName,
+            reason: `not programmed: no free service id (ids ${serviceIds.min}-${serviceIds.max} in use or in quarantine); raise bpf.mapSizes.services`,
+          };
+          break;
         }
-        return ids;
-      };
-      const clusterIds = idsOf(cluster);
-      const localIds = idsOf(local);
-      if (clusterIds === null || localIds === null) {
-        // What this service port allocated is freed again by the release below.
-        problems.push(idProblem(name, backendIds, 'backends'));
-        continue;
-      }
-      for (const e of [...cluster, ...local]) {
-        const known = backends.get(e.endpoint);
-        backends.set(e.endpoint, {
-          id: backendIds.idOf(e.endpoint)!,
-          family: sp.family,
-          address: e.ip,
-          port: e.port,
-          name: e.endpoint,
-          isLocal: (known?.isLocal ?? false) || e.isLocal,
-          terminating: (known?.terminating ?? true) && e.terminating,
+        const ids: number[] = [];
+        for (const e of d.endpoints) {
+          const id = backendIds.allocate(e.endpoint, nowMs);
+          if (id === null) {
+            exhausted = {
+              servicePortName: sp.servicePortName,
+              reason: `not programmed: no free backend id (ids ${backendIds.min}-${backendIds.max} in use or in quarantine); raise bpf.mapSizes.backends`,
+            };
+            break;
+          }
+          ids.push(id);
+          const known = backends.get(e.endpoint);
+          backends.set(e.endpoint, {
+            id,
+            family: sp.family,
+            address: e.ip,
+            port: e.port,
+            name: e.endpoint,
+            isLocal: (known?.isLocal ?? false) || e.isLocal,
+            terminating: (known?.terminating ?? true) && e.terminating,
+          });
+        }
+        if (exhausted) break;
+        planned.push({
+          key: d.key,
+          name: d.name,
+          serviceId,
+          kind: d.kind,
+          servicePortName: sp.servicePortName,
+          scheduler,
+          action: d.action,
+          backendIds: ids,
+          localCount: d.endpoints.filter((e) => e.isLocal).length,
+          localOnly: d.localOnly,
+          hasInternalScope: d.hasInternalScope,
+          affinityTimeoutSeconds: sp.sessionAffinityTimeoutSeconds,
+          sourceRanges: d.sourceRanges,
         });
       }
-      for (const f of frontends) frontendOwners.set(f.name, name);
-      frontendCount += frontends.length;
+      if (exhausted) {
+        // Ids handed out to this service port stay allocated until the release below, which frees
+        // them again because no planned frontend or backend keeps them.
+        for (const d of drafts) owners.delete(d.name);
+        problems.push(exhausted);
+        continue;
+      }
+      for (const f of planned) frontends.set(f.name, f);
       slotCount += slots;
-      sourceRangeCount += sourceRanges.length;
-      services.push({
-        serviceId,
-        servicePortName: name,
-        family: sp.family,
-        protocol: sp.protocol,
-        scheduler,
-        frontends,
-        clusterBackendIds: clusterIds,
-        localBackendIds: localIds,
-        noEndpoints: !sp.hasAnyEndpoints,
-        externalPolicyLocal: sp.externalPolicyLocal,
-        internalPolicyLocal: sp.internalPolicyLocal,
-        affinityTimeoutSeconds: sp.sessionAffinityTimeoutSeconds,
-        sourceRanges,
-      });
+      sourceRangeCount += ranges;
     }
   }
 
-  serviceIds.releaseAllExcept(new Set(services.map((s) => frontendName(clusterIPKey(s)))), nowMs);
+  // Backends only referenced by a service port that did not fit were added above; drop them.
+  const referenced = new Set<number>();
+  for (const f of frontends.values()) for (const id of f.backendIds) referenced.add(id);
+  for (const [name, b] of [...backends]) if (!referenced.has(b.id)) backends.delete(name);
+
+  serviceIds.releaseAllExcept(new Set(frontends.keys()), nowMs);
   backendIds.releaseAllExcept(new Set(backends.keys()), nowMs);
 
   return {
-    services: services.sort((a, b) => a.serviceId - b.serviceId),
+    frontends: [...frontends.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)),
     backends: [...backends.values()].sort((a, b) => a.id - b.id),
     problems,
     serviceIds,
     backendIds,
   };
-}
-
-/** The ClusterIP frontend of a planned service (every service has exactly one). */
-export function clusterIPKey(service: PlannedService): FrontendKey {
-  return service.frontends.find((f) => f.kind === 'ClusterIP')!.key;
 }

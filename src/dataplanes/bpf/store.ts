@@ -4,24 +4,22 @@
 
 import type { BpfScheduler } from '../../config/types.js';
 import type { IPFamily } from '../../model/types.js';
-import type { FrontendKey, FrontendKind } from './plan.js';
+import type { FrontendAction, FrontendKey, FrontendKind } from './plan.js';
 
 export interface FrontendValue {
   serviceId: number;
-  /** Cluster set: slots [0, count). */
+  /** Slots [0, count) of generation `gen`; [0, localCount) are node-local backends. */
   count: number;
-  /** Local set: slots [count, count + localCount). */
   localCount: number;
-  /** The live slot generation. */
   gen: number;
   scheduler: BpfScheduler;
+  action: FrontendAction;
   kind: FrontendKind;
-  externalPolicyLocal: boolean;
-  internalPolicyLocal: boolean;
+  localOnly: boolean;
+  hasInternalScope: boolean;
   /** 0 without ClientIP affinity. */
   affinityTimeoutSeconds: number;
   checksSourceRanges: boolean;
-  noEndpoints: boolean;
 }
 
 export interface FrontendEntry {
@@ -48,11 +46,8 @@ export interface SlotEntry extends SlotKey {
   backendId: number;
 }
 
-export type BackendSet = 'cluster' | 'local';
-
 export interface MaglevKey {
   serviceId: number;
-  set: BackendSet;
 }
 
 export interface AffinityMatch {

@@ -1,23 +1,22 @@
 // Writes a plan into the BPF maps in the publication order of DESIGN.md, so a packet never sees a
 // half-written service:
 //   1. backends (before anything names them), with their counters zeroed when the id is new;
-//   2. the complete new slot generation of every changed service, in one batch;
+//   2. the complete new slot generation of every changed frontend, in one batch;
 //   3. Maglev tables: a fresh inner map per changed table, swapped in with one outer-map update;
 //   4. affinity matches and source ranges that are new;
 //   5. the frontend values (the flip to the new generation), new frontends, removed frontends;
 //   6. after a grace period: the old generation's slots and every other entry nothing uses now.
 // Incremental: the writer mirrors what the maps hold (read back from the pinned maps at start-up
-// or after a failed write) and writes only the difference. A service whose entries do not fit
+// or after a failed write) and writes only the difference. A frontend whose entries do not fit
 // (map full) keeps its previous state and is reported; the others are written.
 
 import { joinHostPort } from '../../proxy/ip.js';
 import { buildMaglevTable, MAGLEV_HASH_SEED } from './maglev.js';
-import type { BpfPlan, PlannedService } from './plan.js';
+import type { BpfPlan, PlannedFrontend } from './plan.js';
 import { frontendName } from './plan.js';
 import {
   type AffinityMatch,
   type BackendEntry,
-  type BackendSet,
   type FrontendEntry,
   type FrontendValue,
   type MaglevKey,
@@ -74,7 +73,7 @@ interface Deferred {
 }
 
 const slotId = (k: SlotKey) => `${k.serviceId}/${k.gen}/${k.slot}`;
-const maglevId = (k: MaglevKey) => `${k.serviceId}/${k.set}`;
+const maglevId = (k: MaglevKey) => String(k.serviceId);
 const affinityId = (m: AffinityMatch) => `${m.serviceId}/${m.backendId}`;
 const rangeId = (r: SourceRange) => `${r.serviceId}/${r.cidr}`;
 const maglevSignature = (size: number, ids: readonly number[]) =>
@@ -94,15 +93,15 @@ function sameBackend(a: BackendEntry, b: BackendEntry): boolean {
   );
 }
 
-/** Everything one planned service puts in the maps. */
-interface ServiceEntries {
-  service: PlannedService;
-  frontends: FrontendEntry[];
+/** Everything one planned frontend puts in the maps. */
+interface FrontendEntries {
+  planned: PlannedFrontend;
+  frontend: FrontendEntry;
   slots: SlotEntry[];
-  maglev: { key: MaglevKey; signature: string; backendIds: number[] }[];
+  maglev: { key: MaglevKey; signature: string } | null;
   affinityMatches: AffinityMatch[];
   sourceRanges: SourceRange[];
-  /** True when the mirror has no frontend of this service id yet: its counters start at zero. */
+  /** True when the mirror has no frontend with this service id yet: its counters start at zero. */
   isNew: boolean;
 }
 
@@ -122,16 +121,13 @@ export class MapWriter {
 
   /**
    * Reads the maps back into the mirror. Returns the ids they hold, to seed the allocators: service
-   * ids by their ClusterIP frontend's name, backend ids by "ip:port".
+   * ids by frontend name, backend ids by "ip:port".
    */
   restore(): { serviceIds: [string, number][]; backendIds: [string, number][] } {
     const state = this.store.read();
     this.mirror = mirrorOf(state, this.options.maglevTableSize);
     this.deferred = [];
-    const serviceIds: [string, number][] = [];
-    for (const f of state.frontends) {
-      if (f.value.kind === 'ClusterIP') serviceIds.push([frontendName(f.key), f.value.serviceId]);
-    }
+    const serviceIds = state.frontends.map((f): [string, number] => [frontendName(f.key), f.value.serviceId]);
     const backendIds = state.backends.map((b): [string, number] => [joinHostPort(b.address, b.port), b.id]);
     return { serviceIds, backendIds };
   }
@@ -212,39 +208,34 @@ export class MapWriter {
   private write(plan: BpfPlan, result: ApplyResult): void {
     const mirror = this.mirror!;
     const backendsById = new Map(plan.backends.map((b) => [b.id, b]));
-    const liveGen = new Map<number, number>();
-    for (const f of mirror.frontends.values()) liveGen.set(f.value.serviceId, f.value.gen);
-    const wanted = plan.services.map((s) =>
-      this.entriesOf(s, mirror, liveGen.get(s.serviceId), backendsById),
-    );
-    const failed = new Set<PlannedService>();
-    const fail = (e: ServiceEntries, err: unknown) => {
+    const wanted = plan.frontends.map((f) => this.entriesOf(f, mirror, backendsById));
+    const failed = new Set<number>();
+    const fail = (e: FrontendEntries, err: unknown) => {
       if (!(err instanceof MapFullError)) throw err;
-      failed.add(e.service);
-      result.failures.push({ servicePortName: e.service.servicePortName, error: err.message });
+      failed.add(e.planned.serviceId);
+      result.failures.push({
+        servicePortName: e.planned.servicePortName,
+        error: `${e.planned.name}: ${err.message}`,
+      });
     };
-    const live = () => wanted.filter((e) => !failed.has(e.service));
+    const live = () => wanted.filter((e) => !failed.has(e.planned.serviceId));
 
     // 1. Backends.
-    const backendsOf = (e: ServiceEntries): BackendEntry[] => {
-      const ids = new Set([...e.service.clusterBackendIds, ...e.service.localBackendIds]);
-      return [...ids]
-        .map((id) => backendsById.get(id)!)
-        .map((b) => ({
-          id: b.id,
-          family: b.family,
-          address: b.address,
-          port: b.port,
-          isLocal: b.isLocal,
-          terminating: b.terminating,
-        }));
-    };
     this.inBatches(live(), fail, (group) => {
       const changed = new Map<number, BackendEntry>();
       for (const e of group) {
-        for (const b of backendsOf(e)) {
-          const known = mirror.backends.get(b.id);
-          if (!known || !sameBackend(known, b)) changed.set(b.id, b);
+        for (const id of e.planned.backendIds) {
+          const b = backendsById.get(id)!;
+          const entry: BackendEntry = {
+            id,
+            family: b.family,
+            address: b.address,
+            port: b.port,
+            isLocal: b.isLocal,
+            terminating: b.terminating,
+          };
+          const known = mirror.backends.get(id);
+          if (!known || !sameBackend(known, entry)) changed.set(id, entry);
         }
       }
       if (changed.size === 0) return;
@@ -256,7 +247,7 @@ export class MapWriter {
       result.written += entries.length;
     });
 
-    // 2. The new slot generations, all services in one batch.
+    // 2. The new slot generations, all frontends in one batch.
     this.inBatches(live(), fail, (group) => {
       const entries = group
         .flatMap((e) => e.slots)
@@ -267,34 +258,33 @@ export class MapWriter {
       result.written += entries.length;
     });
 
-    // 3. Maglev tables: built only when the set of backends (or M) changed.
+    // 3. Maglev tables, built only when the backend set (or M) changed.
     for (const e of live()) {
-      for (const m of e.maglev) {
-        if (mirror.maglev.get(maglevId(m.key))?.signature === m.signature) continue;
-        const members = m.backendIds.map((id) => {
-          const b = backendsById.get(id)!;
-          return { name: joinHostPort(b.address, b.port), id };
+      const m = e.maglev;
+      if (!m || mirror.maglev.get(maglevId(m.key))?.signature === m.signature) continue;
+      const members = e.planned.backendIds.map((id) => {
+        const b = backendsById.get(id)!;
+        return { name: b.name, id };
+      });
+      const table = buildMaglevTable(
+        members,
+        this.options.maglevTableSize,
+        this.options.maglevSeed ?? MAGLEV_HASH_SEED,
+      );
+      try {
+        this.store.setMaglev(m.key, table);
+      } catch (err) {
+        // Only a new key can overflow the outer map; without a table the datapath picks at
+        // random, so the frontend stays programmed.
+        if (!(err instanceof MapFullError)) throw err;
+        result.degraded.push({
+          servicePortName: e.planned.servicePortName,
+          error: `${e.planned.name}: ${err.message}; backends are chosen at random instead of by Maglev`,
         });
-        const table = buildMaglevTable(
-          members,
-          this.options.maglevTableSize,
-          this.options.maglevSeed ?? MAGLEV_HASH_SEED,
-        );
-        try {
-          this.store.setMaglev(m.key, table);
-        } catch (err) {
-          // Only a new key can overflow the outer map; without a table the datapath picks at
-          // random within the set, so the service stays programmed.
-          if (!(err instanceof MapFullError)) throw err;
-          result.degraded.push({
-            servicePortName: e.service.servicePortName,
-            error: `${err.message}; ${m.key.set} backends are chosen at random instead of by Maglev`,
-          });
-          continue;
-        }
-        mirror.maglev.set(maglevId(m.key), { key: m.key, signature: m.signature });
-        result.maglevTables++;
+        continue;
       }
+      mirror.maglev.set(maglevId(m.key), { key: m.key, signature: m.signature });
+      result.maglevTables++;
     }
 
     // 4. Affinity matches and source ranges that are new.
@@ -310,14 +300,14 @@ export class MapWriter {
       result.written += matches.length + ranges.length;
     });
 
-    // 5. The flip: frontend values, then frontends nothing plans any more.
+    // 5. The flip: frontend values, then the frontends nothing plans any more.
     const fresh = live()
       .filter((e) => e.isNew)
-      .map((e) => e.service.serviceId);
+      .map((e) => e.planned.serviceId);
     if (fresh.length) this.store.resetServiceStats(fresh);
     this.inBatches(live(), fail, (group) => {
       const entries = group
-        .flatMap((e) => e.frontends)
+        .map((e) => e.frontend)
         .filter((f) => {
           const known = mirror.frontends.get(frontendName(f.key));
           return !known || !sameValue(known.value, f.value);
@@ -327,51 +317,48 @@ export class MapWriter {
       for (const f of entries) mirror.frontends.set(frontendName(f.key), f);
       result.written += entries.length;
     });
-    const keptServiceIds = new Set(plan.services.filter((s) => failed.has(s)).map((s) => s.serviceId));
-    const plannedFrontends = new Set(live().flatMap((e) => e.frontends.map((f) => frontendName(f.key))));
-    const goneFrontends = [...mirror.frontends.entries()].filter(
-      ([name, f]) => !plannedFrontends.has(name) && !keptServiceIds.has(f.value.serviceId),
+    const entries = live();
+    const planned = new Set(entries.map((e) => e.planned.name));
+    const gone = [...mirror.frontends.entries()].filter(
+      ([name, f]) => !planned.has(name) && !failed.has(f.value.serviceId),
     );
-    if (goneFrontends.length) {
-      this.store.deleteFrontends(goneFrontends.map(([, f]) => f.key));
-      for (const [name] of goneFrontends) mirror.frontends.delete(name);
-      result.deleted += goneFrontends.length;
+    if (gone.length) {
+      this.store.deleteFrontends(gone.map(([, f]) => f.key));
+      for (const [name] of gone) mirror.frontends.delete(name);
+      result.deleted += gone.length;
     }
 
-    // 6. Everything no live frontend needs any more goes after the grace period. A failed
-    // service keeps all it had.
-    const entries = live();
+    // 6. After the grace period, everything no frontend needs any more. A frontend that failed
+    // keeps all it had.
     const wantedSlots = new Set(entries.flatMap((e) => e.slots.map(slotId)));
-    const wantedMaglev = new Set(entries.flatMap((e) => e.maglev.map((m) => maglevId(m.key))));
+    const wantedMaglev = new Set(entries.flatMap((e) => (e.maglev ? [maglevId(e.maglev.key)] : [])));
     const wantedMatches = new Set(entries.flatMap((e) => e.affinityMatches.map(affinityId)));
     const wantedRanges = new Set(entries.flatMap((e) => e.sourceRanges.map(rangeId)));
-    const wantedBackends = new Set(
-      entries.flatMap((e) => [...e.service.clusterBackendIds, ...e.service.localBackendIds]),
-    );
-    for (const s of mirror.slots.values())
-      if (keptServiceIds.has(s.serviceId)) wantedBackends.add(s.backendId);
-    const kept = (serviceId: number) => keptServiceIds.has(serviceId);
+    const wantedBackends = new Set(entries.flatMap((e) => e.planned.backendIds));
+    for (const s of mirror.slots.values()) if (failed.has(s.serviceId)) wantedBackends.add(s.backendId);
+    const unused = (serviceId: number, id: string, wantedIds: Set<string>) =>
+      !wantedIds.has(id) && !failed.has(serviceId);
     this.deferred.push({
       dueMs: this.now() + this.options.graceMs,
-      slots: [...mirror.slots.values()].filter((s) => !wantedSlots.has(slotId(s)) && !kept(s.serviceId)),
+      slots: [...mirror.slots.values()].filter((s) => unused(s.serviceId, slotId(s), wantedSlots)),
       maglev: [...mirror.maglev.values()]
         .map((m) => m.key)
-        .filter((k) => !wantedMaglev.has(maglevId(k)) && !kept(k.serviceId)),
-      affinityMatches: [...mirror.affinityMatches.values()].filter(
-        (m) => !wantedMatches.has(affinityId(m)) && !kept(m.serviceId),
+        .filter((k) => unused(k.serviceId, maglevId(k), wantedMaglev)),
+      affinityMatches: [...mirror.affinityMatches.values()].filter((m) =>
+        unused(m.serviceId, affinityId(m), wantedMatches),
       ),
-      sourceRanges: [...mirror.sourceRanges.values()].filter(
-        (r) => !wantedRanges.has(rangeId(r)) && !kept(r.serviceId),
+      sourceRanges: [...mirror.sourceRanges.values()].filter((r) =>
+        unused(r.serviceId, rangeId(r), wantedRanges),
       ),
       backends: [...mirror.backends.values()].filter((b) => !wantedBackends.has(b.id)),
     });
   }
 
-  /** Runs `write` over all services at once; when a map is full, once per service to find who fits. */
+  /** Runs `write` over all frontends at once; when a map is full, once per frontend to find who fits. */
   private inBatches(
-    entries: ServiceEntries[],
-    fail: (e: ServiceEntries, err: unknown) => void,
-    write: (group: ServiceEntries[]) => void,
+    entries: FrontendEntries[],
+    fail: (e: FrontendEntries, err: unknown) => void,
+    write: (group: FrontendEntries[]) => void,
   ): void {
     try {
       write(entries);
@@ -388,77 +375,48 @@ export class MapWriter {
   }
 
   private entriesOf(
-    service: PlannedService,
+    planned: PlannedFrontend,
     mirror: Mirror,
-    /** The generation the service's frontends read now; kept when it already holds the list. */
-    current: number | undefined,
-    backendsById: ReadonlyMap<number, { address: string; port: number }>,
-  ): ServiceEntries {
-    const slotList = [...service.clusterBackendIds, ...service.localBackendIds];
-    const holds = (gen: number) => {
-      if (
-        !slotList.every(
-          (id, slot) =>
-            mirror.slots.get(slotId({ serviceId: service.serviceId, gen, slot }))?.backendId === id,
-        )
-      ) {
-        return false;
-      }
-      return !mirror.slots.has(slotId({ serviceId: service.serviceId, gen, slot: slotList.length }));
+    backendsById: ReadonlyMap<number, unknown>,
+  ): FrontendEntries {
+    const { serviceId, backendIds } = planned;
+    for (const id of backendIds)
+      if (!backendsById.has(id)) throw new Error(`plan names backend ${id} it does not hold`);
+    // The generation the frontend reads now is kept when it already holds exactly this list.
+    const current = mirror.frontends.get(planned.name)?.value;
+    const sameId = current?.serviceId === serviceId;
+    const holds = (gen: number) =>
+      backendIds.every((id, slot) => mirror.slots.get(slotId({ serviceId, gen, slot }))?.backendId === id) &&
+      !mirror.slots.has(slotId({ serviceId, gen, slot: backendIds.length }));
+    const gen = !sameId ? 0 : holds(current.gen) ? current.gen : current.gen ^ 1;
+    const frontend: FrontendEntry = {
+      key: planned.key,
+      value: {
+        serviceId,
+        count: backendIds.length,
+        localCount: planned.localCount,
+        gen,
+        scheduler: planned.scheduler,
+        action: planned.action,
+        kind: planned.kind,
+        localOnly: planned.localOnly,
+        hasInternalScope: planned.hasInternalScope,
+        affinityTimeoutSeconds: planned.affinityTimeoutSeconds,
+        checksSourceRanges: planned.sourceRanges.length > 0,
+      },
     };
-    const gen = current === undefined ? 0 : holds(current) ? current : current ^ 1;
-    const slots = slotList.map(
-      (backendId, slot): SlotEntry => ({ serviceId: service.serviceId, slot, gen, backendId }),
-    );
-
-    const value = (f: PlannedService['frontends'][number]): FrontendValue => ({
-      serviceId: service.serviceId,
-      count: service.clusterBackendIds.length,
-      localCount: service.localBackendIds.length,
-      gen,
-      scheduler: service.scheduler,
-      kind: f.kind,
-      externalPolicyLocal: service.externalPolicyLocal,
-      internalPolicyLocal: service.internalPolicyLocal,
-      affinityTimeoutSeconds: service.affinityTimeoutSeconds,
-      checksSourceRanges: f.checksSourceRanges,
-      noEndpoints: service.noEndpoints,
-    });
-
-    const maglev: ServiceEntries['maglev'] = [];
-    if (service.scheduler === 'maglev') {
-      const sets: [BackendSet, number[]][] = [
-        ['cluster', service.clusterBackendIds],
-        ['local', service.localBackendIds],
-      ];
-      for (const [set, ids] of sets) {
-        if (ids.length === 0) continue;
-        for (const id of ids)
-          if (!backendsById.has(id)) throw new Error(`plan names backend ${id} it does not hold`);
-        maglev.push({
-          key: { serviceId: service.serviceId, set },
-          signature: maglevSignature(this.options.maglevTableSize, ids),
-          backendIds: ids,
-        });
-      }
-    }
-    const affinityMatches =
-      service.affinityTimeoutSeconds > 0
-        ? [...new Set(slotList)].map((backendId) => ({ backendId, serviceId: service.serviceId }))
-        : [];
-    const sourceRanges = service.sourceRanges.map((cidr) => ({
-      serviceId: service.serviceId,
-      family: service.family,
-      cidr,
-    }));
     return {
-      service,
-      frontends: service.frontends.map((f) => ({ key: f.key, value: value(f) })),
-      slots,
-      maglev,
-      affinityMatches,
-      sourceRanges,
-      isNew: current === undefined,
+      planned,
+      frontend,
+      slots: backendIds.map((backendId, slot): SlotEntry => ({ serviceId, slot, gen, backendId })),
+      maglev:
+        planned.scheduler === 'maglev' && backendIds.length > 0
+          ? { key: { serviceId }, signature: maglevSignature(this.options.maglevTableSize, backendIds) }
+          : null,
+      affinityMatches:
+        planned.affinityTimeoutSeconds > 0 ? backendIds.map((backendId) => ({ backendId, serviceId })) : [],
+      sourceRanges: planned.sourceRanges.map((cidr) => ({ serviceId, family: planned.key.family, cidr })),
+      isNew: !sameId,
     };
   }
 }
