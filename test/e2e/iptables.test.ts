@@ -5,11 +5,14 @@
 //   client-b 192.168.60.100 ──┤  node (node-a)  ├── pod2 10.244.2.2 (backend, node-a)
 //   upstream (default route) ─┘                 └── pod3 10.244.3.2 (backend, "node-b")
 
+import { mkdtemp, stat, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { cleanupNode } from '../../src/cli/cleanup.js';
 import { createIptablesDataplane, type IptablesDataplane } from '../../src/dataplanes/iptables/applier.js';
 import type { CommandRunner } from '../../src/dataplanes/iptables/backend.js';
 import { detectIptablesBackend, probeIptablesCapabilities } from '../../src/dataplanes/iptables/backend.js';
-import { cleanupIptables } from '../../src/dataplanes/iptables/cleanup.js';
 import { endpointChain, servicePortChains } from '../../src/dataplanes/iptables/names.js';
 import type { ExecResult } from '../../src/lab/netns.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
@@ -321,15 +324,50 @@ describeRoot('iptables mode in network namespaces', () => {
     expect(backends(results)).toEqual(new Set(['pod2', 'pod3']));
   });
 
-  it('cleanup removes every KUBE-* chain and jump', async () => {
+  it('cleanup removes every KUBE-* chain and jump, ipvs-mode ipsets, the nftables tables and the bpf pins', async () => {
     const svc = servicePortChains(`${NS}/web:http`, 'TCP').cluster;
     expect(await allTables()).toContain(svc);
-    const result = await cleanupIptables(onNode);
-    expect(result.errors).toEqual([]);
-    expect(result.removed).toContain('nft IPv4 nat/KUBE-SERVICES');
+    // What kube-proxy's other modes leave behind: an ipvs-mode ipset referenced from a rule
+    // (it can only go after the rule), and the nftables mode's table.
+    await onNode('ipset', ['create', 'KUBE-LOOP-BACK', 'hash:ip,port,ip']);
+    await onNode('iptables-nft', ['-t', 'nat', '-N', 'KUBE-LOAD-BALANCER']);
+    await onNode('iptables-nft', [
+      '-t',
+      'nat',
+      '-A',
+      'KUBE-LOAD-BALANCER',
+      '-m',
+      'set',
+      '--match-set',
+      'KUBE-LOOP-BACK',
+      'dst,dst,src',
+      '-j',
+      'MASQUERADE',
+    ]);
+    await onNode('nft', ['add', 'table', 'ip', 'kube-proxy']);
+    const pinPath = await mkdtemp(join(tmpdir(), `${PREFIX}-pins-`));
+    await writeFile(join(pinPath, 'services'), '');
+
+    const report = await cleanupNode({ pinPath, exec: onNode });
+    expect(report.errors).toEqual([]);
+    expect(report.removed).toEqual(
+      expect.arrayContaining([
+        'iptables nft IPv4 nat/KUBE-SERVICES',
+        'iptables nft IPv4 nat/KUBE-LOAD-BALANCER',
+        'iptables nft IPv4 filter/KUBE-FIREWALL',
+        'nft table ip kube-proxy',
+        'ipset KUBE-LOOP-BACK',
+        `bpf pins ${pinPath}`,
+      ]),
+    );
     expect(await allTables()).not.toMatch(/KUBE-/);
-    // With the rules gone the ClusterIP is just an unrouted address.
+    expect((await onNode('ipset', ['list', '-n'])).stdout.trim()).toBe('');
+    expect((await onNode('nft', ['list', 'tables'])).stdout).not.toContain('kube-proxy');
+    await expect(stat(pinPath)).rejects.toThrow();
+    // With the rules gone the ClusterIP is just an address routed upstream.
     const results = await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 1, timeoutMs: 500 });
     expect(results[0]?.backend).toBeNull();
+    // A second run finds nothing.
+    expect(await cleanupNode({ pinPath, exec: onNode })).toEqual({ removed: [], errors: [] });
   });
 });

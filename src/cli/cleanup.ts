@@ -1,0 +1,100 @@
+// `kube-bpf-proxy cleanup`: removes what any of our modes, or kube-proxy itself, left on this node
+// (kube-proxy's --cleanup), so a node can switch modes or leave kube-proxy behind. Every step runs
+// even when an earlier one failed; the exit status is 1 if any did.
+
+import { rm, stat } from 'node:fs/promises';
+import type { Command } from 'commander';
+import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
+import { formatProblems, loadConfigFile } from '../config/load.js';
+import { type CommandRunner, runOnHost } from '../dataplanes/iptables/backend.js';
+import { cleanupIptables } from '../dataplanes/iptables/cleanup.js';
+
+/** The nftables tables of kube-proxy's nftables mode (ours writes the same ones). */
+const NFT_TABLES = ['ip kube-proxy', 'ip6 kube-proxy'];
+/** kube-proxy's ipvs mode binds every service IP to this dummy device. */
+const IPVS_DUMMY_DEVICE = 'kube-ipvs0';
+
+export interface CleanupReport {
+  /** One line per object removed, e.g. "iptables nft IPv4 nat/KUBE-SERVICES", "nft table ip kube-proxy". */
+  removed: string[];
+  errors: string[];
+}
+
+export async function cleanupNode(opts: { pinPath: string; exec?: CommandRunner }): Promise<CleanupReport> {
+  const exec = opts.exec ?? runOnHost;
+  const report: CleanupReport = { removed: [], errors: [] };
+  const attempt = async (what: string, cmd: string, args: string[]) => {
+    const result = await exec(cmd, args, { allowFailure: true });
+    if (result.code === 0) report.removed.push(what);
+    else report.errors.push(`${what}: ${result.stderr.trim()}`);
+  };
+
+  // iptables first: ipvs mode's rules reference the ipsets, which cannot go while referenced.
+  const iptables = await cleanupIptables(exec);
+  report.removed.push(...iptables.removed.map((chain) => `iptables ${chain}`));
+  report.errors.push(...iptables.errors);
+
+  const tables = await exec('nft', ['list', 'tables'], { allowFailure: true });
+  for (const table of NFT_TABLES) {
+    if (tables.stdout.split('\n').includes(`table ${table}`)) {
+      await attempt(`nft table ${table}`, 'nft', ['delete', 'table', ...table.split(' ')]);
+    }
+  }
+
+  const dummy = await exec('ip', ['link', 'show', IPVS_DUMMY_DEVICE], { allowFailure: true });
+  if (dummy.code === 0) {
+    // As kube-proxy's ipvs cleanup: the device is evidence ipvs mode ran here, so its virtual
+    // servers go too (ipvsadm may be missing where ipvs never ran).
+    const ipvsadm = await exec('ipvsadm', ['-C'], { allowFailure: true });
+    if (ipvsadm.code === 0) report.removed.push('ipvs virtual servers');
+    await attempt(`link ${IPVS_DUMMY_DEVICE}`, 'ip', ['link', 'del', IPVS_DUMMY_DEVICE]);
+  }
+
+  const sets = await exec('ipset', ['list', '-n'], { allowFailure: true });
+  for (const set of sets.stdout.split('\n').filter((name) => name.startsWith('KUBE-'))) {
+    await attempt(`ipset ${set}`, 'ipset', ['destroy', set]);
+  }
+
+  // Unpinning the maps and links under our own bpffs directory releases them (a tcx or XDP link
+  // detaches when its last pin goes).
+  // INTEGRATION POINT (bpf data plane): tc clsact filters (kernels < 6.6) are not links and stay
+  // attached; call the bpf data plane's detach here once src/dataplanes/bpf exports one.
+  if (await exists(opts.pinPath)) {
+    try {
+      await rm(opts.pinPath, { recursive: true, force: true });
+      report.removed.push(`bpf pins ${opts.pinPath}`);
+    } catch (err) {
+      report.errors.push(`bpf pins ${opts.pinPath}: ${(err as Error).message}`);
+    }
+  }
+  return report;
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function registerCleanupCommand(program: Command): void {
+  const command = program
+    .command('cleanup')
+    .description(
+      "Remove every rule, chain, set, table, device and BPF pin that kube-bpf-proxy's modes or kube-proxy installed on this node",
+    );
+  registerConfigFlags(command);
+  command.action(async (opts: { config?: string }) => {
+    // Only the bpf pin path matters here; the config is read so --config and --bpf-pin-path agree with run.
+    const loaded = await loadConfigFile(opts.config, readConfigFlags(command));
+    if (!loaded.ok) throw new Error(`invalid configuration:\n${formatProblems(loaded.problems)}`);
+    const report = await cleanupNode({ pinPath: loaded.config.bpf.pinPath });
+    for (const line of report.removed) process.stdout.write(`removed ${line}\n`);
+    for (const line of report.errors) process.stderr.write(`failed: ${line}\n`);
+    if (report.removed.length === 0 && report.errors.length === 0)
+      process.stdout.write('nothing to clean up\n');
+    process.exitCode = report.errors.length > 0 ? 1 : 0;
+  });
+}
