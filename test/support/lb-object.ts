@@ -8,11 +8,28 @@ import {
   findMap,
   loadObject,
   mapFd,
+  mapUpdate,
+  mapUpdateBatch,
   openObject,
   programFd,
   setMapMaxEntries,
+  type TestRunResult,
+  testRun,
 } from '../../native/libbpf.js';
-import { MAPS } from '../../src/dataplanes/bpf/layout.js';
+import {
+  ACTION,
+  ALGORITHM,
+  BE_F,
+  type BpfConfigValue,
+  backend4,
+  config,
+  MAPS,
+  SCOPE,
+  slotKey,
+  svc4Key,
+  svcVal,
+  u32Codec,
+} from '../../src/dataplanes/bpf/layout.js';
 
 export const LB_OBJECT_PATH = fileURLToPath(new URL('../../bpf/lb.o', import.meta.url));
 
@@ -51,4 +68,77 @@ export function loadLb(capacity: Partial<Record<MapName, number>> = {}): LoadedL
     Object.entries(MAPS).map(([key, layout]) => [key, mapFd(findMap(obj, layout.name))]),
   ) as Record<MapName, number>;
   return { obj, fd, prog: (name) => programFd(obj, name), close: () => closeObject(obj) };
+}
+
+// ---------- writing map entries through the codecs (what the control plane's writer does) ----------
+
+export interface TestBackend {
+  id: number;
+  addr: string;
+  port: number;
+  flags?: number;
+}
+
+export interface TestFrontend {
+  svcId: number;
+  addr: string;
+  port: number;
+  proto: number;
+  scope?: number;
+  backends: TestBackend[];
+  algorithm?: number;
+  flags?: number;
+  action?: number;
+  affinityTimeoutS?: number;
+  gen?: number;
+}
+
+/** Backends, then the slot generation in one batch, then the frontend entry. */
+export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
+  const gen = f.gen ?? 0;
+  for (const b of f.backends) {
+    mapUpdate(
+      lb.fd.backends4,
+      u32Codec.encode(b.id),
+      backend4.encode({ addr: b.addr, port: b.port, flags: b.flags ?? 0 }),
+    );
+  }
+  if (f.backends.length > 0) {
+    const keys = slotKey.encodeMany(f.backends.map((_, slot) => ({ svcId: f.svcId, slot, gen })));
+    const values = u32Codec.encodeMany(f.backends.map((b) => b.id));
+    mapUpdateBatch(lb.fd.slots, keys, values, f.backends.length);
+  }
+  mapUpdate(
+    lb.fd.svc4,
+    svc4Key.encode({ addr: f.addr, port: f.port, proto: f.proto, scope: f.scope ?? SCOPE.all }),
+    svcVal.encode({
+      svcId: f.svcId,
+      count: f.backends.length,
+      localCount: f.backends.filter((b) => (b.flags ?? 0) & BE_F.LOCAL).length,
+      flags: f.flags ?? 0,
+      affinityTimeoutS: f.affinityTimeoutS ?? 0,
+      gen,
+      algorithm: f.algorithm ?? ALGORITHM.random,
+      action: f.action ?? (f.backends.length > 0 ? ACTION.forward : ACTION.reject),
+    }),
+  );
+}
+
+export const TEST_CONFIG: BpfConfigValue = {
+  snatAddr4: '192.168.50.1',
+  snatAddr6: '::',
+  snatPortMin: 61000,
+  snatPortMax: 61999,
+  maglevSize: 16381,
+  hashSeed: 0x1234abcd,
+};
+
+export function writeConfig(lb: LoadedLb, value: Partial<BpfConfigValue> = {}): BpfConfigValue {
+  const cfg = { ...TEST_CONFIG, ...value };
+  mapUpdate(lb.fd.config, u32Codec.encode(0), config.encode(cfg));
+  return cfg;
+}
+
+export function run(lb: LoadedLb, prog: string, frame: Buffer, repeat = 1): TestRunResult {
+  return testRun(lb.prog(prog), { data: frame, repeat });
 }

@@ -1,0 +1,608 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The service load balancer shared by the tc and XDP programs. Every function takes the program
+ * context as `void *ctx` plus a compile-time `xdp` flag; with __always_inline the branch for the
+ * other hook disappears, so each program only contains (and the verifier only sees) its own
+ * context accesses.
+ *
+ * Packet walk (IPv4, TCP and UDP; everything else passes untouched):
+ *   1. parse: Ethernet, IPv4 honouring ihl, TCP or UDP; fragments, truncated or inconsistent
+ *      headers pass untouched (never rewritten).
+ *   2. conntrack: the packet's tuple in kbp_ct4tcp_v1 / kbp_ct4any_v1. A hit (forward or reply
+ *      entry) is rewritten to the entry's xlate tuple, counted, and passed on.
+ *   3. service: the frontend for {daddr, dport, proto}; no frontend -> untouched.
+ *   4. policy: ClusterIP only from pods; loadBalancerSourceRanges; action reject/drop.
+ *   5. backend choice (affinity, random / rr / maglev), SNAT decision and port, both conntrack
+ *      entries, counters, rewrite.
+ */
+#ifndef KBP_LB_COMMON_H
+#define KBP_LB_COMMON_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/pkt_cls.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <stdbool.h>
+
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "maps.h"
+
+/* Which interface the packet arrived on decides ClusterIP access and the SNAT need. */
+enum kbp_role {
+	KBP_ROLE_POD = 0, /* pod-facing interface: traffic from pods ("internal") */
+	KBP_ROLE_EXT = 1, /* external interface: traffic from outside the node */
+};
+
+enum kbp_verdict {
+	KBP_PASS = 0,	/* continue to the stack (rewritten or not) */
+	KBP_DROP = 1,	/* drop, reason counted */
+	KBP_REJECT = 2, /* answer with ICMP port unreachable (tc), or leave it to tc (XDP) */
+};
+
+#define KBP_IP_MF	      0x2000
+#define KBP_IP_OFFSET	      0x1fff
+#define KBP_TCP_FLAGS_TRACKED (KBP_TCP_FIN | KBP_TCP_SYN | KBP_TCP_RST | KBP_TCP_ACK)
+
+struct kbp_pkt4 {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 tcp_flags; /* KBP_TCP_*: the TCP header's bits at the same positions */
+	__u16 ihl_len;	/* IPv4 header length in bytes */
+	__u32 len;	/* frame length, for byte counters */
+};
+
+/* ---------- context abstraction ---------- */
+
+static __always_inline void *kbp_data(void *ctx, const bool xdp) {
+	if (xdp)
+		return (void *)(long)((struct xdp_md *)ctx)->data;
+	return (void *)(long)((struct __sk_buff *)ctx)->data;
+}
+
+static __always_inline void *kbp_data_end(void *ctx, const bool xdp) {
+	if (xdp)
+		return (void *)(long)((struct xdp_md *)ctx)->data_end;
+	return (void *)(long)((struct __sk_buff *)ctx)->data_end;
+}
+
+static __always_inline __u32 kbp_frame_len(void *ctx, const bool xdp) {
+	if (xdp)
+		return (__u32)(kbp_data_end(ctx, xdp) - kbp_data(ctx, xdp));
+	return ((struct __sk_buff *)ctx)->len;
+}
+
+/* ---------- one's complement arithmetic (RFC 1071 / RFC 1624) ---------- */
+
+static __always_inline __u32 kbp_csum_add(__u32 sum, __u32 v) {
+	sum += v;
+	return sum + (sum < v);
+}
+
+static __always_inline __u16 kbp_csum_fold(__u32 sum) {
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)sum;
+}
+
+/* The RFC 1624 difference of replacing word `from` by `to` (raw memory words). */
+static __always_inline __u32 kbp_csum_diff32(__u32 diff, __u32 from, __u32 to) {
+	return kbp_csum_add(kbp_csum_add(diff, ~from), to);
+}
+
+/* HC' = ~(~HC + diff) */
+static __always_inline __u16 kbp_csum_apply(__u16 check, __u32 diff) {
+	return ~kbp_csum_fold(kbp_csum_add(diff, (__u16)~check));
+}
+
+/* ---------- flow hash (Maglev index; layout.ts flowHash4 computes the same) ---------- */
+
+static __always_inline __u32 kbp_rol32(__u32 w, __u32 s) {
+	return (w << s) | (w >> (32 - s));
+}
+
+/* Bob Jenkins' lookup3 jhash_3words as in the Linux kernel. */
+static __always_inline __u32 kbp_jhash_3words(__u32 a, __u32 b, __u32 c, __u32 initval) {
+	initval += 0xdeadbeef + (3 << 2);
+	a += initval;
+	b += initval;
+	c += initval;
+	c ^= b;
+	c -= kbp_rol32(b, 14);
+	a ^= c;
+	a -= kbp_rol32(c, 11);
+	b ^= a;
+	b -= kbp_rol32(a, 25);
+	c ^= b;
+	c -= kbp_rol32(b, 16);
+	a ^= c;
+	a -= kbp_rol32(c, 4);
+	b ^= a;
+	b -= kbp_rol32(a, 14);
+	c ^= b;
+	c -= kbp_rol32(b, 24);
+	return c;
+}
+
+/* The destination address is left out so every address of a service picks the same backend. */
+static __always_inline __u32 kbp_flow_hash4(const struct kbp_pkt4 *p, __u32 seed) {
+	return kbp_jhash_3words(bpf_ntohl(p->saddr),
+				((__u32)bpf_ntohs(p->sport) << 16) | bpf_ntohs(p->dport), p->proto,
+				seed);
+}
+
+/* ---------- parsing ---------- */
+
+/* 0 when the packet is an unfragmented IPv4 TCP/UDP packet whose headers are complete and
+ * consistent; -1 for everything the load balancer must leave alone. */
+static __always_inline int kbp_parse4(void *ctx, const bool xdp, struct kbp_pkt4 *p) {
+	void *data = kbp_data(ctx, xdp);
+	void *end = kbp_data_end(ctx, xdp);
+	struct ethhdr *eth = data;
+	struct iphdr *iph = data + sizeof(*eth);
+	__u32 ihl_len, tot_len, l4_len;
+	void *l4;
+
+	if ((void *)(iph + 1) > end)
+		return -1;
+	if (eth->h_proto != bpf_htons(ETH_P_IP) || iph->version != 4)
+		return -1;
+	ihl_len = (__u32)iph->ihl * 4;
+	if (ihl_len < sizeof(*iph))
+		return -1;
+	if (iph->frag_off & bpf_htons(KBP_IP_MF | KBP_IP_OFFSET))
+		return -1;
+	tot_len = bpf_ntohs(iph->tot_len);
+	if (tot_len < ihl_len || sizeof(*eth) + tot_len > kbp_frame_len(ctx, xdp))
+		return -1;
+	l4_len = tot_len - ihl_len;
+	l4 = (void *)iph + ihl_len;
+
+	if (iph->protocol == IPPROTO_TCP) {
+		struct tcphdr *th = l4;
+
+		if ((void *)(th + 1) > end || l4_len < sizeof(*th))
+			return -1;
+		if (th->doff < 5 || (__u32)th->doff * 4 > l4_len)
+			return -1;
+		p->sport = th->source;
+		p->dport = th->dest;
+		p->tcp_flags = ((__u8 *)th)[13] & KBP_TCP_FLAGS_TRACKED;
+	} else if (iph->protocol == IPPROTO_UDP) {
+		struct udphdr *uh = l4;
+		__u32 ulen;
+
+		if ((void *)(uh + 1) > end)
+			return -1;
+		ulen = bpf_ntohs(uh->len);
+		if (ulen < sizeof(*uh) || ulen > l4_len)
+			return -1;
+		p->sport = uh->source;
+		p->dport = uh->dest;
+		p->tcp_flags = 0;
+	} else {
+		return -1;
+	}
+	p->saddr = iph->saddr;
+	p->daddr = iph->daddr;
+	p->proto = iph->protocol;
+	p->ihl_len = ihl_len;
+	p->len = kbp_frame_len(ctx, xdp);
+	return 0;
+}
+
+/* ---------- rewrite ---------- */
+
+/*
+ * Rewrites the packet's tuple to {saddr, daddr, sport, dport} with valid checksums.
+ * XDP updates every checksum per RFC 1624. tc writes the IP checksum the same way (the IP header
+ * sum stays invariant, so skb->csum stays right) but leaves the L4 checksum to
+ * bpf_l4_csum_replace, which also handles CHECKSUM_PARTIAL skbs (see the reference's veth
+ * gotcha); the helper calls come last because they invalidate packet pointers.
+ */
+static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
+					__be32 saddr, __be32 daddr, __be16 sport, __be16 dport) {
+	void *data = kbp_data(ctx, xdp);
+	void *end = kbp_data_end(ctx, xdp);
+	struct iphdr *iph = data + sizeof(struct ethhdr);
+	__u32 ihl_len = p->ihl_len & 0x3c;
+	bool tcp = p->proto == IPPROTO_TCP;
+	/* __builtin_offsetof: clang 14 turns bpf_helpers.h's offsetof in a ?: into a load. */
+	__u32 csum_off = tcp ? __builtin_offsetof(struct tcphdr, check)
+			     : __builtin_offsetof(struct udphdr, check);
+	__u32 addr_diff = 0, port_diff = 0, old_ports, new_ports;
+	__u16 *l4_check;
+	__be16 *ports;
+
+	if ((void *)(iph + 1) > end || ihl_len < sizeof(*iph))
+		return -1;
+	ports = (void *)iph + ihl_len;
+	if ((void *)ports + (tcp ? sizeof(struct tcphdr) : sizeof(struct udphdr)) > end)
+		return -1;
+	l4_check = (void *)ports + csum_off;
+	if ((void *)(l4_check + 1) > end)
+		return -1;
+
+	addr_diff = kbp_csum_diff32(addr_diff, iph->saddr, saddr);
+	addr_diff = kbp_csum_diff32(addr_diff, iph->daddr, daddr);
+	old_ports = *(__u32 *)ports;
+	iph->saddr = saddr;
+	iph->daddr = daddr;
+	ports[0] = sport;
+	ports[1] = dport;
+	new_ports = *(__u32 *)ports;
+	port_diff = kbp_csum_diff32(port_diff, old_ports, new_ports);
+	iph->check = kbp_csum_apply(iph->check, addr_diff);
+
+	if (xdp) {
+		/* UDP checksum 0 means "none"; a computed 0 is sent as 0xffff. */
+		if (!tcp && *l4_check == 0)
+			return 0;
+		__u16 check = kbp_csum_apply(*l4_check, kbp_csum_add(addr_diff, port_diff));
+		if (!tcp && check == 0)
+			check = 0xffff;
+		*l4_check = check;
+		return 0;
+	}
+
+	__u32 off = sizeof(struct ethhdr) + ihl_len + csum_off;
+	__u64 mangled = tcp ? 0 : BPF_F_MARK_MANGLED_0;
+
+	if (bpf_l4_csum_replace(ctx, off, 0, addr_diff, BPF_F_PSEUDO_HDR | mangled) < 0)
+		return -1;
+	if (old_ports != new_ports && bpf_l4_csum_replace(ctx, off, 0, port_diff, mangled) < 0)
+		return -1;
+	return 0;
+}
+
+/* ---------- counters ---------- */
+
+static __always_inline void kbp_count_traffic(void *map, __u32 id, __u32 len, bool reply,
+					      bool new_conn) {
+	struct kbp_traffic_stats *st = bpf_map_lookup_elem(map, &id);
+
+	if (!st)
+		return;
+	if (reply) {
+		st->reply_packets++;
+		st->reply_bytes += len;
+	} else {
+		st->fwd_packets++;
+		st->fwd_bytes += len;
+	}
+	if (new_conn)
+		st->new_conns++;
+}
+
+static __always_inline void kbp_count_drop(__u32 reason, __u32 svc_id, __u32 len) {
+	struct kbp_drop_stats *ds = bpf_map_lookup_elem(&kbp_drops_v1, &reason);
+	struct kbp_traffic_stats *st;
+
+	if (ds) {
+		ds->packets++;
+		ds->bytes += len;
+	}
+	st = bpf_map_lookup_elem(&kbp_svcst_v1, &svc_id);
+	if (st)
+		st->drops++;
+}
+
+/* ---------- conntrack ---------- */
+
+static __always_inline struct kbp_ct4_val *kbp_ct_lookup(const struct kbp_ct4_key *key) {
+	if (key->proto == IPPROTO_TCP)
+		return bpf_map_lookup_elem(&kbp_ct4tcp_v1, key);
+	return bpf_map_lookup_elem(&kbp_ct4any_v1, key);
+}
+
+static __always_inline long kbp_ct_insert(const struct kbp_ct4_key *key,
+					  const struct kbp_ct4_val *val, __u64 flags) {
+	if (key->proto == IPPROTO_TCP)
+		return bpf_map_update_elem(&kbp_ct4tcp_v1, key, val, flags);
+	return bpf_map_update_elem(&kbp_ct4any_v1, key, val, flags);
+}
+
+/* The tracked backend is still there, unchanged, and not terminating. */
+static __always_inline bool kbp_backend_current(const struct kbp_ct4_val *cv) {
+	__u32 id = cv->backend_id;
+	struct kbp_backend4 *be = bpf_map_lookup_elem(&kbp_be4_v1, &id);
+
+	return be && be->addr == cv->xlate_daddr && be->port == cv->xlate_dport &&
+	       !(be->flags & KBP_BE_F_TERMINATING);
+}
+
+/* ---------- backend choice ---------- */
+
+static __always_inline __u32 kbp_slot_backend(const struct kbp_svc_val *sv, __u32 slot) {
+	struct kbp_slot_key sk = {.svc_id = sv->svc_id, .slot = slot, .gen = sv->gen};
+	__u32 *id = bpf_map_lookup_elem(&kbp_slot_v1, &sk);
+
+	return id ? *id : 0;
+}
+
+static __always_inline __u32 kbp_maglev_backend(const struct kbp_svc_val *sv,
+						const struct kbp_pkt4 *p,
+						const struct kbp_config *cfg) {
+	__u32 svc_id = sv->svc_id;
+	void *table = bpf_map_lookup_elem(&kbp_mglv_v1, &svc_id);
+	__u32 index, *id;
+
+	if (!table || cfg->maglev_size == 0)
+		return 0;
+	index = kbp_flow_hash4(p, cfg->hash_seed) % cfg->maglev_size;
+	id = bpf_map_lookup_elem(table, &index);
+	return id ? *id : 0;
+}
+
+static __always_inline __u32 kbp_rr_slot(const struct kbp_svc_val *sv) {
+	__u32 svc_id = sv->svc_id;
+	struct kbp_rr_val *rr = bpf_map_lookup_elem(&kbp_rr_v1, &svc_id);
+	__u32 n;
+
+	if (!rr)
+		return bpf_get_prandom_u32() % sv->count;
+	bpf_spin_lock(&rr->lock);
+	n = rr->next++;
+	bpf_spin_unlock(&rr->lock);
+	return n % sv->count;
+}
+
+static __always_inline __u32 kbp_choose_backend(const struct kbp_svc_val *sv,
+						const struct kbp_pkt4 *p,
+						const struct kbp_config *cfg) {
+	__u32 id;
+
+	if (sv->algorithm == KBP_ALG_MAGLEV) {
+		id = kbp_maglev_backend(sv, p, cfg);
+		if (id)
+			return id;
+	} else if (sv->algorithm == KBP_ALG_RR) {
+		return kbp_slot_backend(sv, kbp_rr_slot(sv));
+	}
+	return kbp_slot_backend(sv, bpf_get_prandom_u32() % sv->count);
+}
+
+static __always_inline __u32 kbp_affinity_backend(const struct kbp_svc_val *sv, __be32 client,
+						  __u64 now) {
+	struct kbp_aff4_key ak = {.client = client, .svc_id = sv->svc_id};
+	struct kbp_aff_val *av = bpf_map_lookup_elem(&kbp_aff4_v1, &ak);
+	struct kbp_aff_match_key mk;
+
+	if (!av || now - av->last_used_ns > (__u64)sv->affinity_timeout_s * 1000000000ull)
+		return 0;
+	mk.backend_id = av->backend_id;
+	mk.svc_id = sv->svc_id;
+	return bpf_map_lookup_elem(&kbp_affm_v1, &mk) ? mk.backend_id : 0;
+}
+
+/* ---------- service lookup ---------- */
+
+static __always_inline int kbp_lookup_service(const struct kbp_pkt4 *p, int role,
+					      struct kbp_svc_val *sv) {
+	struct kbp_svc4_key key = {
+	    .addr = p->daddr, .port = p->dport, .proto = p->proto, .scope = KBP_SCOPE_ALL};
+	struct kbp_svc_val *found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
+
+	if (!found) {
+		__be32 daddr = p->daddr;
+
+		if (!bpf_map_lookup_elem(&kbp_node4_v1, &daddr))
+			return -1;
+		key.addr = 0;
+		found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
+		if (!found)
+			return -1;
+	}
+	*sv = *found;
+	if (role == KBP_ROLE_POD && (sv->flags & KBP_SVC_F_TWO_SCOPES)) {
+		key.scope = KBP_SCOPE_INTERNAL;
+		found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
+		if (found)
+			*sv = *found;
+	}
+	return 0;
+}
+
+static __always_inline bool kbp_source_allowed(const struct kbp_svc_val *sv, __be32 saddr) {
+	struct kbp_srcr4_key key = {.prefixlen = 64, .svc_id = sv->svc_id, .addr = saddr};
+
+	return bpf_map_lookup_elem(&kbp_srcr4_v1, &key) != NULL;
+}
+
+/* ---------- the load balancer ---------- */
+
+/* A new flow: choose the backend, decide SNAT, create both conntrack entries. Fills `out` with
+ * the forward entry. Returns KBP_PASS or KBP_DROP with *reason set. */
+static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
+					const struct kbp_svc_val *sv, __u64 now,
+					struct kbp_ct4_val *out, __u32 *reason) {
+	__u32 zero = 0, backend_id = 0;
+	struct kbp_config *cfg = bpf_map_lookup_elem(&kbp_cfg_v1, &zero);
+	struct kbp_backend4 *be;
+	struct kbp_ct4_key rkey = {};
+	struct kbp_ct4_key fkey = {};
+	struct kbp_ct4_val rval = {};
+	bool hairpin, snat;
+	__be32 backend_addr;
+	__be16 backend_port;
+	__u8 be_flags;
+
+	if (!cfg) {
+		*reason = KBP_DROP_NO_SNAT_ADDR;
+		return KBP_DROP;
+	}
+	if (sv->flags & KBP_SVC_F_AFFINITY)
+		backend_id = kbp_affinity_backend(sv, p->saddr, now);
+	if (!backend_id)
+		backend_id = kbp_choose_backend(sv, p, cfg);
+	be = bpf_map_lookup_elem(&kbp_be4_v1, &backend_id);
+	if (!be) {
+		*reason = KBP_DROP_BACKEND_MISSING;
+		return KBP_DROP;
+	}
+	backend_addr = be->addr;
+	backend_port = be->port;
+	be_flags = be->flags;
+	if (sv->flags & KBP_SVC_F_AFFINITY) {
+		struct kbp_aff4_key ak = {.client = p->saddr, .svc_id = sv->svc_id};
+		struct kbp_aff_val av = {.last_used_ns = now, .backend_id = backend_id};
+
+		bpf_map_update_elem(&kbp_aff4_v1, &ak, &av, BPF_ANY);
+	}
+
+	hairpin = backend_addr == p->saddr;
+	snat = hairpin || (role == KBP_ROLE_EXT && !(be_flags & KBP_BE_F_LOCAL));
+
+	out->last_seen_ns = now;
+	out->xlate_saddr = p->saddr;
+	out->xlate_daddr = backend_addr;
+	out->xlate_sport = p->sport;
+	out->xlate_dport = backend_port;
+	out->svc_id = sv->svc_id;
+	out->backend_id = backend_id;
+	out->flags = (snat ? KBP_CT_F_SNAT : 0) | (hairpin ? KBP_CT_F_HAIRPIN : 0) |
+		     (role == KBP_ROLE_EXT ? KBP_CT_F_EXTERNAL : 0);
+	out->tcp_flags = p->tcp_flags;
+	out->pad = 0;
+
+	rval.last_seen_ns = now;
+	rval.xlate_saddr = p->daddr;
+	rval.xlate_daddr = p->saddr;
+	rval.xlate_sport = p->dport;
+	rval.xlate_dport = p->sport;
+	rval.svc_id = sv->svc_id;
+	rval.backend_id = backend_id;
+	rval.flags = out->flags | KBP_CT_F_REPLY;
+
+	rkey.saddr = backend_addr;
+	rkey.sport = backend_port;
+	rkey.proto = p->proto;
+
+	if (snat) {
+		__u32 min = cfg->snat_port_min, max = cfg->snat_port_max;
+		__u32 range, start, i;
+		bool placed = false;
+
+		if (cfg->snat_addr4 == 0 || min == 0 || max < min) {
+			*reason = KBP_DROP_NO_SNAT_ADDR;
+			return KBP_DROP;
+		}
+		range = max - min + 1;
+		start = bpf_get_prandom_u32();
+		out->xlate_saddr = cfg->snat_addr4;
+		rkey.daddr = cfg->snat_addr4;
+		for (i = 0; i < KBP_SNAT_PORT_TRIES; i++) {
+			__be16 port = bpf_htons((__u16)(min + (start + i) % range));
+
+			rkey.dport = port;
+			if (kbp_ct_insert(&rkey, &rval, BPF_NOEXIST) == 0) {
+				out->xlate_sport = port;
+				placed = true;
+				break;
+			}
+		}
+		if (!placed) {
+			*reason = KBP_DROP_SNAT_PORTS;
+			return KBP_DROP;
+		}
+	} else {
+		rkey.daddr = p->saddr;
+		rkey.dport = p->sport;
+		if (kbp_ct_insert(&rkey, &rval, BPF_ANY) != 0) {
+			*reason = KBP_DROP_CT_INSERT;
+			return KBP_DROP;
+		}
+	}
+
+	fkey.saddr = p->saddr;
+	fkey.daddr = p->daddr;
+	fkey.sport = p->sport;
+	fkey.dport = p->dport;
+	fkey.proto = p->proto;
+	if (kbp_ct_insert(&fkey, out, BPF_ANY) != 0) {
+		*reason = KBP_DROP_CT_INSERT;
+		return KBP_DROP;
+	}
+	return KBP_PASS;
+}
+
+/*
+ * Handles one packet. Returns a kbp_verdict; *reason and *svc_id tell why a packet is dropped
+ * or rejected (counted by the caller, which knows whether the reject is answered).
+ */
+static __always_inline int kbp_lb4(void *ctx, const bool xdp, int role, __u32 *reason,
+				   __u32 *svc_id) {
+	struct kbp_pkt4 p = {};
+	struct kbp_ct4_key key = {};
+	struct kbp_ct4_val *ct, fwd;
+	struct kbp_svc_val sv;
+	__u64 now;
+
+	if (kbp_parse4(ctx, xdp, &p) < 0)
+		return KBP_PASS;
+
+	key.saddr = p.saddr;
+	key.daddr = p.daddr;
+	key.sport = p.sport;
+	key.dport = p.dport;
+	key.proto = p.proto;
+	now = bpf_ktime_get_ns();
+	ct = kbp_ct_lookup(&key);
+	if (ct) {
+		struct kbp_ct4_val cv = *ct;
+		bool reply = cv.flags & KBP_CT_F_REPLY;
+		bool new_syn = p.tcp_flags & KBP_TCP_SYN && !(p.tcp_flags & KBP_TCP_ACK);
+
+		/* A new connection on a tracked tuple: reuse the backend only if the old flow is
+		 * still open (a retransmitted SYN) and its backend is still current. */
+		if (!reply && new_syn &&
+		    ((cv.tcp_flags & (KBP_TCP_FIN | KBP_TCP_RST)) || !kbp_backend_current(&cv)))
+			goto service;
+		if ((cv.tcp_flags | p.tcp_flags) != cv.tcp_flags ||
+		    now - cv.last_seen_ns > KBP_CT_REFRESH_NS) {
+			ct->tcp_flags = cv.tcp_flags | p.tcp_flags;
+			ct->last_seen_ns = now;
+		}
+		kbp_count_traffic(&kbp_svcst_v1, cv.svc_id, p.len, reply, false);
+		kbp_count_traffic(&kbp_best_v1, cv.backend_id, p.len, reply, false);
+		kbp_rewrite4(ctx, xdp, &p, cv.xlate_saddr, cv.xlate_daddr, cv.xlate_sport,
+			     cv.xlate_dport);
+		return KBP_PASS;
+	}
+
+service:
+	if (kbp_lookup_service(&p, role, &sv) < 0)
+		return KBP_PASS;
+	/* ClusterIPs are for pods; from outside they are not ours to translate. */
+	if (role == KBP_ROLE_EXT && !(sv.flags & KBP_SVC_F_EXTERNAL))
+		return KBP_PASS;
+	*svc_id = sv.svc_id;
+	if ((sv.flags & KBP_SVC_F_SOURCE_RANGE) && !kbp_source_allowed(&sv, p.saddr)) {
+		*reason = KBP_DROP_SOURCE_RANGE;
+		return KBP_DROP;
+	}
+	if (sv.action == KBP_ACTION_REJECT) {
+		*reason = KBP_DROP_NO_ENDPOINTS;
+		return KBP_REJECT;
+	}
+	if (sv.action != KBP_ACTION_FORWARD || sv.count == 0) {
+		*reason = KBP_DROP_NO_LOCAL_ENDPOINTS;
+		return KBP_DROP;
+	}
+	if (kbp_new_flow(&p, role, &sv, now, &fwd, reason) != KBP_PASS)
+		return KBP_DROP;
+	kbp_count_traffic(&kbp_svcst_v1, fwd.svc_id, p.len, false, true);
+	kbp_count_traffic(&kbp_best_v1, fwd.backend_id, p.len, false, true);
+	kbp_rewrite4(ctx, xdp, &p, fwd.xlate_saddr, fwd.xlate_daddr, fwd.xlate_sport,
+		     fwd.xlate_dport);
+	return KBP_PASS;
+}
+
+#endif /* KBP_LB_COMMON_H */

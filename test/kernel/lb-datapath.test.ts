@@ -1,0 +1,698 @@
+// The load balancer programs of bpf/lb.o run on crafted packets with BPF_PROG_TEST_RUN; the maps
+// are written through layout.ts's codecs, as the control plane's writer does.
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  BPF_F_INNER_MAP,
+  BPF_MAP_TYPE_ARRAY,
+  createMap,
+  mapDelete,
+  mapLookup,
+  mapUpdate,
+  mapUpdateBatch,
+  possibleCpus,
+} from '../../native/libbpf.js';
+import { closeFd } from '../../native/libc.js';
+import { maglevIndex4 } from '../../src/dataplanes/bpf/flow-hash.js';
+import {
+  ACTION,
+  ALGORITHM,
+  aff4Key,
+  affMatchKey,
+  affVal,
+  BE_F,
+  CT_F,
+  ct4Key,
+  ct4Val,
+  DROP_REASON,
+  dropStats,
+  ip4Codec,
+  PROGRAMS,
+  perCpuValueSize,
+  rrVal,
+  SCOPE,
+  SVC_F,
+  srcRange4Key,
+  sumPerCpu,
+  TCP_FLAG,
+  trafficStats,
+  u8Codec,
+  u32Codec,
+} from '../../src/dataplanes/bpf/layout.js';
+import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
+import { type LoadedLb, loadLb, run, TEST_CONFIG, writeConfig, writeFrontend } from '../support/lb-object.js';
+import {
+  buildPacket,
+  IPPROTO_ICMP,
+  IPPROTO_TCP,
+  IPPROTO_UDP,
+  parsePacket,
+  replyTo,
+  TCP,
+} from '../support/packets.js';
+import { describeRoot } from '../support/privileges.js';
+
+const TC_ACT_UNSPEC = -1;
+const TC_ACT_SHOT = 2;
+const TC_ACT_REDIRECT = 7;
+const XDP_DROP = 1;
+const XDP_PASS = 2;
+
+const { tcFromPod: TC_POD, tcFromExternal: TC_EXT, xdpFromExternal: XDP_EXT } = PROGRAMS;
+
+const CLIENT = '10.244.1.10';
+const OUTSIDE = '203.0.113.7';
+
+let lb: LoadedLb;
+let nextSport = 20000;
+/** A fresh client port per flow, so tests never share conntrack entries. */
+const sport = () => nextSport++;
+
+function tcp(saddr: string, daddr: string, dport: number, flags: number = TCP.SYN, src = sport()) {
+  return buildPacket({ saddr, daddr, proto: IPPROTO_TCP, sport: src, dport, tcpFlags: flags });
+}
+
+function udp(saddr: string, daddr: string, dport: number, src = sport()) {
+  return buildPacket({ saddr, daddr, proto: IPPROTO_UDP, sport: src, dport, payload: Buffer.from('hello') });
+}
+
+function expectValid(frame: Buffer) {
+  const p = parsePacket(frame);
+  expect(p.ipChecksumOk, 'IPv4 header checksum').toBe(true);
+  expect(p.l4ChecksumOk, 'L4 checksum').toBe(true);
+  return p;
+}
+
+function stats(map: number, id: number) {
+  const buf = Buffer.alloc(perCpuValueSize(trafficStats.size, possibleCpus()));
+  mapLookup(map, u32Codec.encode(id), buf);
+  return sumPerCpu(trafficStats, buf, possibleCpus());
+}
+
+function drops(reason: number) {
+  const buf = Buffer.alloc(perCpuValueSize(dropStats.size, possibleCpus()));
+  mapLookup(lb.fd.drops, u32Codec.encode(reason), buf);
+  return sumPerCpu(dropStats, buf, possibleCpus()).packets;
+}
+
+describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
+  beforeAll(() => {
+    lb = loadLb();
+    writeConfig(lb);
+  });
+  afterAll(() => lb?.close());
+
+  describe('DNAT and reverse NAT', () => {
+    beforeAll(() => {
+      writeFrontend(lb, {
+        svcId: 1,
+        addr: '10.96.0.10',
+        port: 80,
+        proto: IPPROTO_TCP,
+        backends: [{ id: 1, addr: '10.244.2.5', port: 8080, flags: BE_F.LOCAL }],
+      });
+      writeFrontend(lb, {
+        svcId: 2,
+        addr: '10.96.0.53',
+        port: 53,
+        proto: IPPROTO_UDP,
+        backends: [{ id: 2, addr: '10.244.2.6', port: 5353, flags: BE_F.LOCAL }],
+      });
+    });
+
+    it('tc rewrites a TCP SYN to the backend and the reply back to the VIP, checksums valid', () => {
+      const syn = tcp(CLIENT, '10.96.0.10', 80);
+      const out = run(lb, TC_POD, syn);
+      expect(out.retval).toBe(TC_ACT_UNSPEC);
+      const p = expectValid(out.dataOut);
+      expect(p).toMatchObject({
+        saddr: CLIENT,
+        daddr: '10.244.2.5',
+        dport: 8080,
+        sport: parsePacket(syn).sport,
+      });
+
+      const back = run(lb, TC_POD, replyTo(out.dataOut));
+      expect(back.retval).toBe(TC_ACT_UNSPEC);
+      const r = expectValid(back.dataOut);
+      expect(r).toMatchObject({ saddr: '10.96.0.10', sport: 80, daddr: CLIENT, dport: p.sport });
+    });
+
+    it('tc rewrites UDP (with and without a checksum) both ways', () => {
+      const out = run(lb, TC_POD, udp(CLIENT, '10.96.0.53', 53));
+      const p = expectValid(out.dataOut);
+      expect(p).toMatchObject({ daddr: '10.244.2.6', dport: 5353 });
+      const back = expectValid(run(lb, TC_POD, replyTo(out.dataOut)).dataOut);
+      expect(back).toMatchObject({ saddr: '10.96.0.53', sport: 53, daddr: CLIENT });
+
+      const bare = buildPacket({
+        saddr: CLIENT,
+        daddr: '10.96.0.53',
+        proto: IPPROTO_UDP,
+        sport: sport(),
+        dport: 53,
+        udpNoChecksum: true,
+      });
+      const q = parsePacket(run(lb, TC_POD, bare).dataOut);
+      expect(q.daddr).toBe('10.244.2.6');
+      expect(q.l4.readUInt16BE(6)).toBe(0);
+      expect(q.ipChecksumOk).toBe(true);
+    });
+
+    it('honours IPv4 options (ihl > 5)', () => {
+      const frame = buildPacket({
+        saddr: CLIENT,
+        daddr: '10.96.0.10',
+        proto: IPPROTO_TCP,
+        sport: sport(),
+        dport: 80,
+        ipOptions: Buffer.from([1, 1, 1, 0, 0x94, 4, 0, 0]),
+      });
+      const p = expectValid(run(lb, TC_POD, frame).dataOut);
+      expect(p).toMatchObject({ ihlLen: 28, daddr: '10.244.2.5', dport: 8080 });
+    });
+
+    it('counts packets, bytes and connections per service and per backend', () => {
+      const before = stats(lb.fd.svcStats, 1);
+      const beBefore = stats(lb.fd.backendStats, 1);
+      const syn = tcp(CLIENT, '10.96.0.10', 80);
+      const out = run(lb, TC_POD, syn);
+      run(lb, TC_POD, replyTo(out.dataOut));
+      const after = stats(lb.fd.svcStats, 1);
+      expect(after.newConns - before.newConns).toBe(1n);
+      expect(after.fwdPackets - before.fwdPackets).toBe(1n);
+      expect(after.fwdBytes - before.fwdBytes).toBe(BigInt(syn.length));
+      expect(after.replyPackets - before.replyPackets).toBe(1n);
+      expect(stats(lb.fd.backendStats, 1).newConns - beBefore.newConns).toBe(1n);
+    });
+  });
+
+  describe('external traffic (XDP and tc on external interfaces)', () => {
+    beforeAll(() => {
+      writeFrontend(lb, {
+        svcId: 10,
+        addr: '192.168.50.100',
+        port: 443,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.LOADBALANCER,
+        backends: [{ id: 10, addr: '10.244.2.10', port: 8443, flags: BE_F.LOCAL }],
+      });
+      writeFrontend(lb, {
+        svcId: 11,
+        addr: '10.96.0.11',
+        port: 80,
+        proto: IPPROTO_TCP,
+        backends: [{ id: 11, addr: '10.244.2.11', port: 8080, flags: BE_F.LOCAL }],
+      });
+      // NodePort on every node address: one addr-0 frontend plus the node's addresses.
+      writeFrontend(lb, {
+        svcId: 12,
+        addr: '0.0.0.0',
+        port: 30080,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+        backends: [{ id: 12, addr: '10.244.2.12', port: 8080, flags: BE_F.LOCAL }],
+      });
+      mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode('192.168.50.1'), u32Codec.encode(1));
+      mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode('192.168.60.1'), u32Codec.encode(1));
+    });
+
+    it('XDP DNATs a LoadBalancer IP to a local backend and reverses the reply, checksums valid', () => {
+      const out = run(lb, XDP_EXT, tcp(OUTSIDE, '192.168.50.100', 443));
+      expect(out.retval).toBe(XDP_PASS);
+      const p = expectValid(out.dataOut);
+      expect(p).toMatchObject({ saddr: OUTSIDE, daddr: '10.244.2.10', dport: 8443 });
+      // The local backend's reply enters through its pod-facing interface.
+      const back = run(lb, TC_POD, replyTo(out.dataOut));
+      expect(expectValid(back.dataOut)).toMatchObject({
+        saddr: '192.168.50.100',
+        sport: 443,
+        daddr: OUTSIDE,
+      });
+    });
+
+    it('XDP keeps UDP checksums valid too', () => {
+      writeFrontend(lb, {
+        svcId: 13,
+        addr: '192.168.50.101',
+        port: 53,
+        proto: IPPROTO_UDP,
+        flags: SVC_F.EXTERNAL | SVC_F.EXTERNAL_IP,
+        backends: [{ id: 13, addr: '10.244.2.13', port: 5353, flags: BE_F.LOCAL }],
+      });
+      const out = run(lb, XDP_EXT, udp(OUTSIDE, '192.168.50.101', 53));
+      expect(expectValid(out.dataOut)).toMatchObject({ daddr: '10.244.2.13', dport: 5353 });
+      const back = run(lb, XDP_EXT, replyTo(out.dataOut));
+      expect(expectValid(back.dataOut)).toMatchObject({ saddr: '192.168.50.101', sport: 53 });
+    });
+
+    it('serves a NodePort on each node address through the addr-0 entry, and on no other address', () => {
+      for (const nodeIP of ['192.168.50.1', '192.168.60.1']) {
+        const out = run(lb, TC_EXT, tcp(OUTSIDE, nodeIP, 30080));
+        expect(expectValid(out.dataOut)).toMatchObject({ daddr: '10.244.2.12', dport: 8080 });
+        const back = run(lb, TC_POD, replyTo(out.dataOut));
+        expect(expectValid(back.dataOut)).toMatchObject({ saddr: nodeIP, sport: 30080 });
+      }
+      const other = tcp(OUTSIDE, '192.168.70.1', 30080);
+      expect(run(lb, TC_EXT, other).dataOut).toEqual(other);
+    });
+
+    it('leaves ClusterIP traffic from outside untouched, but serves it from pods', () => {
+      const frame = tcp(OUTSIDE, '10.96.0.11', 80);
+      expect(run(lb, XDP_EXT, frame).dataOut).toEqual(frame);
+      expect(run(lb, TC_EXT, frame).dataOut).toEqual(frame);
+      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.11', 80)).dataOut).daddr).toBe('10.244.2.11');
+    });
+  });
+
+  describe('connection tracking', () => {
+    const backends = [1, 2, 3, 4].map((i) => ({
+      id: 100 + i,
+      addr: `10.244.3.${i}`,
+      port: 8080,
+      flags: BE_F.LOCAL,
+    }));
+    beforeAll(() => {
+      writeFrontend(lb, { svcId: 20, addr: '10.96.0.20', port: 80, proto: IPPROTO_TCP, backends });
+    });
+
+    it('keeps every packet of a flow on its backend while new flows spread (random)', () => {
+      const chosen = new Set<string>();
+      for (let flow = 0; flow < 24; flow++) {
+        const src = sport();
+        const first = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut).daddr;
+        chosen.add(first);
+        for (const flags of [TCP.SYN, TCP.ACK, TCP.ACK | TCP.PSH, TCP.FIN | TCP.ACK]) {
+          expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, flags, src)).dataOut).daddr).toBe(
+            first,
+          );
+        }
+      }
+      expect(chosen.size).toBeGreaterThan(1);
+    });
+
+    it('moves a new connection (SYN) off a removed or terminating backend, keeps established packets', () => {
+      const src = sport();
+      const first = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut).daddr;
+      const removed = backends.find((b) => b.addr === first)!;
+      const remaining = backends.filter((b) => b !== removed);
+      writeFrontend(lb, {
+        svcId: 20,
+        addr: '10.96.0.20',
+        port: 80,
+        proto: IPPROTO_TCP,
+        backends: remaining,
+        gen: 1,
+      });
+      mapDelete(lb.fd.backends4, u32Codec.encode(removed.id));
+      try {
+        // An established packet keeps going to the old backend (kube-proxy keeps TCP conntrack).
+        expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.ACK, src)).dataOut).daddr).toBe(
+          first,
+        );
+        // A SYN on the same tuple is a new connection: it goes to a remaining backend.
+        const again = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut).daddr;
+        expect(remaining.map((b) => b.addr)).toContain(again);
+      } finally {
+        writeFrontend(lb, { svcId: 20, addr: '10.96.0.20', port: 80, proto: IPPROTO_TCP, backends });
+      }
+    });
+
+    it('selects again for a SYN after the tracked flow closed', () => {
+      writeFrontend(lb, {
+        svcId: 21,
+        addr: '10.96.0.21',
+        port: 80,
+        proto: IPPROTO_TCP,
+        algorithm: ALGORITHM.rr,
+        backends: backends.slice(0, 2),
+      });
+      mapUpdate(lb.fd.rr, u32Codec.encode(21), rrVal.encode({ next: 0 }));
+      const src = sport();
+      const a = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.21', 80, TCP.SYN, src)).dataOut).daddr;
+      // A retransmitted SYN of the open flow keeps its backend (rr would move on).
+      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.21', 80, TCP.SYN, src)).dataOut).daddr).toBe(a);
+      run(lb, TC_POD, tcp(CLIENT, '10.96.0.21', 80, TCP.RST, src));
+      const b = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.21', 80, TCP.SYN, src)).dataOut).daddr;
+      expect(b).not.toBe(a);
+    });
+
+    it('records both entries with timestamps and TCP flags for userspace GC', () => {
+      const src = sport();
+      const out = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut);
+      const fwd = Buffer.alloc(ct4Val.size);
+      expect(
+        mapLookup(
+          lb.fd.ct4Tcp,
+          ct4Key.encode({ saddr: CLIENT, daddr: '10.96.0.20', sport: src, dport: 80, proto: IPPROTO_TCP }),
+          fwd,
+        ),
+      ).toBe(true);
+      const f = ct4Val.decode(fwd);
+      expect(f).toMatchObject({
+        xlateDaddr: out.daddr,
+        xlateDport: 8080,
+        svcId: 20,
+        tcpFlags: TCP_FLAG.SYN,
+        flags: 0,
+      });
+      expect(f.lastSeenNs).toBeGreaterThan(0n);
+      const rev = Buffer.alloc(ct4Val.size);
+      const replyKey = { saddr: out.daddr, daddr: CLIENT, sport: 8080, dport: src, proto: IPPROTO_TCP };
+      expect(mapLookup(lb.fd.ct4Tcp, ct4Key.encode(replyKey), rev)).toBe(true);
+      expect(ct4Val.decode(rev)).toMatchObject({
+        xlateSaddr: '10.96.0.20',
+        xlateSport: 80,
+        xlateDaddr: CLIENT,
+        xlateDport: src,
+        flags: CT_F.REPLY,
+      });
+    });
+  });
+
+  describe('backend choice', () => {
+    const backends = [1, 2, 3].map((i) => ({
+      id: 200 + i,
+      addr: `10.244.4.${i}`,
+      port: 9000 + i,
+      flags: BE_F.LOCAL,
+    }));
+
+    it('rr hands out the slots in order, one per new connection', () => {
+      writeFrontend(lb, {
+        svcId: 30,
+        addr: '10.96.0.30',
+        port: 80,
+        proto: IPPROTO_TCP,
+        algorithm: ALGORITHM.rr,
+        backends,
+      });
+      mapUpdate(lb.fd.rr, u32Codec.encode(30), rrVal.encode({ next: 0 }));
+      const order = Array.from(
+        { length: 9 },
+        () => parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.30', 80)).dataOut).daddr,
+      );
+      const expected = Array.from({ length: 9 }, (_, i) => backends[i % 3]!.addr);
+      expect(order).toEqual(expected);
+    });
+
+    it('maglev picks the backend the TS table holds at the flow hash index', () => {
+      const m = TEST_CONFIG.maglevSize;
+      const table = buildMaglevTable(
+        backends.map((b) => ({ name: `${b.addr}:${b.port}`, id: b.id })),
+        m,
+      );
+      const inner = createMap(BPF_MAP_TYPE_ARRAY, 'kbp_mglv_test', 4, 4, m, { mapFlags: BPF_F_INNER_MAP });
+      try {
+        const keys = u32Codec.encodeMany(Array.from({ length: m }, (_, i) => i));
+        mapUpdateBatch(inner, keys, Buffer.from(table.buffer, table.byteOffset, table.byteLength), m);
+        mapUpdate(lb.fd.maglev, u32Codec.encode(31), u32Codec.encode(inner));
+      } finally {
+        closeFd(inner); // the outer map holds the reference
+      }
+      writeFrontend(lb, {
+        svcId: 31,
+        addr: '10.96.0.31',
+        port: 80,
+        proto: IPPROTO_TCP,
+        algorithm: ALGORITHM.maglev,
+        backends,
+      });
+      const byId = new Map(backends.map((b) => [b.id, b.addr]));
+      const seen = new Set<string>();
+      for (let i = 0; i < 60; i++) {
+        const src = sport();
+        const got = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.31', 80, TCP.SYN, src)).dataOut).daddr;
+        const index = maglevIndex4(CLIENT, src, 80, IPPROTO_TCP, TEST_CONFIG.hashSeed, m);
+        expect(got).toBe(byId.get(table[index]!));
+        seen.add(got);
+      }
+      expect(seen.size).toBe(3);
+    });
+
+    it('ClientIP affinity keeps a client on its backend within the timeout and lets go after it', async () => {
+      writeFrontend(lb, {
+        svcId: 32,
+        addr: '10.96.0.32',
+        port: 80,
+        proto: IPPROTO_TCP,
+        algorithm: ALGORITHM.rr,
+        flags: SVC_F.AFFINITY,
+        affinityTimeoutS: 1,
+        backends,
+      });
+      mapUpdate(lb.fd.rr, u32Codec.encode(32), rrVal.encode({ next: 0 }));
+      for (const b of backends)
+        mapUpdate(lb.fd.affinityMatch, affMatchKey.encode({ backendId: b.id, svcId: 32 }), u8Codec.encode(1));
+      const client = '10.244.1.32';
+      const pick = () => parsePacket(run(lb, TC_POD, tcp(client, '10.96.0.32', 80)).dataOut).daddr;
+      const first = pick();
+      expect(first).toBe(backends[0]!.addr);
+      for (let i = 0; i < 5; i++) expect(pick()).toBe(first); // rr alone would rotate
+      const entry = Buffer.alloc(affVal.size);
+      expect(mapLookup(lb.fd.affinity4, aff4Key.encode({ client, svcId: 32 }), entry)).toBe(true);
+      expect(affVal.decode(entry).backendId).toBe(backends[0]!.id);
+
+      await new Promise((resolve) => setTimeout(resolve, 1200));
+      const after = pick();
+      expect(after).toBe(backends[1]!.addr);
+      expect(pick()).toBe(after);
+
+      // A backend that left the service (no affinity-match entry) is not honoured.
+      mapDelete(lb.fd.affinityMatch, affMatchKey.encode({ backendId: backends[1]!.id, svcId: 32 }));
+      expect(pick()).toBe(backends[2]!.addr);
+    });
+  });
+
+  describe('policy', () => {
+    it('drops sources outside loadBalancerSourceRanges (tc and XDP) and counts why', () => {
+      writeFrontend(lb, {
+        svcId: 40,
+        addr: '192.168.50.140',
+        port: 80,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.LOADBALANCER | SVC_F.SOURCE_RANGE,
+        backends: [{ id: 40, addr: '10.244.2.40', port: 8080, flags: BE_F.LOCAL }],
+      });
+      mapUpdate(
+        lb.fd.srcRange4,
+        srcRange4Key.encode({ prefixlen: 32 + 24, svcId: 40, addr: '203.0.113.0' }),
+        u8Codec.encode(1),
+      );
+      const allowed = run(lb, XDP_EXT, tcp('203.0.113.99', '192.168.50.140', 80));
+      expect(allowed.retval).toBe(XDP_PASS);
+      expect(parsePacket(allowed.dataOut).daddr).toBe('10.244.2.40');
+
+      const before = drops(DROP_REASON.sourceRange);
+      expect(run(lb, XDP_EXT, tcp('198.51.100.1', '192.168.50.140', 80)).retval).toBe(XDP_DROP);
+      expect(run(lb, TC_EXT, tcp('198.51.100.1', '192.168.50.140', 80)).retval).toBe(TC_ACT_SHOT);
+      expect(drops(DROP_REASON.sourceRange) - before).toBe(2n);
+      expect(stats(lb.fd.svcStats, 40).drops).toBe(2n);
+    });
+
+    it('rejects a service without endpoints with ICMP port unreachable quoting the packet', () => {
+      writeFrontend(lb, {
+        svcId: 41,
+        addr: '10.96.0.41',
+        port: 80,
+        proto: IPPROTO_TCP,
+        backends: [],
+        action: ACTION.reject,
+      });
+      const frame = tcp(CLIENT, '10.96.0.41', 80);
+      const before = drops(DROP_REASON.noEndpoints);
+      const out = run(lb, TC_POD, frame);
+      expect(out.retval).toBe(TC_ACT_REDIRECT);
+      const icmp = expectValid(out.dataOut);
+      expect(icmp).toMatchObject({ proto: IPPROTO_ICMP, saddr: '10.96.0.41', daddr: CLIENT });
+      expect(icmp.l4[0]).toBe(3); // destination unreachable
+      expect(icmp.l4[1]).toBe(3); // port unreachable
+      expect(icmp.l4.subarray(8)).toEqual(frame.subarray(14, 14 + 20 + 8));
+      expect(out.dataOut.subarray(0, 6)).toEqual(frame.subarray(6, 12)); // back to the sender's MAC
+      expect(drops(DROP_REASON.noEndpoints) - before).toBe(1n);
+
+      // UDP too; XDP leaves the answer to tc.
+      const u = udp(CLIENT, '10.96.0.41', 80);
+      writeFrontend(lb, {
+        svcId: 44,
+        addr: '10.96.0.41',
+        port: 80,
+        proto: IPPROTO_UDP,
+        backends: [],
+        action: ACTION.reject,
+      });
+      expect(parsePacket(run(lb, TC_POD, u).dataOut).proto).toBe(IPPROTO_ICMP);
+      writeFrontend(lb, {
+        svcId: 42,
+        addr: '192.168.50.142',
+        port: 80,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL,
+        backends: [],
+        action: ACTION.reject,
+      });
+      const ext = tcp(OUTSIDE, '192.168.50.142', 80);
+      const x = run(lb, XDP_EXT, ext);
+      expect(x.retval).toBe(XDP_PASS);
+      expect(x.dataOut).toEqual(ext);
+    });
+
+    it('drops (not rejects) when endpoints exist but the traffic policy allows none', () => {
+      writeFrontend(lb, {
+        svcId: 43,
+        addr: '192.168.50.143',
+        port: 80,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.LOCAL_ONLY,
+        backends: [],
+        action: ACTION.drop,
+      });
+      expect(run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.143', 80)).retval).toBe(TC_ACT_SHOT);
+      expect(run(lb, XDP_EXT, tcp(OUTSIDE, '192.168.50.143', 80)).retval).toBe(XDP_DROP);
+    });
+
+    it('externalTrafficPolicy=Local: outside traffic to local endpoints, pod traffic to the cluster ones', () => {
+      const local = { id: 50, addr: '10.244.2.50', port: 8080, flags: BE_F.LOCAL };
+      const remote = { id: 51, addr: '10.244.9.51', port: 8080 };
+      writeFrontend(lb, {
+        svcId: 50,
+        addr: '192.168.50.150',
+        port: 80,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.LOADBALANCER | SVC_F.LOCAL_ONLY | SVC_F.TWO_SCOPES,
+        backends: [local],
+      });
+      writeFrontend(lb, {
+        svcId: 51,
+        addr: '192.168.50.150',
+        port: 80,
+        proto: IPPROTO_TCP,
+        scope: SCOPE.internal,
+        flags: SVC_F.EXTERNAL | SVC_F.LOADBALANCER,
+        algorithm: ALGORITHM.rr,
+        backends: [remote, local],
+      });
+      mapUpdate(lb.fd.rr, u32Codec.encode(51), rrVal.encode({ next: 0 }));
+      for (let i = 0; i < 6; i++) {
+        const out = parsePacket(run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.150', 80)).dataOut);
+        expect(out).toMatchObject({ saddr: OUTSIDE, daddr: local.addr }); // client IP kept
+      }
+      const fromPods = Array.from(
+        { length: 4 },
+        () => parsePacket(run(lb, TC_POD, tcp(CLIENT, '192.168.50.150', 80)).dataOut).daddr,
+      );
+      expect(fromPods).toEqual([remote.addr, local.addr, remote.addr, local.addr]);
+    });
+
+    it('internalTrafficPolicy=Local: a ClusterIP frontend whose list is the local endpoints', () => {
+      writeFrontend(lb, {
+        svcId: 52,
+        addr: '10.96.0.52',
+        port: 80,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.LOCAL_ONLY,
+        backends: [{ id: 52, addr: '10.244.2.52', port: 8080, flags: BE_F.LOCAL }],
+      });
+      for (let i = 0; i < 5; i++)
+        expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.52', 80)).dataOut).daddr).toBe('10.244.2.52');
+      writeFrontend(lb, {
+        svcId: 53,
+        addr: '10.96.0.53',
+        port: 80,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.LOCAL_ONLY,
+        backends: [],
+        action: ACTION.drop,
+      });
+      expect(run(lb, TC_POD, tcp(CLIENT, '10.96.0.53', 80)).retval).toBe(TC_ACT_SHOT);
+    });
+  });
+
+  describe('SNAT', () => {
+    it('external traffic to another node`s backend leaves with the node address and a NAT port; the reply is reversed', () => {
+      writeFrontend(lb, {
+        svcId: 60,
+        addr: '0.0.0.0',
+        port: 30060,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+        backends: [{ id: 60, addr: '10.244.9.60', port: 8080 }],
+      });
+      mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode('192.168.50.1'), u32Codec.encode(1));
+      for (const prog of [TC_EXT, XDP_EXT]) {
+        const src = sport();
+        const out = run(lb, prog, tcp(OUTSIDE, '192.168.50.1', 30060, TCP.SYN, src));
+        const p = expectValid(out.dataOut);
+        expect(p).toMatchObject({ saddr: TEST_CONFIG.snatAddr4, daddr: '10.244.9.60', dport: 8080 });
+        expect(p.sport).toBeGreaterThanOrEqual(TEST_CONFIG.snatPortMin);
+        expect(p.sport).toBeLessThanOrEqual(TEST_CONFIG.snatPortMax);
+        // The remote backend's reply comes back through the external interface.
+        const back = run(lb, prog, replyTo(out.dataOut));
+        expect(expectValid(back.dataOut)).toMatchObject({
+          saddr: '192.168.50.1',
+          sport: 30060,
+          daddr: OUTSIDE,
+          dport: src,
+        });
+        // Later packets of the flow keep the same NAT port.
+        const again = parsePacket(run(lb, prog, tcp(OUTSIDE, '192.168.50.1', 30060, TCP.ACK, src)).dataOut);
+        expect(again.sport).toBe(p.sport);
+      }
+    });
+
+    it('gives concurrent flows from the same client port distinct NAT ports', () => {
+      const ports = new Set<number>();
+      for (let i = 0; i < 20; i++) {
+        const client = `198.18.0.${i + 1}`;
+        ports.add(
+          parsePacket(run(lb, TC_EXT, tcp(client, '192.168.50.1', 30060, TCP.SYN, 5555)).dataOut).sport,
+        );
+      }
+      expect(ports.size).toBe(20);
+    });
+
+    it('hairpin: a pod reaching itself through its service is SNATed so the reply comes back through us', () => {
+      writeFrontend(lb, {
+        svcId: 61,
+        addr: '10.96.0.61',
+        port: 80,
+        proto: IPPROTO_TCP,
+        backends: [{ id: 61, addr: '10.244.2.61', port: 8080, flags: BE_F.LOCAL }],
+      });
+      const src = sport();
+      const out = run(lb, TC_POD, tcp('10.244.2.61', '10.96.0.61', 80, TCP.SYN, src));
+      const p = expectValid(out.dataOut);
+      expect(p).toMatchObject({ saddr: TEST_CONFIG.snatAddr4, daddr: '10.244.2.61', dport: 8080 });
+      const back = run(lb, TC_POD, replyTo(out.dataOut));
+      expect(expectValid(back.dataOut)).toMatchObject({
+        saddr: '10.96.0.61',
+        sport: 80,
+        daddr: '10.244.2.61',
+        dport: src,
+      });
+    });
+
+    it('does not SNAT external traffic to a local backend (the client address is kept)', () => {
+      writeFrontend(lb, {
+        svcId: 62,
+        addr: '192.168.50.162',
+        port: 80,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL,
+        backends: [{ id: 62, addr: '10.244.2.62', port: 8080, flags: BE_F.LOCAL }],
+      });
+      expect(parsePacket(run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.162', 80)).dataOut).saddr).toBe(OUTSIDE);
+    });
+
+    it('drops and counts when SNAT is needed but no node address is configured', () => {
+      writeConfig(lb, { snatAddr4: '0.0.0.0' });
+      try {
+        const before = drops(DROP_REASON.noSnatAddress);
+        expect(run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.1', 30060)).retval).toBe(TC_ACT_SHOT);
+        expect(drops(DROP_REASON.noSnatAddress) - before).toBe(1n);
+      } finally {
+        writeConfig(lb);
+      }
+    });
+  });
+});

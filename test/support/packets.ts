@@ -1,0 +1,164 @@
+// Crafted Ethernet/IPv4/TCP/UDP frames for BPF_PROG_TEST_RUN, with correct checksums, and a
+// reader that checks them. Addresses are dotted strings, ports numbers, as in layout.ts.
+
+import { ipBytes } from '../../src/dataplanes/bpf/layout.js';
+
+export const ETH_HLEN = 14;
+export const IPPROTO_ICMP = 1;
+export const IPPROTO_TCP = 6;
+export const IPPROTO_UDP = 17;
+
+export const TCP = { FIN: 0x01, SYN: 0x02, RST: 0x04, PSH: 0x08, ACK: 0x10 } as const;
+
+export interface PacketSpec {
+  saddr: string;
+  daddr: string;
+  proto: typeof IPPROTO_TCP | typeof IPPROTO_UDP;
+  sport: number;
+  dport: number;
+  /** TCP flags (TCP.*); default SYN. */
+  tcpFlags?: number;
+  payload?: Buffer;
+  /** IPv4 options (padded to a multiple of 4 bytes). */
+  ipOptions?: Buffer;
+  /** UDP with checksum 0 ("no checksum"). */
+  udpNoChecksum?: boolean;
+  ttl?: number;
+  srcMac?: string;
+  dstMac?: string;
+}
+
+/** One's complement sum of `buf` (16-bit big-endian words), not complemented. */
+export function onesSum(buf: Buffer, initial = 0): number {
+  let sum = initial;
+  for (let i = 0; i + 1 < buf.length; i += 2) sum += buf.readUInt16BE(i);
+  if (buf.length % 2 === 1) sum += buf[buf.length - 1]! << 8;
+  while (sum > 0xffff) sum = (sum & 0xffff) + (sum >>> 16);
+  return sum;
+}
+
+function pseudoHeaderSum(saddr: Buffer, daddr: Buffer, proto: number, l4Length: number): number {
+  const ph = Buffer.alloc(12);
+  saddr.copy(ph, 0);
+  daddr.copy(ph, 4);
+  ph[9] = proto;
+  ph.writeUInt16BE(l4Length, 10);
+  return onesSum(ph);
+}
+
+function macBytes(mac: string): Buffer {
+  return Buffer.from(mac.split(':').map((h) => Number.parseInt(h, 16)));
+}
+
+export function buildPacket(spec: PacketSpec): Buffer {
+  const options = spec.ipOptions ?? Buffer.alloc(0);
+  if (options.length % 4 !== 0 || options.length > 40)
+    throw new Error('IPv4 options must be 4-byte padded, ≤ 40');
+  const payload = spec.payload ?? Buffer.alloc(0);
+  const ihlLen = 20 + options.length;
+  const l4HeaderLen = spec.proto === IPPROTO_TCP ? 20 : 8;
+  const l4Len = l4HeaderLen + payload.length;
+  const frame = Buffer.alloc(ETH_HLEN + ihlLen + l4Len);
+
+  macBytes(spec.dstMac ?? '02:00:00:00:00:02').copy(frame, 0);
+  macBytes(spec.srcMac ?? '02:00:00:00:00:01').copy(frame, 6);
+  frame.writeUInt16BE(0x0800, 12);
+
+  const ip = frame.subarray(ETH_HLEN, ETH_HLEN + ihlLen);
+  ip[0] = 0x40 | (ihlLen / 4);
+  ip.writeUInt16BE(ihlLen + l4Len, 2);
+  ip.writeUInt16BE(0x1234, 4);
+  ip.writeUInt16BE(0x4000, 6); // DF
+  ip[8] = spec.ttl ?? 64;
+  ip[9] = spec.proto;
+  const saddr = Buffer.from(ipBytes(spec.saddr, 'IPv4'));
+  const daddr = Buffer.from(ipBytes(spec.daddr, 'IPv4'));
+  saddr.copy(ip, 12);
+  daddr.copy(ip, 16);
+  options.copy(ip, 20);
+  ip.writeUInt16BE(~onesSum(ip) & 0xffff, 10);
+
+  const l4 = frame.subarray(ETH_HLEN + ihlLen);
+  l4.writeUInt16BE(spec.sport, 0);
+  l4.writeUInt16BE(spec.dport, 2);
+  if (spec.proto === IPPROTO_TCP) {
+    l4.writeUInt32BE(1000, 4); // seq
+    l4.writeUInt32BE((spec.tcpFlags ?? TCP.SYN) & TCP.ACK ? 2000 : 0, 8);
+    l4[12] = 5 << 4;
+    l4[13] = spec.tcpFlags ?? TCP.SYN;
+    l4.writeUInt16BE(65535, 14);
+  } else {
+    l4.writeUInt16BE(l4Len, 4);
+  }
+  payload.copy(l4, l4HeaderLen);
+  if (!(spec.proto === IPPROTO_UDP && spec.udpNoChecksum)) {
+    const sum = ~onesSum(l4, pseudoHeaderSum(saddr, daddr, spec.proto, l4Len)) & 0xffff;
+    const at = spec.proto === IPPROTO_TCP ? 16 : 6;
+    l4.writeUInt16BE(spec.proto === IPPROTO_UDP && sum === 0 ? 0xffff : sum, at);
+  }
+  return frame;
+}
+
+export interface ParsedPacket {
+  saddr: string;
+  daddr: string;
+  proto: number;
+  ihlLen: number;
+  totLen: number;
+  sport: number;
+  dport: number;
+  tcpFlags: number;
+  ipChecksumOk: boolean;
+  /** TCP/UDP checksum over the pseudo header; UDP checksum 0 counts as ok. ICMP: its own checksum. */
+  l4ChecksumOk: boolean;
+  /** The L4 bytes (header and payload, as tot_len says). */
+  l4: Buffer;
+}
+
+function ipString(buf: Buffer, at: number): string {
+  return `${buf[at]}.${buf[at + 1]}.${buf[at + 2]}.${buf[at + 3]}`;
+}
+
+/** Reads a frame this module built (or the program rewrote); throws on anything else. */
+export function parsePacket(frame: Buffer): ParsedPacket {
+  if (frame.readUInt16BE(12) !== 0x0800) throw new Error('not IPv4');
+  const ip = frame.subarray(ETH_HLEN);
+  const ihlLen = (ip[0]! & 0x0f) * 4;
+  const totLen = ip.readUInt16BE(2);
+  const proto = ip[9]!;
+  const l4 = ip.subarray(ihlLen, totLen);
+  const saddr = Buffer.from(ip.subarray(12, 16));
+  const daddr = Buffer.from(ip.subarray(16, 20));
+  let l4ChecksumOk: boolean;
+  if (proto === IPPROTO_ICMP) l4ChecksumOk = onesSum(l4) === 0xffff;
+  else if (proto === IPPROTO_UDP && l4.readUInt16BE(6) === 0) l4ChecksumOk = true;
+  else l4ChecksumOk = onesSum(l4, pseudoHeaderSum(saddr, daddr, proto, l4.length)) === 0xffff;
+  return {
+    saddr: ipString(ip, 12),
+    daddr: ipString(ip, 16),
+    proto,
+    ihlLen,
+    totLen,
+    sport: proto === IPPROTO_ICMP ? 0 : l4.readUInt16BE(0),
+    dport: proto === IPPROTO_ICMP ? 0 : l4.readUInt16BE(2),
+    tcpFlags: proto === IPPROTO_TCP ? l4[13]! : 0,
+    ipChecksumOk: onesSum(ip.subarray(0, ihlLen)) === 0xffff,
+    l4ChecksumOk,
+    l4,
+  };
+}
+
+/** The frame a reply to `frame` would be: addresses, ports and MACs swapped, new checksums. */
+export function replyTo(frame: Buffer, tcpFlags: number = TCP.SYN | TCP.ACK): Buffer {
+  const p = parsePacket(frame);
+  return buildPacket({
+    saddr: p.daddr,
+    daddr: p.saddr,
+    proto: p.proto as typeof IPPROTO_TCP | typeof IPPROTO_UDP,
+    sport: p.dport,
+    dport: p.sport,
+    tcpFlags,
+    srcMac: '02:00:00:00:00:02',
+    dstMac: '02:00:00:00:00:01',
+  });
+}
