@@ -65,6 +65,8 @@ const f = {
   tc_query: lib.func('int bpf_tc_query(const void *hook, void *opts)'),
   link_create: lib.func('int bpf_link_create(int prog_fd, int target_fd, int attach_type, const void *opts)'),
   link_detach: lib.func('int bpf_link_detach(int link_fd)'),
+  link_update: lib.func('int bpf_link_update(int link_fd, int new_prog_fd, const void *opts)'),
+  map_fd_by_id: lib.func('int bpf_map_get_fd_by_id(uint32_t id)'),
   num_possible_cpus: lib.func('int libbpf_num_possible_cpus(void)'),
 };
 
@@ -396,6 +398,11 @@ export function mapInfo(fd: number): MapInfo {
   };
 }
 
+/** Opens a map by its id (e.g. a Maglev inner map named by its outer map). Returns its fd. */
+export function mapFdById(id: number): number {
+  return check('bpf_map_get_fd_by_id', f.map_fd_by_id(id) as number, `map id ${id}`);
+}
+
 /** Number of possible CPUs: the multiplier of per-CPU map values. */
 export function possibleCpus(): number {
   return check('libbpf_num_possible_cpus', f.num_possible_cpus() as number);
@@ -553,6 +560,33 @@ export function linkCreate(progFd: number, targetFd: number, attachType: number)
 
 export function linkDetach(linkFd: number): void {
   check('bpf_link_detach', f.link_detach(linkFd) as number);
+}
+
+/** Swaps the program behind a link in one step (the hook never runs without a program). */
+export function linkUpdate(linkFd: number, progFd: number): void {
+  check('bpf_link_update', f.link_update(linkFd, progFd, null) as number);
+}
+
+export interface LinkInfo {
+  type: number;
+  id: number;
+  progId: number;
+  /** tcx links: the interface (0 once it is gone) and BPF_TCX_INGRESS/EGRESS. */
+  ifindex: number;
+  attachType: number;
+}
+
+export function linkInfo(fd: number): LinkInfo {
+  // struct bpf_link_info: type, id, prog_id, then a union aligned to 8 (tcx: ifindex, attach_type).
+  const info = Buffer.alloc(64);
+  check('bpf_obj_get_info_by_fd', f.obj_info(fd, info, [info.length]) as number);
+  return {
+    type: info.readUInt32LE(0),
+    id: info.readUInt32LE(4),
+    progId: info.readUInt32LE(8),
+    ifindex: info.readUInt32LE(16),
+    attachType: info.readUInt32LE(20),
+  };
 }
 
 // ---------- BTF ----------
