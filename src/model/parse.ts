@@ -167,7 +167,8 @@ const annotations = () =>
       ctx.addIssue({
         code: 'custom',
         path: [],
-        message: `must total at most ${API_LIMITS.annotationsTotalBytes} bytes, got ${bytes}`,
+        message: `must total at most ${API_LIMITS.annotationsTotalBytes} bytes of keys and values`,
+        input: bytes,
       });
     }
   });
@@ -212,7 +213,8 @@ interface Issue {
 
 function fromZod(issues: readonly z.core.$ZodIssue[]): Issue[] {
   return issues.map((issue) => {
-    const missing = issue.code === 'invalid_type' && issue.input === undefined;
+    // JSON has no undefined: an undefined input is a missing field.
+    const missing = issue.code !== 'custom' && issue.input === undefined;
     if (missing) return { path: issue.path, message: 'is required' };
     return 'input' in issue
       ? { path: issue.path, message: issue.message, input: issue.input }
@@ -548,12 +550,19 @@ export type ParsedObject =
   | { kind: 'EndpointSlice'; value: EndpointSlice }
   | { kind: 'Node'; value: Node };
 
-/** Best-effort identity of a raw object, valid or not, for problem reports. */
+/** No valid name is longer (DNS subdomain); only longer, invalid ones are shortened in reports. */
+const MAX_NAME_LENGTH = 253;
+
+/**
+ * Best-effort identity of a raw object, valid or not, for problem reports and for keying deletes.
+ * A name that is not a string is "". Valid names are returned whole.
+ */
 export function describeObject(raw: unknown): { namespace: string; name: string } {
   const meta = typeof raw === 'object' && raw !== null ? (raw as { metadata?: unknown }).metadata : undefined;
   if (typeof meta !== 'object' || meta === null) return { namespace: '', name: '' };
   const { namespace, name } = meta as { namespace?: unknown; name?: unknown };
-  const shown = (v: unknown) => (typeof v !== 'string' ? '' : v.length <= 63 ? v : `${v.slice(0, 63)}…`);
+  const shown = (v: unknown) =>
+    typeof v !== 'string' ? '' : v.length <= MAX_NAME_LENGTH ? v : `${v.slice(0, MAX_NAME_LENGTH)}…`;
   return { namespace: shown(namespace), name: shown(name) };
 }
 
