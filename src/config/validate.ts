@@ -2,6 +2,7 @@
 // the flags applied, plus the checks of our `bpf:` section. Every problem is reported, each with
 // the path of the field in the file; a value that came from a flag says which flag.
 
+import { maglevTableSizeProblem } from '../dataplanes/bpf/maglev.js';
 import { parseCIDR, parseIP } from '../proxy/ip.js';
 import { splitHostPort } from './address.js';
 import type { Problem } from './decode.js';
@@ -63,19 +64,9 @@ export const DETECT_LOCAL_MODES: readonly string[] = [
 
 export const LOG_FORMATS: readonly string[] = ['text', 'json'];
 
-/** Bounds of bpf.maglevTableSize: small tables spread backends unevenly, big ones cost memory per service. */
-export const MAGLEV_TABLE_SIZE_MIN = 251;
-export const MAGLEV_TABLE_SIZE_MAX = 131071;
-
 const MAX_INT32 = 2 ** 31 - 1;
 /** IFNAMSIZ - 1 */
 const MAX_INTERFACE_NAME = 15;
-
-export function isPrime(n: number): boolean {
-  if (!Number.isInteger(n) || n < 2) return false;
-  for (let d = 2; d * d <= n; d++) if (n % d === 0) return false;
-  return true;
-}
 
 /** An interface name, or a prefix followed by "*"; the kernel forbids "/", ":" and whitespace in names. */
 function isInterfacePattern(pattern: string): boolean {
@@ -264,16 +255,9 @@ export function validateSettings(
   }
 
   const bpf = settings.bpf;
-  if (
-    !isPrime(bpf.maglevTableSize) ||
-    bpf.maglevTableSize < MAGLEV_TABLE_SIZE_MIN ||
-    bpf.maglevTableSize > MAGLEV_TABLE_SIZE_MAX
-  ) {
-    report(
-      'bpf.maglevTableSize',
-      `must be a prime between ${MAGLEV_TABLE_SIZE_MIN} and ${MAGLEV_TABLE_SIZE_MAX}, got ${bpf.maglevTableSize}`,
-    );
-  }
+  // The table builder owns the rule (prime, and a size it can build).
+  const maglevProblem = maglevTableSizeProblem(bpf.maglevTableSize);
+  if (maglevProblem) report('bpf.maglevTableSize', maglevProblem);
   if (bpf.podInterfaces.length === 0) {
     report(
       'bpf.podInterfaces',

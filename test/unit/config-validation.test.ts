@@ -149,9 +149,9 @@ describe('our bpf: section', () => {
   test.each([
     [
       'bpf:\n  maglevTableSize: 16384\n',
-      'bpf.maglevTableSize: must be a prime between 251 and 131071, got 16384',
+      'bpf.maglevTableSize: Maglev table size 16384 is not prime (e.g. 16381, 32749, 65521)',
     ],
-    ['bpf:\n  maglevTableSize: 7\n', 'bpf.maglevTableSize: must be a prime between 251 and 131071, got 7'],
+    ['bpf:\n  maglevTableSize: 2000003\n', 'bpf.maglevTableSize: Maglev table size 2000003 exceeds 1048573'],
     ['bpf:\n  mapSizes:\n    conntrack: 0\n', 'bpf.mapSizes.conntrack: must be at least 1, got 0'],
     [
       'bpf:\n  podInterfaces: []\n',
@@ -321,7 +321,7 @@ bpf:
       'nodePortAddresses[0]: "primary" cannot be combined with CIDRs',
       'detectLocal.bridgeInterface: must not be empty when detectLocalMode is BridgeInterface',
       'clusterCIDR: "bad" is not a valid CIDR',
-      'bpf.maglevTableSize: must be a prime between 251 and 131071, got 1000',
+      'bpf.maglevTableSize: Maglev table size 1000 is not prime (e.g. 16381, 32749, 65521)',
     ]);
   });
 });
