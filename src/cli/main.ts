@@ -2,6 +2,7 @@
 // The kube-bpf-proxy command: one subcommand per file in src/cli/.
 
 import { Command } from 'commander';
+import { registerDemoCommand } from './demo.js';
 import { registerRenderCommand } from './render.js';
 import { registerRunCommand } from './run.js';
 import { registerVersionCommand, VERSION } from './version.js';
@@ -15,6 +16,7 @@ export function buildProgram(): Command {
     .showHelpAfterError()
     .enablePositionalOptions();
   registerRunCommand(program);
+  registerDemoCommand(program);
   registerRenderCommand(program);
   registerVersionCommand(program);
   return program;

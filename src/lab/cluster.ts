@@ -93,6 +93,11 @@ export async function buildCluster(lab: Lab, spec: ClusterSpec): Promise<BuiltCl
   await lab.addNamespace('wire');
   await lab.exec('wire', 'ip', ['link', 'add', 'br0', 'type', 'bridge']);
   await lab.exec('wire', 'ip', ['link', 'set', 'br0', 'up']);
+  // A default gateway that does not forward: traffic for unknown destinations leaves the nodes
+  // through their FORWARD chain, as on a real node, instead of failing the route lookup first.
+  const firstNode = spec.nodes[0];
+  const gatewayIP = firstNode ? firstNode.ip.replace(/\.\d+$/, '.254') : '';
+  if (firstNode) await lab.addAddress('wire', 'br0', `${gatewayIP}/24`);
   let port = 0;
   const attachToWire = async (ns: string) => {
     const wireSide = `w${port++}`;
@@ -111,6 +116,7 @@ export async function buildCluster(lab: Lab, spec: ClusterSpec): Promise<BuiltCl
     for (const other of spec.nodes) {
       if (other !== node) await lab.addRoute(ns, other.podCIDR, 'via', other.ip);
     }
+    await lab.addRoute(ns, 'default', 'via', gatewayIP);
     for (const client of spec.clients) await lab.addRoute(ns, `${client.ip}/32`, 'dev', 'eth0');
   }
 
