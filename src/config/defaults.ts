@@ -2,6 +2,7 @@
 // nulls, zero durations, zero numbers and empty strings take kube-proxy's defaults, exactly where
 // kube-proxy applies them. Our `bpf:` section is defaulted field by field where absent or null.
 
+import { DEFAULT_MAGLEV_TABLE_SIZE } from '../dataplanes/bpf/maglev.js';
 import { parseIP } from '../proxy/ip.js';
 import { appendPortIfNeeded } from './address.js';
 import type { KubeProxyConfigurationFile } from './file.js';
@@ -87,7 +88,7 @@ const LOG_FLUSH_FREQUENCY_SECONDS = 5;
 
 export const DEFAULT_BPF_CONFIG: BpfConfig = {
   scheduler: 'random',
-  maglevTableSize: 16381,
+  maglevTableSize: DEFAULT_MAGLEV_TABLE_SIZE,
   // Host-side ends of pod veths: plain veth pairs (bridge, flannel, kindnet), Calico, Cilium, AWS
   // VPC CNI, GKE, Azure CNI. Bridges such as cni0 are left out: the veths under them are hooked already.
   podInterfaces: ['veth*', 'cali*', 'lxc*', 'eni*', 'gke*', 'azv*'],
