@@ -8,15 +8,14 @@ import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { type Command, Option } from 'commander';
 import type { ProxyMode } from '../config/types.js';
 import { buildCluster, clusterSpecFromState } from '../lab/cluster.js';
-import { deleteStaleNamespaces, Lab, type RequestResult } from '../lab/netns.js';
+import { compiledSibling, deleteStaleNamespaces, Lab, type RequestResult } from '../lab/netns.js';
 import { ChangeTracker } from '../model/tracker.js';
 import { readManifests } from '../sources/manifests.js';
 
-const mainScript = fileURLToPath(new URL('./main.js', import.meta.url));
+const mainScript = compiledSibling(import.meta.url, 'main.js');
 const LAB_PREFIX = 'kbpdemo';
 
 /** The nodes of examples/manifests/nodes.yaml, and clients inside and outside the LB source ranges. */
@@ -86,11 +85,17 @@ function waitForSync(child: ChildProcess, timeoutMs: number): Promise<void> {
   });
 }
 
+export interface DemoReport {
+  steps: { step: DemoStep; results: RequestResult[] }[];
+  /** `kube-bpf-proxy list` on node-a (bpf mode only). */
+  list: string;
+}
+
 export async function runDemo(opts: {
   mode: ProxyMode;
   manifests: string;
   out: (line: string) => void;
-}): Promise<void> {
+}): Promise<DemoReport> {
   const { out } = opts;
   const started = Date.now();
   const tracker = new ChangeTracker('');
@@ -101,6 +106,7 @@ export async function runDemo(opts: {
   const lab = new Lab(LAB_PREFIX);
   const workDir = mkdtempSync(join(tmpdir(), 'kbp-demo-'));
   const pinRoot = `/sys/fs/bpf/${LAB_PREFIX}-${process.pid}`;
+  const report: DemoReport = { steps: [], list: '' };
   const onSignal = () => {
     out('interrupted: cleaning up');
     void lab.destroy().finally(() => process.exit(130));
@@ -194,6 +200,7 @@ export async function runDemo(opts: {
         count: step.count,
         timeoutMs: 1000,
       });
+      report.steps.push({ step, results });
       out(`\n${step.title} -> ${step.target}/${step.proto}`);
       out(`  expected: ${step.expect}`);
       out(`  got:      ${summarize(results)}`);
@@ -207,9 +214,11 @@ export async function runDemo(opts: {
           allowFailure: true,
         },
       );
-      out(`\nlive BPF maps on node-a (kube-bpf-proxy list):\n${list.stdout}${list.stderr}`);
+      report.list = list.stdout + list.stderr;
+      out(`\nlive BPF maps on node-a (kube-bpf-proxy list):\n${report.list}`);
     }
     out(`\ndemo finished in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    return report;
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);

@@ -23,13 +23,20 @@ export interface BackendOptions {
 }
 
 const NETNS_DIR = '/run/netns';
-// The helper scripts run as separate node processes inside namespaces, so they must be compiled
-// JavaScript: from sources (tests under vitest) use the build output in dist/.
-const compiledDir = import.meta.url.endsWith('.ts')
-  ? new URL('../../dist/src/lab/', import.meta.url)
-  : new URL('./', import.meta.url);
-const backendScript = fileURLToPath(new URL('backend-server.js', compiledDir));
-const clientScript = fileURLToPath(new URL('traffic-client.js', compiledDir));
+/**
+ * The compiled JavaScript file next to a module: scripts that run as separate node processes
+ * (inside namespaces) must be JavaScript, so from the sources (tests under vitest) this is the
+ * build output in dist/.
+ */
+export function compiledSibling(moduleUrl: string, file: string): string {
+  if (!moduleUrl.endsWith('.ts')) return fileURLToPath(new URL(file, moduleUrl));
+  const split = moduleUrl.lastIndexOf('/src/');
+  const dir = moduleUrl.slice(split + '/src/'.length, moduleUrl.lastIndexOf('/') + 1);
+  return fileURLToPath(`${moduleUrl.slice(0, split)}/dist/src/${dir}${file}`);
+}
+
+const backendScript = compiledSibling(import.meta.url, 'backend-server.js');
+const clientScript = compiledSibling(import.meta.url, 'traffic-client.js');
 
 export class Lab {
   readonly prefix: string;
@@ -126,7 +133,13 @@ export class Lab {
   async requests(
     ns: string,
     target: string,
-    opts: { proto: 'tcp' | 'udp'; count: number; timeoutMs?: number; sourcePort?: number; sourceAddress?: string },
+    opts: {
+      proto: 'tcp' | 'udp';
+      count: number;
+      timeoutMs?: number;
+      sourcePort?: number;
+      sourceAddress?: string;
+    },
   ): Promise<RequestResult[]> {
     const args = [
       clientScript,

@@ -1,0 +1,52 @@
+import { afterAll, expect, it } from 'vitest';
+import { type DemoReport, runDemo } from '../../src/cli/demo.js';
+import type { ProxyMode } from '../../src/config/types.js';
+import { describeRoot } from '../support/privileges.js';
+
+// The demo end to end: manifests -> one `run` agent per node namespace -> the data plane -> real
+// TCP and UDP traffic from pods and outside clients. Needs `npm run build` (agents run dist/).
+
+function backendsOf(report: DemoReport, title: string): string[] {
+  const step = report.steps.find((s) => s.step.title.startsWith(title));
+  if (!step) throw new Error(`no demo step "${title}"`);
+  return step.results.map((r) => r.backend ?? `error:${r.error}`);
+}
+
+function checkSemantics(report: DemoReport): void {
+  // Zone hints of demo/web keep node-a's pods on zone-a's endpoints.
+  const web = backendsOf(report, 'ClusterIP demo/web');
+  expect(new Set(web)).toEqual(new Set(['pod-10.244.1.10', 'pod-10.244.1.11']));
+  expect(new Set(backendsOf(report, 'ClusterIP demo/dns')).size).toBeGreaterThanOrEqual(1);
+  expect(backendsOf(report, 'ClusterIP demo/dns').every((b) => b.startsWith('pod-10.244.'))).toBe(true);
+  const nodePort = report.steps.find((s) => s.step.title.startsWith('NodePort'))!.results;
+  expect(nodePort.every((r) => r.backend !== null)).toBe(true);
+  // eTP=Cluster from outside is masqueraded: no backend sees the client's own address.
+  expect(nodePort.every((r) => !r.seenClient?.startsWith('192.0.2.100:'))).toBe(true);
+  const lb = report.steps.find((s) => s.step.title.startsWith('LB IP 198.51.100.10 (eTP=Local)'))!.results;
+  expect(lb.every((r) => r.backend === 'pod-10.244.1.10' || r.backend === 'pod-10.244.1.11')).toBe(true);
+  // eTP=Local keeps the client's source address.
+  expect(lb.every((r) => r.seenClient?.startsWith('192.0.2.100:'))).toBe(true);
+  expect(backendsOf(report, 'LB IP 198.51.100.10 from a source outside')).toEqual([
+    'error:timeout',
+    'error:timeout',
+  ]);
+  expect(new Set(backendsOf(report, 'ClientIP affinity')).size).toBe(1);
+  expect(backendsOf(report, 'demo/empty')).toEqual(['error:ECONNREFUSED', 'error:ECONNREFUSED']);
+}
+
+describeRoot('demo', () => {
+  const lines: string[] = [];
+  afterAll(() => {
+    if (lines.length) console.log(lines.join('\n'));
+  });
+  for (const mode of ['iptables'] as ProxyMode[]) {
+    it(`shows kube-proxy semantics with real traffic in ${mode} mode`, async () => {
+      const report = await runDemo({
+        mode,
+        manifests: 'examples/manifests',
+        out: (line) => lines.push(line),
+      });
+      checkSemantics(report);
+    });
+  }
+});
