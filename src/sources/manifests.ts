@@ -189,6 +189,8 @@ function collectObject(
       out.ignored.push(problem(origin, `not this node (${options.nodeName})`, watched, raw));
       return;
     }
+    // Nodes are cluster-scoped: the API server stores no namespace for them, so neither do we.
+    if (isObject(metadata)) delete metadata.namespace;
   } else {
     const labels = isObject(metadata) ? metadata.labels : undefined;
     if (!matchesKubeProxySelector(labels)) {

@@ -141,8 +141,8 @@ describe('documents and kinds', () => {
     ]);
   });
 
-  it('gives namespaced objects without a namespace "default", as kubectl apply does, and leaves Nodes alone', () => {
-    const text = `kind: Service\nmetadata: {name: a}\n---\nkind: Service\nmetadata: {name: b, namespace: ""}\n---\nkind: Node\nmetadata: {name: n}`;
+  it('gives namespaced objects without a namespace "default", as kubectl apply does, and Nodes none', () => {
+    const text = `kind: Service\nmetadata: {name: a}\n---\nkind: Service\nmetadata: {name: b, namespace: ""}\n---\nkind: Node\nmetadata: {name: n, namespace: x}`;
     const read = manifestObjects('f.yaml', text);
     expect(
       read.events.map((e) => (e.object as { metadata: { namespace?: string } }).metadata.namespace),
@@ -181,6 +181,13 @@ describe('documents and kinds', () => {
         name: '',
         reason: 'document nested more than 100 levels deep',
       },
+    ]);
+    const indented = manifestObjects(
+      'indent.yaml',
+      `${svcYaml('a')}---\nkind: Node\nmetadata:\n${' '.repeat(1001)}name: n\n`,
+    );
+    expect(indented.problems.map((p) => `${p.origin}: ${p.reason}`)).toEqual([
+      'indent.yaml#1: document indented more than 1000 columns',
     ]);
     const deepJson = manifestObjects('deep.json', `{"a": ${'['.repeat(50_000)}${']'.repeat(50_000)}}`);
     expect(deepJson.problems[0]?.reason).toBe('document nested more than 100 levels deep');
