@@ -1,0 +1,400 @@
+// The writer's MapStore over the real maps: layout.ts codecs, batch syscalls where the map type
+// has them (hash and array maps), one call per element where it has not (LPM trie, map-in-map).
+// E2BIG/ENOSPC become MapFullError naming the map, its capacity and the setting that raises it.
+
+import {
+  BPF_F_INNER_MAP,
+  BPF_MAP_TYPE_ARRAY,
+  createMap,
+  dumpMap,
+  E2BIG,
+  ENOSPC,
+  mapDelete,
+  mapDeleteBatch,
+  mapFdById,
+  mapInfo,
+  mapLookup,
+  mapUpdate,
+  mapUpdateBatch,
+  possibleCpus,
+} from '../../../native/libbpf.js';
+import { closeFd, NativeError } from '../../../native/libc.js';
+import type { BpfScheduler } from '../../config/types.js';
+import type { Protocol } from '../../model/types.js';
+import {
+  ACTION,
+  ALGORITHM,
+  affMatchKey,
+  BE_F,
+  type BpfConfigValue,
+  backend4,
+  config as configCodec,
+  ip4Codec,
+  MAPS,
+  perCpuValueSize,
+  SCOPE,
+  SRC_RANGE_ID_BITS,
+  SVC_F,
+  type SvcVal,
+  slotKey,
+  srcRange4Key,
+  svc4Key,
+  svcVal,
+  u8Codec,
+  u32Codec,
+} from './layout.js';
+import { MAP_SIZE_SETTING, type MapName } from './object.js';
+import type { FrontendAction, FrontendKey, FrontendKind } from './plan.js';
+import {
+  type AffinityMatch,
+  type BackendEntry,
+  type FrontendEntry,
+  type FrontendValue,
+  type MaglevKey,
+  MapFullError,
+  type MapStore,
+  type SlotEntry,
+  type SlotKey,
+  type SourceRange,
+  type StoredState,
+} from './store.js';
+
+export const IPPROTO: Record<Protocol, number> = { TCP: 6, UDP: 17, SCTP: 132 };
+const PROTOCOL_OF = new Map(Object.entries(IPPROTO).map(([p, n]) => [n, p as Protocol]));
+const SCHEDULER_OF = new Map<number, BpfScheduler>(
+  Object.entries(ALGORITHM).map(([s, n]) => [n, s as BpfScheduler]),
+);
+const ACTION_OF = new Map<number, FrontendAction>(
+  Object.entries(ACTION).map(([a, n]) => [n, a as FrontendAction]),
+);
+const KIND_FLAG: Record<FrontendKind, number> = {
+  ClusterIP: 0,
+  NodePort: SVC_F.NODEPORT,
+  ExternalIP: SVC_F.EXTERNAL_IP,
+  LoadBalancer: SVC_F.LOADBALANCER,
+};
+
+export function encodeFrontendValue(v: FrontendValue): SvcVal {
+  let flags = KIND_FLAG[v.kind];
+  if (v.kind !== 'ClusterIP') flags |= SVC_F.EXTERNAL;
+  if (v.localOnly) flags |= SVC_F.LOCAL_ONLY;
+  if (v.hasInternalScope) flags |= SVC_F.TWO_SCOPES;
+  if (v.affinityTimeoutSeconds > 0) flags |= SVC_F.AFFINITY;
+  if (v.checksSourceRanges) flags |= SVC_F.SOURCE_RANGE;
+  return {
+    svcId: v.serviceId,
+    count: v.count,
+    localCount: v.localCount,
+    flags,
+    affinityTimeoutS: v.affinityTimeoutSeconds,
+    gen: v.gen,
+    algorithm: ALGORITHM[v.scheduler],
+    action: ACTION[v.action],
+  };
+}
+
+export function decodeFrontendValue(v: SvcVal): FrontendValue {
+  const kind: FrontendKind =
+    v.flags & SVC_F.NODEPORT
+      ? 'NodePort'
+      : v.flags & SVC_F.LOADBALANCER
+        ? 'LoadBalancer'
+        : v.flags & SVC_F.EXTERNAL_IP
+          ? 'ExternalIP'
+          : 'ClusterIP';
+  return {
+    serviceId: v.svcId,
+    count: v.count,
+    localCount: v.localCount,
+    gen: v.gen,
+    scheduler: SCHEDULER_OF.get(v.algorithm) ?? 'random',
+    action: ACTION_OF.get(v.action) ?? 'forward',
+    kind,
+    localOnly: (v.flags & SVC_F.LOCAL_ONLY) !== 0,
+    hasInternalScope: (v.flags & SVC_F.TWO_SCOPES) !== 0,
+    affinityTimeoutSeconds: v.affinityTimeoutS,
+    checksSourceRanges: (v.flags & SVC_F.SOURCE_RANGE) !== 0,
+  };
+}
+
+export function encodeFrontendKey(k: FrontendKey) {
+  return { addr: k.address, port: k.port, proto: IPPROTO[k.protocol], scope: SCOPE[k.scope] };
+}
+
+export function decodeFrontendKey(k: {
+  addr: string;
+  port: number;
+  proto: number;
+  scope: number;
+}): FrontendKey {
+  return {
+    family: 'IPv4',
+    address: k.addr,
+    port: k.port,
+    protocol: PROTOCOL_OF.get(k.proto) ?? 'TCP',
+    scope: k.scope === SCOPE.internal ? 'internal' : 'all',
+  };
+}
+
+function rangeKey(r: SourceRange) {
+  const [addr, bits] = r.cidr.split('/');
+  return { prefixlen: SRC_RANGE_ID_BITS + Number(bits), svcId: r.serviceId, addr: addr! };
+}
+
+export class KernelStore implements MapStore {
+  readonly families = ['IPv4' as const];
+  private readonly cpus = possibleCpus();
+
+  constructor(
+    private readonly fd: Record<MapName, number>,
+    private readonly capacity: Record<MapName, number>,
+  ) {}
+
+  /** Runs a write, turning "map full" into MapFullError. */
+  private guard<T>(map: MapName, write: () => T): T {
+    try {
+      return write();
+    } catch (err) {
+      if (err instanceof NativeError && (err.errno === E2BIG || err.errno === ENOSPC)) {
+        throw new MapFullError(MAPS[map].name, this.capacity[map], MAP_SIZE_SETTING[map], err);
+      }
+      throw err;
+    }
+  }
+
+  private updateBatch(map: MapName, keys: Buffer, values: Buffer, count: number): void {
+    if (count === 0) return;
+    this.guard(map, () => mapUpdateBatch(this.fd[map], keys, values, count));
+  }
+
+  /** Deletes packed keys; an absent key is not an error. */
+  private deleteBatch(map: MapName, keys: Buffer, count: number): void {
+    if (count === 0) return;
+    try {
+      mapDeleteBatch(this.fd[map], keys, count);
+    } catch (err) {
+      // The batch stops at the first absent key: finish one by one.
+      if (!(err instanceof NativeError)) throw err;
+      const size = keys.length / count;
+      for (let i = 0; i < count; i++) mapDelete(this.fd[map], keys.subarray(i * size, (i + 1) * size));
+    }
+  }
+
+  upsertBackends(entries: readonly BackendEntry[]): void {
+    const v4 = entries.filter((b) => b.family === 'IPv4');
+    this.updateBatch(
+      'backends4',
+      u32Codec.encodeMany(v4.map((b) => b.id)),
+      backend4.encodeMany(
+        v4.map((b) => ({
+          addr: b.address,
+          port: b.port,
+          flags: (b.isLocal ? BE_F.LOCAL : 0) | (b.terminating ? BE_F.TERMINATING : 0),
+        })),
+      ),
+      v4.length,
+    );
+  }
+
+  deleteBackends(entries: readonly Pick<BackendEntry, 'id' | 'family'>[]): void {
+    const v4 = entries.filter((b) => b.family === 'IPv4');
+    this.deleteBatch('backends4', u32Codec.encodeMany(v4.map((b) => b.id)), v4.length);
+  }
+
+  upsertSlots(entries: readonly SlotEntry[]): void {
+    this.updateBatch(
+      'slots',
+      slotKey.encodeMany(entries.map((s) => ({ svcId: s.serviceId, slot: s.slot, gen: s.gen }))),
+      u32Codec.encodeMany(entries.map((s) => s.backendId)),
+      entries.length,
+    );
+  }
+
+  deleteSlots(keys: readonly SlotKey[]): void {
+    this.deleteBatch(
+      'slots',
+      slotKey.encodeMany(keys.map((s) => ({ svcId: s.serviceId, slot: s.slot, gen: s.gen }))),
+      keys.length,
+    );
+  }
+
+  setMaglev(key: MaglevKey, table: Uint32Array): void {
+    const inner = createMap(BPF_MAP_TYPE_ARRAY, 'kbp_mglv_inner', 4, 4, table.length, {
+      mapFlags: BPF_F_INNER_MAP,
+    });
+    try {
+      const indexes = Buffer.alloc(4 * table.length);
+      for (let i = 0; i < table.length; i++) indexes.writeUInt32LE(i, 4 * i);
+      mapUpdateBatch(
+        inner,
+        indexes,
+        Buffer.from(table.buffer, table.byteOffset, table.byteLength),
+        table.length,
+      );
+      // The outer map takes its own reference: one update swaps the whole table for readers.
+      this.guard('maglev', () =>
+        mapUpdate(this.fd.maglev, u32Codec.encode(key.serviceId), u32Codec.encode(inner)),
+      );
+    } finally {
+      closeFd(inner);
+    }
+  }
+
+  deleteMaglev(keys: readonly MaglevKey[]): void {
+    for (const k of keys) mapDelete(this.fd.maglev, u32Codec.encode(k.serviceId));
+  }
+
+  upsertAffinityMatches(entries: readonly AffinityMatch[]): void {
+    this.updateBatch(
+      'affinityMatch',
+      affMatchKey.encodeMany(entries.map((m) => ({ backendId: m.backendId, svcId: m.serviceId }))),
+      u8Codec.encodeMany(entries.map(() => 1)),
+      entries.length,
+    );
+  }
+
+  deleteAffinityMatches(entries: readonly AffinityMatch[]): void {
+    this.deleteBatch(
+      'affinityMatch',
+      affMatchKey.encodeMany(entries.map((m) => ({ backendId: m.backendId, svcId: m.serviceId }))),
+      entries.length,
+    );
+  }
+
+  upsertSourceRanges(entries: readonly SourceRange[]): void {
+    for (const r of entries.filter((e) => e.family === 'IPv4')) {
+      this.guard('srcRange4', () =>
+        mapUpdate(this.fd.srcRange4, srcRange4Key.encode(rangeKey(r)), u8Codec.encode(1)),
+      );
+    }
+  }
+
+  deleteSourceRanges(entries: readonly SourceRange[]): void {
+    for (const r of entries.filter((e) => e.family === 'IPv4')) {
+      mapDelete(this.fd.srcRange4, srcRange4Key.encode(rangeKey(r)));
+    }
+  }
+
+  private resetStats(map: 'svcStats' | 'backendStats', ids: readonly number[]): void {
+    const size = perCpuValueSize(MAPS[map].valueSize, this.cpus);
+    this.updateBatch(map, u32Codec.encodeMany(ids), Buffer.alloc(size * ids.length), ids.length);
+  }
+
+  resetServiceStats(serviceIds: readonly number[]): void {
+    this.resetStats('svcStats', serviceIds);
+  }
+
+  resetBackendStats(backendIds: readonly number[]): void {
+    this.resetStats('backendStats', backendIds);
+  }
+
+  upsertFrontends(entries: readonly FrontendEntry[]): void {
+    const v4 = entries.filter((f) => f.key.family === 'IPv4');
+    this.updateBatch(
+      'svc4',
+      svc4Key.encodeMany(v4.map((f) => encodeFrontendKey(f.key))),
+      svcVal.encodeMany(v4.map((f) => encodeFrontendValue(f.value))),
+      v4.length,
+    );
+  }
+
+  deleteFrontends(keys: readonly FrontendKey[]): void {
+    const v4 = keys.filter((k) => k.family === 'IPv4');
+    this.deleteBatch('svc4', svc4Key.encodeMany(v4.map(encodeFrontendKey)), v4.length);
+  }
+
+  read(): StoredState {
+    const dump = (map: MapName) => dumpMap(this.fd[map], MAPS[map].keySize, MAPS[map].valueSize);
+    const frontends = dump('svc4');
+    const slots = dump('slots');
+    const backends = dump('backends4');
+    const maglev = dump('maglev');
+    const matches = dump('affinityMatch');
+    const ranges = dump('srcRange4');
+    return {
+      frontends: frontends.keys.map((k, i) => ({
+        key: decodeFrontendKey(svc4Key.decode(k)),
+        value: decodeFrontendValue(svcVal.decode(frontends.values[i]!)),
+      })),
+      slots: slots.keys.map((k, i) => {
+        const key = slotKey.decode(k);
+        return {
+          serviceId: key.svcId,
+          slot: key.slot,
+          gen: key.gen,
+          backendId: u32Codec.decode(slots.values[i]!),
+        };
+      }),
+      backends: backends.keys.map((k, i) => {
+        const b = backend4.decode(backends.values[i]!);
+        return {
+          id: u32Codec.decode(k),
+          family: 'IPv4' as const,
+          address: b.addr,
+          port: b.port,
+          isLocal: (b.flags & BE_F.LOCAL) !== 0,
+          terminating: (b.flags & BE_F.TERMINATING) !== 0,
+        };
+      }),
+      maglev: maglev.keys.map((k, i) => {
+        const table = readMaglevTable(u32Codec.decode(maglev.values[i]!));
+        return {
+          key: { serviceId: u32Codec.decode(k) },
+          backendIds: [...new Set(table)],
+          size: table.length,
+        };
+      }),
+      affinityMatches: matches.keys.map((k) => {
+        const m = affMatchKey.decode(k);
+        return { backendId: m.backendId, serviceId: m.svcId };
+      }),
+      sourceRanges: ranges.keys.map((k) => {
+        const r = srcRange4Key.decode(k);
+        return {
+          serviceId: r.svcId,
+          family: 'IPv4' as const,
+          cidr: `${r.addr}/${r.prefixlen - SRC_RANGE_ID_BITS}`,
+        };
+      }),
+    };
+  }
+
+  /** The node's addresses for NodePorts on every node address (kbp_node4_v1). */
+  setNodeAddresses(addresses: readonly string[]): void {
+    const current = dumpMap(this.fd.nodeAddrs4, 4, 4).keys.map((k) => ip4Codec.decode(k));
+    const wanted = new Set(addresses);
+    const stale = current.filter((a) => !wanted.has(a));
+    const fresh = addresses.filter((a) => !current.includes(a));
+    this.updateBatch(
+      'nodeAddrs4',
+      ip4Codec.encodeMany(fresh),
+      u32Codec.encodeMany(fresh.map(() => 1)),
+      fresh.length,
+    );
+    this.deleteBatch('nodeAddrs4', ip4Codec.encodeMany(stale), stale.length);
+  }
+
+  readConfig(): BpfConfigValue {
+    const value = Buffer.alloc(configCodec.size);
+    mapLookup(this.fd.config, u32Codec.encode(0), value);
+    return configCodec.decode(value);
+  }
+
+  writeConfig(value: BpfConfigValue): void {
+    mapUpdate(this.fd.config, u32Codec.encode(0), configCodec.encode(value));
+  }
+}
+
+/** The backend ids of a Maglev inner table, named by its map id (as the outer map returns it). */
+export function readMaglevTable(mapId: number): Uint32Array {
+  const fd = mapFdById(mapId);
+  try {
+    const size = mapInfo(fd).maxEntries;
+    const { values } = dumpMap(fd, 4, 4, size);
+    const table = new Uint32Array(values.length);
+    for (let i = 0; i < values.length; i++) table[i] = values[i]!.readUInt32LE(0);
+    return table;
+  } finally {
+    closeFd(fd);
+  }
+}

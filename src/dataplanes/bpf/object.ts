@@ -1,0 +1,169 @@
+// Loads bpf/lb.o for the agent: map capacities from the config, maps pinned under a versioned
+// bpffs directory and reused on the next start (so conntrack, affinity and the service and
+// backend ids survive a restart), and the object's layout checked against layout.ts.
+
+import { existsSync, mkdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import {
+  type BpfObject,
+  closeObject,
+  findMap,
+  getPinned,
+  loadObject,
+  mapFd,
+  mapInfo,
+  openObject,
+  pinObject,
+  programFd,
+  reuseMapFd,
+  setMapMaxEntries,
+} from '../../../native/libbpf.js';
+import { closeFd } from '../../../native/libc.js';
+import type { BpfConfig } from '../../config/types.js';
+import { MAPS, verifyLayoutAgainstBtf } from './layout.js';
+
+export type MapName = keyof typeof MAPS;
+
+/** Pinned objects live under <bpf.pinPath>/v1: a new layout gets a new directory, never a
+ * reinterpretation of the old maps. */
+export const PIN_LAYOUT_VERSION = 'v1';
+
+/** IPv6 maps stay small until the programs handle IPv6 (LRU maps are preallocated). */
+const UNUSED_FAMILY_CAPACITY = 1024;
+
+/** The config setting that sizes each map (named in map-full errors). */
+export const MAP_SIZE_SETTING: Record<MapName, string> = {
+  svc4: 'bpf.mapSizes.services',
+  svc6: 'bpf.mapSizes.services',
+  slots: 'bpf.mapSizes.backendSlots',
+  backends4: 'bpf.mapSizes.backends',
+  backends6: 'bpf.mapSizes.backends',
+  maglev: 'bpf.mapSizes.services',
+  ct4Tcp: 'bpf.mapSizes.conntrack',
+  ct4Any: 'bpf.mapSizes.conntrack',
+  ct6Tcp: 'bpf.mapSizes.conntrack',
+  ct6Any: 'bpf.mapSizes.conntrack',
+  affinity4: 'bpf.mapSizes.affinity',
+  affinity6: 'bpf.mapSizes.affinity',
+  affinityMatch: 'bpf.mapSizes.backendSlots',
+  srcRange4: 'bpf.mapSizes.sourceRanges',
+  srcRange6: 'bpf.mapSizes.sourceRanges',
+  rr: 'bpf.mapSizes.services',
+  svcStats: 'bpf.mapSizes.services',
+  backendStats: 'bpf.mapSizes.backends',
+  drops: '',
+  config: '',
+  nodeAddrs4: '',
+  nodeAddrs6: '',
+};
+
+/** max_entries of every map from bpf.mapSizes; null keeps the object's own value. */
+export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, number | null> {
+  return {
+    svc4: sizes.services,
+    svc6: UNUSED_FAMILY_CAPACITY,
+    slots: sizes.backendSlots,
+    backends4: sizes.backends,
+    backends6: UNUSED_FAMILY_CAPACITY,
+    maglev: sizes.services,
+    ct4Tcp: sizes.conntrack,
+    ct4Any: sizes.conntrack,
+    ct6Tcp: UNUSED_FAMILY_CAPACITY,
+    ct6Any: UNUSED_FAMILY_CAPACITY,
+    affinity4: sizes.affinity,
+    affinity6: UNUSED_FAMILY_CAPACITY,
+    affinityMatch: sizes.backendSlots,
+    srcRange4: sizes.sourceRanges,
+    srcRange6: UNUSED_FAMILY_CAPACITY,
+    // Indexed by id: ids run from 1 to capacity - 1.
+    rr: sizes.services,
+    svcStats: sizes.services,
+    backendStats: sizes.backends,
+    drops: null,
+    config: null,
+    nodeAddrs4: null,
+    nodeAddrs6: null,
+  };
+}
+
+/** bpf/lb.o next to the package root, from src/ (tsx, vitest) or from dist/src/ (built). */
+export function defaultObjectPath(): string {
+  for (const up of ['../../../bpf/lb.o', '../../../../bpf/lb.o']) {
+    const path = fileURLToPath(new URL(up, import.meta.url));
+    if (existsSync(path)) return path;
+  }
+  throw new Error('bpf/lb.o not found: run `npm run build:bpf`');
+}
+
+export interface LoadedObject {
+  obj: BpfObject;
+  /** <pinPath>/v1 */
+  pinDir: string;
+  fd: Record<MapName, number>;
+  /** max_entries of each map as loaded (a reused map keeps its own). */
+  capacity: Record<MapName, number>;
+  /** Maps found pinned and reused, with the config size they ignored when it differs. */
+  reused: { name: MapName; capacity: number; configured: number | null }[];
+  prog(name: string): number;
+  close(): void;
+}
+
+export function mapPinPath(pinDir: string, name: MapName): string {
+  return `${pinDir}/maps/${MAPS[name].name}`;
+}
+
+export interface LoadOptions {
+  pinPath: string;
+  mapSizes: BpfConfig['mapSizes'];
+  objectPath?: string;
+}
+
+export function loadPinnedObject(options: LoadOptions): LoadedObject {
+  const pinDir = `${options.pinPath}/${PIN_LAYOUT_VERSION}`;
+  mkdirSync(`${pinDir}/maps`, { recursive: true });
+  const obj = openObject(options.objectPath ?? defaultObjectPath());
+  const capacities = mapCapacities(options.mapSizes);
+  const reused: LoadedObject['reused'] = [];
+  try {
+    for (const name of Object.keys(MAPS) as MapName[]) {
+      const map = findMap(obj, MAPS[name].name);
+      const path = mapPinPath(pinDir, name);
+      if (existsSync(path)) {
+        const fd = getPinned(path);
+        try {
+          // A pinned map keeps its size: resizing would mean a new map and losing its entries.
+          const size = mapInfo(fd).maxEntries;
+          setMapMaxEntries(map, size);
+          reuseMapFd(map, fd);
+          reused.push({ name, capacity: size, configured: capacities[name] });
+        } finally {
+          closeFd(fd);
+        }
+      } else {
+        const size = capacities[name];
+        if (size !== null) setMapMaxEntries(map, size);
+      }
+    }
+    loadObject(obj);
+    verifyLayoutAgainstBtf(obj);
+    const fd = {} as Record<MapName, number>;
+    const capacity = {} as Record<MapName, number>;
+    for (const name of Object.keys(MAPS) as MapName[]) {
+      fd[name] = mapFd(findMap(obj, MAPS[name].name));
+      capacity[name] = mapInfo(fd[name]).maxEntries;
+      if (!reused.some((r) => r.name === name)) pinObject(fd[name], mapPinPath(pinDir, name));
+    }
+    return {
+      obj,
+      pinDir,
+      fd,
+      capacity,
+      reused,
+      prog: (name) => programFd(obj, name),
+      close: () => closeObject(obj),
+    };
+  } catch (err) {
+    closeObject(obj);
+    throw err;
+  }
+}
