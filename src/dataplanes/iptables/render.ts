@@ -317,6 +317,16 @@ function servicePortRules(
 
   const blockChains: string[] = [];
   const rules: string[] = [];
+  // An endpoint's chain name is a sha256; it is needed in up to three rules, so hash it once.
+  const sepChains = new Map<string, string>();
+  const sepChain = (ep: Endpoint) => {
+    let chain = sepChains.get(ep.endpoint);
+    if (chain === undefined) {
+      chain = endpointChain(name, sp.protocol, ep.endpoint);
+      sepChains.set(ep.endpoint, chain);
+    }
+    return chain;
+  };
 
   if (hasInternal) {
     const clusterIPMatch = `-m comment --comment "${name} cluster IP" ${match} -d ${sp.clusterIP} --dport ${sp.port}`;
@@ -372,16 +382,16 @@ function servicePortRules(
 
   if (usesClusterChain) {
     blockChains.push(chains.cluster);
-    serviceToEndpointRules(rules, sp, chains.cluster, sp.clusterEndpoints, largeClusterMode);
+    serviceToEndpointRules(rules, sp, chains.cluster, sp.clusterEndpoints, sepChain, largeClusterMode);
   }
   if (usesLocalChain) {
     blockChains.push(chains.local);
-    serviceToEndpointRules(rules, sp, chains.local, sp.localEndpoints, largeClusterMode);
+    serviceToEndpointRules(rules, sp, chains.local, sp.localEndpoints, sepChain, largeClusterMode);
   }
 
   const endpointComment = largeClusterMode ? '' : ` -m comment --comment ${name}`;
   for (const ep of sp.allReachableEndpoints) {
-    const chain = endpointChain(name, sp.protocol, ep.endpoint);
+    const chain = sepChain(ep);
     blockChains.push(chain);
     // Hairpin: a pod reaching itself through the service is SNATed.
     rules.push(`-A ${chain}${endpointComment} -s ${ep.ip} -j ${KUBE_MARK_MASQ}`);
@@ -406,11 +416,11 @@ function serviceToEndpointRules(
   sp: ServicePortDecision,
   chain: string,
   endpoints: Endpoint[],
+  sepChain: (ep: Endpoint) => string,
   largeClusterMode: boolean,
 ): void {
   const comment = (ep: Endpoint) =>
     largeClusterMode ? '' : ` -m comment --comment "${sp.servicePortName} -> ${ep.endpoint}"`;
-  const sepChain = (ep: Endpoint) => endpointChain(sp.servicePortName, sp.protocol, ep.endpoint);
   if (sp.sessionAffinityTimeoutSeconds > 0) {
     for (const ep of endpoints) {
       const sep = sepChain(ep);
