@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -313,11 +313,16 @@ describe('ManifestSource', () => {
     const batches: SourceEvent[][] = [];
     const problemReports: string[][] = [];
     let notify: ((events: SourceEvent[]) => void) | undefined;
+    let notifyProblems: ((reasons: string[]) => void) | undefined;
     const source = new ManifestSource({
       paths: [dir],
       watch: true,
       debounceMs: 50,
-      onProblems: (problems) => problemReports.push(problems.map((p) => p.reason)),
+      onProblems: (problems) => {
+        const reasons = problems.map((p) => p.reason);
+        problemReports.push(reasons);
+        notifyProblems?.(reasons);
+      },
     });
     try {
       await source.start((events) => {
@@ -342,14 +347,9 @@ describe('ManifestSource', () => {
       ]);
 
       const broken = waitFor<string[]>((resolve) => {
-        const before = problemReports.length;
-        const poll = setInterval(() => {
-          const latest = problemReports[problemReports.length - 1];
-          if (problemReports.length > before && latest && latest.length > 0) {
-            clearInterval(poll);
-            resolve(latest);
-          }
-        }, 10);
+        notifyProblems = (reasons) => {
+          if (reasons.length > 0) resolve(reasons);
+        };
       });
       writeFileSync(join(dir, 'c.yaml'), 'kind: Service\nmetadata: [\n');
       expect((await broken)[0]).toMatch(/^YAML syntax error/);
@@ -375,7 +375,6 @@ describe('ManifestSource', () => {
       });
       // Editors save by writing a new file and renaming it over the old one.
       writeFileSync(join(dir, 'one.yaml.tmp'), svcYaml('one', '  labels: {v: "2"}\n'));
-      const { renameSync } = await import('node:fs');
       renameSync(join(dir, 'one.yaml.tmp'), join(dir, 'one.yaml'));
       expect(names(await changed)).toEqual(['Service/one']);
     } finally {
