@@ -107,6 +107,7 @@ interface FrontendEntries {
 
 export class MapWriter {
   private mirror: Mirror | null = null;
+  private stale = false;
   private deferred: Deferred[] = [];
   private readonly now: () => number;
   private readonly sleep: (ms: number) => Promise<void>;
@@ -127,6 +128,7 @@ export class MapWriter {
     const state = this.store.read();
     this.mirror = mirrorOf(state, this.options.maglevTableSize);
     this.deferred = [];
+    this.stale = false;
     const serviceIds = state.frontends.map((f): [string, number] => [frontendName(f.key), f.value.serviceId]);
     const backendIds = state.backends.map((b): [string, number] => [joinHostPort(b.address, b.port), b.id]);
     return { serviceIds, backendIds };
@@ -190,7 +192,7 @@ export class MapWriter {
    * read back from the maps before the next apply.
    */
   async apply(plan: BpfPlan): Promise<ApplyResult> {
-    if (!this.mirror) this.restore();
+    if (!this.mirror || this.stale) this.restore();
     // Entries deleted by the previous apply must be gone before generations flip again.
     const due = this.nextDeferredDue();
     if (due !== null && due > this.now()) await this.sleep(due - this.now());
@@ -202,6 +204,8 @@ export class MapWriter {
       this.mirror = null;
       throw err;
     }
+    // A batch that overflowed may have written part of its entries: read the maps again next time.
+    if (result.failures.length > 0) this.stale = true;
     return result;
   }
 

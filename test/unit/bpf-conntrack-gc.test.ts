@@ -1,0 +1,119 @@
+import { describe, expect, it } from 'vitest';
+import {
+  type CtEntry,
+  DEFAULT_CONNTRACK_TIMEOUTS,
+  expiredEntries,
+  flowState,
+  pairKey,
+} from '../../src/dataplanes/bpf/conntrack-gc.js';
+import { CT_F, TCP_FLAG } from '../../src/dataplanes/bpf/layout.js';
+
+const S = 1_000_000_000n;
+
+/** A tracked flow client:cport -> vip:vport DNATed to backend:bport, as the datapath writes it. */
+function flow(
+  cport: number,
+  proto: number,
+  lastSeen: { fwd: bigint; reply?: bigint },
+  flags: { fwd?: number; reply?: number } = {},
+  backendId = 1,
+): CtEntry[] {
+  const forward: CtEntry = {
+    key: { saddr: '10.0.0.1', daddr: '10.96.0.10', sport: cport, dport: 80, proto },
+    value: {
+      lastSeenNs: lastSeen.fwd,
+      xlateSaddr: '10.0.0.1',
+      xlateDaddr: '10.1.0.5',
+      xlateSport: cport,
+      xlateDport: 8080,
+      svcId: 1,
+      backendId,
+      flags: 0,
+      tcpFlags: flags.fwd ?? 0,
+    },
+  };
+  if (lastSeen.reply === undefined) return [forward];
+  const reply: CtEntry = {
+    key: pairKey(forward),
+    value: {
+      lastSeenNs: lastSeen.reply,
+      xlateSaddr: '10.96.0.10',
+      xlateDaddr: '10.0.0.1',
+      xlateSport: 80,
+      xlateDport: cport,
+      svcId: 1,
+      backendId,
+      flags: CT_F.REPLY,
+      tcpFlags: flags.reply ?? 0,
+    },
+  };
+  return [forward, reply];
+}
+
+/** Each flow as [client port, number of entries]. */
+const ports = (flows: CtEntry[][]) => flows.map((f) => [f[0]!.key.sport, f.length]);
+
+describe('conntrack GC policy', () => {
+  it('pairs each entry with the other direction', () => {
+    const [fwd, reply] = flow(40000, 6, { fwd: 0n, reply: 0n });
+    expect(pairKey(reply!)).toEqual(fwd!.key);
+  });
+
+  it('tells the TCP state from the flags both directions saw', () => {
+    const syn = flow(1, 6, { fwd: 0n }, { fwd: TCP_FLAG.SYN });
+    expect(flowState(6, syn[0], undefined)).toBe('syn');
+    const est = flow(
+      1,
+      6,
+      { fwd: 0n, reply: 0n },
+      { fwd: TCP_FLAG.SYN | TCP_FLAG.ACK, reply: TCP_FLAG.SYN | TCP_FLAG.ACK },
+    );
+    expect(flowState(6, est[0], est[1])).toBe('established');
+    const fin = flow(1, 6, { fwd: 0n, reply: 0n }, { fwd: TCP_FLAG.ACK | TCP_FLAG.FIN, reply: TCP_FLAG.ACK });
+    expect(flowState(6, fin[0], fin[1])).toBe('closing');
+    expect(flowState(17, undefined, undefined)).toBe('other');
+  });
+
+  it('expires flows by state, both entries together, and keeps fresh ones', () => {
+    const now = 100_000n * S;
+    const ack = TCP_FLAG.SYN | TCP_FLAG.ACK;
+    const entries = [
+      // established, idle 1 h: kept (6 h timeout)
+      ...flow(1, 6, { fwd: now - 3600n * S, reply: now - 3600n * S }, { fwd: ack, reply: ack }),
+      // established, idle 7 h: expired
+      ...flow(2, 6, { fwd: now - 7n * 3600n * S, reply: now - 7n * 3600n * S }, { fwd: ack, reply: ack }),
+      // SYN only, 61 s: expired; 59 s: kept
+      ...flow(3, 6, { fwd: now - 61n * S }, { fwd: TCP_FLAG.SYN }),
+      ...flow(4, 6, { fwd: now - 59n * S }, { fwd: TCP_FLAG.SYN }),
+      // closed 11 s ago: expired, although the reply side is younger than the established timeout
+      ...flow(5, 6, { fwd: now - 11n * S, reply: now - 12n * S }, { fwd: ack | TCP_FLAG.FIN, reply: ack }),
+      // UDP 61 s: expired; a reply 30 s ago keeps the other one alive
+      ...flow(6, 17, { fwd: now - 61n * S, reply: now - 61n * S }),
+      ...flow(7, 17, { fwd: now - 90n * S, reply: now - 30n * S }),
+    ];
+    const { expired, stale } = expiredEntries(entries, now, DEFAULT_CONNTRACK_TIMEOUTS);
+    expect(ports(expired)).toEqual([
+      [2, 2],
+      [3, 1],
+      [5, 2],
+      [6, 2],
+    ]);
+    expect(stale).toEqual([]);
+  });
+
+  it('deletes flows marked stale whatever their age', () => {
+    const now = 1000n * S;
+    const entries = [
+      ...flow(1, 17, { fwd: now, reply: now }, {}, 7),
+      ...flow(2, 17, { fwd: now, reply: now }, {}, 8),
+    ];
+    const { expired, stale } = expiredEntries(
+      entries,
+      now,
+      DEFAULT_CONNTRACK_TIMEOUTS,
+      (e) => e.value.backendId === 7,
+    );
+    expect(ports(stale)).toEqual([[1, 2]]);
+    expect(expired).toEqual([]);
+  });
+});
