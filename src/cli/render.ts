@@ -7,6 +7,7 @@ import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig, ProxyMode } from '../config/types.js';
 import { renderIptablesText } from '../dataplanes/iptables/render.js';
+import { renderNftablesText } from '../dataplanes/nftables/render.js';
 import { formatProblem, type ObjectProblem } from '../model/parse.js';
 import { ChangeTracker } from '../model/tracker.js';
 import type { IPFamily } from '../model/types.js';
@@ -37,6 +38,8 @@ type ModeRenderer = (
 const MODE_RENDERERS: Partial<Record<ProxyMode, ModeRenderer>> = {
   iptables: (decisions, env, config, family) =>
     renderIptablesText(decisions, { ...env.iptables, tcpBeLiberal: config.conntrack.tcpBeLiberal }, family),
+  // kube-proxy learns the service CIDRs from ServiceCIDR objects, which manifests do not carry yet.
+  nftables: (decisions, _env, _config, family) => renderNftablesText(decisions, { serviceCIDRs: [] }, family),
 };
 
 const endpointStrings = (endpoints: Endpoint[]) => endpoints.map((ep) => ep.endpoint);

@@ -1,0 +1,615 @@
+// The nft transaction kube-proxy's nftables proxier (v1.33) writes, built from the brain's
+// decisions (reference/kube-proxy.md §1.13, §4), in the syntax knftables prints and `nft -f`
+// reads. Pure: the applier decides which per-service blocks a partial sync writes, which map
+// elements changed and which chains went stale, and assembles the text with assembleTransaction.
+
+import type { IPFamily } from '../../model/types.js';
+import { cidrContains, isLoopback, parseCIDR, parseIP } from '../../proxy/ip.js';
+import type {
+  Endpoint,
+  FamilyDecisions,
+  LocalDetector,
+  ProxyDecisions,
+  ServicePortDecision,
+} from '../../proxy/types.js';
+import { serviceKey } from '../types.js';
+import {
+  affinitySetName,
+  BASE_CHAINS,
+  CLUSTER_IPS,
+  CLUSTER_IPS_CHECK,
+  ELEMENT_CONTAINERS,
+  type ElementContainer,
+  endpointChainName,
+  FIREWALL_CHECK,
+  FIREWALL_IPS,
+  JUMP_CHAINS,
+  MARK_FOR_MASQUERADE,
+  MASQUERADING,
+  type NftFamily,
+  NO_ENDPOINT_NODEPORTS,
+  NO_ENDPOINT_SERVICES,
+  NODEPORT_ENDPOINTS_CHECK,
+  NODEPORT_IPS,
+  nftFamily,
+  REJECT_CHAIN,
+  SERVICE_ENDPOINTS_CHECK,
+  SERVICE_IPS,
+  SERVICE_NODEPORTS,
+  SERVICES,
+  servicePortChainNames,
+  TABLE,
+  TABLE_COMMENT,
+} from './names.js';
+
+export interface NftRenderOptions {
+  /**
+   * The cluster's service CIDRs of this family. kube-proxy learns them from ServiceCIDR objects;
+   * without them cluster-ips-check has no "Drop traffic to unallocated ClusterIPs" rule.
+   */
+  serviceCIDRs: string[];
+}
+
+/** One element of a set (value null) or verdict map. */
+export interface NftElement {
+  container: string;
+  key: string[];
+  value: string[] | null;
+  comment: string | null;
+}
+
+/** The chains and sets of one service port: what a partial sync leaves out when the service is unchanged. */
+export interface NftServicePortBlock {
+  /** "namespace/name": partial syncs are decided per Service, as upstream does. */
+  service: string;
+  /** servicePortName + "/" + protocol: unique within a family. */
+  key: string;
+  /** Every chain of the block, in declaration order. */
+  chains: string[];
+  affinitySets: string[];
+  /** add/flush chain, add set and add rule lines, in order. */
+  lines: string[];
+  elements: NftElement[];
+}
+
+export interface NftRuleset {
+  family: IPFamily;
+  /** `add table`: first in every full sync. */
+  tableLine: string;
+  /** Fixed chains, sets and maps with their rules (and the nodeport-ips elements). */
+  setupLines: string[];
+  /** kube-proxy's first sync adds and deletes every base chain so changed hooks or priorities take. */
+  recreateBaseChainLines: string[];
+  servicePorts: NftServicePortBlock[];
+  /** Service ports with a Local policy and no local endpoints (sync_proxy_rules_no_local_endpoints_total). */
+  noLocalEndpoints: { internal: number; external: number };
+}
+
+/** Writes objects of one family's kube-proxy table, as knftables prints them. */
+class Writer {
+  readonly lines: string[] = [];
+  constructor(private readonly family: NftFamily) {}
+
+  private object(kind: string, name: string): string {
+    return `${kind} ${this.family} ${TABLE} ${name}`;
+  }
+
+  chain(name: string, spec = ''): void {
+    this.lines.push(`add ${this.object('chain', name)}${spec === '' ? '' : ` { ${spec} }`}`);
+  }
+  /** add + flush: the chain exists and is empty, whether or not it existed before. */
+  ensureChain(name: string): void {
+    this.chain(name);
+    this.lines.push(`flush ${this.object('chain', name)}`);
+  }
+  rule(chain: string, rule: string, comment?: string): void {
+    this.lines.push(
+      `add ${this.object('rule', chain)} ${rule}${comment ? ` comment ${quote(comment)}` : ''}`,
+    );
+  }
+  set(name: string, spec: string): void {
+    this.lines.push(`add ${this.object('set', name)} { ${spec} }`);
+  }
+  map(name: string, spec: string): void {
+    this.lines.push(`add ${this.object('map', name)} { ${spec} }`);
+  }
+  raw(verb: string, kind: string, name: string): void {
+    this.lines.push(`${verb} ${this.object(kind, name)}`);
+  }
+}
+
+/** Go's %q for the plain ASCII our comments hold. */
+const quote = (text: string) => JSON.stringify(text);
+
+export function elementLine(family: NftFamily, verb: 'add' | 'delete', element: NftElement): string {
+  let body = element.key.join(' . ');
+  if (verb === 'add') {
+    if (element.comment !== null) body += ` comment ${quote(element.comment)}`;
+    if (element.value !== null) body += ` : ${element.value.join(' . ')}`;
+  }
+  return `${verb} element ${family} ${TABLE} ${element.container} { ${body} }`;
+}
+
+/** Identity of an element within the table: container and key. */
+export const elementId = (element: NftElement) => `${element.container} ${element.key.join(' . ')}`;
+/** What must match for an existing element to stay: value and comment. */
+export const elementSignature = (element: NftElement) =>
+  `${element.value?.join(' . ') ?? ''}|${element.comment ?? ''}`;
+
+interface DetectorNft {
+  ifLocal: string;
+  ifNotLocal: string;
+}
+
+function detectorNft(detector: LocalDetector, ipX: NftFamily): DetectorNft | null {
+  switch (detector.mode) {
+    case 'None':
+      return null;
+    case 'ClusterCIDR':
+    case 'NodeCIDR': {
+      // kube-proxy builds one detector per family from the first CIDR of that family.
+      const cidr = detector.cidrs[0];
+      return cidr === undefined
+        ? null
+        : { ifLocal: `${ipX} saddr ${cidr}`, ifNotLocal: `${ipX} saddr != ${cidr}` };
+    }
+    case 'BridgeInterface':
+      return {
+        ifLocal: `iifname ${detector.interfaceName}`,
+        ifNotLocal: `iifname != ${detector.interfaceName}`,
+      };
+    case 'InterfaceNamePrefix':
+      return { ifLocal: `iifname ${detector.prefix}*`, ifNotLocal: `iifname != ${detector.prefix}*` };
+  }
+}
+
+/** setupNFTables: everything outside the per-service chains and the service elements. */
+function setupLines(decisions: FamilyDecisions, options: NftRenderOptions): string[] {
+  const family = nftFamily(decisions.family);
+  const addrType = decisions.family === 'IPv4' ? 'ipv4_addr' : 'ipv6_addr';
+  const noLocalhost = decisions.family === 'IPv4' ? 'ip daddr != 127.0.0.0/8' : 'ip6 daddr != ::1';
+  const mark = decisions.masqueradeMark;
+  const w = new Writer(family);
+
+  for (const chain of BASE_CHAINS) {
+    w.chain(chain.name, `type ${chain.type} hook ${chain.hook} priority ${chain.priority} ;`);
+    w.raw('flush', 'chain', chain.name);
+  }
+
+  const created = new Set<string>();
+  const ensure = (chain: string) => {
+    if (created.has(chain)) return;
+    created.add(chain);
+    w.ensureChain(chain);
+  };
+  for (const jump of JUMP_CHAINS) {
+    ensure(jump.to);
+    w.rule(jump.from, jump.match === '' ? `jump ${jump.to}` : `${jump.match} jump ${jump.to}`);
+  }
+  for (const chain of [SERVICES, CLUSTER_IPS_CHECK, MASQUERADING, MARK_FOR_MASQUERADE]) ensure(chain);
+
+  w.rule(MARK_FOR_MASQUERADE, `mark set mark or ${mark}`);
+  w.rule(MASQUERADING, `mark and ${mark} == 0 return`);
+  w.rule(MASQUERADING, `mark set mark xor ${mark}`);
+  w.rule(MASQUERADING, 'masquerade fully-random');
+
+  w.set(CLUSTER_IPS, `type ${addrType} ; comment ${quote('Active ClusterIPs')} ;`);
+  w.rule(
+    CLUSTER_IPS_CHECK,
+    `${family} daddr @${CLUSTER_IPS} reject`,
+    'Reject traffic to invalid ports of ClusterIPs',
+  );
+  const serviceCIDRs = options.serviceCIDRs.filter((cidr) => parseCIDR(cidr)?.family === decisions.family);
+  if (serviceCIDRs.length > 0) {
+    w.rule(
+      CLUSTER_IPS_CHECK,
+      `${family} daddr { ${serviceCIDRs.join(',')} } drop`,
+      'Drop traffic to unallocated ClusterIPs',
+    );
+  }
+
+  // add + delete ensures the set is gone without failing when it never existed.
+  w.set(NODEPORT_IPS, `type ${addrType} ; comment ${quote('IPs that accept NodePort traffic')} ;`);
+  const matchAll = decisions.nodePortAddresses.matchAll;
+  if (matchAll) {
+    w.raw('delete', 'set', NODEPORT_IPS);
+  } else {
+    w.raw('flush', 'set', NODEPORT_IPS);
+    for (const ip of decisions.nodePortAddresses.ips) {
+      // The nftables mode never accepts NodePort connections on localhost.
+      const parsed = parseIP(ip);
+      if (parsed && isLoopback(parsed)) continue;
+      w.lines.push(
+        elementLine(family, 'add', { container: NODEPORT_IPS, key: [ip], value: null, comment: null }),
+      );
+    }
+  }
+  const nodePortDestinations = matchAll
+    ? `fib daddr type local ${noLocalhost}`
+    : `${family} daddr @${NODEPORT_IPS}`;
+
+  w.map(
+    NO_ENDPOINT_SERVICES,
+    `type ${addrType} . inet_proto . inet_service : verdict ; comment ${quote('vmap to drop or reject packets to services with no endpoints')} ;`,
+  );
+  w.map(
+    NO_ENDPOINT_NODEPORTS,
+    `type inet_proto . inet_service : verdict ; comment ${quote('vmap to drop or reject packets to service nodeports with no endpoints')} ;`,
+  );
+  w.rule(SERVICE_ENDPOINTS_CHECK, `${family} daddr . meta l4proto . th dport vmap @${NO_ENDPOINT_SERVICES}`);
+  w.rule(
+    NODEPORT_ENDPOINTS_CHECK,
+    `${nodePortDestinations} meta l4proto . th dport vmap @${NO_ENDPOINT_NODEPORTS}`,
+  );
+
+  w.map(
+    FIREWALL_IPS,
+    `type ${addrType} . inet_proto . inet_service : verdict ; comment ${quote('destinations that are subject to LoadBalancerSourceRanges')} ;`,
+  );
+  ensure(FIREWALL_CHECK);
+  w.rule(FIREWALL_CHECK, `${family} daddr . meta l4proto . th dport vmap @${FIREWALL_IPS}`);
+
+  w.map(
+    SERVICE_IPS,
+    `type ${addrType} . inet_proto . inet_service : verdict ; comment ${quote('ClusterIP, ExternalIP and LoadBalancer IP traffic')} ;`,
+  );
+  w.map(
+    SERVICE_NODEPORTS,
+    `type inet_proto . inet_service : verdict ; comment ${quote('NodePort traffic')} ;`,
+  );
+  w.rule(SERVICES, `${family} daddr . meta l4proto . th dport vmap @${SERVICE_IPS}`);
+  w.rule(SERVICES, `${nodePortDestinations} meta l4proto . th dport vmap @${SERVICE_NODEPORTS}`);
+
+  w.chain(REJECT_CHAIN, `comment ${quote('helper for @no-endpoint-services / @no-endpoint-nodeports')} ;`);
+  w.raw('flush', 'chain', REJECT_CHAIN);
+  w.rule(REJECT_CHAIN, 'reject');
+  return w.lines;
+}
+
+interface FamilyContext {
+  decisions: FamilyDecisions;
+  family: NftFamily;
+  detector: DetectorNft | null;
+  nodeIP: ReturnType<typeof parseIP>;
+}
+
+/** The whole ruleset of one family, as a full sync writes it. */
+export function buildNftRuleset(decisions: FamilyDecisions, options: NftRenderOptions): NftRuleset {
+  const family = nftFamily(decisions.family);
+  const context: FamilyContext = {
+    decisions,
+    family,
+    detector: detectorNft(decisions.localDetector, family),
+    nodeIP: decisions.nodeIP === '' ? null : parseIP(decisions.nodeIP),
+  };
+  const recreate = new Writer(family);
+  for (const chain of BASE_CHAINS) {
+    recreate.raw('add', 'chain', chain.name);
+    recreate.raw('delete', 'chain', chain.name);
+  }
+  const noLocalEndpoints = { internal: 0, external: 0 };
+  return {
+    family: decisions.family,
+    tableLine: `add table ${family} ${TABLE} { comment ${quote(TABLE_COMMENT)} ; }`,
+    setupLines: setupLines(decisions, options),
+    recreateBaseChainLines: recreate.lines,
+    servicePorts: decisions.servicePorts.map((sp) => servicePortBlock(context, sp, noLocalEndpoints)),
+    noLocalEndpoints,
+  };
+}
+
+function servicePortBlock(
+  context: FamilyContext,
+  sp: ServicePortDecision,
+  noLocalEndpoints: { internal: number; external: number },
+): NftServicePortBlock {
+  const { decisions, family, detector } = context;
+  const w = new Writer(family);
+  const proto = sp.protocol.toLowerCase();
+  const names = servicePortChainNames(sp);
+  const hasEndpoints = sp.hasAnyEndpoints;
+  const affinity = sp.sessionAffinityTimeoutSeconds > 0;
+
+  const chains: string[] = [];
+  const ensure = (chain: string) => {
+    if (chains.includes(chain)) return;
+    chains.push(chain);
+    w.ensureChain(chain);
+  };
+
+  for (const ep of sp.allReachableEndpoints) ensure(endpointChainName(sp, ep));
+  const usesClusterChain = sp.clusterEndpoints.length > 0 && sp.usesClusterEndpoints;
+  if (usesClusterChain) ensure(names.cluster);
+  const usesLocalChain = sp.localEndpoints.length > 0 && sp.usesLocalEndpoints;
+  if (usesLocalChain) ensure(names.local);
+
+  const internalChain = sp.internalPolicyLocal ? names.local : names.cluster;
+  const hasInternal = hasEndpoints && !(sp.internalPolicyLocal && sp.localEndpoints.length === 0);
+  const externalPolicyChain = sp.externalPolicyLocal ? names.local : names.cluster;
+  const hasExternal = hasEndpoints && !(sp.externalPolicyLocal && sp.localEndpoints.length === 0);
+  // Needed even without external endpoints: it short-circuits pod and host traffic.
+  const usesExternalChain = hasEndpoints && sp.externallyAccessible;
+  if (usesExternalChain) ensure(names.external);
+  // A filter of its own (before DNAT), so unlike iptables it does not depend on endpoints.
+  const usesFirewallChain = sp.loadBalancerIPs.length > 0 && sp.loadBalancerSourceRanges.length > 0;
+  if (usesFirewallChain) ensure(names.firewall);
+
+  let internalVerdict = '';
+  let externalVerdict = '';
+  if (!hasEndpoints) {
+    internalVerdict = `goto ${REJECT_CHAIN}`;
+    externalVerdict = internalVerdict;
+  } else {
+    if (!hasInternal) {
+      internalVerdict = 'drop';
+      noLocalEndpoints.internal++;
+    }
+    if (!hasExternal) {
+      externalVerdict = 'drop';
+      noLocalEndpoints.external++;
+    }
+  }
+
+  const elements: NftElement[] = [];
+  const element = (
+    container: ElementContainer,
+    key: string[],
+    value: string[] | null,
+    comment: string | null,
+  ) => elements.push({ container, key, value, comment });
+  const port = String(sp.port);
+  const name = sp.servicePortName;
+
+  element(CLUSTER_IPS, [sp.clusterIP], null, null);
+  if (hasInternal) element(SERVICE_IPS, [sp.clusterIP, proto, port], [`goto ${internalChain}`], null);
+  else element(NO_ENDPOINT_SERVICES, [sp.clusterIP, proto, port], [internalVerdict], name);
+
+  for (const ip of sp.externalIPs) {
+    if (hasEndpoints) element(SERVICE_IPS, [ip, proto, port], [`goto ${names.external}`], null);
+    // No endpoints at all (reject), or none for external traffic (drop what the external chain did not short-circuit).
+    if (!hasExternal) element(NO_ENDPOINT_SERVICES, [ip, proto, port], [externalVerdict], name);
+  }
+
+  if (usesFirewallChain) {
+    const sources: string[] = [];
+    let allowFromNode = false;
+    for (const cidrText of sp.loadBalancerSourceRanges) {
+      sources.push(cidrText);
+      const cidr = parseCIDR(cidrText);
+      if (cidr && context.nodeIP && cidrContains(cidr, context.nodeIP)) allowFromNode = true;
+    }
+    // A VIP-like load balancer's address is often local to the node, so a request from the node
+    // to the VIP loops back with the VIP as its source.
+    if (allowFromNode) sources.push(...sp.loadBalancerIPs);
+    w.rule(names.firewall, `${family} saddr != { ${sources.join(' , ')} } drop`);
+  }
+
+  for (const ip of sp.loadBalancerIPs) {
+    if (hasEndpoints) element(SERVICE_IPS, [ip, proto, port], [`goto ${names.external}`], null);
+    if (usesFirewallChain) element(FIREWALL_IPS, [ip, proto, port], [`goto ${names.firewall}`], name);
+  }
+  if (!hasExternal) {
+    for (const ip of sp.loadBalancerIPs)
+      element(NO_ENDPOINT_SERVICES, [ip, proto, port], [externalVerdict], name);
+  }
+
+  if (sp.nodePort !== 0) {
+    const nodePort = String(sp.nodePort);
+    // NodePorts are not subject to loadBalancerSourceRanges (upstream cannot change that).
+    if (hasEndpoints) element(SERVICE_NODEPORTS, [proto, nodePort], [`goto ${names.external}`], null);
+    if (!hasExternal) element(NO_ENDPOINT_NODEPORTS, [proto, nodePort], [externalVerdict], name);
+  }
+
+  // Sets are declared before the rules that test or update them.
+  const affinitySets: string[] = [];
+  if (affinity) {
+    const addrType = decisions.family === 'IPv4' ? 'ipv4_addr' : 'ipv6_addr';
+    for (const ep of sp.allReachableEndpoints) {
+      const set = affinitySetName(sp, ep);
+      affinitySets.push(set);
+      // "dynamic" too: some kernels add it on their own, and a later add without it would conflict.
+      w.set(set, `type ${addrType} ; flags dynamic,timeout ; timeout ${sp.sessionAffinityTimeoutSeconds}s ;`);
+    }
+  }
+
+  if (hasInternal) {
+    const clusterIPMatch = `${family} daddr ${sp.clusterIP} ${proto} dport ${sp.port}`;
+    if (decisions.masqueradeAll) {
+      w.rule(internalChain, `${clusterIPMatch} jump ${MARK_FOR_MASQUERADE}`);
+    } else if (detector) {
+      // Off-cluster sources reaching a ClusterIP (a static route to the service range) may be
+      // forwarded to another node, so they are masqueraded.
+      w.rule(internalChain, `${clusterIPMatch} ${detector.ifNotLocal} jump ${MARK_FOR_MASQUERADE}`);
+    }
+  }
+
+  if (usesExternalChain) {
+    if (!sp.externalPolicyLocal) {
+      // Endpoints may be on other nodes: masquerade so replies come back through this one.
+      w.rule(names.external, `jump ${MARK_FOR_MASQUERADE}`);
+    } else {
+      if (detector) {
+        // Pod traffic to an external destination ignores the policy, as if it had gone out to
+        // the load balancer and come back.
+        w.rule(names.external, `${detector.ifLocal} goto ${names.cluster}`, 'short-circuit pod traffic');
+      }
+      // The host's own traffic has a local source (often the VIP itself): masquerade and route it
+      // to any endpoint.
+      w.rule(names.external, `fib saddr type local jump ${MARK_FOR_MASQUERADE}`, 'masquerade local traffic');
+      w.rule(names.external, `fib saddr type local goto ${names.cluster}`, 'short-circuit local traffic');
+    }
+    if (hasExternal) w.rule(names.external, `goto ${externalPolicyChain}`);
+  }
+
+  if (usesClusterChain) serviceToEndpointRules(w, sp, names.cluster, sp.clusterEndpoints);
+  if (usesLocalChain) serviceToEndpointRules(w, sp, names.local, sp.localEndpoints);
+
+  for (const ep of sp.allReachableEndpoints) {
+    const chain = endpointChainName(sp, ep);
+    // Hairpin: a pod reaching itself through the service is SNATed.
+    w.rule(chain, `${family} saddr ${ep.ip} jump ${MARK_FOR_MASQUERADE}`);
+    if (affinity) w.rule(chain, `update @${affinitySetName(sp, ep)} { ${family} saddr }`);
+    w.rule(chain, `meta l4proto ${proto} dnat to ${ep.endpoint}`);
+  }
+
+  return {
+    service: serviceKey(sp.namespace, sp.name),
+    key: `${name}/${sp.protocol}`,
+    chains,
+    affinitySets,
+    lines: w.lines,
+    elements,
+  };
+}
+
+function serviceToEndpointRules(
+  w: Writer,
+  sp: ServicePortDecision,
+  chain: string,
+  endpoints: Endpoint[],
+): void {
+  if (sp.sessionAffinityTimeoutSeconds > 0) {
+    const family = nftFamily(sp.family);
+    for (const ep of endpoints) {
+      w.rule(chain, `${family} saddr @${affinitySetName(sp, ep)} goto ${endpointChainName(sp, ep)}`);
+    }
+  }
+  const targets = endpoints.map((ep, i) => `${i} : goto ${endpointChainName(sp, ep)}`).join(' , ');
+  w.rule(chain, `numgen random mod ${endpoints.length} vmap { ${targets} }`);
+}
+
+/** Every chain and affinity set a sync of this ruleset keeps (written or skipped). */
+export function activeObjects(ruleset: NftRuleset): { chains: Set<string>; affinitySets: Set<string> } {
+  const chains = new Set<string>();
+  const affinitySets = new Set<string>();
+  for (const block of ruleset.servicePorts) {
+    for (const chain of block.chains) chains.add(chain);
+    for (const set of block.affinitySets) affinitySets.add(set);
+  }
+  return { chains, affinitySets };
+}
+
+/** Every element of the ruleset by its identity (duplicates, e.g. a ClusterIP of several ports, once). */
+export function desiredElements(ruleset: NftRuleset): Map<string, NftElement> {
+  const elements = new Map<string, NftElement>();
+  for (const block of ruleset.servicePorts) {
+    for (const element of block.elements) {
+      const id = elementId(element);
+      if (!elements.has(id)) elements.set(id, element);
+    }
+  }
+  return elements;
+}
+
+export interface ElementChanges {
+  remove: NftElement[];
+  add: NftElement[];
+}
+
+/** What turns the applied elements into the desired ones; a changed value is a delete and an add. */
+export function diffElements(
+  applied: ReadonlyMap<string, NftElement>,
+  desired: ReadonlyMap<string, NftElement>,
+): ElementChanges {
+  const remove: NftElement[] = [];
+  const add: NftElement[] = [];
+  for (const [id, element] of applied) {
+    const wanted = desired.get(id);
+    if (!wanted || elementSignature(wanted) !== elementSignature(element)) remove.push(element);
+  }
+  for (const [id, element] of desired) {
+    const had = applied.get(id);
+    if (!had || elementSignature(had) !== elementSignature(element)) add.push(element);
+  }
+  return { remove, add };
+}
+
+export interface TransactionPlan {
+  /** Table setup and fixed chains rewritten, every element container flushed and refilled. */
+  full: boolean;
+  /** The first sync of this process: base chains are re-created. */
+  recreateBaseChains: boolean;
+  /** Whether a service port's block is written; a partial sync leaves unchanged services out. */
+  writeBlock: (block: NftServicePortBlock) => boolean;
+  /** Partial syncs only: the element changes (full syncs write every element). */
+  elementChanges: ElementChanges;
+  /** Chains no longer used: flushed now, deleted by a later transaction. */
+  staleChains: string[];
+  /** Affinity sets no longer used: deleted now (nothing references them after the flushes). */
+  staleAffinitySets: string[];
+}
+
+export interface NftTransaction {
+  text: string;
+  /** Service port blocks written. */
+  blocksWritten: number;
+  /** Element lines written (adds and deletes). */
+  elementsWritten: number;
+}
+
+/** One `nft -f` transaction of one family. */
+export function assembleTransaction(ruleset: NftRuleset, plan: TransactionPlan): NftTransaction {
+  const family = nftFamily(ruleset.family);
+  const lines: string[] = [];
+  let elementsWritten = 0;
+  if (plan.full) {
+    lines.push(ruleset.tableLine);
+    if (plan.recreateBaseChains) lines.push(...ruleset.recreateBaseChainLines);
+    lines.push(...ruleset.setupLines);
+    for (const container of ELEMENT_CONTAINERS) {
+      lines.push(`flush ${container === CLUSTER_IPS ? 'set' : 'map'} ${family} ${TABLE} ${container}`);
+    }
+  }
+  let blocksWritten = 0;
+  for (const block of ruleset.servicePorts) {
+    if (!plan.full && !plan.writeBlock(block)) continue;
+    lines.push(...block.lines);
+    blocksWritten++;
+  }
+  if (plan.full) {
+    for (const element of desiredElements(ruleset).values()) lines.push(elementLine(family, 'add', element));
+    elementsWritten = lines.length;
+  } else {
+    const before = lines.length;
+    for (const element of plan.elementChanges.remove) lines.push(elementLine(family, 'delete', element));
+    for (const element of plan.elementChanges.add) lines.push(elementLine(family, 'add', element));
+    elementsWritten = lines.length - before;
+  }
+  for (const chain of plan.staleChains) lines.push(`flush chain ${family} ${TABLE} ${chain}`);
+  for (const set of plan.staleAffinitySets) lines.push(`delete set ${family} ${TABLE} ${set}`);
+  return { text: lines.length > 0 ? `${lines.join('\n')}\n` : '', blocksWritten, elementsWritten };
+}
+
+/** A transaction deleting chains flushed by an earlier one (kernels before 6.2 need the pause). */
+export function deleteChainsTransaction(family: IPFamily, chains: string[]): string {
+  return chains.map((chain) => `delete chain ${nftFamily(family)} ${TABLE} ${chain}\n`).join('');
+}
+
+/** A full sync's transaction for one family, as kube-proxy's first sync writes it. */
+export function renderFamily(decisions: FamilyDecisions, options: NftRenderOptions): string {
+  const ruleset = buildNftRuleset(decisions, options);
+  return assembleTransaction(ruleset, {
+    full: true,
+    recreateBaseChains: true,
+    writeBlock: () => true,
+    elementChanges: { remove: [], add: [] },
+    staleChains: [],
+    staleAffinitySets: [],
+  }).text;
+}
+
+/**
+ * What `render --proxy-mode nftables` prints: with a family, exactly that family's transaction;
+ * without, every family under a comment line naming it (one `nft -f` file takes them all).
+ */
+export function renderNftablesText(
+  decisions: ProxyDecisions,
+  options: NftRenderOptions,
+  family?: IPFamily,
+): string {
+  const families = family ? decisions.families.filter((f) => f.family === family) : decisions.families;
+  if (family && families.length === 0) throw new Error(`the decisions have no ${family} family`);
+  const rendered = families.map((f) => ({ family: f.family, text: renderFamily(f, options) }));
+  if (family) return rendered[0]?.text ?? '';
+  return rendered.map((r) => `# ${r.family} (table ${nftFamily(r.family)} ${TABLE})\n${r.text}`).join('');
+}

@@ -1,0 +1,671 @@
+// The nftables renderer against kube-proxy's nftables mode (reference/kube-proxy.md §4): names
+// and hashes from the spec's examples, the table setup, and per-feature rules and elements for
+// decisions the brain makes from Services and EndpointSlices.
+
+import { describe, expect, it } from 'vitest';
+import {
+  affinitySetName,
+  endpointChainName,
+  hashAndTruncate,
+  isAffinitySetName,
+  isServiceChainName,
+  servicePortChainNames,
+  servicePortEndpointChainNameBase,
+} from '../../src/dataplanes/nftables/names.js';
+import {
+  activeObjects,
+  assembleTransaction,
+  buildNftRuleset,
+  desiredElements,
+  diffElements,
+  elementId,
+  type NftRenderOptions,
+  renderFamily,
+  renderNftablesText,
+} from '../../src/dataplanes/nftables/render.js';
+import type { EndpointSlice, IPFamily, Service } from '../../src/model/types.js';
+import { type BrainConfig, decide } from '../../src/proxy/decide.js';
+import type { FamilyDecisions, NodeEnv, ServicePortDecision } from '../../src/proxy/types.js';
+import { endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
+
+const NODE = 'test-node';
+const NO_CIDRS: NftRenderOptions = { serviceCIDRs: [] };
+
+const baseConfig: BrainConfig = {
+  nodePortAddresses: ['primary'],
+  detectLocalMode: 'ClusterCIDR',
+  detectLocal: { bridgeInterface: '', interfaceNamePrefix: '' },
+  clusterCIDRs: ['10.0.0.0/8', 'fd00:10::/64'],
+  masqueradeBit: 14,
+  masqueradeAll: false,
+  localhostNodePorts: false,
+  featureGates: {},
+};
+
+interface Cluster {
+  services: Service[];
+  slices: EndpointSlice[];
+  config?: Partial<BrainConfig>;
+  env?: Partial<NodeEnv>;
+  family?: IPFamily;
+}
+
+function decisions({ services, slices, config, env, family = 'IPv4' }: Cluster): FamilyDecisions {
+  const result = decide(
+    {
+      services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
+      endpointSlices: new Map(slices.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
+      node: node(NODE),
+    },
+    nodeEnv({ nodeName: NODE, nodeIPs: ['192.168.0.2', '2001:db8::2'], ...env }),
+    { ...baseConfig, ...config },
+    { families: [family] },
+  );
+  return result.families[0] as FamilyDecisions;
+}
+
+const render = (cluster: Cluster, options: NftRenderOptions = NO_CIDRS) =>
+  renderFamily(decisions(cluster), options).split('\n');
+
+const local = { nodeName: NODE };
+const remote = { nodeName: 'other-node' };
+const p80: EndpointSlice['ports'] = [{ name: 'p80', port: 80, protocol: 'TCP' }];
+
+const SVC1 = 'service-ULMVA6XW-ns1/svc1/tcp/p80';
+const EP1 = 'endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80';
+
+/** The spec's ns1/svc1: ClusterIP 172.30.0.41:80 with the endpoint 10.180.0.1:80. */
+function svc1(extra: Parameters<typeof service>[2] = {}, endpoints = [endpoint('10.180.0.1')]): Cluster {
+  return {
+    services: [service('ns1', 'svc1', extra)],
+    slices: [slice('ns1', 'svc1', 'svc1-a', endpoints, p80)],
+  };
+}
+
+describe('names', () => {
+  it('hashes like hashAndTruncate: the spec examples', () => {
+    const sp = { namespace: 'ns1', name: 'svc1', portName: 'p80' };
+    expect(hashAndTruncate('ns1/svc1/tcp/p80')).toBe('ULMVA6XW-ns1/svc1/tcp/p80');
+    expect(servicePortEndpointChainNameBase(sp, 'TCP', { ip: '10.180.0.1', port: 80 })).toBe(
+      '5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80',
+    );
+  });
+
+  it('names every chain of a service port with one hash and its prefix', () => {
+    const sp = decisions(svc1()).servicePorts[0] as ServicePortDecision;
+    expect(servicePortChainNames(sp)).toEqual({
+      cluster: SVC1,
+      local: 'local-ULMVA6XW-ns1/svc1/tcp/p80',
+      external: 'external-ULMVA6XW-ns1/svc1/tcp/p80',
+      firewall: 'firewall-ULMVA6XW-ns1/svc1/tcp/p80',
+    });
+    const ep = sp.endpoints[0];
+    if (!ep) throw new Error('no endpoint');
+    expect(endpointChainName(sp, ep)).toBe(EP1);
+    expect(affinitySetName(sp, ep)).toBe('affinity-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80');
+  });
+
+  it('replaces IPv6 colons with dots, keeps an empty port name, and truncates at 240 characters', () => {
+    const base = servicePortEndpointChainNameBase({ namespace: 'ns', name: 'svc', portName: '' }, 'UDP', {
+      ip: 'fd00::1',
+      port: 53,
+    });
+    expect(base).toMatch(/^[A-Z2-7]{8}-ns\/svc\/udp\/__fd00..1\/53$/);
+    const long = hashAndTruncate('x'.repeat(300));
+    expect(long).toHaveLength(240);
+    expect(long.endsWith('...')).toBe(true);
+    expect(long.slice(0, 9)).toBe(hashAndTruncate('x'.repeat(300)).slice(0, 9));
+  });
+
+  it('tells service chains and affinity sets from the fixed objects', () => {
+    expect(isServiceChainName(SVC1)).toBe(true);
+    expect(isServiceChainName('services')).toBe(false);
+    expect(isServiceChainName('reject-chain')).toBe(false);
+    expect(isAffinitySetName('affinity-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80')).toBe(true);
+    expect(isAffinitySetName('cluster-ips')).toBe(false);
+  });
+});
+
+describe('table setup', () => {
+  const lines = render({ services: [], slices: [] });
+
+  it('creates the table with its comment, and re-creates the base chains on the first sync', () => {
+    expect(lines[0]).toBe('add table ip kube-proxy { comment "rules for kube-proxy" ; }');
+    expect(lines.slice(1, 3)).toEqual([
+      'add chain ip kube-proxy filter-prerouting-pre-dnat',
+      'delete chain ip kube-proxy filter-prerouting-pre-dnat',
+    ]);
+  });
+
+  it('hooks the base chains at kube-proxy priorities', () => {
+    for (const [chain, spec] of [
+      ['filter-prerouting-pre-dnat', 'type filter hook prerouting priority -110 ;'],
+      ['filter-output-pre-dnat', 'type filter hook output priority -110 ;'],
+      ['filter-forward', 'type filter hook forward priority 0 ;'],
+      ['filter-input', 'type filter hook input priority 0 ;'],
+      ['filter-output', 'type filter hook output priority 0 ;'],
+      ['nat-prerouting', 'type nat hook prerouting priority -100 ;'],
+      ['nat-output', 'type nat hook output priority -100 ;'],
+      ['nat-postrouting', 'type nat hook postrouting priority 100 ;'],
+    ]) {
+      const at = lines.indexOf(`add chain ip kube-proxy ${chain} { ${spec} }`);
+      expect(at).toBeGreaterThan(0);
+      expect(lines[at + 1]).toBe(`flush chain ip kube-proxy ${chain}`);
+    }
+  });
+
+  it('jumps from the base chains to the regular chains', () => {
+    const jumps = lines.filter((l) => / jump [a-z-]+$/.test(l) && !l.includes('mark-for-masquerade'));
+    expect(jumps).toEqual([
+      'add rule ip kube-proxy filter-input ct state new jump nodeport-endpoints-check',
+      'add rule ip kube-proxy filter-input ct state new jump service-endpoints-check',
+      'add rule ip kube-proxy filter-forward ct state new jump service-endpoints-check',
+      'add rule ip kube-proxy filter-output ct state new jump service-endpoints-check',
+      'add rule ip kube-proxy filter-prerouting-pre-dnat ct state new jump firewall-check',
+      'add rule ip kube-proxy filter-output-pre-dnat ct state new jump firewall-check',
+      'add rule ip kube-proxy nat-output jump services',
+      'add rule ip kube-proxy nat-prerouting jump services',
+      'add rule ip kube-proxy nat-postrouting jump masquerading',
+      'add rule ip kube-proxy filter-forward ct state new jump cluster-ips-check',
+      'add rule ip kube-proxy filter-output ct state new jump cluster-ips-check',
+    ]);
+    for (const chain of [
+      'services',
+      'service-endpoints-check',
+      'nodeport-endpoints-check',
+      'firewall-check',
+      'cluster-ips-check',
+      'mark-for-masquerade',
+      'masquerading',
+    ]) {
+      expect(lines).toContain(`add chain ip kube-proxy ${chain}`);
+      expect(lines).toContain(`flush chain ip kube-proxy ${chain}`);
+    }
+  });
+
+  it('marks and masquerades with the masquerade mark, always fully-random', () => {
+    expect(lines).toContain('add rule ip kube-proxy mark-for-masquerade mark set mark or 0x00004000');
+    const masq = lines.filter((l) => l.startsWith('add rule ip kube-proxy masquerading '));
+    expect(masq).toEqual([
+      'add rule ip kube-proxy masquerading mark and 0x00004000 == 0 return',
+      'add rule ip kube-proxy masquerading mark set mark xor 0x00004000',
+      'add rule ip kube-proxy masquerading masquerade fully-random',
+    ]);
+    const bit10 = render({ services: [], slices: [], config: { masqueradeBit: 10 } });
+    expect(bit10).toContain('add rule ip kube-proxy mark-for-masquerade mark set mark or 0x00000400');
+  });
+
+  it('declares the sets and verdict maps with their types and comments', () => {
+    expect(lines).toEqual(
+      expect.arrayContaining([
+        'add set ip kube-proxy cluster-ips { type ipv4_addr ; comment "Active ClusterIPs" ; }',
+        'add set ip kube-proxy nodeport-ips { type ipv4_addr ; comment "IPs that accept NodePort traffic" ; }',
+        'add map ip kube-proxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment "ClusterIP, ExternalIP and LoadBalancer IP traffic" ; }',
+        'add map ip kube-proxy service-nodeports { type inet_proto . inet_service : verdict ; comment "NodePort traffic" ; }',
+        'add map ip kube-proxy no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to services with no endpoints" ; }',
+        'add map ip kube-proxy no-endpoint-nodeports { type inet_proto . inet_service : verdict ; comment "vmap to drop or reject packets to service nodeports with no endpoints" ; }',
+        'add map ip kube-proxy firewall-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment "destinations that are subject to LoadBalancerSourceRanges" ; }',
+      ]),
+    );
+  });
+
+  it('dispatches services and checks endpoints through the maps', () => {
+    expect(lines).toEqual(
+      expect.arrayContaining([
+        'add rule ip kube-proxy services ip daddr . meta l4proto . th dport vmap @service-ips',
+        'add rule ip kube-proxy services ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports',
+        'add rule ip kube-proxy service-endpoints-check ip daddr . meta l4proto . th dport vmap @no-endpoint-services',
+        'add rule ip kube-proxy nodeport-endpoints-check ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports',
+        'add rule ip kube-proxy firewall-check ip daddr . meta l4proto . th dport vmap @firewall-ips',
+      ]),
+    );
+  });
+
+  it('has a reject chain with its comment', () => {
+    expect(lines).toContain(
+      'add chain ip kube-proxy reject-chain { comment "helper for @no-endpoint-services / @no-endpoint-nodeports" ; }',
+    );
+    expect(lines).toContain('add rule ip kube-proxy reject-chain reject');
+  });
+
+  it('rejects invalid ClusterIP ports, and drops unallocated ClusterIPs only when the service CIDRs are known', () => {
+    const check = (l: string[]) => l.filter((x) => x.startsWith('add rule ip kube-proxy cluster-ips-check'));
+    expect(check(lines)).toEqual([
+      'add rule ip kube-proxy cluster-ips-check ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"',
+    ]);
+    const withCIDRs = render(
+      { services: [], slices: [] },
+      { serviceCIDRs: ['172.30.0.0/16', 'fd00:30::/112', '172.31.0.0/16'] },
+    );
+    expect(check(withCIDRs)[1]).toBe(
+      'add rule ip kube-proxy cluster-ips-check ip daddr { 172.30.0.0/16,172.31.0.0/16 } drop comment "Drop traffic to unallocated ClusterIPs"',
+    );
+  });
+
+  it('fills nodeport-ips with the primary IP (nftables default), never loopback', () => {
+    expect(lines).toContain('flush set ip kube-proxy nodeport-ips');
+    expect(lines.filter((l) => l.includes('element ip kube-proxy nodeport-ips'))).toEqual([
+      'add element ip kube-proxy nodeport-ips { 192.168.0.2 }',
+    ]);
+    const withLoopback = render({
+      services: [],
+      slices: [],
+      config: { nodePortAddresses: ['127.0.0.0/8', '192.168.0.0/16'], localhostNodePorts: true },
+    });
+    expect(withLoopback.filter((l) => l.includes('element ip kube-proxy nodeport-ips'))).toEqual([
+      'add element ip kube-proxy nodeport-ips { 192.168.0.2 }',
+    ]);
+  });
+
+  it('matches every local address but localhost when nodePortAddresses matches all', () => {
+    const all = render({ services: [], slices: [], config: { nodePortAddresses: ['0.0.0.0/0'] } });
+    expect(all).toContain('delete set ip kube-proxy nodeport-ips');
+    expect(all).toContain(
+      'add rule ip kube-proxy services fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports',
+    );
+    expect(all).toContain(
+      'add rule ip kube-proxy nodeport-endpoints-check fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports',
+    );
+    const v6 = render({ services: [], slices: [], config: { nodePortAddresses: ['::/0'] }, family: 'IPv6' });
+    expect(v6).toContain(
+      'add rule ip6 kube-proxy services fib daddr type local ip6 daddr != ::1 meta l4proto . th dport vmap @service-nodeports',
+    );
+  });
+});
+
+describe('service ports', () => {
+  it('ClusterIP: a service chain balancing with numgen over endpoint chains that DNAT', () => {
+    const lines = render(svc1({}, [endpoint('10.180.0.1'), endpoint('10.180.0.2')]));
+    const ep2 =
+      'endpoint-' +
+      servicePortEndpointChainNameBase({ namespace: 'ns1', name: 'svc1', portName: 'p80' }, 'TCP', {
+        ip: '10.180.0.2',
+        port: 80,
+      });
+    expect(lines).toEqual(
+      expect.arrayContaining([
+        `add chain ip kube-proxy ${SVC1}`,
+        `flush chain ip kube-proxy ${SVC1}`,
+        `add rule ip kube-proxy ${SVC1} ip daddr 172.30.0.41 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade`,
+        `add rule ip kube-proxy ${SVC1} numgen random mod 2 vmap { 0 : goto ${EP1} , 1 : goto ${ep2} }`,
+        `add rule ip kube-proxy ${EP1} ip saddr 10.180.0.1 jump mark-for-masquerade`,
+        `add rule ip kube-proxy ${EP1} meta l4proto tcp dnat to 10.180.0.1:80`,
+        'add element ip kube-proxy cluster-ips { 172.30.0.41 }',
+        `add element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 : goto ${SVC1} }`,
+      ]),
+    );
+    // Elements come after every chain they name.
+    expect(lines.findIndex((l) => l.startsWith('add element ip kube-proxy service-ips'))).toBeGreaterThan(
+      lines.lastIndexOf(`add rule ip kube-proxy ${EP1} meta l4proto tcp dnat to 10.180.0.1:80`),
+    );
+  });
+
+  it('masquerades off-cluster ClusterIP traffic per local detector, everything with masqueradeAll', () => {
+    const masq = (config: Partial<BrainConfig>) =>
+      render({ ...svc1(), config }).filter((l) => l.startsWith(`add rule ip kube-proxy ${SVC1} ip daddr`));
+    const head = `add rule ip kube-proxy ${SVC1} ip daddr 172.30.0.41 tcp dport 80`;
+    expect(masq({ masqueradeAll: true })).toEqual([`${head} jump mark-for-masquerade`]);
+    expect(masq({ clusterCIDRs: [] })).toEqual([]);
+    expect(
+      masq({
+        detectLocalMode: 'BridgeInterface',
+        detectLocal: { bridgeInterface: 'cbr0', interfaceNamePrefix: '' },
+      }),
+    ).toEqual([`${head} iifname != cbr0 jump mark-for-masquerade`]);
+    expect(
+      masq({
+        detectLocalMode: 'InterfaceNamePrefix',
+        detectLocal: { bridgeInterface: '', interfaceNamePrefix: 'veth' },
+      }),
+    ).toEqual([`${head} iifname != veth* jump mark-for-masquerade`]);
+  });
+
+  it('session affinity: a timeout set per endpoint, checked by the service chain and updated by the endpoint', () => {
+    const lines = render(svc1({ sessionAffinity: 'ClientIP', sessionAffinityTimeoutSeconds: 10800 }));
+    const set = 'affinity-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80';
+    const setLine = `add set ip kube-proxy ${set} { type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }`;
+    const check = `add rule ip kube-proxy ${SVC1} ip saddr @${set} goto ${EP1}`;
+    const numgen = `add rule ip kube-proxy ${SVC1} numgen random mod 1 vmap { 0 : goto ${EP1} }`;
+    const update = `add rule ip kube-proxy ${EP1} update @${set} { ip saddr }`;
+    for (const line of [setLine, check, numgen, update]) expect(lines).toContain(line);
+    expect(lines.indexOf(setLine)).toBeLessThan(lines.indexOf(check));
+    expect(lines.indexOf(check)).toBeLessThan(lines.indexOf(numgen));
+    const epRules = lines.filter((l) => l.startsWith(`add rule ip kube-proxy ${EP1} `));
+    expect(epRules[1]).toBe(update);
+  });
+
+  it('no endpoints: reject through the no-endpoint maps, for every destination, and no chains', () => {
+    const lines = render({
+      services: [
+        service('ns4', 'svc4', {
+          type: 'LoadBalancer',
+          clusterIP: '172.30.0.44',
+          externalIPs: ['192.168.99.44'],
+          loadBalancerIngress: [{ ip: '5.6.7.8', hostname: '', ipMode: 'VIP' }],
+          ports: [{ name: 'p80', protocol: 'TCP', port: 80, nodePort: 3004 }],
+        }),
+      ],
+      slices: [],
+    });
+    expect(lines.filter((l) => l.includes(' element ') && !l.includes('nodeport-ips'))).toEqual([
+      'add element ip kube-proxy cluster-ips { 172.30.0.44 }',
+      'add element ip kube-proxy no-endpoint-services { 172.30.0.44 . tcp . 80 comment "ns4/svc4:p80" : goto reject-chain }',
+      'add element ip kube-proxy no-endpoint-services { 192.168.99.44 . tcp . 80 comment "ns4/svc4:p80" : goto reject-chain }',
+      'add element ip kube-proxy no-endpoint-services { 5.6.7.8 . tcp . 80 comment "ns4/svc4:p80" : goto reject-chain }',
+      'add element ip kube-proxy no-endpoint-nodeports { tcp . 3004 comment "ns4/svc4:p80" : goto reject-chain }',
+    ]);
+    expect(lines.some((l) => l.includes('ns4/svc4/') && l.startsWith('add chain'))).toBe(false);
+  });
+
+  it('NodePort and externalIP go to the external chain, which masquerades for eTP=Cluster', () => {
+    const lines = render(
+      svc1({
+        type: 'NodePort',
+        externalIPs: ['192.168.99.11'],
+        ports: [{ name: 'p80', protocol: 'TCP', port: 80, nodePort: 3001 }],
+      }),
+    );
+    const ext = 'external-ULMVA6XW-ns1/svc1/tcp/p80';
+    expect(lines.filter((l) => l.startsWith(`add rule ip kube-proxy ${ext}`))).toEqual([
+      `add rule ip kube-proxy ${ext} jump mark-for-masquerade`,
+      `add rule ip kube-proxy ${ext} goto ${SVC1}`,
+    ]);
+    expect(lines).toContain(`add element ip kube-proxy service-nodeports { tcp . 3001 : goto ${ext} }`);
+    expect(lines).toContain(
+      `add element ip kube-proxy service-ips { 192.168.99.11 . tcp . 80 : goto ${ext} }`,
+    );
+  });
+
+  const etpLocal = (endpoints: ReturnType<typeof endpoint>[], config: Partial<BrainConfig> = {}): string[] =>
+    render({
+      ...svc1(
+        {
+          type: 'LoadBalancer',
+          externalTrafficPolicy: 'Local',
+          healthCheckNodePort: 30000,
+          loadBalancerIngress: [{ ip: '5.6.7.8', hostname: '', ipMode: 'VIP' }],
+          ports: [{ name: 'p80', protocol: 'TCP', port: 80, nodePort: 3001 }],
+        },
+        endpoints,
+      ),
+      config,
+    });
+
+  it('eTP=Local: pod and host traffic short-circuit to the cluster chain, the rest goes to the local chain', () => {
+    const lines = etpLocal([endpoint('10.180.0.1', local), endpoint('10.180.0.2', remote)]);
+    const ext = 'external-ULMVA6XW-ns1/svc1/tcp/p80';
+    const localChain = 'local-ULMVA6XW-ns1/svc1/tcp/p80';
+    expect(lines.filter((l) => l.startsWith(`add rule ip kube-proxy ${ext}`))).toEqual([
+      `add rule ip kube-proxy ${ext} ip saddr 10.0.0.0/8 goto ${SVC1} comment "short-circuit pod traffic"`,
+      `add rule ip kube-proxy ${ext} fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"`,
+      `add rule ip kube-proxy ${ext} fib saddr type local goto ${SVC1} comment "short-circuit local traffic"`,
+      `add rule ip kube-proxy ${ext} goto ${localChain}`,
+    ]);
+    expect(lines).toContain(
+      `add rule ip kube-proxy ${localChain} numgen random mod 1 vmap { 0 : goto ${EP1} }`,
+    );
+    expect(lines.find((l) => l.startsWith(`add rule ip kube-proxy ${SVC1} numgen`))).toMatch(/mod 2 vmap/);
+    // Without a detector there is no pod short-circuit.
+    const noDetector = etpLocal([endpoint('10.180.0.1', local)], { clusterCIDRs: [] });
+    expect(noDetector.some((l) => l.includes('short-circuit pod traffic'))).toBe(false);
+  });
+
+  it('eTP=Local without local endpoints: external destinations drop, the external chain still short-circuits', () => {
+    const lines = etpLocal([endpoint('10.180.0.2', remote)]);
+    const ext = 'external-ULMVA6XW-ns1/svc1/tcp/p80';
+    expect(lines).toEqual(
+      expect.arrayContaining([
+        'add element ip kube-proxy no-endpoint-services { 5.6.7.8 . tcp . 80 comment "ns1/svc1:p80" : drop }',
+        'add element ip kube-proxy no-endpoint-nodeports { tcp . 3001 comment "ns1/svc1:p80" : drop }',
+        `add element ip kube-proxy service-ips { 5.6.7.8 . tcp . 80 : goto ${ext} }`,
+        `add element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 : goto ${SVC1} }`,
+      ]),
+    );
+    expect(lines.filter((l) => l.startsWith(`add rule ip kube-proxy ${ext}`))).toHaveLength(3);
+    expect(lines.some((l) => l.includes('local-ULMVA6XW'))).toBe(false);
+    const ruleset = buildNftRuleset(
+      decisions({
+        ...svc1(
+          {
+            type: 'LoadBalancer',
+            externalTrafficPolicy: 'Local',
+            loadBalancerIngress: [{ ip: '5.6.7.8', hostname: '', ipMode: 'VIP' }],
+            ports: [{ name: 'p80', protocol: 'TCP', port: 80, nodePort: 3001 }],
+          },
+          [endpoint('10.180.0.2', remote)],
+        ),
+      }),
+      NO_CIDRS,
+    );
+    expect(ruleset.noLocalEndpoints).toEqual({ internal: 0, external: 1 });
+  });
+
+  it('iTP=Local: ClusterIP goes to the local chain, and drops when no endpoint is local', () => {
+    const withLocal = render(
+      svc1({ internalTrafficPolicy: 'Local' }, [
+        endpoint('10.180.0.1', local),
+        endpoint('10.180.0.2', remote),
+      ]),
+    );
+    const localChain = 'local-ULMVA6XW-ns1/svc1/tcp/p80';
+    expect(withLocal).toContain(
+      `add element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 : goto ${localChain} }`,
+    );
+    expect(withLocal).toContain(
+      `add rule ip kube-proxy ${localChain} ip daddr 172.30.0.41 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade`,
+    );
+    expect(withLocal.some((l) => l.includes(SVC1))).toBe(false);
+    const none = render(svc1({ internalTrafficPolicy: 'Local' }, [endpoint('10.180.0.2', remote)]));
+    expect(none).toContain(
+      'add element ip kube-proxy no-endpoint-services { 172.30.0.41 . tcp . 80 comment "ns1/svc1:p80" : drop }',
+    );
+    expect(none.some((l) => l.startsWith('add chain') && l.includes('ns1/svc1/'))).toBe(false);
+  });
+
+  it('loadBalancerSourceRanges: a firewall chain dropping other sources, reached through firewall-ips', () => {
+    const lb = (ranges: string[]) =>
+      render(
+        svc1({
+          type: 'LoadBalancer',
+          loadBalancerIngress: [{ ip: '5.6.7.8', hostname: '', ipMode: 'VIP' }],
+          loadBalancerSourceRanges: ranges,
+          ports: [{ name: 'p80', protocol: 'TCP', port: 80, nodePort: 3001 }],
+        }),
+      );
+    const fw = 'firewall-ULMVA6XW-ns1/svc1/tcp/p80';
+    const lines = lb([' 203.0.113.0/25', '203.0.113.128/25']);
+    expect(lines).toEqual(
+      expect.arrayContaining([
+        `add chain ip kube-proxy ${fw}`,
+        `add rule ip kube-proxy ${fw} ip saddr != { 203.0.113.0/25 , 203.0.113.128/25 } drop`,
+        `add element ip kube-proxy firewall-ips { 5.6.7.8 . tcp . 80 comment "ns1/svc1:p80" : goto ${fw} }`,
+        'add element ip kube-proxy service-ips { 5.6.7.8 . tcp . 80 : goto external-ULMVA6XW-ns1/svc1/tcp/p80 }',
+      ]),
+    );
+    // NodePorts are not subject to source ranges.
+    expect(lines).toContain(
+      'add element ip kube-proxy service-nodeports { tcp . 3001 : goto external-ULMVA6XW-ns1/svc1/tcp/p80 }',
+    );
+    // A range holding the node's own IP also admits the LB IP (hairpin from the node).
+    expect(lb(['192.168.0.0/24'])).toContain(
+      `add rule ip kube-proxy ${fw} ip saddr != { 192.168.0.0/24 , 5.6.7.8 } drop`,
+    );
+  });
+
+  it('IPv6: ip6 table, ipv6_addr types, ip6 matches and bracketed DNAT targets', () => {
+    const lines = render({
+      services: [service('ns1', 'svc1', { clusterIP: 'fd00:30::41', clusterIPs: ['fd00:30::41'] })],
+      slices: [slice('ns1', 'svc1', 'svc1-a', [endpoint('fd00:10::1')], p80, 'IPv6')],
+      family: 'IPv6',
+    });
+    const ep = `endpoint-${servicePortEndpointChainNameBase({ namespace: 'ns1', name: 'svc1', portName: 'p80' }, 'TCP', { ip: 'fd00:10::1', port: 80 })}`;
+    expect(ep).toContain('__fd00.10..1/80');
+    expect(lines).toEqual(
+      expect.arrayContaining([
+        'add table ip6 kube-proxy { comment "rules for kube-proxy" ; }',
+        'add set ip6 kube-proxy cluster-ips { type ipv6_addr ; comment "Active ClusterIPs" ; }',
+        'add element ip6 kube-proxy nodeport-ips { 2001:db8::2 }',
+        `add rule ip6 kube-proxy ${SVC1} ip6 daddr fd00:30::41 tcp dport 80 ip6 saddr != fd00:10::/64 jump mark-for-masquerade`,
+        `add rule ip6 kube-proxy ${ep} ip6 saddr fd00:10::1 jump mark-for-masquerade`,
+        `add rule ip6 kube-proxy ${ep} meta l4proto tcp dnat to [fd00:10::1]:80`,
+        `add element ip6 kube-proxy service-ips { fd00:30::41 . tcp . 80 : goto ${SVC1} }`,
+      ]),
+    );
+  });
+
+  it('UDP and SCTP use their lower-case protocol in names, matches and keys', () => {
+    const lines = render({
+      services: [
+        service('ns1', 'dns', {
+          clusterIP: '172.30.0.53',
+          ports: [
+            { name: 'dns', protocol: 'UDP', port: 53, nodePort: 0 },
+            { name: 'sc', protocol: 'SCTP', port: 99, nodePort: 0 },
+          ],
+        }),
+      ],
+      slices: [
+        slice(
+          'ns1',
+          'dns',
+          'dns-a',
+          [endpoint('10.180.0.53')],
+          [
+            { name: 'dns', port: 5353, protocol: 'UDP' },
+            { name: 'sc', port: 99, protocol: 'SCTP' },
+          ],
+        ),
+      ],
+    });
+    expect(
+      lines.some((l) =>
+        /add element ip kube-proxy service-ips \{ 172\.30\.0\.53 \. udp \. 53 : goto service-[A-Z2-7]{8}-ns1\/dns\/udp\/dns \}/.test(
+          l,
+        ),
+      ),
+    ).toBe(true);
+    expect(lines.some((l) => l.endsWith('meta l4proto udp dnat to 10.180.0.53:5353'))).toBe(true);
+    expect(lines.some((l) => l.endsWith('meta l4proto sctp dnat to 10.180.0.53:99'))).toBe(true);
+    // One ClusterIP for both ports: one cluster-ips element.
+    expect(lines.filter((l) => l === 'add element ip kube-proxy cluster-ips { 172.30.0.53 }')).toHaveLength(
+      1,
+    );
+  });
+});
+
+describe('transactions', () => {
+  const two = (svc1Endpoints: string[]): Cluster => ({
+    services: [service('ns1', 'svc1'), service('ns2', 'svc2', { clusterIP: '172.30.0.42' })],
+    slices: [
+      slice(
+        'ns1',
+        'svc1',
+        'svc1-a',
+        svc1Endpoints.map((ip) => endpoint(ip)),
+        p80,
+      ),
+      slice('ns2', 'svc2', 'svc2-a', [endpoint('10.180.0.9')], p80),
+    ],
+  });
+
+  it('a partial sync writes only the written blocks, element changes and stale objects', () => {
+    const before = buildNftRuleset(decisions(two(['10.180.0.1', '10.180.0.2'])), NO_CIDRS);
+    const after = buildNftRuleset(decisions(two(['10.180.0.1'])), NO_CIDRS);
+    const changes = diffElements(desiredElements(before), desiredElements(after));
+    expect(changes).toEqual({ remove: [], add: [] });
+    const stale = [...activeObjects(before).chains].filter((c) => !activeObjects(after).chains.has(c));
+    expect(stale).toEqual([
+      'endpoint-' +
+        servicePortEndpointChainNameBase({ namespace: 'ns1', name: 'svc1', portName: 'p80' }, 'TCP', {
+          ip: '10.180.0.2',
+          port: 80,
+        }),
+    ]);
+    const tx = assembleTransaction(after, {
+      full: false,
+      recreateBaseChains: false,
+      writeBlock: (block) => block.service === 'ns1/svc1',
+      elementChanges: changes,
+      staleChains: stale,
+      staleAffinitySets: ['affinity-X-ns1/svc1/tcp/p80__10.180.0.2/80'],
+    });
+    const lines = tx.text.trimEnd().split('\n');
+    expect(tx.blocksWritten).toBe(1);
+    expect(lines.some((l) => l.includes('table'))).toBe(false);
+    expect(lines.some((l) => l.includes('ns2/svc2'))).toBe(false);
+    expect(lines).toContain(`add rule ip kube-proxy ${SVC1} numgen random mod 1 vmap { 0 : goto ${EP1} }`);
+    expect(lines.slice(-2)).toEqual([
+      `flush chain ip kube-proxy ${stale[0]}`,
+      'delete set ip kube-proxy affinity-X-ns1/svc1/tcp/p80__10.180.0.2/80',
+    ]);
+  });
+
+  it('element diffs: removed and changed elements are deleted, new and changed ones added', () => {
+    const before = desiredElements(buildNftRuleset(decisions(two(['10.180.0.1'])), NO_CIDRS));
+    const after = desiredElements(buildNftRuleset(decisions(two([])), NO_CIDRS));
+    const changes = diffElements(before, after);
+    expect(changes.remove.map(elementId)).toEqual(['service-ips 172.30.0.41 . tcp . 80']);
+    expect(changes.add.map(elementId)).toEqual(['no-endpoint-services 172.30.0.41 . tcp . 80']);
+    const tx = assembleTransaction(buildNftRuleset(decisions(two([])), NO_CIDRS), {
+      full: false,
+      recreateBaseChains: false,
+      writeBlock: () => false,
+      elementChanges: changes,
+      staleChains: [],
+      staleAffinitySets: [],
+    });
+    expect(tx.text).toBe(
+      'delete element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 }\n' +
+        'add element ip kube-proxy no-endpoint-services { 172.30.0.41 . tcp . 80 comment "ns1/svc1:p80" : goto reject-chain }\n',
+    );
+    expect(tx.elementsWritten).toBe(2);
+  });
+
+  it('a full sync flushes every element container and refills it, without re-creating base chains after the first', () => {
+    const ruleset = buildNftRuleset(decisions(two(['10.180.0.1'])), NO_CIDRS);
+    const text = assembleTransaction(ruleset, {
+      full: true,
+      recreateBaseChains: false,
+      writeBlock: () => false,
+      elementChanges: { remove: [], add: [] },
+      staleChains: [],
+      staleAffinitySets: [],
+    }).text;
+    expect(text).not.toContain('delete chain');
+    for (const container of [
+      'service-ips',
+      'service-nodeports',
+      'no-endpoint-services',
+      'no-endpoint-nodeports',
+      'firewall-ips',
+    ]) {
+      expect(text).toContain(`flush map ip kube-proxy ${container}\n`);
+    }
+    expect(text).toContain('flush set ip kube-proxy cluster-ips\n');
+    expect(text).toContain(`add rule ip kube-proxy ${SVC1} numgen`);
+  });
+
+  it('render text: one family exactly, or all families under comment lines', () => {
+    const dual = decide(
+      {
+        services: new Map([
+          ['ns1/svc1', service('ns1', 'svc1', { clusterIPs: ['172.30.0.41', 'fd00:30::41'] })],
+        ]),
+        endpointSlices: new Map(),
+        node: node(NODE),
+      },
+      nodeEnv({ nodeName: NODE, nodeIPs: ['192.168.0.2', '2001:db8::2'] }),
+      baseConfig,
+    );
+    expect(dual.families.map((f) => f.family)).toEqual(['IPv4', 'IPv6']);
+    const all = renderNftablesText(dual, NO_CIDRS);
+    expect(all.startsWith('# IPv4 (table ip kube-proxy)\nadd table ip kube-proxy')).toBe(true);
+    expect(all).toContain('# IPv6 (table ip6 kube-proxy)\nadd table ip6 kube-proxy');
+    expect(renderNftablesText(dual, NO_CIDRS, 'IPv6')).toBe(
+      renderFamily(dual.families[1] as FamilyDecisions, NO_CIDRS),
+    );
+    expect(renderNftablesText(dual, NO_CIDRS, 'IPv6')).toContain(
+      'add element ip6 kube-proxy no-endpoint-services { fd00:30::41 . tcp . 80',
+    );
+  });
+});
