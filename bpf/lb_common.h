@@ -59,6 +59,17 @@ struct kbp_pkt4 {
 	__u32 len;	/* frame length, for byte counters */
 };
 
+/* Read-only after load (.rodata). bpf_ktime_get_coarse_ns (5.11+) costs a fraction of
+ * bpf_ktime_get_ns on the per-packet path and is as good for conntrack and affinity ages;
+ * set kbp_coarse_clock to 0 before loading on 5.10, the verifier then never sees the call. */
+const volatile __u32 kbp_coarse_clock = 1;
+
+static __always_inline __u64 kbp_now(void) {
+	if (kbp_coarse_clock)
+		return bpf_ktime_get_coarse_ns();
+	return bpf_ktime_get_ns();
+}
+
 /* ---------- context abstraction ---------- */
 
 static __always_inline void *kbp_data(void *ctx, const bool xdp) {
@@ -384,6 +395,17 @@ static __always_inline __u32 kbp_affinity_backend(const struct kbp_svc_val *sv, 
 
 /* ---------- service lookup ---------- */
 
+/* Could this destination port be a NodePort? Keeps the node address lookup off the path of
+ * ordinary traffic. */
+static __always_inline bool kbp_nodeport_candidate(__be16 dport) {
+	__u32 zero = 0, port = bpf_ntohs(dport);
+	struct kbp_config *cfg = bpf_map_lookup_elem(&kbp_cfg_v1, &zero);
+
+	if (!cfg)
+		return false;
+	return cfg->nodeport_max == 0 || (port >= cfg->nodeport_min && port <= cfg->nodeport_max);
+}
+
 static __always_inline int kbp_lookup_service(const struct kbp_pkt4 *p, int role,
 					      struct kbp_svc_val *sv) {
 	struct kbp_svc4_key key = {
@@ -393,7 +415,8 @@ static __always_inline int kbp_lookup_service(const struct kbp_pkt4 *p, int role
 	if (!found) {
 		__be32 daddr = p->daddr;
 
-		if (!bpf_map_lookup_elem(&kbp_node4_v1, &daddr))
+		if (!kbp_nodeport_candidate(p->dport) ||
+		    !bpf_map_lookup_elem(&kbp_node4_v1, &daddr))
 			return -1;
 		key.addr = 0;
 		found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
@@ -553,9 +576,10 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, int role, __u32 *r
 	key.sport = p.sport;
 	key.dport = p.dport;
 	key.proto = p.proto;
-	now = bpf_ktime_get_ns();
+	/* The clock is read only for tracked and new flows: other traffic never pays for it. */
 	ct = kbp_ct_lookup(&key);
 	if (ct) {
+		now = kbp_now();
 		struct kbp_ct4_val cv = *ct;
 		bool reply = cv.flags & KBP_CT_F_REPLY;
 		bool new_syn = p.tcp_flags & KBP_TCP_SYN && !(p.tcp_flags & KBP_TCP_ACK);
@@ -596,6 +620,7 @@ service:
 		*reason = KBP_DROP_NO_LOCAL_ENDPOINTS;
 		return KBP_DROP;
 	}
+	now = kbp_now();
 	if (kbp_new_flow(&p, role, &sv, now, &fwd, reason) != KBP_PASS)
 		return KBP_DROP;
 	kbp_count_traffic(&kbp_svcst_v1, fwd.svc_id, p.len, false, true);

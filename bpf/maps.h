@@ -348,7 +348,10 @@ struct kbp_config {
 	__u16 snat_port_max;
 	__u32 maglev_size; /* M of every Maglev table (prime, 16381 by default) */
 	__u32 hash_seed;   /* seed of kbp_flow_hash4; the same on every node */
-	__u32 pad;
+	/* The NodePort range, host order: only these ports consult kbp_node4_v1 for the addr-0
+	 * NodePort entry. nodeport_max 0 means every port does. */
+	__u16 nodeport_min;
+	__u16 nodeport_max;
 };
 _Static_assert(sizeof(struct kbp_config) == 36, "kbp_config");
 

@@ -21,6 +21,9 @@ const f = {
   map_set_max_entries: lib.func('int bpf_map__set_max_entries(bpf_map *map, uint32_t max_entries)'),
   map_max_entries: lib.func('uint32_t bpf_map__max_entries(const bpf_map *map)'),
   map_reuse_fd: lib.func('int bpf_map__reuse_fd(bpf_map *map, int fd)'),
+  map_set_initial_value: lib.func(
+    'int bpf_map__set_initial_value(bpf_map *map, const void *data, size_t size)',
+  ),
   find_prog: lib.func(
     'bpf_program *bpf_object__find_program_by_name(const bpf_object *obj, const char *name)',
   ),
@@ -106,6 +109,7 @@ export const BPF_TC_F_REPLACE = 1;
 // enum bpf_attach_type values absent from Debian's 6.1 UAPI headers
 export const BPF_TCX_INGRESS = 46;
 export const BPF_TCX_EGRESS = 47;
+export const BPF_XDP = 37;
 // BTF kinds
 export const BTF_KIND_STRUCT = 4;
 
@@ -167,6 +171,11 @@ export function mapMaxEntries(map: BpfMap): number {
 /** Before loadObject: use an existing (e.g. pinned) map instead of creating one. */
 export function reuseMapFd(map: BpfMap, fd: number): void {
   check('bpf_map__reuse_fd', f.map_reuse_fd(map, fd) as number);
+}
+
+/** Before loadObject: the contents of a global data map (".rodata", ".data", ".bss"). */
+export function setMapInitialValue(map: BpfMap, data: Buffer): void {
+  check('bpf_map__set_initial_value', f.map_set_initial_value(map, data, data.length) as number);
 }
 
 export function programFd(obj: BpfObject, name: string): number {
@@ -553,9 +562,16 @@ export function tcQuery(
   return opts.readUInt32LE(16);
 }
 
-/** bpf_link_create: for tcx pass the ifindex and BPF_TCX_INGRESS/EGRESS. Returns the link fd. */
-export function linkCreate(progFd: number, targetFd: number, attachType: number): number {
-  return check('bpf_link_create', f.link_create(progFd, targetFd, attachType, null) as number);
+/**
+ * bpf_link_create: for tcx pass the ifindex and BPF_TCX_INGRESS/EGRESS; for XDP the ifindex,
+ * BPF_XDP and the XDP_FLAGS_* mode in `flags`. Returns the link fd.
+ */
+export function linkCreate(progFd: number, targetFd: number, attachType: number, flags = 0): number {
+  // struct bpf_link_create_opts: size_t sz; __u32 flags; (the union after it is not used here)
+  const opts = Buffer.alloc(16);
+  opts.writeBigUInt64LE(16n, 0);
+  opts.writeUInt32LE(flags, 8);
+  return check('bpf_link_create', f.link_create(progFd, targetFd, attachType, opts) as number);
 }
 
 export function linkDetach(linkFd: number): void {

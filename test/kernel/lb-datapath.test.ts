@@ -339,7 +339,9 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
 
     it('records both entries with timestamps and TCP flags for userspace GC', () => {
       const src = sport();
+      const before = process.hrtime.bigint();
       const out = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut);
+      const after = process.hrtime.bigint();
       const fwd = Buffer.alloc(ct4Val.size);
       expect(
         mapLookup(
@@ -356,7 +358,9 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         tcpFlags: TCP_FLAG.SYN,
         flags: 0,
       });
-      expect(f.lastSeenNs).toBeGreaterThan(0n);
+      // CLOCK_MONOTONIC, as process.hrtime reads it (the coarse clock lags by up to a tick).
+      expect(f.lastSeenNs).toBeGreaterThan(before - 20_000_000n);
+      expect(f.lastSeenNs).toBeLessThanOrEqual(after);
       const rev = Buffer.alloc(ct4Val.size);
       const replyKey = { saddr: out.daddr, daddr: CLIENT, sport: 8080, dport: src, proto: IPPROTO_TCP };
       expect(mapLookup(lb.fd.ct4Tcp, ct4Key.encode(replyKey), rev)).toBe(true);
@@ -368,6 +372,36 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         flags: CT_F.REPLY,
       });
     });
+  });
+
+  it('loads and runs with the 5.10 clock (kbp_coarse_clock = 0)', () => {
+    const fine = loadLb({}, { coarseClock: false });
+    try {
+      writeConfig(fine);
+      writeFrontend(fine, {
+        svcId: 1,
+        addr: '10.96.0.10',
+        port: 80,
+        proto: IPPROTO_TCP,
+        backends: [{ id: 1, addr: '10.244.2.5', port: 8080, flags: BE_F.LOCAL }],
+      });
+      const before = process.hrtime.bigint();
+      const src = sport();
+      expect(parsePacket(run(fine, TC_POD, tcp(CLIENT, '10.96.0.10', 80, TCP.SYN, src)).dataOut).daddr).toBe(
+        '10.244.2.5',
+      );
+      const fwd = Buffer.alloc(ct4Val.size);
+      mapLookup(
+        fine.fd.ct4Tcp,
+        ct4Key.encode({ saddr: CLIENT, daddr: '10.96.0.10', sport: src, dport: 80, proto: IPPROTO_TCP }),
+        fwd,
+      );
+      const seen = ct4Val.decode(fwd).lastSeenNs;
+      expect(seen).toBeGreaterThanOrEqual(before);
+      expect(seen).toBeLessThanOrEqual(process.hrtime.bigint());
+    } finally {
+      fine.close();
+    }
   });
 
   describe('backend choice', () => {

@@ -12,6 +12,7 @@ import {
   mapUpdateBatch,
   openObject,
   programFd,
+  setMapInitialValue,
   setMapMaxEntries,
   type TestRunResult,
   testRun,
@@ -23,7 +24,10 @@ import {
   type BpfConfigValue,
   backend4,
   config,
+  type DatapathRodata,
   MAPS,
+  RODATA_MAP,
+  rodata,
   SCOPE,
   slotKey,
   svc4Key,
@@ -53,9 +57,13 @@ const TEST_CAPACITY: Partial<Record<MapName, number>> = {
   srcRange6: 1024,
 };
 
-export function loadLb(capacity: Partial<Record<MapName, number>> = {}): LoadedLb {
+export function loadLb(
+  capacity: Partial<Record<MapName, number>> = {},
+  constants: DatapathRodata = { coarseClock: true },
+): LoadedLb {
   const obj = openObject(LB_OBJECT_PATH);
   try {
+    setMapInitialValue(findMap(obj, RODATA_MAP), rodata.encode(constants));
     for (const [name, max] of Object.entries({ ...TEST_CAPACITY, ...capacity })) {
       setMapMaxEntries(findMap(obj, MAPS[name as MapName].name), max);
     }
@@ -131,6 +139,8 @@ export const TEST_CONFIG: BpfConfigValue = {
   snatPortMax: 61999,
   maglevSize: 16381,
   hashSeed: 0x1234abcd,
+  nodeportMin: 30000,
+  nodeportMax: 32767,
 };
 
 export function writeConfig(lb: LoadedLb, value: Partial<BpfConfigValue> = {}): BpfConfigValue {

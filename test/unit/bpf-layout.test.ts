@@ -137,6 +137,8 @@ describe('bpf map layouts', () => {
           snatPortMax: 65000,
           maglevSize: 16381,
           hashSeed: 0xdeadbeef,
+          nodeportMin: 30000,
+          nodeportMax: 32767,
         },
       ],
       [dropStats, { packets: 2n, bytes: 120n }],

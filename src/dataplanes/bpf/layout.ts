@@ -317,19 +317,16 @@ export const trafficStats = new StructCodec('kbp_traffic_stats', 48, {
   drops: u64(40),
 });
 export const dropStats = new StructCodec('kbp_drop_stats', 16, { packets: u64(0), bytes: u64(8) });
-export const config = new StructCodec(
-  'kbp_config',
-  36,
-  {
-    snatAddr4: ip4(0),
-    snatAddr6: ip6(4),
-    snatPortMin: u16(20),
-    snatPortMax: u16(22),
-    maglevSize: u32(24),
-    hashSeed: u32(28),
-  },
-  { pad: 32 },
-);
+export const config = new StructCodec('kbp_config', 36, {
+  snatAddr4: ip4(0),
+  snatAddr6: ip6(4),
+  snatPortMin: u16(20),
+  snatPortMax: u16(22),
+  maglevSize: u32(24),
+  hashSeed: u32(28),
+  nodeportMin: u16(32),
+  nodeportMax: u16(34),
+});
 export const node6Key = new StructCodec('kbp_node6_key', 16, { addr: ip6(0) });
 
 export type Svc4Key = StructValue<typeof svc4Key.fields>;
@@ -430,6 +427,26 @@ export const PROGRAMS = {
   /** Benchmark baseline: swap MACs, XDP_TX. */
   xdpTx: 'kbp_xdp_tx',
 } as const;
+
+// ---------- load-time constants (.rodata) ----------
+
+/** The object's read-only globals, set with setMapInitialValue(findMap(obj, RODATA_MAP), ...) before
+ * loading. */
+export const RODATA_MAP = '.rodata';
+
+export interface DatapathRodata {
+  /** bpf_ktime_get_coarse_ns (kernel >= 5.11); false falls back to bpf_ktime_get_ns (5.10). */
+  coarseClock: boolean;
+}
+
+export const rodata = {
+  size: 4,
+  encode(value: DatapathRodata): Buffer {
+    const buf = Buffer.alloc(4);
+    buf.writeUInt32LE(value.coarseClock ? 1 : 0, 0);
+    return buf;
+  },
+};
 
 // ---------- per-CPU values ----------
 
