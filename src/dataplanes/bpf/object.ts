@@ -3,6 +3,7 @@
 // backend ids survive a restart), and the object's layout checked against layout.ts.
 
 import { existsSync, mkdirSync } from 'node:fs';
+import { release } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import {
   type BpfObject,
@@ -16,11 +17,12 @@ import {
   pinObject,
   programFd,
   reuseMapFd,
+  setMapInitialValue,
   setMapMaxEntries,
 } from '../../../native/libbpf.js';
 import { closeFd } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
-import { MAPS, verifyLayoutAgainstBtf } from './layout.js';
+import { MAPS, RODATA_MAP, rodata, verifyLayoutAgainstBtf } from './layout.js';
 
 export type MapName = keyof typeof MAPS;
 
@@ -95,6 +97,12 @@ export function defaultObjectPath(): string {
   throw new Error('bpf/lb.o not found: run `npm run build:bpf`');
 }
 
+/** True when the running kernel is at least major.minor (os.release(), e.g. "6.1.0-18-amd64"). */
+export function kernelAtLeast(major: number, minor: number, kernelRelease = release()): boolean {
+  const [maj = 0, min = 0] = kernelRelease.split(/[.-]/).map((p) => Number.parseInt(p, 10));
+  return maj > major || (maj === major && min >= minor);
+}
+
 export interface LoadedObject {
   obj: BpfObject;
   /** <pinPath>/v1 */
@@ -125,6 +133,8 @@ export function loadPinnedObject(options: LoadOptions): LoadedObject {
   const capacities = mapCapacities(options.mapSizes);
   const reused: LoadedObject['reused'] = [];
   try {
+    // bpf_ktime_get_coarse_ns arrived in 5.11; on 5.10 the programs read the precise clock.
+    setMapInitialValue(findMap(obj, RODATA_MAP), rodata.encode({ coarseClock: kernelAtLeast(5, 11) }));
     for (const name of Object.keys(MAPS) as MapName[]) {
       const map = findMap(obj, MAPS[name].name);
       const path = mapPinPath(pinDir, name);
