@@ -1,0 +1,125 @@
+// The proxy's own health, as kube-proxy 1.33 keeps it (pkg/proxy/healthcheck/proxy_health.go,
+// reference/kube-proxy.md §5.2): per IP family, when rules were last synced and since when an
+// update has been waiting. A family is unhealthy once a queued update has waited 2 × syncPeriod.
+// /healthz adds node eligibility; /livez and the healthCheckNodePort servers do not.
+
+import type { IPFamily } from '../model/types.js';
+import type { SyncObserver } from '../proxy/sync-loop.js';
+
+export interface FamilyHealth {
+  /** ms since the epoch. */
+  lastUpdated: number;
+  healthy: boolean;
+}
+
+export interface HealthReport {
+  healthy: boolean;
+  /** The latest lastUpdated over the families; null before the first sync. */
+  lastUpdated: number | null;
+  status: Map<IPFamily, FamilyHealth>;
+}
+
+export interface ProxyHealthOptions {
+  /** kube-proxy's healthTimeout: 2 × syncPeriod. */
+  healthTimeoutMs: number;
+  now?: () => number;
+}
+
+export class ProxyHealth {
+  private readonly lastUpdated = new Map<IPFamily, number>();
+  private readonly oldestPendingQueued = new Map<IPFamily, number>();
+  /**
+   * A queued update from before the first sync, when the node's families are not known yet:
+   * kube-proxy marks its families updated when its loop starts, so an agent whose first sync
+   * never succeeds turns unhealthy after the timeout there too.
+   */
+  private pendingBeforeFirstSync: number | null = null;
+  private readonly now: () => number;
+
+  constructor(private readonly options: ProxyHealthOptions) {
+    this.now = options.now ?? Date.now;
+  }
+
+  /** QueuedUpdate: a sync was asked for; keeps the oldest pending time. */
+  queuedUpdate(at: number = this.now()): void {
+    if (this.lastUpdated.size === 0) {
+      this.pendingBeforeFirstSync ??= at;
+      return;
+    }
+    for (const family of this.lastUpdated.keys()) {
+      if (!this.oldestPendingQueued.has(family)) this.oldestPendingQueued.set(family, at);
+    }
+  }
+
+  /** Updated: the family's rules were synced. */
+  updated(family: IPFamily, at: number = this.now()): void {
+    this.lastUpdated.set(family, at);
+    this.oldestPendingQueued.delete(family);
+    this.pendingBeforeFirstSync = null;
+  }
+
+  health(): HealthReport {
+    const now = this.now();
+    const late = (queuedAt: number | undefined | null) =>
+      queuedAt !== undefined && queuedAt !== null && now - queuedAt >= this.options.healthTimeoutMs;
+    const report: HealthReport = {
+      healthy: !late(this.pendingBeforeFirstSync),
+      lastUpdated: null,
+      status: new Map(),
+    };
+    for (const [family, lastUpdated] of [...this.lastUpdated].sort(([a], [b]) => a.localeCompare(b))) {
+      const healthy = !late(this.oldestPendingQueued.get(family));
+      report.status.set(family, { lastUpdated, healthy });
+      report.healthy &&= healthy;
+      if (report.lastUpdated === null || lastUpdated > report.lastUpdated) report.lastUpdated = lastUpdated;
+    }
+    return report;
+  }
+
+  /** Health().Healthy: what /livez and the healthCheckNodePort servers report. */
+  isHealthy(): boolean {
+    return this.health().healthy;
+  }
+
+  /** Feeds the state from the sync loop: queued → QueuedUpdate, synced → Updated per family. */
+  syncObserver(): SyncObserver {
+    return {
+      queued: (at) => this.queuedUpdate(at.getTime()),
+      synced: (report) => {
+        const at = this.now();
+        for (const { family } of report.decisions.families) this.updated(family, at);
+      },
+    };
+  }
+}
+
+const GO_ZERO_TIME = '0001-01-01T00:00:00Z';
+
+/** Go's time.Time JSON form (RFC 3339 with the fraction's trailing zeros dropped), in UTC. */
+export function formatGoTime(ms: number | null): string {
+  if (ms === null) return GO_ZERO_TIME;
+  const iso = new Date(ms).toISOString();
+  return iso.replace(/\.(\d*?)0*Z$/, (_, digits: string) => (digits === '' ? 'Z' : `.${digits}Z`));
+}
+
+/**
+ * The /healthz (with nodeEligible) or /livez (without) body: kube-proxy's fields, in the order
+ * reference §5.2 lists them. On 200 lastUpdated is the current time, as kube-proxy reports it
+ * (older clients read a recent lastUpdated as "healthy").
+ */
+export function healthBody(
+  report: HealthReport,
+  now: number,
+  opts: { ok: boolean; nodeEligible?: boolean },
+): string {
+  const status: Record<string, { lastUpdated: string; healthy: boolean }> = {};
+  for (const [family, s] of report.status)
+    status[family] = { lastUpdated: formatGoTime(s.lastUpdated), healthy: s.healthy };
+  return JSON.stringify({
+    lastUpdated: formatGoTime(opts.ok ? now : report.lastUpdated),
+    currentTime: formatGoTime(now),
+    ...(opts.nodeEligible === undefined ? {} : { nodeEligible: opts.nodeEligible }),
+    healthy: report.healthy,
+    status,
+  });
+}
