@@ -4,6 +4,8 @@
 //   client-a 192.168.50.100 ──┐                 ┌── pod1 10.244.1.2 (client pod, node-a)
 //   client-b 192.168.60.100 ──┤  node (node-a)  ├── pod2 10.244.2.2 (backend, node-a)
 //   upstream (default route) ─┘                 └── pod3 10.244.3.2 (backend, "node-b")
+//
+// Pods also have fd00:244:N::2 and the web service an IPv6 ClusterIP (ip6tables-restore).
 
 import { mkdtemp, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -39,6 +41,8 @@ const brainConfig: BrainConfig = {
 
 const POD2 = '10.244.2.2';
 const POD3 = '10.244.3.2';
+const POD2_V6 = 'fd00:244:2::2';
+const POD3_V6 = 'fd00:244:3::2';
 const local = { nodeName: NODE };
 const remote = { nodeName: 'node-b' };
 const ports: EndpointSlice['ports'] = [
@@ -53,7 +57,11 @@ const servicePorts: Service['ports'] = [
 function cluster(webEndpoints: string[]): { services: Service[]; slices: EndpointSlice[] } {
   const both = [endpoint(POD2, local), endpoint(POD3, remote)];
   const services = [
-    service(NS, 'web', { clusterIP: '10.96.0.10', ports: servicePorts }),
+    service(NS, 'web', {
+      clusterIP: '10.96.0.10',
+      clusterIPs: ['10.96.0.10', 'fd00:96::10'],
+      ports: servicePorts,
+    }),
     service(NS, 'np', {
       type: 'NodePort',
       clusterIP: '10.96.0.20',
@@ -92,6 +100,7 @@ function cluster(webEndpoints: string[]): { services: Service[]; slices: Endpoin
     ),
     ...['np', 'local', 'ext', 'lb', 'itp', 'sticky'].map((name) => slice(NS, name, `${name}-1`, both, ports)),
     slice(NS, 'empty', 'empty-1', [], ports),
+    slice(NS, 'web', 'web-v6', [endpoint(POD2_V6, local), endpoint(POD3_V6, remote)], ports, 'IPv6'),
   ];
   return { services, slices };
 }
@@ -106,7 +115,7 @@ function decisionsFor(webEndpoints: string[], env: NodeEnv): ProxyDecisions {
     },
     env,
     brainConfig,
-    { families: ['IPv4'] },
+    { families: ['IPv4', 'IPv6'] },
   );
 }
 
@@ -150,6 +159,21 @@ describeRoot('iptables mode in network namespaces', () => {
       await lab.addRoute(ns, 'default', 'via', nodeAddress.split('/')[0] as string);
     }
     await lab.sysctl('node', 'net.ipv4.ip_forward', '1');
+    // The pods are dual-stack (nodad: no duplicate address detection delay in a fresh namespace).
+    await lab.sysctl('node', 'net.ipv6.conf.all.forwarding', '1');
+    for (const pod of [1, 2, 3]) {
+      await onNode('ip', ['-6', 'addr', 'add', `fd00:244:${pod}::1/64`, 'dev', `p${pod}`, 'nodad']);
+      await lab.exec(`pod${pod}`, 'ip', [
+        '-6',
+        'addr',
+        'add',
+        `fd00:244:${pod}::2/64`,
+        'dev',
+        'eth0',
+        'nodad',
+      ]);
+      await lab.exec(`pod${pod}`, 'ip', ['-6', 'route', 'add', 'default', 'via', `fd00:244:${pod}::1`]);
+    }
     // A real node has a default route: traffic kube-proxy does not DNAT is forwarded (and meets
     // the filter rules) instead of failing with "network unreachable" at routing.
     await lab.link('node', 'uplink', 'upstream', 'eth0');
@@ -165,7 +189,7 @@ describeRoot('iptables mode in network namespaces', () => {
     const interfaces = JSON.parse((await onNode('ip', ['-j', 'addr', 'show'])).stdout) as IpAddrInterface[];
     env = {
       nodeName: NODE,
-      nodeIPs: ['192.168.50.1'],
+      nodeIPs: ['192.168.50.1', 'fd00:244:1::1'],
       interfaces,
       nodeLabels: {},
       iptables: await probeIptablesCapabilities({ exec: onNode }),
@@ -206,6 +230,18 @@ describeRoot('iptables mode in network namespaces', () => {
     const udp = await lab.requests('pod1', '10.96.0.10:53', { proto: 'udp', count: 30 });
     expect(udp.every((r) => r.error === null)).toBe(true);
     expect(backends(udp)).toEqual(new Set(['pod2', 'pod3']));
+  });
+
+  it('ClusterIP over IPv6 (ip6tables-restore) reaches every endpoint over TCP and UDP', async () => {
+    const tcp = await lab.requests('pod1', '[fd00:96::10]:80', { proto: 'tcp', count: 30 });
+    expect(tcp.every((r) => r.error === null)).toBe(true);
+    expect(backends(tcp)).toEqual(new Set(['pod2', 'pod3']));
+    expect(tcp.every((r) => r.seenClient?.startsWith('fd00:244:1::2:'))).toBe(true);
+    const udp = await lab.requests('pod1', '[fd00:96::10]:53', { proto: 'udp', count: 10 });
+    expect(udp.every((r) => r.error === null)).toBe(true);
+    const nat6 = (await onNode('ip6tables-nft-save', ['-t', 'nat'])).stdout;
+    expect(nat6).toContain('! -d ::1/128');
+    expect(nat6).toContain(`--to-destination [${POD2_V6}]:8080`);
   });
 
   it('ClusterIP from off the cluster is masqueraded to the node address', async () => {
