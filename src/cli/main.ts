@@ -1,26 +1,7 @@
 #!/usr/bin/env node
-// The kube-bpf-proxy command: one subcommand per file in src/cli/.
+// The kube-bpf-proxy executable.
 
-import { Command } from 'commander';
-import { registerDemoCommand } from './demo.js';
-import { registerRenderCommand } from './render.js';
-import { registerRunCommand } from './run.js';
-import { registerVersionCommand, VERSION } from './version.js';
-
-export function buildProgram(): Command {
-  const program = new Command('kube-bpf-proxy')
-    .description(
-      'A kube-proxy replacement: kube-proxy semantics, carried by eBPF (or iptables, nftables, ipvs)',
-    )
-    .version(VERSION, '--version', 'print the version')
-    .showHelpAfterError()
-    .enablePositionalOptions();
-  registerRunCommand(program);
-  registerDemoCommand(program);
-  registerRenderCommand(program);
-  registerVersionCommand(program);
-  return program;
-}
+import { buildProgram } from './program.js';
 
 try {
   await buildProgram().parseAsync(process.argv);

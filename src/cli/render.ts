@@ -184,6 +184,8 @@ export async function renderCommand(opts: RenderOptions, command: Command): Prom
     families: opts.ipFamily ? [opts.ipFamily] : undefined,
     skipped: problems,
   });
+  // Objects kube-proxy's informers would not even see (label selector, other nodes' Nodes).
+  decisions.ignored.push(...read.ignored);
 
   let stdout: string;
   const explicitMode = flags['proxy-mode'] !== undefined ? config.mode : undefined;

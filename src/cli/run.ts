@@ -7,6 +7,7 @@ import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig } from '../config/types.js';
 import { openDataplane } from '../dataplanes/open.js';
 import { createLogger, type Logger } from '../logger.js';
+import { startStatusServers } from '../metrics/status-servers.js';
 import { formatProblem } from '../model/parse.js';
 import { ChangeTracker } from '../model/tracker.js';
 import { BoundedFrequencyRunner } from '../proxy/runner.js';
@@ -22,7 +23,6 @@ const RETRY_AFTER_FAILURE_MS = 1000;
 export interface RunOptions {
   config?: string;
   manifests?: string[];
-  logLevel: string;
 }
 
 /** One log line per sync at the default level; nothing per packet. */
@@ -82,13 +82,21 @@ export async function startAgent(
 ): Promise<RunningAgent> {
   const nodeName = resolveNodeName(config.hostnameOverride);
   const tracker = new ChangeTracker(nodeName);
-  const { dataplane, iptables } = await openDataplane(config, log);
+  const { dataplane, iptables, ruleStats, bpfStats } = await openDataplane(config, log);
+  const status = await startStatusServers({
+    config,
+    changes: tracker,
+    node: () => tracker.currentNode(),
+    ruleStats,
+    bpfStats,
+    log,
+  });
   const loop = new SyncLoop({
     tracker,
     nodeEnv: () => probeNodeEnv({ nodeName, node: tracker.state().node, iptables }),
     config,
     dataplane,
-    observers: [loggingObserver(log), ...observers],
+    observers: [loggingObserver(log), ...status.observers, ...observers],
   });
   const runner = new BoundedFrequencyRunner(
     async () => {
@@ -123,6 +131,7 @@ export async function startAgent(
       await source.stop();
       await runner.stop();
       await dataplane.close();
+      await status.close();
     },
   };
 }
@@ -134,13 +143,12 @@ export function registerRunCommand(program: Command): void {
     .option(
       '--manifests <path...>',
       'standalone mode: read Services, EndpointSlices and Nodes from these files/directories (watched) instead of the API server',
-    )
-    .option('--log-level <level>', 'trace, debug, info, warn or error', process.env.LOG_LEVEL ?? 'info');
+    );
   registerConfigFlags(command);
   command.action(async (opts: RunOptions) => {
     const loaded = await loadConfigFile(opts.config, readConfigFlags(command));
     if (!loaded.ok) throw new Error(`invalid configuration:\n${formatProblems(loaded.problems)}`);
-    const log = createLogger(opts.logLevel);
+    const log = createLogger(loaded.config.logging.verbosity);
     const agent = await startAgent(opts, loaded.config, log);
     await new Promise<void>((resolve) => {
       const shutdown = (signal: string) => {

@@ -73,7 +73,8 @@ export class ChangeTracker {
   private applyOne(event: SourceEvent): void {
     const identity = describeObject(event.object);
     const key = objectKey(identity.namespace, identity.name);
-    const problemKey = `${event.kind}/${key}`;
+    // Objects without a name cannot be told apart by key: their problems are kept per origin.
+    const problemKey = identity.name === '' ? `@${event.origin}` : `${event.kind}/${key}`;
     if (event.type === 'delete') {
       this.problems.delete(problemKey);
       this.remove(event.kind, key);
@@ -151,6 +152,11 @@ export class ChangeTracker {
       endpointSlices: new Map(this.endpointSlices),
       node: this.node,
     };
+  }
+
+  /** This node's Node object, or null while it is unknown (for /healthz node eligibility). */
+  currentNode(): Node | null {
+    return this.node;
   }
 
   /** Objects currently skipped as malformed. */

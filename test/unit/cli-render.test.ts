@@ -1,0 +1,146 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
+import { buildProgram } from '../../src/cli/program.js';
+import { writeMalformedCorpus } from '../support/malformed-corpus.js';
+
+/** Runs the CLI in-process and captures what it prints. */
+async function cli(args: string[]): Promise<{ stdout: string; stderr: string; exitCode: number }> {
+  let stdout = '';
+  let stderr = '';
+  const out = vi.spyOn(process.stdout, 'write').mockImplementation((chunk) => {
+    stdout += String(chunk);
+    return true;
+  });
+  const err = vi.spyOn(process.stderr, 'write').mockImplementation((chunk) => {
+    stderr += String(chunk);
+    return true;
+  });
+  process.exitCode = 0;
+  try {
+    await buildProgram()
+      .exitOverride()
+      .parseAsync(['node', 'kube-bpf-proxy', ...args]);
+  } finally {
+    out.mockRestore();
+    err.mockRestore();
+  }
+  const exitCode = Number(process.exitCode ?? 0);
+  process.exitCode = 0;
+  return { stdout, stderr, exitCode };
+}
+
+const EXAMPLES = ['--manifests', 'examples/manifests', '--node-env', 'examples/node-env.json'];
+
+describe('render', () => {
+  afterEach(() => {
+    process.exitCode = 0;
+  });
+
+  it('prints the decisions of the examples as JSON', async () => {
+    const { stdout, exitCode } = await cli([
+      'render',
+      ...EXAMPLES,
+      '--config',
+      'examples/config.yaml',
+      '--output',
+      'json',
+    ]);
+    expect(exitCode).toBe(0);
+    const json = JSON.parse(stdout);
+    expect(json.formatVersion).toBe(1);
+    expect(json.nodeName).toBe('node-a');
+    const web = json.families[0].servicePorts.find(
+      (sp: { servicePortName: string }) => sp.servicePortName === 'demo/web:http',
+    );
+    expect(web).toMatchObject({
+      clusterIP: '10.96.0.10',
+      port: 80,
+      protocol: 'TCP',
+      topologyMode: 'PreferSameZone',
+    });
+    expect(web.clusterEndpoints).toEqual(['10.244.1.10:8080', '10.244.1.11:8080']);
+    const local = json.families[0].servicePorts.find(
+      (sp: { servicePortName: string }) => sp.servicePortName === 'demo/web-local:http',
+    );
+    expect(local).toMatchObject({
+      externalTrafficPolicy: 'Local',
+      healthCheckNodePort: 32000,
+      loadBalancerIPs: ['198.51.100.10'],
+    });
+    expect(local.localEndpoints).toEqual(['10.244.1.10:8080', '10.244.1.11:8080']);
+  });
+
+  it('prints exactly one family of iptables-restore input with --ip-family', async () => {
+    const { stdout } = await cli(['render', ...EXAMPLES, '--proxy-mode', 'iptables', '--ip-family', 'IPv4']);
+    expect(stdout.startsWith('*filter\n')).toBe(true);
+    expect(stdout).toContain(
+      '-A KUBE-SERVICES -m comment --comment "demo/web:http cluster IP" -m tcp -p tcp -d 10.96.0.10 --dport 80',
+    );
+    expect(stdout.trimEnd().endsWith('COMMIT')).toBe(true);
+  });
+
+  it('heads each family with a comment line without --ip-family', async () => {
+    const { stdout } = await cli(['render', ...EXAMPLES, '--proxy-mode', 'iptables']);
+    expect(stdout.split('\n')[0]).toBe('# IPv4 (iptables-restore)');
+  });
+
+  it('refuses an invalid configuration with every problem and its path', async () => {
+    await expect(cli(['render', ...EXAMPLES, '--iptables-masquerade-bit', '40'])).rejects.toThrow(
+      /iptables\.masqueradeBit/,
+    );
+  });
+
+  describe('with hundreds of malformed objects among good ones', () => {
+    const root = mkdtempSync(join(tmpdir(), `kbp-render-bad-${process.pid}-`));
+    afterAll(() => rmSync(root, { recursive: true, force: true }));
+    const corpus = writeMalformedCorpus(root);
+
+    it('reports each malformed object on stderr, renders the rest, and exits 0 (1 with --strict)', async () => {
+      const { stdout, stderr, exitCode } = await cli([
+        'render',
+        '--manifests',
+        root,
+        '--hostname-override',
+        'node-a',
+        '--output',
+        'json',
+      ]);
+      expect(exitCode).toBe(0);
+      const skippedLines = stderr.split('\n').filter((line) => line.startsWith('skipped: '));
+      expect(corpus.malformed.length).toBeGreaterThanOrEqual(200);
+      const json = JSON.parse(stdout);
+      // Nodes other than this one are not even read (kube-proxy watches its own Node only).
+      const ignoredOrigins = new Set(json.ignored.map((i: { origin: string }) => i.origin));
+      for (const bad of corpus.malformed) {
+        const reported = skippedLines.some((line) => line.startsWith(`skipped: ${bad.origin} `));
+        expect(reported || (bad.kind === 'Node' && ignoredOrigins.has(bad.origin)), bad.origin).toBe(true);
+      }
+      const goodServices = corpus.good.filter(
+        (p) => p.kind === 'Service' && !String(p.object.spec.clusterIP).startsWith('300.'),
+      );
+      const rendered = new Set(
+        json.families.flatMap((f: { servicePorts: { name: string }[] }) =>
+          f.servicePorts.map((sp) => sp.name),
+        ),
+      );
+      for (const svc of goodServices)
+        expect(rendered.has(svc.object.metadata.name), svc.object.metadata.name).toBe(true);
+      expect(json.skipped.length).toBe(skippedLines.length);
+      expect(skippedLines.length).toBeGreaterThanOrEqual(200);
+
+      const strict = await cli([
+        'render',
+        '--manifests',
+        root,
+        '--hostname-override',
+        'node-a',
+        '--output',
+        'json',
+        '--strict',
+      ]);
+      expect(strict.exitCode).toBe(1);
+    });
+  });
+});
