@@ -147,18 +147,27 @@ export class IptablesDataplane implements Dataplane {
     // iptables-save takes seconds on big hosts, so large clusters scan for stale chains at most
     // once per syncPeriod; stale chains are unreferenced and harmless meanwhile.
     let staleChains: string[] = [];
-    const scan =
+    let scanned = false;
+    if (
       !ruleset.largeClusterMode ||
-      startedAt - state.lastStaleScan > this.options.config.syncPeriodSeconds * 1000;
-    if (scan) {
+      startedAt - state.lastStaleScan > this.options.config.syncPeriodSeconds * 1000
+    ) {
+      // Without a listing the stale chains just wait for the next scan, as upstream.
       const existing = await this.natChains(decisions.family);
-      // The canary vanishes when someone flushes the tables: rebuild everything, jumps included.
-      if (!existing.has(KUBE_PROXY_CANARY)) full = true;
-      const active = activeNatChains(ruleset);
-      staleChains = [...existing].filter((chain) => isServiceChainName(chain) && !active.has(chain));
+      if (existing) {
+        scanned = true;
+        // The canary vanishes when someone flushes the tables: rebuild everything, jumps included.
+        if (!existing.has(KUBE_PROXY_CANARY)) full = true;
+        const active = activeNatChains(ruleset);
+        staleChains = [...existing].filter((chain) => isServiceChainName(chain) && !active.has(chain));
+      }
     }
 
-    if (full) await this.ensureJumpRules(decisions.family);
+    if (full) {
+      // Until a full sync succeeds, every sync stays full (a failure here throws).
+      state.needFullSync = true;
+      await this.ensureJumpRules(decisions.family);
+    }
 
     const blockText = (block: ServicePortNatBlock) => `${block.chains.join(' ')}\n${block.rules.join('\n')}`;
     const input = assembleRestoreInput(ruleset, {
@@ -184,16 +193,19 @@ export class IptablesDataplane implements Dataplane {
     state.applied = new Map(ruleset.servicePorts.map((sp) => [sp.block.key, blockText(sp.block)]));
     state.needFullSync = false;
     if (full) state.lastFullSync = startedAt;
-    if (scan) state.lastStaleScan = startedAt;
+    if (scanned) state.lastStaleScan = startedAt;
     state.stats.rulesTotal = input.rulesTotal;
     state.stats.rulesLast = input.rulesWritten;
     state.stats.noLocalEndpoints = ruleset.noLocalEndpoints;
     return full;
   }
 
-  /** Every chain of the nat table as iptables-save lists it. */
-  private async natChains(family: IPFamily): Promise<Set<string>> {
-    const save = await this.options.exec(iptablesBinary(this.backend, family, 'save'), ['-t', 'nat']);
+  /** Every chain of the nat table as iptables-save lists it; null when it cannot be listed. */
+  private async natChains(family: IPFamily): Promise<Set<string> | null> {
+    const save = await this.options.exec(iptablesBinary(this.backend, family, 'save'), ['-t', 'nat'], {
+      allowFailure: true,
+    });
+    if (save.code !== 0) return null;
     const chains = new Set<string>();
     for (const line of save.stdout.split('\n')) {
       if (line.startsWith(':')) chains.add(line.slice(1).split(' ')[0] as string);
