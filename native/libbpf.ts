@@ -555,9 +555,13 @@ export function tcQuery(
   handle: number,
   priority: number,
 ): number | null {
+  if (handle === 0 || priority === 0 || priority > 0xffff)
+    throw new Error(`tcQuery: bad handle/priority ${handle}/${priority}`);
   const opts = tcOpts(0, 0, handle, priority);
   const rc = f.tc_query(tcHook(ifindex, attachPoint), opts) as number;
-  if (rc === -ENOENT) return null;
+  // The kernel answers EINVAL ("Cannot find specified filter chain") once the last filter of the
+  // chain is gone, ENOENT while other filters remain.
+  if (rc === -ENOENT || rc === -EINVAL) return null;
   check('bpf_tc_query', rc, `ifindex ${ifindex}`);
   return opts.readUInt32LE(16);
 }
