@@ -5,6 +5,7 @@ import type { ProxyConfig, ProxyMode } from '../config/types.js';
 import type { Logger } from '../logger.js';
 import type { NodeEnv } from '../proxy/types.js';
 import { createIptablesDataplane } from './iptables/applier.js';
+import { NftablesDataplane } from './nftables/applier.js';
 import type { Dataplane } from './types.js';
 
 export interface OpenedDataplane {
@@ -20,6 +21,11 @@ const OPENERS: Partial<Record<ProxyMode, Opener>> = {
     const dataplane = await createIptablesDataplane({ config });
     log.info({ backend: dataplane.backend, ...dataplane.capabilities }, 'iptables backend chosen');
     return { dataplane, iptables: dataplane.capabilities };
+  },
+  nftables: async () => {
+    const dataplane = new NftablesDataplane();
+    // nftables mode masquerades fully-random and has no nfacct counters, whatever iptables can do.
+    return { dataplane, iptables: { randomFully: true, nfacct: false } };
   },
 };
 

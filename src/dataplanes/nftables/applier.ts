@@ -1,0 +1,238 @@
+// `run --proxy-mode nftables`: writes each family's rendered transaction with one `nft -f -`, the
+// way kube-proxy's nftables proxier does (reference/kube-proxy.md §4). A transaction is atomic,
+// so a failed one leaves the previous ruleset in place; it is counted and the next sync is full.
+// Partial syncs write only the changed services' chains and the changed map elements. Chains
+// that fell out of use are flushed at once and deleted by a later transaction at least a second
+// afterwards: before Linux 6.2 the kernel may still see a just-deleted map element pointing at
+// a chain and refuse to delete the chain (EBUSY).
+
+import type { IPFamily } from '../../model/types.js';
+import type { FamilyDecisions, ProxyDecisions } from '../../proxy/types.js';
+import { type CommandRunner, runOnHost } from '../iptables/backend.js';
+import type { ChangeSet, Dataplane, SyncResult } from '../types.js';
+import { isAffinitySetName, isServiceChainName, nftFamily, TABLE } from './names.js';
+import {
+  activeObjects,
+  assembleTransaction,
+  buildNftRuleset,
+  deleteChainsTransaction,
+  desiredElements,
+  diffElements,
+  type NftElement,
+  type NftRenderOptions,
+  type NftServicePortBlock,
+} from './render.js';
+
+/** kube-proxy's FullSyncPeriod: partial syncs stop trusting the remembered state after an hour. */
+export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
+/** How long a flushed chain waits before it is deleted. */
+export const STALE_CHAIN_DELAY_MS = 1000;
+
+/** What the metrics module exports per family. */
+export interface NftablesFamilyStats {
+  /** kubeproxy_sync_proxy_rules_nftables_sync_failures_total */
+  nftablesSyncFailures: number;
+  /** kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total (stale chain deletions) */
+  nftablesCleanupFailures: number;
+  /** kubeproxy_sync_proxy_rules_no_local_endpoints_total, per policy. */
+  noLocalEndpoints: { internal: number; external: number };
+  /** Service port blocks and element lines the last successful transaction wrote. */
+  lastWritten: { blocks: number; elements: number };
+}
+
+interface FamilyState {
+  /** The base chains were re-created by this process's first sync. */
+  initialized: boolean;
+  needFullSync: boolean;
+  lastFullSync: number;
+  /** Block key → the lines last written for it, to catch changes the change set does not name. */
+  appliedBlocks: Map<string, string>;
+  appliedElements: Map<string, NftElement>;
+  /** Service chains in the kernel: the active ones and the flushed ones awaiting deletion. */
+  chains: Set<string>;
+  affinitySets: Set<string>;
+  /** Flushed chain → when it was flushed. */
+  staleChains: Map<string, number>;
+  stats: NftablesFamilyStats;
+}
+
+export interface NftablesDataplaneOptions {
+  /** Default: every ServiceCIDR unknown (see NftRenderOptions). */
+  render?: NftRenderOptions;
+  /** Where `nft` runs (default: this host's network namespace). */
+  exec?: CommandRunner;
+  now?: () => number;
+}
+
+export class NftablesSyncError extends Error {
+  constructor(
+    readonly family: IPFamily,
+    readonly partial: boolean,
+    stderr: string,
+  ) {
+    super(`${family} ${partial ? 'partial' : 'full'} nft transaction failed: ${stderr.trim()}`);
+  }
+}
+
+const blockText = (block: NftServicePortBlock) => block.lines.join('\n');
+
+export class NftablesDataplane implements Dataplane {
+  readonly mode = 'nftables' as const;
+  private readonly families = new Map<IPFamily, FamilyState>();
+  private readonly exec: CommandRunner;
+  private readonly now: () => number;
+  private readonly renderOptions: NftRenderOptions;
+
+  constructor(options: NftablesDataplaneOptions = {}) {
+    this.exec = options.exec ?? runOnHost;
+    this.now = options.now ?? Date.now;
+    this.renderOptions = options.render ?? { serviceCIDRs: [] };
+  }
+
+  stats(family: IPFamily): NftablesFamilyStats | undefined {
+    return this.families.get(family)?.stats;
+  }
+
+  /** Flushed chains still waiting for their deletion. */
+  pendingStaleChains(family: IPFamily): string[] {
+    return [...(this.families.get(family)?.staleChains.keys() ?? [])];
+  }
+
+  async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
+    let full = false;
+    const failures: Error[] = [];
+    // Each family is its own proxier upstream (metaproxier): one failing does not hold back the other.
+    for (const family of decisions.families) {
+      try {
+        full = (await this.syncFamily(family, changes)) || full;
+      } catch (err) {
+        failures.push(err as Error);
+      }
+    }
+    if (failures.length > 0) throw new AggregateError(failures, failures.map((e) => e.message).join('; '));
+    return { full };
+  }
+
+  async close(): Promise<void> {
+    // The ruleset stays in the kernel after the agent stops, as kube-proxy's does; `cleanup` removes it.
+  }
+
+  private state(family: IPFamily): FamilyState {
+    let state = this.families.get(family);
+    if (!state) {
+      state = {
+        initialized: false,
+        needFullSync: true,
+        lastFullSync: 0,
+        appliedBlocks: new Map(),
+        appliedElements: new Map(),
+        chains: new Set(),
+        affinitySets: new Set(),
+        staleChains: new Map(),
+        stats: {
+          nftablesSyncFailures: 0,
+          nftablesCleanupFailures: 0,
+          noLocalEndpoints: { internal: 0, external: 0 },
+          lastWritten: { blocks: 0, elements: 0 },
+        },
+      };
+      this.families.set(family, state);
+    }
+    return state;
+  }
+
+  private async syncFamily(decisions: FamilyDecisions, changes: ChangeSet): Promise<boolean> {
+    const state = this.state(decisions.family);
+    const startedAt = this.now();
+    await this.deleteStaleChains(decisions.family, state, startedAt);
+    const full =
+      changes.fullSyncRequired || state.needFullSync || startedAt - state.lastFullSync >= FULL_SYNC_PERIOD_MS;
+
+    const ruleset = buildNftRuleset(decisions, this.renderOptions);
+    const active = activeObjects(ruleset);
+    // A full sync trusts only the kernel: it also finds what an earlier process left behind.
+    const existing = full ? await this.listServiceObjects(decisions.family) : state;
+    const newlyStale = [...existing.chains].filter(
+      (chain) => !active.chains.has(chain) && !state.staleChains.has(chain),
+    );
+    const staleSets = [...existing.affinitySets].filter((set) => !active.affinitySets.has(set));
+    const desired = desiredElements(ruleset);
+
+    const tx = assembleTransaction(ruleset, {
+      full,
+      recreateBaseChains: !state.initialized,
+      writeBlock: (block) =>
+        changes.changedServices.has(block.service) || state.appliedBlocks.get(block.key) !== blockText(block),
+      elementChanges: full ? { remove: [], add: [] } : diffElements(state.appliedElements, desired),
+      staleChains: newlyStale,
+      staleAffinitySets: staleSets,
+    });
+
+    if (tx.text !== '') {
+      const result = await this.exec('nft', ['-f', '-'], { input: tx.text, allowFailure: true });
+      if (result.code !== 0) {
+        state.stats.nftablesSyncFailures++;
+        state.needFullSync = true;
+        throw new NftablesSyncError(decisions.family, !full, result.stderr);
+      }
+    }
+
+    state.initialized = true;
+    state.needFullSync = false;
+    if (full) state.lastFullSync = startedAt;
+    state.appliedBlocks = new Map(ruleset.servicePorts.map((block) => [block.key, blockText(block)]));
+    state.appliedElements = desired;
+    for (const chain of active.chains) state.staleChains.delete(chain);
+    for (const chain of newlyStale) state.staleChains.set(chain, startedAt);
+    state.chains = new Set([...active.chains, ...state.staleChains.keys()]);
+    state.affinitySets = active.affinitySets;
+    state.stats.noLocalEndpoints = ruleset.noLocalEndpoints;
+    state.stats.lastWritten = { blocks: tx.blocksWritten, elements: tx.elementsWritten };
+    return full;
+  }
+
+  /** Deletes the chains flushed at least STALE_CHAIN_DELAY_MS ago, in a transaction of their own. */
+  private async deleteStaleChains(family: IPFamily, state: FamilyState, startedAt: number): Promise<void> {
+    const due = [...state.staleChains]
+      .filter(([, at]) => startedAt - at >= STALE_CHAIN_DELAY_MS)
+      .map(([c]) => c);
+    if (due.length === 0) return;
+    // Forgotten either way: if a deletion failed, the full sync this forces finds them again.
+    for (const chain of due) {
+      state.staleChains.delete(chain);
+      state.chains.delete(chain);
+    }
+    const result = await this.exec('nft', ['-f', '-'], {
+      input: deleteChainsTransaction(family, due),
+      allowFailure: true,
+    });
+    if (result.code !== 0) {
+      state.stats.nftablesCleanupFailures++;
+      state.needFullSync = true;
+    }
+  }
+
+  /** The per-service chains and affinity sets the kernel holds in our table. */
+  private async listServiceObjects(
+    family: IPFamily,
+  ): Promise<{ chains: Set<string>; affinitySets: Set<string> }> {
+    const fam = nftFamily(family);
+    const chains = await this.listNames(['list', 'chains', fam], 'chain');
+    const sets = await this.listNames(['-t', 'list', 'sets', fam], 'set');
+    return {
+      chains: new Set(chains.filter(isServiceChainName)),
+      affinitySets: new Set(sets.filter(isAffinitySetName)),
+    };
+  }
+
+  private async listNames(args: string[], kind: 'chain' | 'set'): Promise<string[]> {
+    const { stdout } = await this.exec('nft', ['-j', ...args]);
+    const parsed = JSON.parse(stdout) as { nftables: Record<string, { table?: string; name?: string }>[] };
+    const names: string[] = [];
+    for (const entry of parsed.nftables) {
+      const object = entry[kind];
+      if (object?.table === TABLE && object.name !== undefined) names.push(object.name);
+    }
+    return names;
+  }
+}
