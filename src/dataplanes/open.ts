@@ -3,6 +3,8 @@
 
 import type { ProxyConfig, ProxyMode } from '../config/types.js';
 import type { Logger } from '../logger.js';
+import type { BpfStatsProvider } from '../metrics/bpf.js';
+import type { RuleModeStatsProvider } from '../metrics/kube-proxy.js';
 import type { NodeEnv } from '../proxy/types.js';
 import { createIptablesDataplane } from './iptables/applier.js';
 import { NftablesDataplane } from './nftables/applier.js';
@@ -12,6 +14,10 @@ export interface OpenedDataplane {
   dataplane: Dataplane;
   /** What the host's iptables can do (the iptables renderer needs it; other modes report it as probed). */
   iptables: NodeEnv['iptables'];
+  /** Rule modes: their failure and rule counters, read by the metrics at scrape time. */
+  ruleStats?: RuleModeStatsProvider;
+  /** bpf: traffic counters and map fill levels, read by the metrics at scrape time. */
+  bpfStats?: BpfStatsProvider;
 }
 
 type Opener = (config: ProxyConfig, log: Logger) => Promise<OpenedDataplane>;
@@ -20,12 +26,12 @@ const OPENERS: Partial<Record<ProxyMode, Opener>> = {
   iptables: async (config, log) => {
     const dataplane = await createIptablesDataplane({ config });
     log.info({ backend: dataplane.backend, ...dataplane.capabilities }, 'iptables backend chosen');
-    return { dataplane, iptables: dataplane.capabilities };
+    return { dataplane, iptables: dataplane.capabilities, ruleStats: dataplane };
   },
   nftables: async () => {
     const dataplane = new NftablesDataplane();
     // nftables mode masquerades fully-random and has no nfacct counters, whatever iptables can do.
-    return { dataplane, iptables: { randomFully: true, nfacct: false } };
+    return { dataplane, iptables: { randomFully: true, nfacct: false }, ruleStats: dataplane };
   },
 };
 
