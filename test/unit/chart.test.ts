@@ -3,9 +3,11 @@
 // (kubernetes-models) and checked for fields those schemas do not know (the API server would drop
 // them), then the properties the agent depends on are asserted.
 
-import { spawnSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
@@ -16,15 +18,18 @@ import { ClusterRoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/
 import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import { Service } from 'kubernetes-models/v1/Service';
 import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { formatProblems, loadConfig } from '../../src/config/load.js';
 
 const root = resolve(import.meta.dirname, '../..');
 const chartDir = join(root, 'charts/kube-bpf-proxy');
 const helmBin = join(root, '.tools/bin/helm');
-const apiServer = '192.0.2.10';
+const apiServerAddress = '192.0.2.10';
 const serviceMonitorApi = 'monitoring.coreos.com/v1/ServiceMonitor';
+
+// A test runs helm up to a few times; on a busy 2-core machine one run can take seconds.
+vi.setConfig({ testTimeout: 120_000, hookTimeout: 120_000 });
 
 // biome-ignore lint/suspicious/noExplicitAny: rendered manifests are untyped YAML, asserted field by field
 type Manifest = Record<string, any>;
@@ -44,15 +49,16 @@ afterAll(() => {
 });
 
 interface HelmResult {
-  status: number | null;
+  status: number;
   stdout: string;
   stderr: string;
 }
 
-function helm(args: string[], env: Record<string, string> = {}): HelmResult {
-  const result = spawnSync(helmBin, args, {
-    encoding: 'utf8',
-    timeout: 30_000,
+// Asynchronous: the API server of the lookup tests lives in this process and must keep answering.
+function helm(args: string[], env: Record<string, string> = {}): Promise<HelmResult> {
+  const options = {
+    encoding: 'utf8' as const,
+    timeout: 110_000,
     env: {
       PATH: process.env.PATH ?? '',
       HOME: workDir,
@@ -61,8 +67,13 @@ function helm(args: string[], env: Record<string, string> = {}): HelmResult {
       HELM_DATA_HOME: join(workDir, 'data'),
       ...env,
     },
+  };
+  return new Promise((done) => {
+    execFile(helmBin, args, options, (error, stdout, stderr) => {
+      const status = error ? (typeof error.code === 'number' ? error.code : -1) : 0;
+      done({ status, stdout, stderr });
+    });
   });
-  return { status: result.status, stdout: result.stdout, stderr: result.stderr };
 }
 
 function valuesFile(values: object): string {
@@ -72,8 +83,12 @@ function valuesFile(values: object): string {
   return file;
 }
 
-function template(values: object, extraArgs: string[] = []): HelmResult {
-  return helm([
+function template(
+  values: object,
+  extraArgs: string[] = [],
+  env: Record<string, string> = {},
+): Promise<HelmResult> {
+  const args = [
     'template',
     'kbp',
     chartDir,
@@ -82,19 +97,24 @@ function template(values: object, extraArgs: string[] = []): HelmResult {
     '-f',
     valuesFile(values),
     ...extraArgs,
-  ]);
+  ];
+  return helm(args, env);
 }
 
-function render(values: object, extraArgs: string[] = []): Manifest[] {
-  const result = template(values, extraArgs);
-  if (result.status !== 0) throw new Error(`helm template failed: ${result.stderr}`);
-  return parseAllDocuments(result.stdout)
+function parseManifests(stdout: string): Manifest[] {
+  return parseAllDocuments(stdout)
     .map((doc) => doc.toJS() as Manifest | null)
     .filter((object): object is Manifest => object !== null);
 }
 
-function renderFailure(values: object, extraArgs: string[] = []): string {
-  const result = template(values, extraArgs);
+async function render(values: object, extraArgs: string[] = []): Promise<Manifest[]> {
+  const result = await template(values, extraArgs);
+  if (result.status !== 0) throw new Error(`helm template failed: ${result.stderr}`);
+  return parseManifests(result.stdout);
+}
+
+async function renderFailure(values: object, extraArgs: string[] = []): Promise<string> {
+  const result = await template(values, extraArgs);
   expect(result.status, 'helm template should have failed').not.toBe(0);
   return result.stderr;
 }
@@ -200,7 +220,7 @@ function portNumber(container: Manifest, port: string | number): number {
 }
 
 const chartMeta = parse(readFileSync(join(chartDir, 'Chart.yaml'), 'utf8'));
-const base = { k8sServiceHost: apiServer, k8sServicePort: 6443 };
+const base = { k8sServiceHost: apiServerAddress, k8sServicePort: 6443 };
 
 describe('chart metadata', () => {
   it('is a v2 chart at 0.1.0 for Kubernetes 1.28 and later', () => {
@@ -213,20 +233,20 @@ describe('chart metadata', () => {
     });
   });
 
-  it('passes helm lint --strict with each value set used below', () => {
+  it('passes helm lint --strict with each value set used below', async () => {
     for (const values of [
       base,
       { ...base, securityContext: { privileged: true }, cleanupKubeProxyRules: true },
       { ...base, proxyMode: 'nftables' },
     ]) {
-      const result = helm(['lint', '--strict', chartDir, '-f', valuesFile(values)]);
+      const result = await helm(['lint', '--strict', chartDir, '-f', valuesFile(values)]);
       expect(result.status, result.stdout + result.stderr).toBe(0);
     }
   });
 
-  it('passes helm lint bare, where helm reports the missing k8sServiceHost without failing', () => {
+  it('passes helm lint bare, where helm reports the missing k8sServiceHost without failing', async () => {
     // helm lint turns template `fail` calls into INFO lines, so chart repositories can lint defaults.
-    const result = helm(['lint', '--strict', chartDir]);
+    const result = await helm(['lint', '--strict', chartDir]);
     expect(result.status, result.stdout + result.stderr).toBe(0);
     expect(result.stderr).toContain('k8sServiceHost is required');
   });
@@ -234,8 +254,8 @@ describe('chart metadata', () => {
 
 describe('defaults', () => {
   let objects: Manifest[] = [];
-  beforeAll(() => {
-    objects = render(base);
+  beforeAll(async () => {
+    objects = await render(base);
   });
 
   it('renders exactly the agent, its config and its RBAC, all valid', () => {
@@ -272,7 +292,7 @@ describe('defaults', () => {
       '--hostname-override=$(NODE_NAME)',
     ]);
     expect(envOf(container, 'NODE_NAME')?.valueFrom).toEqual({ fieldRef: { fieldPath: 'spec.nodeName' } });
-    expect(envOf(container, 'KUBERNETES_SERVICE_HOST')?.value).toBe(apiServer);
+    expect(envOf(container, 'KUBERNETES_SERVICE_HOST')?.value).toBe(apiServerAddress);
     expect(envOf(container, 'KUBERNETES_SERVICE_PORT')?.value).toBe('6443');
     expect(mountOf(container, 'config')).toMatchObject({ mountPath: '/etc/kube-bpf-proxy', readOnly: true });
     expect(volumeOf(objects, 'config')?.configMap.name).toBe(find(objects, 'ConfigMap').metadata.name);
@@ -380,11 +400,11 @@ describe('defaults', () => {
     expect(config.bpf).toEqual({ scheduler: 'random', maglevTableSize: 16381 });
   });
 
-  it('rolls the agents when config.conf changes', () => {
+  it('rolls the agents when config.conf changes', async () => {
     const annotations = find(objects, 'DaemonSet').spec.template.metadata.annotations;
     const stored = find(objects, 'ConfigMap').data['config.conf'].replace(/\n$/, '');
     expect(annotations['checksum/config']).toBe(createHash('sha256').update(stored).digest('hex'));
-    const changed = render({ ...base, bpf: { scheduler: 'rr' } });
+    const changed = await render({ ...base, bpf: { scheduler: 'rr' } });
     expect(find(changed, 'DaemonSet').spec.template.metadata.annotations['checksum/config']).not.toBe(
       annotations['checksum/config'],
     );
@@ -392,8 +412,8 @@ describe('defaults', () => {
 });
 
 describe('privileges', () => {
-  it('runs the agent privileged on request, with Bidirectional bpffs and no capability list', () => {
-    const objects = render({ ...base, securityContext: { privileged: true } });
+  it('runs the agent privileged on request, with Bidirectional bpffs and no capability list', async () => {
+    const objects = await render({ ...base, securityContext: { privileged: true } });
     validateAll(objects);
     const container = agent(objects);
     expect(container.securityContext.privileged).toBe(true);
@@ -401,8 +421,8 @@ describe('privileges', () => {
     expect(mountOf(container, 'bpffs')?.mountPropagation).toBe('Bidirectional');
   });
 
-  it('adds SYS_ADMIN when sysAdmin is true, and extra capabilities once each', () => {
-    const objects = render({
+  it('adds SYS_ADMIN when sysAdmin is true, and extra capabilities once each', async () => {
+    const objects = await render({
       ...base,
       securityContext: { sysAdmin: true, extraCapabilities: ['SYS_MODULE', 'BPF'] },
     });
@@ -417,23 +437,24 @@ describe('privileges', () => {
     ]);
   });
 
-  it('leaves SYS_ADMIN out with sysAdmin false, and with auto when no node can be seen', () => {
+  it('leaves SYS_ADMIN out with sysAdmin false, and with auto when no node can be seen', async () => {
     for (const sysAdmin of [false, 'auto']) {
-      const caps = agent(render({ ...base, securityContext: { sysAdmin } })).securityContext.capabilities.add;
+      const caps = agent(await render({ ...base, securityContext: { sysAdmin } })).securityContext
+        .capabilities.add;
       expect(caps, String(sysAdmin)).not.toContain('SYS_ADMIN');
     }
   });
 
-  it('runs no privileged container at all when bpffs need not be mounted', () => {
-    const objects = render({ ...base, bpffs: { mountIfAbsent: false } });
+  it('runs no privileged container at all when bpffs need not be mounted', async () => {
+    const objects = await render({ ...base, bpffs: { mountIfAbsent: false } });
     validateAll(objects);
     expect(find(objects, 'DaemonSet').spec.template.spec.initContainers).toBeUndefined();
     expect(agent(objects).securityContext.privileged).toBe(false);
   });
 
-  it('gives iptables and ipvs modes NET_RAW instead of the BPF capabilities and no bpffs', () => {
+  it('gives iptables and ipvs modes NET_RAW instead of the BPF capabilities and no bpffs', async () => {
     for (const proxyMode of ['iptables', 'ipvs']) {
-      const objects = render({ ...base, proxyMode });
+      const objects = await render({ ...base, proxyMode });
       validateAll(objects);
       expect(agent(objects).securityContext.capabilities.add, proxyMode).toEqual([
         'NET_ADMIN',
@@ -446,8 +467,8 @@ describe('privileges', () => {
     }
   });
 
-  it('runs `kube-bpf-proxy cleanup` before the agent when asked to remove kube-proxy rules', () => {
-    const objects = render({ ...base, cleanupKubeProxyRules: true });
+  it('runs `kube-bpf-proxy cleanup` before the agent when asked to remove kube-proxy rules', async () => {
+    const objects = await render({ ...base, cleanupKubeProxyRules: true });
     validateAll(objects);
     const cleanup = initContainer(objects, 'cleanup-kube-proxy-rules');
     expect(cleanup?.args).toEqual(['cleanup']);
@@ -464,8 +485,8 @@ describe('monitoring', () => {
     dashboards: { enabled: true, namespace: 'monitoring' },
   };
   let objects: Manifest[] = [];
-  beforeAll(() => {
-    objects = render(monitoring, ['--api-versions', serviceMonitorApi]);
+  beforeAll(async () => {
+    objects = await render(monitoring, ['--api-versions', serviceMonitorApi]);
   });
 
   it('renders a headless metrics Service, a ServiceMonitor and a dashboard, all valid', () => {
@@ -532,9 +553,9 @@ describe('monitoring', () => {
     }
   });
 
-  it('refuses a ServiceMonitor the cluster has no CRD for, unless told to trust it exists', () => {
-    expect(renderFailure(monitoring)).toContain('needs the Prometheus Operator');
-    const trusted = render({
+  it('refuses a ServiceMonitor the cluster has no CRD for, unless told to trust it exists', async () => {
+    expect(await renderFailure(monitoring)).toContain('needs the Prometheus Operator');
+    const trusted = await render({
       ...monitoring,
       metrics: { serviceMonitor: { enabled: true, trustCRDsExist: true } },
     });
@@ -566,8 +587,8 @@ describe('pasted kube-proxy configuration', () => {
     '',
   ].join('\n');
 
-  it('keeps the pasted settings and replaces only what the pod depends on', () => {
-    const objects = render({ ...base, config: { kubeProxyConfiguration: kubeadmConfig } });
+  it('keeps the pasted settings and replaces only what the pod depends on', async () => {
+    const objects = await render({ ...base, config: { kubeProxyConfiguration: kubeadmConfig } });
     validateAll(objects);
     const config = configConf(objects);
     expect(config).toMatchObject({
@@ -589,34 +610,34 @@ describe('pasted kube-proxy configuration', () => {
     expect(config.nftables).toBeUndefined();
   });
 
-  it("keeps a pasted bpf section over the chart's", () => {
+  it("keeps a pasted bpf section over the chart's", async () => {
     const pasted = `${kubeadmConfig}bpf:\n  scheduler: maglev\n`;
-    const config = configConf(render({ ...base, config: { kubeProxyConfiguration: pasted } }));
+    const config = configConf(await render({ ...base, config: { kubeProxyConfiguration: pasted } }));
     expect(config.bpf).toEqual({ scheduler: 'maglev' });
   });
 
-  it('says what is wrong with a pasted ConfigMap, another kind, or broken YAML', () => {
+  it('says what is wrong with a pasted ConfigMap, another kind, or broken YAML', async () => {
     const configMap = stringify({
       apiVersion: 'v1',
       kind: 'ConfigMap',
       metadata: { name: 'kube-proxy' },
       data: { 'config.conf': kubeadmConfig },
     });
-    expect(renderFailure({ ...base, config: { kubeProxyConfiguration: configMap } })).toContain(
+    expect(await renderFailure({ ...base, config: { kubeProxyConfiguration: configMap } })).toContain(
       'paste only its config.conf key',
     );
     const other = 'apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n';
-    expect(renderFailure({ ...base, config: { kubeProxyConfiguration: other } })).toContain(
+    expect(await renderFailure({ ...base, config: { kubeProxyConfiguration: other } })).toContain(
       'must be a KubeProxyConfiguration',
     );
-    expect(renderFailure({ ...base, config: { kubeProxyConfiguration: 'mode: [bpf' } })).toContain(
+    expect(await renderFailure({ ...base, config: { kubeProxyConfiguration: 'mode: [bpf' } })).toContain(
       'is not valid YAML',
     );
   });
 
-  it('merges config.extra over the generated configuration', () => {
+  it('merges config.extra over the generated configuration', async () => {
     const config = configConf(
-      render({ ...base, config: { extra: { oomScoreAdj: -998, iptables: { masqueradeAll: true } } } }),
+      await render({ ...base, config: { extra: { oomScoreAdj: -998, iptables: { masqueradeAll: true } } } }),
     );
     expect(config.oomScoreAdj).toBe(-998);
     expect(config.iptables).toMatchObject({ masqueradeAll: true, masqueradeBit: 14, syncPeriod: '30s' });
@@ -624,8 +645,8 @@ describe('pasted kube-proxy configuration', () => {
 });
 
 describe('bpf settings', () => {
-  it('writes a maglev scheduler, custom interfaces, XDP and map sizes into the bpf section', () => {
-    const objects = render({
+  it('writes a maglev scheduler, custom interfaces, XDP and map sizes into the bpf section', async () => {
+    const objects = await render({
       ...base,
       bpf: {
         scheduler: 'maglev',
@@ -651,8 +672,8 @@ describe('bpf settings', () => {
     expect(find(objects, 'ConfigMap').data['config.conf']).toContain('xdpMode: "off"');
   });
 
-  it('moves the healthz and metrics ports together in config.conf and the pod', () => {
-    const objects = render({
+  it('moves the healthz and metrics ports together in config.conf and the pod', async () => {
+    const objects = await render({
       ...base,
       healthz: { port: 20256 },
       metrics: { port: 20249, bindAddress: '::' },
@@ -664,6 +685,168 @@ describe('bpf settings', () => {
     });
     expect(portNumber(container, container.readinessProbe.httpGet.port)).toBe(20256);
     expect(portNumber(container, 'metrics')).toBe(20249);
+  });
+});
+
+// What helm asks of a cluster for `lookup` and `install --dry-run=server`: discovery documents,
+// the Node list, its release Secrets, and a GET (404) for each object it would create.
+class HelmApiServer {
+  nodes: Manifest[] = [];
+  private readonly server = http.createServer((request, response) => this.serve(request, response));
+
+  async start(): Promise<string> {
+    await new Promise<void>((done) => this.server.listen(0, '127.0.0.1', done));
+    const { port } = this.server.address() as AddressInfo;
+    const kubeconfig = join(workDir, 'kubeconfig');
+    writeFileSync(
+      kubeconfig,
+      stringify({
+        apiVersion: 'v1',
+        kind: 'Config',
+        clusters: [{ name: 'fake', cluster: { server: `http://127.0.0.1:${port}` } }],
+        users: [{ name: 'fake', user: {} }],
+        contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'fake' } }],
+        'current-context': 'fake',
+      }),
+    );
+    return kubeconfig;
+  }
+
+  stop(): Promise<void> {
+    return new Promise((done) => this.server.close(() => done()));
+  }
+
+  setKernels(...kernelVersions: string[]): void {
+    this.nodes = kernelVersions.map((kernelVersion, i) => ({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name: `node-${i}`, resourceVersion: String(i + 1) },
+      status: { nodeInfo: { kernelVersion } },
+    }));
+  }
+
+  private serve(request: http.IncomingMessage, response: http.ServerResponse): void {
+    const path = new URL(request.url ?? '/', 'http://fake').pathname;
+    const body = request.method === 'GET' ? this.documents()[path] : undefined;
+    response.writeHead(body ? 200 : 404, { 'content-type': 'application/json' });
+    response.end(
+      JSON.stringify(
+        body ?? { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason: 'NotFound', code: 404 },
+      ),
+    );
+  }
+
+  private documents(): Record<string, object> {
+    const resource = (name: string, kind: string, namespaced: boolean) => ({
+      name,
+      singularName: kind.toLowerCase(),
+      namespaced,
+      kind,
+      verbs: ['create', 'get', 'list', 'watch'],
+    });
+    const group = (groupVersion: string) => {
+      const [name, version] = groupVersion.split('/');
+      return { name, versions: [{ groupVersion, version }], preferredVersion: { groupVersion, version } };
+    };
+    const list = (kind: string, items: Manifest[]) => ({
+      kind,
+      apiVersion: 'v1',
+      metadata: { resourceVersion: '9' },
+      items,
+    });
+    return {
+      '/version': { major: '1', minor: '33', gitVersion: 'v1.33.0' },
+      '/api': { kind: 'APIVersions', versions: ['v1'], serverAddressByClientCIDRs: [] },
+      '/apis': {
+        kind: 'APIGroupList',
+        apiVersion: 'v1',
+        groups: [group('apps/v1'), group('rbac.authorization.k8s.io/v1')],
+      },
+      '/api/v1': {
+        kind: 'APIResourceList',
+        groupVersion: 'v1',
+        resources: [
+          resource('nodes', 'Node', false),
+          resource('configmaps', 'ConfigMap', true),
+          resource('secrets', 'Secret', true),
+          resource('serviceaccounts', 'ServiceAccount', true),
+          resource('services', 'Service', true),
+        ],
+      },
+      '/apis/apps/v1': {
+        kind: 'APIResourceList',
+        groupVersion: 'apps/v1',
+        resources: [resource('daemonsets', 'DaemonSet', true)],
+      },
+      '/apis/rbac.authorization.k8s.io/v1': {
+        kind: 'APIResourceList',
+        groupVersion: 'rbac.authorization.k8s.io/v1',
+        resources: [
+          resource('clusterroles', 'ClusterRole', false),
+          resource('clusterrolebindings', 'ClusterRoleBinding', false),
+        ],
+      },
+      '/api/v1/nodes': list('NodeList', this.nodes),
+      '/api/v1/namespaces/kube-system/secrets': list('SecretList', []),
+    };
+  }
+}
+
+describe('install against an API server', () => {
+  const apiServer = new HelmApiServer();
+  let kubeconfig = '';
+  beforeAll(async () => {
+    kubeconfig = await apiServer.start();
+  });
+  afterAll(() => apiServer.stop());
+
+  const capabilitiesWith = async (values: object): Promise<string[]> => {
+    const result = await template(values, ['--dry-run=server'], { KUBECONFIG: kubeconfig });
+    if (result.status !== 0) throw new Error(result.stderr);
+    return agent(parseManifests(result.stdout)).securityContext.capabilities.add;
+  };
+
+  it('adds SYS_ADMIN under sysAdmin=auto only when a node runs a kernel older than 5.8', async () => {
+    apiServer.setKernels('6.1.0-13-amd64', '4.19.0-25-amd64');
+    expect(await capabilitiesWith(base)).toContain('SYS_ADMIN');
+    apiServer.setKernels('4.18.0-372.9.1.el8_6.x86_64');
+    expect(await capabilitiesWith(base)).toContain('SYS_ADMIN');
+    apiServer.setKernels('5.8.0-63-generic', '5.10.0-28-cloud-amd64', '6.12.9');
+    expect(await capabilitiesWith(base)).not.toContain('SYS_ADMIN');
+    apiServer.setKernels('4.19.0-25-amd64');
+    expect(await capabilitiesWith({ ...base, securityContext: { sysAdmin: false } })).not.toContain(
+      'SYS_ADMIN',
+    );
+    // Not the bpf data plane: there is no CAP_BPF to stand in for.
+    expect(await capabilitiesWith({ ...base, proxyMode: 'nftables' })).not.toContain('SYS_ADMIN');
+  });
+
+  it('prints the migration steps from kube-proxy and what the privileges are', async () => {
+    apiServer.setKernels('4.19.0-25-amd64');
+    const notesOf = async (values: object): Promise<string> => {
+      const args = ['install', 'kbp', chartDir, '--namespace', 'kube-system', '-f', valuesFile(values)];
+      const result = await helm([...args, '--dry-run=server', '--disable-openapi-validation'], {
+        KUBECONFIG: kubeconfig,
+      });
+      if (result.status !== 0) throw new Error(result.stderr);
+      return result.stdout.slice(result.stdout.indexOf('NOTES:'));
+    };
+    const notes = await notesOf(base);
+    for (const step of [
+      'kubectl -n kube-system delete ds kube-proxy',
+      'kubectl -n kube-system delete cm kube-proxy',
+      'kube-bpf-proxy cleanup',
+      'kube-proxy --cleanup',
+      'cleanupKubeProxyRules=true',
+      'kubeadm init --skip-phases=addon/kube-proxy',
+      'It reaches the API server at 192.0.2.10:6443',
+      'SYS_ADMIN was added because a node runs a kernel older than 5.8',
+    ]) {
+      expect(notes).toContain(step);
+    }
+    const everyStart = 'runs `kube-bpf-proxy cleanup` at every start';
+    expect(notes).not.toContain(everyStart);
+    expect(await notesOf({ ...base, cleanupKubeProxyRules: true })).toContain(everyStart);
   });
 });
 
@@ -683,8 +866,8 @@ describe("the agent's config loader reads what the chart writes", () => {
     ],
     ['nftables mode', { ...base, proxyMode: 'nftables' }, 'nftables'],
     ['a pasted configuration', { ...base, config: { kubeProxyConfiguration: pasted } }, 'bpf'],
-  ])('%s', (_what, values, mode) => {
-    const objects = render(values);
+  ])('%s', async (_what, values, mode) => {
+    const objects = await render(values);
     const fileText = find(objects, 'ConfigMap').data['config.conf'];
     const result = loadConfig({
       fileText,
@@ -703,8 +886,8 @@ describe("the agent's config loader reads what the chart writes", () => {
 });
 
 describe('values the chart refuses', () => {
-  it('requires k8sServiceHost and says why', () => {
-    const message = renderFailure({});
+  it('requires k8sServiceHost and says why', async () => {
+    const message = await renderFailure({});
     expect(message).toContain('k8sServiceHost is required');
     expect(message).toContain('nothing serves the kubernetes ClusterIP');
   });
@@ -719,8 +902,8 @@ describe('values the chart refuses', () => {
     ['an XDP mode that does not exist', { bpf: { xdpMode: 'offload' } }, 'xdpMode'],
     ['a map size of zero', { bpf: { mapSizes: { conntrack: 0 } } }, 'conntrack'],
     ['a percentage above 100 %', { updateStrategy: { maxUnavailable: '150%' } }, 'maxUnavailable'],
-  ])('rejects %s through values.schema.json', (_what, values, field) => {
-    const message = renderFailure({ ...base, ...values });
+  ])('rejects %s through values.schema.json', async (_what, values, field) => {
+    const message = await renderFailure({ ...base, ...values });
     expect(message).toContain("values don't meet the specifications of the schema");
     expect(message).toContain(field);
   });
