@@ -106,7 +106,7 @@ export class BpfMetrics {
         withDirection,
       ),
       serviceDrops: counter(
-        'kube_bpf_proxy_service_dropped_packets_total',
+        'kube_bpf_proxy_service_drops_total',
         'Packets to a service frontend dropped or rejected by the bpf data plane',
         SERVICE_LABELS,
       ),
@@ -126,12 +126,12 @@ export class BpfMetrics {
         backendWithDirection,
       ),
       drops: counter(
-        'kube_bpf_proxy_dropped_packets_total',
+        'kube_bpf_proxy_drops_total',
         'Packets the bpf data plane dropped or rejected, by reason',
         ['reason'],
       ),
       dropBytes: counter(
-        'kube_bpf_proxy_dropped_bytes_total',
+        'kube_bpf_proxy_drop_bytes_total',
         'Bytes the bpf data plane dropped or rejected, by reason',
         ['reason'],
       ),

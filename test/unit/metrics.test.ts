@@ -471,9 +471,7 @@ describe('bpf data plane counters (BpfStatsProvider)', () => {
         direction: 'reply',
       }),
     ).toBe(4000);
-    expect(
-      sampleValue(e, 'kube_bpf_proxy_service_dropped_packets_total', { ...lb, frontend: 'LoadBalancer' }),
-    ).toBe(4);
+    expect(sampleValue(e, 'kube_bpf_proxy_service_drops_total', { ...lb, frontend: 'LoadBalancer' })).toBe(4);
     expect(e.types.get('kube_bpf_proxy_service_packets_total')).toBe('counter');
 
     // Two of three backends, the first by name; the third is counted as left out.
@@ -488,8 +486,8 @@ describe('bpf data plane counters (BpfStatsProvider)', () => {
     ).toBe(48);
     expect(sampleValue(e, 'kube_bpf_proxy_backends_not_exported')).toBe(1);
 
-    expect(sampleValue(e, 'kube_bpf_proxy_dropped_packets_total', { reason: 'no_endpoints' })).toBe(3);
-    expect(sampleValue(e, 'kube_bpf_proxy_dropped_bytes_total', { reason: 'source_range' })).toBe(60);
+    expect(sampleValue(e, 'kube_bpf_proxy_drops_total', { reason: 'no_endpoints' })).toBe(3);
+    expect(sampleValue(e, 'kube_bpf_proxy_drop_bytes_total', { reason: 'source_range' })).toBe(60);
     expect(sampleValue(e, 'kube_bpf_proxy_map_entries', { map: 'kbp_ct4tcp_v1' })).toBe(12);
     expect(sampleValue(e, 'kube_bpf_proxy_map_capacity', { map: 'kbp_ct4tcp_v1' })).toBe(262144);
     expect(sampleValue(e, 'kube_bpf_proxy_conntrack_entries', { ip_family: 'IPv4' })).toBe(12);
@@ -510,7 +508,7 @@ describe('bpf data plane counters (BpfStatsProvider)', () => {
     expect(sampleValue(e, 'kube_bpf_proxy_backends_not_exported')).toBe(3);
     failing = true;
     e = await scrape(metrics);
-    expect(sampleValue(e, 'kube_bpf_proxy_dropped_packets_total', { reason: 'no_endpoints' })).toBe(3);
+    expect(sampleValue(e, 'kube_bpf_proxy_drops_total', { reason: 'no_endpoints' })).toBe(3);
     failing = false;
   });
 
