@@ -1,6 +1,7 @@
 // The kube-bpf-proxy command tree: one subcommand per file in src/cli/.
 
 import { Command } from 'commander';
+import { registerBenchCommand } from './bench.js';
 import { registerCleanupCommand } from './cleanup.js';
 import { registerDemoCommand } from './demo.js';
 import { registerRenderCommand } from './render.js';
@@ -19,6 +20,7 @@ export function buildProgram(): Command {
   registerDemoCommand(program);
   registerRenderCommand(program);
   registerCleanupCommand(program);
+  registerBenchCommand(program);
   registerVersionCommand(program);
   return program;
 }

@@ -1,0 +1,178 @@
+// BPF per-packet cost as the kernel measures it (BPF_PROG_TEST_RUN, average ns over `repeat` runs):
+// the tc and XDP load balancer programs on a tracked flow, next to the trivial xdp_tx program,
+// with 1 service and with many in the maps. The object is loaded by the agent's own loader into
+// a private pin directory, removed afterwards.
+//
+// BPF_PROG_TEST_RUN repeats a program on the same buffer, so a rewrite would turn every later
+// repetition into a miss; two conntrack entries make the flow ping-pong instead (client->VIP
+// becomes client->backend, which the second entry turns back), so every repetition takes the
+// tracked-flow path, as in test/kernel/lb-bench.test.ts.
+
+import { rmSync } from 'node:fs';
+import { mapUpdate, mapUpdateBatch, testRun } from '../native/libbpf.js';
+import {
+  ACTION,
+  ALGORITHM,
+  backend4,
+  config,
+  ct4Key,
+  ct4Val,
+  PROGRAMS,
+  SCOPE,
+  slotKey,
+  svc4Key,
+  svcVal,
+  TCP_FLAG,
+  u32Codec,
+} from '../src/dataplanes/bpf/layout.js';
+import { type LoadedObject, loadPinnedObject } from '../src/dataplanes/bpf/object.js';
+import { buildPacket, IPPROTO_TCP, TCP } from '../test/support/packets.js';
+import type { BpfCostSample } from './measures.js';
+
+const CLIENT = '10.244.1.10';
+const VIP = '10.96.0.10';
+const BACKEND = '10.244.2.5';
+const BATCH = 10_000;
+
+export const BPF_COST_PROGRAMS = [
+  { label: 'tc (tracked flow)', prog: PROGRAMS.tcFromPod },
+  { label: 'XDP (tracked flow)', prog: PROGRAMS.xdpFromExternal },
+  { label: 'xdp_tx (baseline)', prog: PROGRAMS.xdpTx },
+] as const;
+
+/** Service ids 1..count: id 1 is the measured VIP; the others get addresses from 10.100.0.0 on. */
+function writeServices(lb: LoadedObject, from: number, to: number): void {
+  const addr = (id: number) => (id === 1 ? VIP : `10.${100 + (id >> 16)}.${(id >> 8) & 0xff}.${id & 0xff}`);
+  const backendAddr = (id: number) =>
+    id === 1 ? BACKEND : `10.${200 + (id >> 16)}.${(id >> 8) & 0xff}.${id & 0xff}`;
+  for (let start = from; start <= to; start += BATCH) {
+    const ids = Array.from({ length: Math.min(BATCH, to - start + 1) }, (_, k) => start + k);
+    // Publication order, as the writer does it: backends, slots, then the service entries.
+    mapUpdateBatch(
+      lb.fd.backends4,
+      u32Codec.encodeMany(ids),
+      backend4.encodeMany(ids.map((id) => ({ addr: backendAddr(id), port: 8080, flags: 1 }))),
+      ids.length,
+    );
+    mapUpdateBatch(
+      lb.fd.slots,
+      slotKey.encodeMany(ids.map((svcId) => ({ svcId, slot: 0, gen: 0 }))),
+      u32Codec.encodeMany(ids),
+      ids.length,
+    );
+    mapUpdateBatch(
+      lb.fd.svc4,
+      svc4Key.encodeMany(
+        ids.map((id) => ({ addr: addr(id), port: 80, proto: IPPROTO_TCP, scope: SCOPE.all })),
+      ),
+      svcVal.encodeMany(
+        ids.map((svcId) => ({
+          svcId,
+          count: 1,
+          localCount: 1,
+          flags: 0,
+          affinityTimeoutS: 0,
+          gen: 0,
+          algorithm: ALGORITHM.random,
+          action: ACTION.forward,
+        })),
+      ),
+      ids.length,
+    );
+  }
+}
+
+function writeTrackedFlow(lb: LoadedObject): void {
+  const now = process.hrtime.bigint();
+  const entry = (saddr: string, daddr: string, dport: number, to: [string, number]) =>
+    mapUpdate(
+      lb.fd.ct4Tcp,
+      ct4Key.encode({ saddr, daddr, sport: 40000, dport, proto: IPPROTO_TCP }),
+      ct4Val.encode({
+        lastSeenNs: now,
+        xlateSaddr: saddr,
+        xlateDaddr: to[0],
+        xlateSport: 40000,
+        xlateDport: to[1],
+        svcId: 1,
+        backendId: 1,
+        flags: 0,
+        tcpFlags: TCP_FLAG.ACK,
+      }),
+    );
+  entry(CLIENT, VIP, 80, [BACKEND, 8080]);
+  entry(CLIENT, BACKEND, 8080, [VIP, 80]);
+}
+
+/**
+ * ns/packet of each program at each service count (ascending), `rounds` rounds of `repeat`
+ * repetitions each. `pinPath` must be a fresh directory on bpffs; it is removed afterwards.
+ */
+export function measureBpfCost(opts: {
+  serviceCounts: number[];
+  rounds: number;
+  repeat: number;
+  pinPath: string;
+  onStep?: (text: string) => void;
+}): BpfCostSample[] {
+  const counts = [...opts.serviceCounts].sort((a, b) => a - b);
+  const capacity = Math.max(1024, 2 ** Math.ceil(Math.log2((counts.at(-1) ?? 1) + 2)));
+  const lb = loadPinnedObject({
+    pinPath: opts.pinPath,
+    mapSizes: {
+      services: capacity,
+      backends: capacity,
+      backendSlots: capacity,
+      conntrack: 16384,
+      affinity: 1024,
+      sourceRanges: 1024,
+    },
+  });
+  const samples: BpfCostSample[] = [];
+  try {
+    mapUpdate(
+      lb.fd.config,
+      u32Codec.encode(0),
+      config.encode({
+        snatAddr4: '192.168.50.1',
+        snatAddr6: '::',
+        snatPortMin: 61000,
+        snatPortMax: 61999,
+        maglevSize: 16381,
+        hashSeed: 0x1234abcd,
+        nodeportMin: 30000,
+        nodeportMax: 32767,
+      }),
+    );
+    writeTrackedFlow(lb);
+    const frame = buildPacket({
+      saddr: CLIENT,
+      daddr: VIP,
+      proto: IPPROTO_TCP,
+      sport: 40000,
+      dport: 80,
+      tcpFlags: TCP.ACK,
+    });
+    let written = 0;
+    for (const services of counts) {
+      opts.onStep?.(`BPF_PROG_TEST_RUN with ${services.toLocaleString('en')} service(s)`);
+      writeServices(lb, written + 1, services);
+      written = Math.max(written, services);
+      for (const { label, prog } of BPF_COST_PROGRAMS) {
+        const fd = lb.prog(prog);
+        for (let round = 0; round < opts.rounds; round++) {
+          samples.push({
+            program: label,
+            services,
+            round,
+            nsPerPacket: testRun(fd, { data: frame, repeat: opts.repeat }).durationNs,
+          });
+        }
+      }
+    }
+    return samples;
+  } finally {
+    lb.close();
+    rmSync(opts.pinPath, { recursive: true, force: true });
+  }
+}

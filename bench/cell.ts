@@ -1,0 +1,217 @@
+// One cell of the matrix: one mode at one N. Starts the agent cold on the scenario's manifests,
+// measures the control plane (cold programming, memory, endpoint-change latency) and the data
+// plane (new connections, first-packet latencies, keep-alive throughput) through the measured
+// ClusterIP, then stops the agent and removes what it programmed.
+
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { cleanupNode } from '../src/cli/cleanup.js';
+import type { Lab } from '../src/lab/netns.js';
+import { BenchAgent } from './agent.js';
+import { type BenchMode, endpointInKernel, type ProbeContext } from './kernel-probe.js';
+import type { MeasureId, Sample } from './measures.js';
+import {
+  CLUSTER_CIDR,
+  changedEndpointIP,
+  endpointSlice,
+  MEASURED_SLICE_FILE,
+  measuredService,
+  NODE_NAME,
+  type Scenario,
+  SERVICE_TCP_PORT,
+  SERVICE_UDP_PORT,
+} from './scenario.js';
+import { histogram, summarize } from './stats.js';
+import { parseColumns, parseLoadgen, parseWrk, type Tools } from './tools.js';
+import type { BenchTopology } from './topology.js';
+
+export interface CellSettings {
+  /** Seconds of each timed load (the TCP_CRR-like loop, wrk). */
+  seconds: number;
+  udpProbes: number;
+  endpointChanges: number;
+  /** Bound on the whole cold start (large N in iptables mode takes minutes). */
+  coldStartTimeoutMs: number;
+}
+
+export interface CellContext {
+  lab: Lab;
+  topology: BenchTopology;
+  tools: Tools;
+  cli: string;
+  workDir: string;
+  /** The directory of this N's manifests (the agent watches it). */
+  manifestDir: string;
+  settings: CellSettings;
+  /** Progress of the steps inside the cell. */
+  step: (text: string) => void;
+}
+
+function agentConfig(mode: BenchMode, pinPath: string): string {
+  // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s).
+  return [
+    'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
+    'kind: KubeProxyConfiguration',
+    `mode: ${mode}`,
+    `clusterCIDR: ${CLUSTER_CIDR}`,
+    'bpf:',
+    '  podInterfaces: ["vethp*"]',
+    '  externalInterfaces: ["eth0"]',
+    `  pinPath: ${pinPath}`,
+    '',
+  ].join('\n');
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export async function runCell(
+  ctx: CellContext,
+  mode: BenchMode,
+  scenario: Scenario,
+  rep: number,
+): Promise<Sample[]> {
+  const { lab, topology, settings } = ctx;
+  const samples: Sample[] = [];
+  const base = { mode, services: scenario.services, rep };
+  const add = (measure: MeasureId, value: number, extra: Partial<Sample> = {}) =>
+    samples.push({ measure, ...base, value, ...extra });
+  const target = measuredService(scenario);
+  const pinPath = `/sys/fs/bpf/${lab.prefix}-${mode}`;
+  const configPath = join(ctx.workDir, `agent-${mode}.yaml`);
+  writeFileSync(configPath, agentConfig(mode, pinPath));
+  const sliceFile = join(ctx.manifestDir, MEASURED_SLICE_FILE);
+  writeFileSync(sliceFile, JSON.stringify(endpointSlice(target.index, scenario)));
+  await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
+
+  ctx.step('agent cold start');
+  const agent = BenchAgent.start(lab, topology.nodeNs, ctx.cli, [
+    '--config',
+    configPath,
+    '--manifests',
+    ctx.manifestDir,
+    '--hostname-override',
+    NODE_NAME,
+  ]);
+  try {
+    const first = await agent.waitForSync(1, settings.coldStartTimeoutMs);
+    add('coldStartMs', first.at - agent.startedAt);
+    add('firstSyncMs', first.durationMs);
+    add('agentRssMiB', agent.memory().rssMiB);
+
+    const client = topology.clientNs;
+    const out = (name: string) => join(ctx.workDir, `${mode}-${scenario.services}-${rep}-${name}.txt`);
+    // Warm-up (ARP, the backends' first accept): a failure here means the mode does not carry traffic.
+    const warm = parseLoadgen(
+      (
+        await lab.exec(client, ctx.tools.loadgen, [
+          'crr',
+          target.ip,
+          String(SERVICE_TCP_PORT),
+          '0.3',
+          '200',
+          out('warm'),
+        ])
+      ).stdout,
+    );
+    if (warm.attempts > 0 && warm.errors === warm.attempts)
+      throw new Error(`no connection to ${target.ip}:${SERVICE_TCP_PORT} succeeded (${warm.errors} failed)`);
+
+    ctx.step('new connections (TCP_CRR-like)');
+    const crrFile = out('crr');
+    const crr = parseLoadgen(
+      (
+        await lab.exec(client, ctx.tools.loadgen, [
+          'crr',
+          target.ip,
+          String(SERVICE_TCP_PORT),
+          String(settings.seconds),
+          '2000000',
+          crrFile,
+        ])
+      ).stdout,
+    );
+    const [connectUs = [], totalUs = []] = parseColumns(readFileSync(crrFile, 'utf8'), 2);
+    rmSync(crrFile, { force: true });
+    add('crrPerSec', totalUs.length / (crr.elapsedUs / 1e6), { errors: crr.errors, attempts: crr.attempts });
+    const connect = summarize(connectUs);
+    add('tcpConnectUs', connect.median, {
+      summary: connect,
+      histogram: histogram(connectUs),
+      errors: crr.errors,
+      attempts: crr.attempts,
+    });
+
+    ctx.step('UDP request/response');
+    const udpFile = out('udp');
+    const udp = parseLoadgen(
+      (
+        await lab.exec(client, ctx.tools.loadgen, [
+          'udp',
+          target.ip,
+          String(SERVICE_UDP_PORT),
+          String(settings.udpProbes),
+          udpFile,
+        ])
+      ).stdout,
+    );
+    const [rttUs = []] = parseColumns(readFileSync(udpFile, 'utf8'), 1);
+    rmSync(udpFile, { force: true });
+    const rtt = summarize(rttUs);
+    add('udpRttUs', rtt.median, {
+      summary: rtt,
+      histogram: histogram(rttUs),
+      errors: udp.errors,
+      attempts: udp.attempts,
+    });
+
+    ctx.step('keep-alive HTTP (wrk)');
+    const wrk = parseWrk(
+      (
+        await lab.exec(client, 'wrk', [
+          '-t1',
+          '-c2',
+          `-d${Math.max(1, Math.round(settings.seconds))}s`,
+          '--timeout',
+          '2s',
+          `http://${target.ip}:${SERVICE_TCP_PORT}/`,
+        ])
+      ).stdout,
+    );
+    add('wrkReqPerSec', wrk.requestsPerSec, { errors: wrk.errors });
+
+    ctx.step('EndpointSlice change to kernel');
+    const probe: ProbeContext = {
+      lab,
+      nodeNs: topology.nodeNs,
+      pinPath,
+      iptablesBackend: String(agent.lines.find((l) => l.msg === 'iptables backend chosen')?.backend ?? 'nft'),
+    };
+    for (let change = 0; change < settings.endpointChanges; change++) {
+      // Past minSyncPeriod since the last sync, so the change is not held back by the rate limit.
+      await sleep(1100);
+      const ip = changedEndpointIP(rep * settings.endpointChanges + change);
+      const syncsBefore = agent.syncs.length;
+      const started = performance.now();
+      writeFileSync(sliceFile, JSON.stringify(endpointSlice(target.index, scenario, [ip])));
+      const deadline = started + 120_000;
+      while (!(await endpointInKernel(mode, probe, target.name, ip))) {
+        if (performance.now() > deadline) throw new Error(`endpoint ${ip} not in the kernel after 120 s`);
+        await sleep(2);
+      }
+      add('endpointChangeMs', performance.now() - started);
+      const sync = await agent.waitForSync(syncsBefore + 1, 30_000);
+      add('changeSyncMs', sync.durationMs);
+    }
+    return samples;
+  } catch (err) {
+    throw new Error(`${(err as Error).message}\nagent log tail:\n${agent.tail().slice(-3000)}`);
+  } finally {
+    ctx.step('stop and clean up');
+    await agent.stop();
+    await cleanupNode({
+      pinPath,
+      exec: (cmd, args, opts) => lab.exec(topology.nodeNs, cmd, args, opts),
+    });
+    await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
+  }
+}

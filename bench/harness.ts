@@ -1,0 +1,315 @@
+// The benchmark run: builds the namespaces once, then for each repetition walks N ascending and,
+// at each N, every mode in an order rotated by one each repetition (so drift on a shared machine
+// hits every mode alike); then measures BPF per-packet cost; then writes the results JSON, the
+// Markdown report and the plots under <out>/<timestamp>/ and copies them to <out>/latest/.
+
+import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { deleteStaleNamespaces, Lab, run } from '../src/lab/netns.js';
+import { measureBpfCost } from './bpf-cost.js';
+import { type CellSettings, runCell } from './cell.js';
+import type { BenchMode } from './kernel-probe.js';
+import { type MachineInfo, machineInfo } from './machine.js';
+import { type BpfCostSample, type CellFailure, MEASURE_IDS, MEASURES, type Sample } from './measures.js';
+import { chartSvg, MODE_COLORS, type Series } from './plot.js';
+import { aggregate, aggregateBpfCost, findAggregate, markdownReport, type ReportInput } from './report.js';
+import { manifestFiles, type Scenario } from './scenario.js';
+import { cliEntryPoint, compileTools } from './tools.js';
+import { buildTopology } from './topology.js';
+
+export const ALL_MODES: BenchMode[] = ['bpf', 'iptables', 'nftables', 'ipvs'];
+
+export interface BenchOptions {
+  modes: BenchMode[];
+  serviceCounts: number[];
+  endpoints: number;
+  reps: number;
+  cell: CellSettings;
+  bpfCost: { services: number[]; rounds: number; repeat: number };
+  /** Results root: <out>/<timestamp>/ and <out>/latest/. */
+  out: string;
+  quick: boolean;
+  progress: (line: string) => void;
+}
+
+export interface BenchResults {
+  version: 1;
+  startedAt: string;
+  finishedAt: string;
+  quick: boolean;
+  machine: MachineInfo;
+  settings: Omit<BenchOptions, 'progress' | 'out'>;
+  /** Modes measured (at least one cell succeeded). */
+  modes: BenchMode[];
+  unavailable: { mode: BenchMode; reason: string }[];
+  methodology: string[];
+  measures: typeof MEASURES;
+  samples: Sample[];
+  aggregates: ReturnType<typeof aggregate>;
+  bpfCostSamples: BpfCostSample[];
+  bpfCost: ReturnType<typeof aggregateBpfCost>;
+  failures: CellFailure[];
+}
+
+const METHODOLOGY = [
+  'One node namespace runs the agent (`kube-bpf-proxy run --manifests DIR`, kube-proxy default periods: minSyncPeriod 1 s, syncPeriod 30 s); E backend pods and one client pod are namespaces routed behind it (veth, /32 routes, as many CNIs do).',
+  'N Services with E endpoints each; every Service has its own ClusterIP and EndpointSlice, all slices list the same E real backend pods (a C epoll server: HTTP keep-alive on 8080, UDP echo on 5353), because N × E real backends cannot run on one machine.',
+  'Traffic goes from the client pod to the last Service (the worst case for iptables: last in KUBE-SERVICES); only that Service also has a UDP port.',
+  'Cold start: agent process start to its first "synced" log line (includes reading and parsing the manifests); first sync: the duration the agent logs for that sync.',
+  "Endpoint change: the measured Service's EndpointSlice file is rewritten with one more endpoint; timed until the kernel shows it (polled: the endpoint's iptables chain, its nft chain, or the BPF backends map), so it includes the manifest watcher's 200 ms debounce and re-read; the agent's own duration of that sync is reported next to it.",
+  'New connections: a C client connects, sends one HTTP/1.1 request, reads the reply and closes with RST (no TIME_WAIT), sequentially, for a fixed time; first-packet latency is the connect() time. UDP: a new socket (new source port, so a new conntrack/flow entry) per datagram.',
+  'Keep-alive throughput: wrk -t1 -c2 for the same fixed time.',
+  'Each repetition walks every N and, at each N, every mode in an order rotated by one per repetition; conntrack is flushed and the node cleaned (`cleanup`) between cells.',
+  'Median and p99: over the runs for per-run values; over every request of every run for latencies (2 % histogram buckets).',
+  'BPF per-packet cost: BPF_PROG_TEST_RUN average over `repeat` runs of the tc and XDP programs on a tracked flow, next to xdp_tx, with 1 and many services in the maps.',
+];
+
+function formatDuration(ms: number): string {
+  const s = Math.round(ms / 1000);
+  return s >= 60 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s` : `${s}s`;
+}
+
+function rotate<T>(items: T[], by: number): T[] {
+  const k = items.length === 0 ? 0 : by % items.length;
+  return [...items.slice(k), ...items.slice(0, k)];
+}
+
+export async function runBench(options: BenchOptions): Promise<{ dir: string; results: BenchResults }> {
+  const startedAt = new Date();
+  const started = performance.now();
+  const say = options.progress;
+  const machine = await machineInfo();
+  const unavailable: BenchResults['unavailable'] = [];
+  let modes = [...options.modes];
+  if (modes.includes('ipvs') && !machine.ipvs.available) {
+    unavailable.push({ mode: 'ipvs', reason: machine.ipvs.reason });
+    say(`ipvs: not measured: ${machine.ipvs.reason}`);
+    modes = modes.filter((m) => m !== 'ipvs');
+  }
+
+  const prefix = `kbpb${process.pid}`;
+  await deleteStaleNamespaces(prefix);
+  const lab = new Lab(prefix);
+  const workDir = mkdtempSync(join(tmpdir(), 'kbp-bench-'));
+  const samples: Sample[] = [];
+  const failures: CellFailure[] = [];
+  let bpfCostSamples: BpfCostSample[] = [];
+  const onSignal = () => {
+    say('interrupted: cleaning up');
+    void lab.destroy().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  try {
+    say(
+      `machine: ${machine.cpuModel}, ${machine.cores} cores, ${machine.memoryGiB} GiB, kernel ${machine.kernel}`,
+    );
+    const tools = await compileTools(workDir);
+    say(`building the namespaces: 1 node, ${options.endpoints} backend pods, 1 client pod`);
+    const topology = await buildTopology(lab, options.endpoints, tools);
+    const cli = cliEntryPoint();
+    const manifestDirs = new Map<number, string>();
+    for (const services of options.serviceCounts) {
+      const dir = join(workDir, `manifests-${services}`);
+      mkdirSync(dir);
+      for (const [name, text] of Object.entries(manifestFiles({ services, endpoints: options.endpoints })))
+        writeFileSync(join(dir, name), text);
+      manifestDirs.set(services, dir);
+    }
+
+    const totalCells = options.reps * options.serviceCounts.length * modes.length;
+    const cellTimes = new Map<number, number[]>();
+    let done = 0;
+    const eta = (remainingByN: Map<number, number>) => {
+      const all = [...cellTimes.values()].flat();
+      const mean = all.reduce((s, t) => s + t, 0) / (all.length || 1);
+      let ms = 0;
+      for (const [n, count] of remainingByN) {
+        const times = cellTimes.get(n) ?? [];
+        ms += count * (times.length ? times.reduce((s, t) => s + t, 0) / times.length : mean);
+      }
+      return all.length ? formatDuration(ms) : '?';
+    };
+    for (let rep = 0; rep < options.reps; rep++) {
+      for (const services of options.serviceCounts) {
+        for (const mode of rotate(modes, rep)) {
+          if (unavailable.some((u) => u.mode === mode)) continue;
+          const remaining = new Map<number, number>();
+          for (const n of options.serviceCounts) {
+            const before = options.serviceCounts.indexOf(n) < options.serviceCounts.indexOf(services) ? 1 : 0;
+            remaining.set(n, (options.reps - rep - before) * modes.length);
+          }
+          const label = `[${done + 1}/${totalCells}] rep ${rep + 1}/${options.reps} · ${mode} · N=${services.toLocaleString('en')}`;
+          say(`${label} · elapsed ${formatDuration(performance.now() - started)} · ETA ${eta(remaining)}`);
+          const scenario: Scenario = { services, endpoints: options.endpoints };
+          const cellStart = performance.now();
+          try {
+            samples.push(
+              ...(await runCell(
+                {
+                  lab,
+                  topology,
+                  tools,
+                  cli,
+                  workDir,
+                  manifestDir: manifestDirs.get(services) as string,
+                  settings: options.cell,
+                  step: (text) => say(`    ${label}: ${text}`),
+                },
+                mode,
+                scenario,
+                rep,
+              )),
+            );
+          } catch (err) {
+            const message = (err as Error).message;
+            if (/not implemented yet/.test(message)) {
+              const reason = /proxy mode "[^"]+" is not implemented yet[^\n]*/.exec(message)?.[0] ?? message;
+              unavailable.push({ mode, reason: `the agent refuses it: ${reason}` });
+              say(`${mode}: not measured: ${reason}`);
+            } else {
+              failures.push({ mode, services, rep, error: message.slice(0, 4000) });
+              say(`    ${label}: FAILED: ${message.split('\n')[0]}`);
+            }
+          }
+          done++;
+          const times = cellTimes.get(services) ?? [];
+          times.push(performance.now() - cellStart);
+          cellTimes.set(services, times);
+        }
+      }
+    }
+
+    say('BPF per-packet cost (BPF_PROG_TEST_RUN)');
+    try {
+      bpfCostSamples = measureBpfCost({
+        serviceCounts: options.bpfCost.services,
+        rounds: options.bpfCost.rounds,
+        repeat: options.bpfCost.repeat,
+        pinPath: `/sys/fs/bpf/${prefix}-cost`,
+        onStep: (text) => say(`    ${text}`),
+      });
+    } catch (err) {
+      failures.push({
+        mode: 'bpf',
+        services: 0,
+        rep: 0,
+        error: `BPF_PROG_TEST_RUN: ${(err as Error).message}`,
+      });
+      say(`    BPF_PROG_TEST_RUN FAILED: ${(err as Error).message}`);
+    }
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+    await lab.destroy();
+    rmSync(workDir, { recursive: true, force: true });
+  }
+
+  const measured = modes.filter((m) => samples.some((s) => s.mode === m));
+  const { progress: _progress, out: _out, ...settings } = options;
+  const results: BenchResults = {
+    version: 1,
+    startedAt: startedAt.toISOString(),
+    finishedAt: new Date().toISOString(),
+    quick: options.quick,
+    machine,
+    settings,
+    modes: measured,
+    unavailable,
+    methodology: METHODOLOGY,
+    measures: MEASURES,
+    samples,
+    aggregates: aggregate(samples),
+    bpfCostSamples,
+    bpfCost: aggregateBpfCost(bpfCostSamples),
+    failures,
+  };
+  const dir = await writeResults(options.out, results);
+  say(
+    `results: ${dir} (and ${join(resolve(options.out), 'latest')}) in ${formatDuration(performance.now() - started)}`,
+  );
+  return { dir, results };
+}
+
+export function reportInput(results: BenchResults): ReportInput {
+  return {
+    modes: results.modes,
+    serviceCounts: results.settings.serviceCounts,
+    aggregates: results.aggregates,
+    bpfCost: results.bpfCost,
+    unavailable: results.unavailable,
+    failures: results.failures,
+  };
+}
+
+export function machineLine(m: MachineInfo): string {
+  return `${m.cpuModel}, ${m.cores} cores, ${m.memoryGiB} GiB, kernel ${m.kernel}, Node ${m.node}, ${m.iptables}, ${m.nft}, wrk ${m.wrk}, commit ${m.gitCommit}`;
+}
+
+export const PLOT_FILES = [...MEASURE_IDS, 'bpfCost'] as const;
+
+async function writeResults(outRoot: string, results: BenchResults): Promise<string> {
+  const root = resolve(outRoot);
+  const dir = join(root, results.startedAt.replace(/[:.]/g, '-'));
+  mkdirSync(join(dir, 'plots'), { recursive: true });
+  writeFileSync(join(dir, 'results.json'), `${JSON.stringify(results, null, 1)}\n`);
+  const header = [
+    `## kube-bpf-proxy bench${results.quick ? ' (--quick)' : ''}, ${results.startedAt}`,
+    '',
+    `Machine: ${machineLine(results.machine)}.`,
+    '',
+    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}} services × ${results.settings.endpoints} endpoints, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}.`,
+  ].join('\n');
+  writeFileSync(join(dir, 'results.md'), markdownReport(reportInput(results), header));
+
+  for (const measure of MEASURE_IDS) {
+    const info = MEASURES[measure];
+    const series: Series[] = results.modes.flatMap((mode) => {
+      const points = (stat: 'median' | 'p99') =>
+        results.settings.serviceCounts.flatMap((n) => {
+          const a = findAggregate(results.aggregates, mode, n, measure);
+          return a ? [{ x: n, y: a[stat] }] : [];
+        });
+      const color = MODE_COLORS[mode] ?? '#000';
+      return [
+        { name: `${mode} median`, color, points: points('median') },
+        { name: `${mode} p99`, color, points: points('p99'), dashed: true },
+      ];
+    });
+    await writePlot(
+      dir,
+      measure,
+      chartSvg({ title: info.title, xLabel: 'services (N, log scale)', yLabel: info.unit, series }),
+    );
+  }
+  const programs = [...new Set(results.bpfCost.map((r) => r.program))];
+  const palette = ['#1b7837', '#2166ac', '#777777'];
+  await writePlot(
+    dir,
+    'bpfCost',
+    chartSvg({
+      title: 'BPF per-packet cost (BPF_PROG_TEST_RUN)',
+      xLabel: 'services in the map (log scale)',
+      yLabel: 'ns/packet',
+      series: programs.map((program, i) => ({
+        name: program,
+        color: palette[i % palette.length] as string,
+        points: results.bpfCost
+          .filter((r) => r.program === program)
+          .map((r) => ({ x: r.services, y: r.median })),
+      })),
+    }),
+  );
+
+  const latest = join(root, 'latest');
+  rmSync(latest, { recursive: true, force: true });
+  cpSync(dir, latest, { recursive: true });
+  return dir;
+}
+
+async function writePlot(dir: string, name: string, svg: string): Promise<void> {
+  const svgPath = join(dir, 'plots', `${name}.svg`);
+  writeFileSync(svgPath, svg);
+  await run('rsvg-convert', ['-o', join(dir, 'plots', `${name}.png`), svgPath]);
+}

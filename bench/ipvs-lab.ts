@@ -1,0 +1,81 @@
+// --ipvs-lab: the same benchmark inside the IPVS lab (scripts/build-ipvs-lab.sh): Debian's own
+// kernel, which has IPVS, booted by QEMU (software emulation: this machine's KVM cannot run an
+// unmodified kernel) into an initramfs that chroots into this machine's root over 9p. So the guest
+// runs this very checkout's `kube-bpf-proxy bench`, with every mode in one kernel; its results land
+// in <out>/ipvs-lab/ on the host. Figures from the lab are ~10x slower than native (emulation):
+// compare its ratios, not its absolute numbers.
+
+import { spawn } from 'node:child_process';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { run } from '../src/lab/netns.js';
+import type { BenchOptions } from './harness.js';
+import { cliEntryPoint } from './tools.js';
+
+function repoRoot(): string {
+  for (const up of ['..', '../..']) {
+    const root = fileURLToPath(new URL(up, import.meta.url));
+    if (existsSync(join(root, 'scripts', 'build-ipvs-lab.sh'))) return root;
+  }
+  throw new Error('scripts/build-ipvs-lab.sh not found: the IPVS lab is not part of this checkout');
+}
+
+/** The guest's command line: the same matrix, results written to the shared io folder. */
+export function guestBenchArgs(options: BenchOptions): string[] {
+  return [
+    'bench',
+    '--modes',
+    options.modes.join(','),
+    '--services',
+    options.serviceCounts.join(','),
+    '--endpoints',
+    String(options.endpoints),
+    '--reps',
+    String(options.reps),
+    '--seconds',
+    String(options.cell.seconds),
+    '--udp-probes',
+    String(options.cell.udpProbes),
+    '--endpoint-changes',
+    String(options.cell.endpointChanges),
+    '--bpf-cost-services',
+    options.bpfCost.services.join(','),
+    '--out',
+    '/run/lab/results',
+    ...(options.quick ? ['--quick'] : []),
+  ];
+}
+
+export async function runIpvsLab(options: BenchOptions): Promise<string> {
+  const say = options.progress;
+  const root = repoRoot();
+  say("IPVS lab: building (cached in .cache/ipvs-lab; the first build downloads Debian's kernel package)");
+  await run('bash', [join(root, 'scripts', 'build-ipvs-lab.sh')]);
+  const io = resolve(options.out, 'ipvs-lab');
+  mkdirSync(io, { recursive: true });
+  const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;
+  const command = [process.execPath, cliEntryPoint(), ...guestBenchArgs(options)].map(quote).join(' ');
+  writeFileSync(join(io, 'bench.sh'), `#!/bin/sh\nexec ${command}\n`);
+  say('IPVS lab: booting the guest (QEMU TCG); its progress follows');
+  const guest = spawn(join(root, '.cache', 'ipvs-lab', 'run-guest.sh'), [io, 'lab.run=sh,bench.sh'], {
+    env: { ...process.env, SMP: '2', MEM: '4096', TMO: String(6 * 3600) },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let done = '';
+  const relay = (d: Buffer) => {
+    for (const line of d.toString().split('\n')) {
+      if (line.trim() === '') continue;
+      if (line.includes('GUEST-DONE')) done = line.trim();
+      say(`  [ipvs-lab] ${line.trimEnd()}`);
+    }
+  };
+  guest.stdout.on('data', relay);
+  guest.stderr.on('data', relay);
+  const code = await new Promise<number | null>((resolvePromise) => guest.once('exit', resolvePromise));
+  if (done !== 'GUEST-DONE rc=0')
+    throw new Error(`IPVS lab: the guest's bench did not finish (${done || `qemu exit ${code}`})`);
+  const results = join(io, 'results', 'latest');
+  say(`IPVS lab results: ${results}`);
+  return results;
+}

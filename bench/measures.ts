@@ -1,0 +1,113 @@
+// What the benchmark measures, and the shape of every sample it records.
+
+import type { BenchMode } from './kernel-probe.js';
+import type { Histogram, Summary } from './stats.js';
+
+export type MeasureId =
+  | 'coldStartMs'
+  | 'firstSyncMs'
+  | 'endpointChangeMs'
+  | 'changeSyncMs'
+  | 'agentRssMiB'
+  | 'crrPerSec'
+  | 'tcpConnectUs'
+  | 'udpRttUs'
+  | 'wrkReqPerSec';
+
+export interface MeasureInfo {
+  title: string;
+  unit: string;
+  better: 'lower' | 'higher';
+  /** Latencies pool every request of every run (histograms); the rest take one value per run. */
+  pooled: boolean;
+}
+
+export const MEASURES: Record<MeasureId, MeasureInfo> = {
+  coldStartMs: {
+    title: 'Program N services from cold (agent start to first "synced")',
+    unit: 'ms',
+    better: 'lower',
+    pooled: false,
+  },
+  firstSyncMs: {
+    title: "First full sync (the agent's own sync duration)",
+    unit: 'ms',
+    better: 'lower',
+    pooled: false,
+  },
+  endpointChangeMs: {
+    title: 'One EndpointSlice change (file edit) to the kernel showing it',
+    unit: 'ms',
+    better: 'lower',
+    pooled: false,
+  },
+  changeSyncMs: {
+    title: "Sync of one EndpointSlice change (the agent's own sync duration)",
+    unit: 'ms',
+    better: 'lower',
+    pooled: false,
+  },
+  agentRssMiB: {
+    title: 'Agent memory after the first sync (VmRSS)',
+    unit: 'MiB',
+    better: 'lower',
+    pooled: false,
+  },
+  crrPerSec: {
+    title: 'New connections per second (connect, one request, close)',
+    unit: 'conn/s',
+    better: 'higher',
+    pooled: false,
+  },
+  tcpConnectUs: {
+    title: 'First-packet latency of new TCP connections (connect time)',
+    unit: 'µs',
+    better: 'lower',
+    pooled: true,
+  },
+  udpRttUs: {
+    title: 'UDP request/response, new socket (first packet) each',
+    unit: 'µs',
+    better: 'lower',
+    pooled: true,
+  },
+  wrkReqPerSec: {
+    title: 'Keep-alive HTTP throughput (wrk, 2 connections)',
+    unit: 'req/s',
+    better: 'higher',
+    pooled: false,
+  },
+};
+
+export const MEASURE_IDS = Object.keys(MEASURES) as MeasureId[];
+
+export interface Sample {
+  measure: MeasureId;
+  mode: BenchMode;
+  services: number;
+  rep: number;
+  /** One value per run (for pooled measures: that run's median). */
+  value: number;
+  /** Pooled measures: this run's distribution and its own median/p99. */
+  summary?: Summary;
+  histogram?: Histogram;
+  /** Requests that failed (timeouts, resets) in this run; never silently dropped. */
+  errors?: number;
+  attempts?: number;
+}
+
+export interface BpfCostSample {
+  program: string;
+  /** Services in the map. */
+  services: number;
+  round: number;
+  nsPerPacket: number;
+}
+
+/** A cell that could not be measured (agent failed to start, traffic all failing): kept, with why. */
+export interface CellFailure {
+  mode: BenchMode;
+  services: number;
+  rep: number;
+  error: string;
+}

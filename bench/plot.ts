@@ -1,0 +1,128 @@
+// Line charts as SVG, written by hand (no plotting library): log-scale x (the number of
+// services), linear or log y, one line per series, a legend. PNGs are made from the SVGs with
+// rsvg-convert (librsvg2-bin).
+
+export interface Series {
+  name: string;
+  color: string;
+  points: { x: number; y: number }[];
+  dashed?: boolean;
+}
+
+export interface Chart {
+  title: string;
+  xLabel: string;
+  yLabel: string;
+  series: Series[];
+}
+
+export const MODE_COLORS: Record<string, string> = {
+  bpf: '#1b7837',
+  iptables: '#c51b7d',
+  nftables: '#2166ac',
+  ipvs: '#e08214',
+};
+
+const WIDTH = 720;
+const HEIGHT = 440;
+const MARGIN = { left: 80, right: 190, top: 48, bottom: 56 };
+
+const escapeXml = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+
+function formatTick(v: number): string {
+  if (v >= 1_000_000) return `${v / 1_000_000}M`;
+  if (v >= 1000) return `${v / 1000}k`;
+  if (v >= 1) return String(Number(v.toPrecision(3)));
+  return v.toPrecision(2);
+}
+
+/** 1-2-5 ticks covering [lo, hi]. */
+function linearTicks(lo: number, hi: number): number[] {
+  const span = hi - lo || Math.abs(hi) || 1;
+  const raw = span / 5;
+  const magnitude = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw) ?? raw;
+  const ticks: number[] = [];
+  for (let v = Math.floor(lo / step) * step; v <= hi + step * 1e-9; v += step)
+    ticks.push(Number(v.toPrecision(12)));
+  return ticks;
+}
+
+function logTicks(lo: number, hi: number): number[] {
+  const ticks: number[] = [];
+  for (let e = Math.floor(Math.log10(lo)); e <= Math.ceil(Math.log10(hi)); e++) ticks.push(10 ** e);
+  return ticks;
+}
+
+export function chartSvg(chart: Chart): string {
+  const points = chart.series.flatMap((s) => s.points).filter((p) => Number.isFinite(p.y) && p.x > 0);
+  const xs = points.map((p) => p.x);
+  const ys = points.map((p) => p.y);
+  const xLo = Math.min(...xs, 1);
+  const xHi = Math.max(...xs, 10);
+  const xTicks = logTicks(xLo, xHi);
+  const xMin = Math.log10(xTicks[0] ?? 1);
+  const xMax = Math.max(Math.log10(xTicks.at(-1) ?? 10), xMin + 1);
+  const yPositive = ys.length > 0 && Math.min(...ys) > 0;
+  const logY = yPositive && Math.max(...ys) / Math.min(...ys) > 30;
+  const yTicks = logY
+    ? logTicks(Math.min(...ys), Math.max(...ys))
+    : linearTicks(Math.min(0, ...ys), ys.length > 0 ? Math.max(...ys) * 1.05 : 1);
+  const yLo = logY ? Math.log10(yTicks[0] ?? 1) : (yTicks[0] ?? 0);
+  const yHi = logY ? Math.log10(yTicks.at(-1) ?? 10) : (yTicks.at(-1) ?? 1);
+  const plotW = WIDTH - MARGIN.left - MARGIN.right;
+  const plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
+  const px = (x: number) => MARGIN.left + ((Math.log10(x) - xMin) / (xMax - xMin)) * plotW;
+  const py = (y: number) =>
+    MARGIN.top + plotH - (((logY ? Math.log10(y) : y) - yLo) / (yHi - yLo || 1)) * plotH;
+
+  const out: string[] = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" viewBox="0 0 ${WIDTH} ${HEIGHT}" font-family="DejaVu Sans, Arial, sans-serif" font-size="12">`,
+    `<rect width="${WIDTH}" height="${HEIGHT}" fill="#ffffff"/>`,
+    `<text x="${WIDTH / 2}" y="26" text-anchor="middle" font-size="15" font-weight="bold">${escapeXml(chart.title)}</text>`,
+  ];
+  for (const t of xTicks) {
+    const x = px(t).toFixed(1);
+    out.push(`<line x1="${x}" y1="${MARGIN.top}" x2="${x}" y2="${MARGIN.top + plotH}" stroke="#e5e5e5"/>`);
+    out.push(`<text x="${x}" y="${MARGIN.top + plotH + 18}" text-anchor="middle">${formatTick(t)}</text>`);
+  }
+  for (const t of yTicks) {
+    const y = py(t).toFixed(1);
+    out.push(`<line x1="${MARGIN.left}" y1="${y}" x2="${MARGIN.left + plotW}" y2="${y}" stroke="#e5e5e5"/>`);
+    out.push(
+      `<text x="${MARGIN.left - 8}" y="${y}" text-anchor="end" dominant-baseline="middle">${formatTick(t)}</text>`,
+    );
+  }
+  out.push(
+    `<rect x="${MARGIN.left}" y="${MARGIN.top}" width="${plotW}" height="${plotH}" fill="none" stroke="#333"/>`,
+    `<text x="${MARGIN.left + plotW / 2}" y="${HEIGHT - 14}" text-anchor="middle">${escapeXml(chart.xLabel)}</text>`,
+    `<text transform="translate(18 ${MARGIN.top + plotH / 2}) rotate(-90)" text-anchor="middle">${escapeXml(
+      chart.yLabel + (logY ? ' (log scale)' : ''),
+    )}</text>`,
+  );
+  chart.series.forEach((series, i) => {
+    const valid = series.points.filter((p) => Number.isFinite(p.y) && p.x > 0).sort((a, b) => a.x - b.x);
+    const dash = series.dashed ? ' stroke-dasharray="6 4"' : '';
+    if (valid.length > 1) {
+      const d = valid
+        .map((p, k) => `${k === 0 ? 'M' : 'L'}${px(p.x).toFixed(1)},${py(p.y).toFixed(1)}`)
+        .join(' ');
+      out.push(
+        `<path d="${d}" fill="none" stroke="${series.color}" stroke-width="${series.dashed ? 1.5 : 2.5}"${dash}/>`,
+      );
+    }
+    for (const p of valid) {
+      out.push(
+        `<circle cx="${px(p.x).toFixed(1)}" cy="${py(p.y).toFixed(1)}" r="3.5" fill="${series.color}"/>`,
+      );
+    }
+    const ly = MARGIN.top + 10 + i * 20;
+    const lx = MARGIN.left + plotW + 14;
+    out.push(
+      `<line x1="${lx}" y1="${ly}" x2="${lx + 26}" y2="${ly}" stroke="${series.color}" stroke-width="2.5"${dash}/>`,
+    );
+    out.push(`<text x="${lx + 32}" y="${ly}" dominant-baseline="middle">${escapeXml(series.name)}</text>`);
+  });
+  out.push('</svg>');
+  return `${out.join('\n')}\n`;
+}

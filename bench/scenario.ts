@@ -1,0 +1,134 @@
+// The benchmark's cluster: N Services × E endpoints as Service and EndpointSlice manifests.
+//
+// 300,000 real backends cannot run on one machine, so E real backend pods serve every Service:
+// Service i's slice lists the same E pod IPs (same target port 8080), so every Service is distinct
+// in every data plane (own ClusterIP, own chains or map entries, own endpoint set) while the
+// traffic always reaches a real server. The measured Service is the last one (the worst case for
+// iptables' linear KUBE-SERVICES walk); it alone also has a UDP port (53 -> 5353) for the UDP
+// probes. Its slice lives in a file of its own, so an endpoint change edits one small file.
+
+export const NAMESPACE = 'bench';
+export const NODE_NAME = 'node';
+export const NODE_IP = '10.10.0.1';
+export const POD_CIDR = '10.244.0.0/24';
+/** Pod traffic stays inside it (no masquerade needed for pod-to-service traffic). */
+export const CLUSTER_CIDR = '10.244.0.0/16';
+export const CLIENT_POD_IP = '10.244.0.5';
+export const TCP_TARGET_PORT = 8080;
+export const UDP_TARGET_PORT = 5353;
+export const SERVICE_TCP_PORT = 80;
+export const SERVICE_UDP_PORT = 53;
+/** Most backend pods a scenario starts (each is a process and a namespace). */
+export const MAX_BACKEND_PODS = 32;
+
+export interface Scenario {
+  services: number;
+  endpoints: number;
+}
+
+/** The i-th backend pod's IP (i from 0). */
+export function backendPodIP(i: number): string {
+  return `10.244.0.${10 + i}`;
+}
+
+/** The ClusterIP of service i (i from 0): 10.96.0.1 onwards, within 10.96.0.0/16. */
+export function clusterIP(i: number): string {
+  const n = i + 1;
+  if (n > 65534) throw new Error(`service ${i}: more services than 10.96.0.0/16 holds`);
+  return `10.96.${n >> 8}.${n & 255}`;
+}
+
+export function serviceName(i: number): string {
+  return `svc-${String(i).padStart(5, '0')}`;
+}
+
+/** The Service traffic goes to: the last one. */
+export function measuredService(scenario: Scenario): { index: number; name: string; ip: string } {
+  const index = scenario.services - 1;
+  return { index, name: serviceName(index), ip: clusterIP(index) };
+}
+
+export function validateScenario(scenario: Scenario): void {
+  if (!Number.isInteger(scenario.services) || scenario.services < 1)
+    throw new Error(`services must be a positive integer, got ${scenario.services}`);
+  if (
+    !Number.isInteger(scenario.endpoints) ||
+    scenario.endpoints < 1 ||
+    scenario.endpoints > MAX_BACKEND_PODS
+  )
+    throw new Error(
+      `endpoints must be 1..${MAX_BACKEND_PODS} (one real pod each), got ${scenario.endpoints}`,
+    );
+  clusterIP(scenario.services - 1);
+}
+
+function service(i: number, withUdp: boolean): object {
+  const ports: object[] = [
+    { name: 'http', protocol: 'TCP', port: SERVICE_TCP_PORT, targetPort: TCP_TARGET_PORT },
+  ];
+  if (withUdp)
+    ports.push({ name: 'dns', protocol: 'UDP', port: SERVICE_UDP_PORT, targetPort: UDP_TARGET_PORT });
+  const ip = clusterIP(i);
+  return {
+    apiVersion: 'v1',
+    kind: 'Service',
+    metadata: { name: serviceName(i), namespace: NAMESPACE },
+    spec: { type: 'ClusterIP', clusterIP: ip, clusterIPs: [ip], ipFamilies: ['IPv4'], ports },
+  };
+}
+
+/** The slice of service i: the E backend pods, plus `extraIPs` (not real pods: endpoint changes). */
+export function endpointSlice(i: number, scenario: Scenario, extraIPs: string[] = []): object {
+  const withUdp = i === scenario.services - 1;
+  const ports: object[] = [{ name: 'http', protocol: 'TCP', port: TCP_TARGET_PORT }];
+  if (withUdp) ports.push({ name: 'dns', protocol: 'UDP', port: UDP_TARGET_PORT });
+  const ips = [...Array.from({ length: scenario.endpoints }, (_, e) => backendPodIP(e)), ...extraIPs];
+  return {
+    apiVersion: 'discovery.k8s.io/v1',
+    kind: 'EndpointSlice',
+    metadata: {
+      name: `${serviceName(i)}-1`,
+      namespace: NAMESPACE,
+      labels: { 'kubernetes.io/service-name': serviceName(i) },
+    },
+    addressType: 'IPv4',
+    ports,
+    endpoints: ips.map((ip) => ({
+      addresses: [ip],
+      conditions: { ready: true, serving: true, terminating: false },
+      nodeName: NODE_NAME,
+    })),
+  };
+}
+
+export interface ManifestFiles {
+  /** file name → JSON text */
+  'services.json': string;
+  'slices.json': string;
+  'measured-slice.json': string;
+}
+
+export const MEASURED_SLICE_FILE = 'measured-slice.json';
+
+const list = (items: object[]) => JSON.stringify({ apiVersion: 'v1', kind: 'List', items });
+
+export function manifestFiles(scenario: Scenario): ManifestFiles {
+  validateScenario(scenario);
+  const last = scenario.services - 1;
+  const services: object[] = [];
+  const slices: object[] = [];
+  for (let i = 0; i < scenario.services; i++) {
+    services.push(service(i, i === last));
+    if (i !== last) slices.push(endpointSlice(i, scenario));
+  }
+  return {
+    'services.json': list(services),
+    'slices.json': list(slices),
+    'measured-slice.json': JSON.stringify(endpointSlice(last, scenario)),
+  };
+}
+
+/** The IP an endpoint change adds to the measured slice: in the pod CIDR, never a backend pod. */
+export function changedEndpointIP(change: number): string {
+  return `10.244.0.${100 + (change % 150)}`;
+}

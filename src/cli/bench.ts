@@ -1,0 +1,122 @@
+// `kube-bpf-proxy bench`: every mode on this machine, side by side, in one run (bench/harness.ts).
+// Needs root (network namespaces, BPF) and a built tree (the agent runs as dist/src/cli/main.js).
+
+import { type Command, Option } from 'commander';
+import { ALL_MODES, type BenchOptions, runBench } from '../../bench/harness.js';
+import { runIpvsLab } from '../../bench/ipvs-lab.js';
+import type { BenchMode } from '../../bench/kernel-probe.js';
+
+interface BenchFlags {
+  quick?: boolean;
+  modes: string;
+  services?: string;
+  endpoints: string;
+  reps?: string;
+  seconds?: string;
+  udpProbes?: string;
+  endpointChanges?: string;
+  bpfCostServices?: string;
+  out: string;
+  ipvsLab?: boolean;
+}
+
+const FULL = {
+  services: '1,1000,10000,30000',
+  reps: '3',
+  seconds: '3',
+  udpProbes: '300',
+  endpointChanges: '3',
+  bpfCost: '1,100000',
+};
+const QUICK = {
+  services: '1,100',
+  reps: '2',
+  seconds: '1',
+  udpProbes: '100',
+  endpointChanges: '2',
+  bpfCost: '1,1000',
+};
+
+function numbers(flag: string, text: string): number[] {
+  const values = text.split(',').map((s) => Number(s.trim()));
+  if (values.some((v) => !Number.isInteger(v) || v < 1))
+    throw new Error(`${flag}: expected positive integers, got "${text}"`);
+  return values;
+}
+
+function positive(flag: string, text: string): number {
+  const v = Number(text);
+  if (!(v > 0)) throw new Error(`${flag}: expected a positive number, got "${text}"`);
+  return v;
+}
+
+export function benchOptions(flags: BenchFlags, progress: (line: string) => void): BenchOptions {
+  const d = flags.quick ? QUICK : FULL;
+  const modes = flags.modes.split(',').map((m) => m.trim()) as BenchMode[];
+  for (const m of modes) if (!ALL_MODES.includes(m)) throw new Error(`--modes: unknown mode "${m}"`);
+  return {
+    modes,
+    serviceCounts: [...new Set(numbers('--services', flags.services ?? d.services))].sort((a, b) => a - b),
+    endpoints: positive('--endpoints', flags.endpoints),
+    reps: positive('--reps', flags.reps ?? d.reps),
+    cell: {
+      seconds: positive('--seconds', flags.seconds ?? d.seconds),
+      udpProbes: positive('--udp-probes', flags.udpProbes ?? d.udpProbes),
+      endpointChanges: positive('--endpoint-changes', flags.endpointChanges ?? d.endpointChanges),
+      coldStartTimeoutMs: 20 * 60_000,
+    },
+    bpfCost: {
+      services: numbers('--bpf-cost-services', flags.bpfCostServices ?? d.bpfCost),
+      rounds: flags.quick ? 3 : 7,
+      repeat: flags.quick ? 100_000 : 1_000_000,
+    },
+    out: flags.out,
+    quick: flags.quick ?? false,
+    progress,
+  };
+}
+
+export function registerBenchCommand(program: Command): void {
+  program
+    .command('bench')
+    .description(
+      'benchmark every proxy mode on this machine (N services × E endpoints in network namespaces): control-plane and data-plane measures, a results JSON, a ratio table and plots',
+    )
+    .option(
+      '--quick',
+      `a reduced matrix in a few minutes (N ${QUICK.services}, ${QUICK.reps} repetitions, ${QUICK.seconds} s loads)`,
+    )
+    .option('--modes <list>', 'modes to measure (ipvs needs a kernel with IPVS)', ALL_MODES.join(','))
+    .option(
+      '--services <list>',
+      `numbers of services N (default ${FULL.services}; --quick ${QUICK.services})`,
+    )
+    .option('--endpoints <n>', 'endpoints per service E (one real backend pod each, at most 32)', '10')
+    .option('--reps <n>', `repetitions (default ${FULL.reps}; --quick ${QUICK.reps})`)
+    .option(
+      '--seconds <s>',
+      `duration of each timed load (default ${FULL.seconds}; --quick ${QUICK.seconds})`,
+    )
+    .option('--udp-probes <n>', `UDP request/responses per run (default ${FULL.udpProbes})`)
+    .option('--endpoint-changes <n>', `EndpointSlice changes timed per run (default ${FULL.endpointChanges})`)
+    .option(
+      '--bpf-cost-services <list>',
+      `services in the map for BPF_PROG_TEST_RUN (default ${FULL.bpfCost})`,
+    )
+    .option('--out <dir>', 'results root: <dir>/<timestamp>/ and <dir>/latest/', 'bench/results')
+    .addOption(
+      new Option(
+        '--ipvs-lab',
+        'also run the scenarios in the IPVS lab (Debian kernel with IPVS under QEMU; see docs/benchmark.md)',
+      ),
+    )
+    .action(async (flags: BenchFlags) => {
+      if (process.getuid?.() !== 0)
+        throw new Error('bench needs root: it creates network namespaces and loads BPF programs');
+      const progress = (line: string) => process.stderr.write(`${line}\n`);
+      const options = benchOptions(flags, progress);
+      const { dir } = await runBench(options);
+      process.stdout.write(`${dir}\n`);
+      if (flags.ipvsLab) await runIpvsLab(options);
+    });
+}
