@@ -16,6 +16,7 @@ import { type BrainConfig, decide } from '../../src/proxy/decide.js';
 import { nodeEligible } from '../../src/proxy/node.js';
 import type { SyncReport } from '../../src/proxy/sync-loop.js';
 import type { ProxyDecisions } from '../../src/proxy/types.js';
+import { freePort } from '../support/free-port.js';
 import { endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 import { parseExposition, sampleValue } from '../support/prom-text.js';
 
@@ -302,18 +303,6 @@ describe('which Services get a healthCheckNodePort server (pure)', () => {
     );
   });
 });
-
-/** A port nothing listens on right now (the kernel's pick, released). */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once('error', reject);
-    probe.listen({ host: '127.0.0.1', port: 0 }, () => {
-      const { port } = probe.address() as { port: number };
-      probe.close(() => resolve(port));
-    });
-  });
-}
 
 async function probe(port: number, path = '/') {
   const response = await fetch(`http://127.0.0.1:${port}${path}`);

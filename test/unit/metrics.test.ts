@@ -1,3 +1,4 @@
+import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../../src/config/load.js';
 import type { ProxyConfig } from '../../src/config/types.js';
@@ -7,6 +8,7 @@ import type { BpfStats, BpfStatsProvider } from '../../src/metrics/bpf.js';
 import type { RuleModeStats } from '../../src/metrics/kube-proxy.js';
 import { ignoredReasonClass, ProxyMetrics, skippedObjectCounts } from '../../src/metrics/registry.js';
 import { startMetricsServer } from '../../src/metrics/server.js';
+import { startStatusServers } from '../../src/metrics/status-servers.js';
 import type { ObjectProblem } from '../../src/model/parse.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
 import type { ClusterState, EndpointSlice, IPFamily, Service } from '../../src/model/types.js';
@@ -15,6 +17,7 @@ import { decide } from '../../src/proxy/decide.js';
 import type { SyncReport } from '../../src/proxy/sync-loop.js';
 import type { ProxyDecisions } from '../../src/proxy/types.js';
 import type { SourceEvent } from '../../src/sources/types.js';
+import { freePort } from '../support/free-port.js';
 import { endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 import { type Exposition, parseExposition, samplesOf, sampleValue } from '../support/prom-text.js';
 
@@ -557,5 +560,69 @@ describe('the metrics server (/metrics, /healthz, /proxyMode, /configz)', () => 
     expect(body['kubeproxy.config.k8s.io']?.metricsBindAddress).toBe('127.0.0.1:0');
 
     expect((await fetch(`${base}/nothing`)).status).toBe(404);
+  });
+});
+
+describe('the status servers `run` starts', () => {
+  function config(metricsPort: number, healthzPort: number, extra: Partial<ProxyConfig> = {}): ProxyConfig {
+    const loaded = loadConfig({ flags: { 'proxy-mode': 'iptables' } });
+    if (!loaded.ok) throw new Error(JSON.stringify(loaded.problems));
+    return {
+      ...loaded.config,
+      metricsBindAddress: `127.0.0.1:${metricsPort}`,
+      healthzBindAddress: `127.0.0.1:${healthzPort}`,
+      ...extra,
+    };
+  }
+
+  it('serve metrics and health fed by the sync observers, and close', async () => {
+    const [metricsPort, healthzPort] = [await freePort(), await freePort()];
+    const tracker = new ChangeTracker(NODE);
+    const currentNode = node(NODE);
+    const status = await startStatusServers({
+      config: config(metricsPort, healthzPort),
+      changes: tracker,
+      node: () => currentNode,
+      log: silentLogger,
+    });
+    try {
+      for (const observer of status.observers) {
+        observer.queued?.(new Date());
+        observer.synced?.(report(decisions(cluster.services, cluster.slices)));
+      }
+      const healthz = await fetch(`http://127.0.0.1:${healthzPort}/healthz`);
+      expect(healthz.status).toBe(200);
+      const e = parseExposition(await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text());
+      expect(sampleValue(e, 'kubeproxy_sync_proxy_rules_duration_seconds_count', { ip_family: 'IPv4' })).toBe(
+        1,
+      );
+      expect(sampleValue(e, 'kubeproxy_proxy_healthz_total', { code: '200' })).toBe(1);
+    } finally {
+      await status.close();
+    }
+    await expect(fetch(`http://127.0.0.1:${healthzPort}/healthz`)).rejects.toThrow();
+  });
+
+  it('a taken port stops start-up with bindAddressHardFail, and is only logged without it', async () => {
+    const [metricsPort, healthzPort] = [await freePort(), await freePort()];
+    const squatter = createServer();
+    await new Promise<void>((resolve) => squatter.listen({ host: '127.0.0.1', port: healthzPort }, resolve));
+    const options = { changes: new ChangeTracker(NODE), node: () => null, log: silentLogger };
+    try {
+      await expect(
+        startStatusServers({
+          ...options,
+          config: config(metricsPort, healthzPort, { bindAddressHardFail: true }),
+        }),
+      ).rejects.toThrow(`healthz server cannot listen on 127.0.0.1:${healthzPort}`);
+      // The metrics server it had started is closed again.
+      await expect(fetch(`http://127.0.0.1:${metricsPort}/metrics`)).rejects.toThrow();
+
+      const status = await startStatusServers({ ...options, config: config(metricsPort, healthzPort) });
+      expect((await fetch(`http://127.0.0.1:${metricsPort}/proxyMode`)).status).toBe(200);
+      await status.close();
+    } finally {
+      await new Promise<void>((resolve) => squatter.close(() => resolve()));
+    }
   });
 });
