@@ -252,6 +252,40 @@ describe('chart metadata', () => {
   });
 });
 
+describe('values.schema.json', () => {
+  const schema: Manifest = JSON.parse(readFileSync(join(chartDir, 'values.schema.json'), 'utf8'));
+  const defaults: Manifest = parse(readFileSync(join(chartDir, 'values.yaml'), 'utf8'));
+
+  /** Paths of values.yaml whose schema is missing or states no type. */
+  function undescribed(values: Manifest, node: Manifest | undefined, path: string, found: string[]): void {
+    if (!node) {
+      found.push(`${path}: no schema`);
+      return;
+    }
+    if (node.type === undefined && node.enum === undefined && node.oneOf === undefined) {
+      found.push(`${path}: no type`);
+    }
+    if (values === null || typeof values !== 'object' || Array.isArray(values)) return;
+    if (!node.properties) return; // a free-form map (labels, annotations, extra)
+    for (const [key, value] of Object.entries(values)) {
+      undescribed(value, node.properties[key], `${path}.${key}`, found);
+    }
+  }
+
+  it('is draft-07 and types every value of values.yaml', () => {
+    expect(schema.$schema).toBe('http://json-schema.org/draft-07/schema#');
+    expect(schema.additionalProperties).toBe(false);
+    const found: string[] = [];
+    undescribed(defaults, schema, 'values', found);
+    expect(found).toEqual([]);
+  });
+
+  it('documents every top-level value in docs/install.md', () => {
+    const doc = readFileSync(join(root, 'docs/install.md'), 'utf8');
+    for (const key of Object.keys(defaults)) expect(doc, key).toContain(`\`${key}`);
+  });
+});
+
 describe('defaults', () => {
   let objects: Manifest[] = [];
   beforeAll(async () => {
