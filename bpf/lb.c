@@ -87,15 +87,19 @@ static __always_inline int kbp_reject4(struct __sk_buff *skb) {
 }
 
 static __always_inline int kbp_tc(struct __sk_buff *skb, int role) {
-	__u32 reason = KBP_DROP_NONE, svc_id = 0;
+	__u32 reason = KBP_DROP_NONE, svc_id = 0, ifindex = 0;
 	int verdict;
 
 	if ((void *)(long)skb->data + KBP_PULL_LEN > (void *)(long)skb->data_end)
 		bpf_skb_pull_data(skb, skb->len < KBP_PULL_LEN ? skb->len : KBP_PULL_LEN);
 
-	verdict = kbp_lb4(skb, false, role, &reason, &svc_id);
+	verdict = kbp_lb4(skb, false, role, &reason, &svc_id, &ifindex);
 	if (verdict == KBP_PASS)
 		return TC_ACT_UNSPEC;
+	if (verdict == KBP_REDIRECT)
+		return bpf_redirect(ifindex, 0);
+	if (verdict == KBP_REDIRECT_NEIGH)
+		return bpf_redirect_neigh(ifindex, NULL, 0, 0);
 	if (verdict == KBP_REJECT) {
 		__u32 len = skb->len;
 
@@ -121,10 +125,11 @@ int kbp_tc_ext(struct __sk_buff *skb) {
 
 SEC("xdp")
 int kbp_xdp_ext(struct xdp_md *ctx) {
-	__u32 reason = KBP_DROP_NONE, svc_id = 0;
-	int verdict = kbp_lb4(ctx, true, KBP_ROLE_EXT, &reason, &svc_id);
+	__u32 reason = KBP_DROP_NONE, svc_id = 0, ifindex = 0;
+	int verdict = kbp_lb4(ctx, true, KBP_ROLE_EXT, &reason, &svc_id, &ifindex);
 
-	/* Rejects are answered by kbp_tc_ext, which can build the ICMP error. */
+	/* Rejects are answered by kbp_tc_ext, which can build the ICMP error; routed flows are
+	 * forwarded by it too (kbp_deliver never redirects from XDP). */
 	if (verdict != KBP_DROP)
 		return XDP_PASS;
 	kbp_count_drop(reason, svc_id, (__u32)(ctx->data_end - ctx->data));

@@ -39,10 +39,14 @@ enum kbp_role {
 };
 
 enum kbp_verdict {
-	KBP_PASS = 0,	/* continue to the stack (rewritten or not) */
-	KBP_DROP = 1,	/* drop, reason counted */
-	KBP_REJECT = 2, /* answer with ICMP port unreachable (tc), or leave it to tc (XDP) */
+	KBP_PASS = 0,	  /* continue to the stack (rewritten or not) */
+	KBP_DROP = 1,	  /* drop, reason counted */
+	KBP_REJECT = 2,	  /* answer with ICMP port unreachable (tc), or leave it to tc (XDP) */
+	KBP_REDIRECT = 3, /* tc: rewritten and addressed, send out of the FIB's interface */
+	KBP_REDIRECT_NEIGH = 4, /* tc: rewritten, the kernel resolves the next hop's MAC */
 };
+
+#define KBP_AF_INET 2
 
 #define KBP_IP_MF	      0x2000
 #define KBP_IP_OFFSET	      0x1fff
@@ -57,6 +61,7 @@ struct kbp_pkt4 {
 	__u8 tcp_flags; /* KBP_TCP_*: the TCP header's bits at the same positions */
 	__u16 ihl_len;	/* IPv4 header length in bytes */
 	__u32 len;	/* frame length, for byte counters */
+	__u8 ttl;
 };
 
 /* Read-only after load (.rodata). bpf_ktime_get_coarse_ns (5.11+) costs a fraction of
@@ -204,6 +209,7 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, struct kbp_pkt4
 	p->saddr = iph->saddr;
 	p->daddr = iph->daddr;
 	p->proto = iph->protocol;
+	p->ttl = iph->ttl;
 	p->ihl_len = ihl_len;
 	p->len = kbp_frame_len(ctx, xdp);
 	return 0;
@@ -219,7 +225,8 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, struct kbp_pkt4
  * gotcha); the helper calls come last because they invalidate packet pointers.
  */
 static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
-					__be32 saddr, __be32 daddr, __be16 sport, __be16 dport) {
+					__be32 saddr, __be32 daddr, __be16 sport, __be16 dport,
+					bool ttl_dec) {
 	void *data = kbp_data(ctx, xdp);
 	void *end = kbp_data_end(ctx, xdp);
 	struct iphdr *iph = data + sizeof(struct ethhdr);
@@ -250,7 +257,18 @@ static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const struct 
 	ports[1] = dport;
 	new_ports = *(__u32 *)ports;
 	port_diff = kbp_csum_diff32(port_diff, old_ports, new_ports);
-	iph->check = kbp_csum_apply(iph->check, addr_diff);
+	if (ttl_dec) {
+		/* Forwarded by redirect, not by the stack: this hop's TTL decrement is ours. The
+		 * TTL shares a 16-bit word with the protocol; only the IP header sums it. */
+		__u16 *ttl_word = (__u16 *)&iph->ttl;
+		__u16 old_word = *ttl_word;
+
+		iph->ttl--;
+		iph->check =
+		    kbp_csum_apply(iph->check, kbp_csum_diff32(addr_diff, old_word, *ttl_word));
+	} else {
+		iph->check = kbp_csum_apply(iph->check, addr_diff);
+	}
 
 	if (xdp) {
 		/* UDP checksum 0 means "none"; a computed 0 is sent as 0xffff. */
@@ -275,8 +293,7 @@ static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const struct 
 
 /* ---------- counters ---------- */
 
-static __always_inline void kbp_count_traffic(void *map, __u32 id, __u32 len, bool reply,
-					      bool new_conn) {
+static __always_inline void kbp_count_traffic(void *map, __u32 id, __u32 len, bool reply) {
 	struct kbp_traffic_stats *st = bpf_map_lookup_elem(map, &id);
 
 	if (!st)
@@ -288,7 +305,12 @@ static __always_inline void kbp_count_traffic(void *map, __u32 id, __u32 len, bo
 		st->fwd_packets++;
 		st->fwd_bytes += len;
 	}
-	if (new_conn)
+}
+
+static __always_inline void kbp_count_new_conn(void *map, __u32 id) {
+	struct kbp_traffic_stats *st = bpf_map_lookup_elem(map, &id);
+
+	if (st)
 		st->new_conns++;
 }
 
@@ -452,8 +474,8 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 	struct kbp_ct4_key rkey = {};
 	struct kbp_ct4_key fkey = {};
 	struct kbp_ct4_val rval = {};
-	bool hairpin, snat;
-	__be32 backend_addr;
+	bool hairpin, snat, vip_local;
+	__be32 backend_addr, vip = p->daddr;
 	__be16 backend_port;
 	__u8 be_flags;
 
@@ -482,6 +504,7 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 
 	hairpin = backend_addr == p->saddr;
 	snat = hairpin || (role == KBP_ROLE_EXT && !(be_flags & KBP_BE_F_LOCAL));
+	vip_local = bpf_map_lookup_elem(&kbp_node4_v1, &vip) != NULL;
 
 	out->last_seen_ns = now;
 	out->xlate_saddr = p->saddr;
@@ -490,7 +513,8 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 	out->xlate_dport = backend_port;
 	out->svc_id = sv->svc_id;
 	out->backend_id = backend_id;
-	out->flags = (snat ? KBP_CT_F_SNAT : 0) | (hairpin ? KBP_CT_F_HAIRPIN : 0) |
+	out->flags = (snat ? KBP_CT_F_SNAT | KBP_CT_F_ROUTE : 0) |
+		     (hairpin ? KBP_CT_F_HAIRPIN : 0) |
 		     (role == KBP_ROLE_EXT ? KBP_CT_F_EXTERNAL : 0);
 	out->tcp_flags = p->tcp_flags;
 	out->pad = 0;
@@ -502,7 +526,8 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 	rval.xlate_dport = p->sport;
 	rval.svc_id = sv->svc_id;
 	rval.backend_id = backend_id;
-	rval.flags = out->flags | KBP_CT_F_REPLY;
+	rval.flags =
+	    (out->flags & ~KBP_CT_F_ROUTE) | KBP_CT_F_REPLY | (vip_local ? KBP_CT_F_ROUTE : 0);
 
 	rkey.saddr = backend_addr;
 	rkey.sport = backend_port;
@@ -557,11 +582,74 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 }
 
 /*
+ * tc only: the FIB's verdict for a KBP_CT_F_ROUTE packet once rewritten to t's tuple. Fills the
+ * Ethernet addresses for KBP_REDIRECT. KBP_PASS means "leave it to the stack untouched" (its TTL
+ * runs out here: the stack sends the ICMP time exceeded).
+ */
+static __always_inline int kbp_route4(struct __sk_buff *skb, const struct kbp_pkt4 *p,
+				      const struct kbp_ct4_val *t, __u8 macs[12], __u32 *ifindex,
+				      __u32 *reason) {
+	struct bpf_fib_lookup fib = {};
+	long rc;
+
+	if (p->ttl <= 1)
+		return KBP_PASS;
+	fib.family = KBP_AF_INET;
+	fib.l4_protocol = p->proto;
+	fib.sport = t->xlate_sport;
+	fib.dport = t->xlate_dport;
+	fib.tot_len = p->len - sizeof(struct ethhdr);
+	fib.ifindex = skb->ifindex;
+	fib.ipv4_src = t->xlate_saddr;
+	fib.ipv4_dst = t->xlate_daddr;
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	*ifindex = fib.ifindex;
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
+		__builtin_memcpy(macs, fib.dmac, ETH_ALEN);
+		__builtin_memcpy(macs + ETH_ALEN, fib.smac, ETH_ALEN);
+		return KBP_REDIRECT;
+	}
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return KBP_REDIRECT_NEIGH;
+	*reason = KBP_DROP_FIB;
+	return KBP_DROP;
+}
+
+/*
+ * Sends a packet of a tracked flow on its way: rewrite to the entry's tuple, count. A
+ * KBP_CT_F_ROUTE packet is forwarded by tc itself; XDP passes it on untouched for tc to do so.
+ */
+static __always_inline int kbp_deliver(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
+				       const struct kbp_ct4_val *t, __u32 *reason, __u32 *ifindex) {
+	bool reply = t->flags & KBP_CT_F_REPLY;
+	int verdict = KBP_PASS;
+	__u8 macs[12];
+
+	if (t->flags & KBP_CT_F_ROUTE) {
+		if (xdp)
+			return KBP_PASS;
+		verdict = kbp_route4(ctx, p, t, macs, ifindex, reason);
+		if (verdict == KBP_DROP || verdict == KBP_PASS)
+			return verdict;
+	}
+	kbp_count_traffic(&kbp_svcst_v1, t->svc_id, p->len, reply);
+	kbp_count_traffic(&kbp_best_v1, t->backend_id, p->len, reply);
+	if (kbp_rewrite4(ctx, xdp, p, t->xlate_saddr, t->xlate_daddr, t->xlate_sport,
+			 t->xlate_dport, verdict != KBP_PASS) < 0)
+		return KBP_PASS;
+	if (verdict == KBP_REDIRECT && !xdp &&
+	    bpf_skb_store_bytes(ctx, 0, macs, sizeof(macs), 0) < 0)
+		return KBP_PASS;
+	return verdict;
+}
+
+/*
  * Handles one packet. Returns a kbp_verdict; *reason and *svc_id tell why a packet is dropped
- * or rejected (counted by the caller, which knows whether the reject is answered).
+ * or rejected (counted by the caller, which knows whether the reject is answered), *ifindex
+ * where a KBP_REDIRECT* goes.
  */
 static __always_inline int kbp_lb4(void *ctx, const bool xdp, int role, __u32 *reason,
-				   __u32 *svc_id) {
+				   __u32 *svc_id, __u32 *ifindex) {
 	struct kbp_pkt4 p = {};
 	struct kbp_ct4_key key = {};
 	struct kbp_ct4_val *ct, fwd;
@@ -579,14 +667,13 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, int role, __u32 *r
 	/* The clock is read only for tracked and new flows: other traffic never pays for it. */
 	ct = kbp_ct_lookup(&key);
 	if (ct) {
-		now = kbp_now();
 		struct kbp_ct4_val cv = *ct;
-		bool reply = cv.flags & KBP_CT_F_REPLY;
 		bool new_syn = p.tcp_flags & KBP_TCP_SYN && !(p.tcp_flags & KBP_TCP_ACK);
 
+		now = kbp_now();
 		/* A new connection on a tracked tuple: reuse the backend only if the old flow is
 		 * still open (a retransmitted SYN) and its backend is still current. */
-		if (!reply && new_syn &&
+		if (!(cv.flags & KBP_CT_F_REPLY) && new_syn &&
 		    ((cv.tcp_flags & (KBP_TCP_FIN | KBP_TCP_RST)) || !kbp_backend_current(&cv)))
 			goto service;
 		if ((cv.tcp_flags | p.tcp_flags) != cv.tcp_flags ||
@@ -594,11 +681,8 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, int role, __u32 *r
 			ct->tcp_flags = cv.tcp_flags | p.tcp_flags;
 			ct->last_seen_ns = now;
 		}
-		kbp_count_traffic(&kbp_svcst_v1, cv.svc_id, p.len, reply, false);
-		kbp_count_traffic(&kbp_best_v1, cv.backend_id, p.len, reply, false);
-		kbp_rewrite4(ctx, xdp, &p, cv.xlate_saddr, cv.xlate_daddr, cv.xlate_sport,
-			     cv.xlate_dport);
-		return KBP_PASS;
+		*svc_id = cv.svc_id;
+		return kbp_deliver(ctx, xdp, &p, &cv, reason, ifindex);
 	}
 
 service:
@@ -623,11 +707,9 @@ service:
 	now = kbp_now();
 	if (kbp_new_flow(&p, role, &sv, now, &fwd, reason) != KBP_PASS)
 		return KBP_DROP;
-	kbp_count_traffic(&kbp_svcst_v1, fwd.svc_id, p.len, false, true);
-	kbp_count_traffic(&kbp_best_v1, fwd.backend_id, p.len, false, true);
-	kbp_rewrite4(ctx, xdp, &p, fwd.xlate_saddr, fwd.xlate_daddr, fwd.xlate_sport,
-		     fwd.xlate_dport);
-	return KBP_PASS;
+	kbp_count_new_conn(&kbp_svcst_v1, fwd.svc_id);
+	kbp_count_new_conn(&kbp_best_v1, fwd.backend_id);
+	return kbp_deliver(ctx, xdp, &p, &fwd, reason, ifindex);
 }
 
 #endif /* KBP_LB_COMMON_H */

@@ -75,6 +75,10 @@
  * SNAT: external traffic to a backend on another node, and hairpin traffic (a pod reaching
  * itself through a service), get source kbp_config.snat_addr4 and a port from
  * [snat_port_min, snat_port_max] so replies come back through this node.
+ * Packets whose new source is a node address (SNATed packets, replies from a VIP that is a node
+ * address, i.e. NodePorts; kbp_node4_v1 must list every node address) would be dropped by the
+ * stack as martians: their conntrack entries carry KBP_CT_F_ROUTE and tc forwards them itself
+ * with bpf_fib_lookup and a redirect (XDP passes them to tc untouched).
  */
 #ifndef KBP_MAPS_H
 #define KBP_MAPS_H
@@ -123,6 +127,10 @@ enum kbp_algorithm {
 #define KBP_CT_F_SNAT	  (1u << 1) /* the flow's source was translated to snat_addr */
 #define KBP_CT_F_HAIRPIN  (1u << 2) /* client and backend are the same address */
 #define KBP_CT_F_EXTERNAL (1u << 3) /* the flow arrived on an external interface */
+/* The rewritten packet's source is a node address (SNAT, or a reply from a node-address VIP):
+ * the stack would drop it as a martian, so tc forwards it itself (FIB lookup, redirect) and XDP
+ * leaves it to tc. */
+#define KBP_CT_F_ROUTE (1u << 4)
 
 /* kbp_ct_val.tcp_flags: TCP flags seen in the entry's direction */
 #define KBP_TCP_FIN (1u << 0)
@@ -144,6 +152,7 @@ enum kbp_drop_reason {
 	KBP_DROP_SNAT_PORTS = 6,	 /* no free SNAT port after KBP_SNAT_PORT_TRIES */
 	KBP_DROP_CT_INSERT = 7,		 /* conntrack insert failed */
 	KBP_DROP_REJECT_FAILED = 8,	 /* building the ICMP port unreachable failed */
+	KBP_DROP_FIB = 9, /* no route (or no forwarding) for a KBP_CT_F_ROUTE packet */
 	KBP_DROP_MAX = 16,
 };
 

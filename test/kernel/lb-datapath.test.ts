@@ -40,9 +40,12 @@ import {
   u32Codec,
 } from '../../src/dataplanes/bpf/layout.js';
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
+import { Lab } from '../../src/lab/netns.js';
+import { enterNetns } from '../support/in-netns.js';
 import { type LoadedLb, loadLb, run, TEST_CONFIG, writeConfig, writeFrontend } from '../support/lb-object.js';
 import {
   buildPacket,
+  ETH_HLEN,
   IPPROTO_ICMP,
   IPPROTO_TCP,
   IPPROTO_UDP,
@@ -95,12 +98,47 @@ function drops(reason: number) {
   return sumPerCpu(dropStats, buf, possibleCpus()).packets;
 }
 
+// Routed packets (SNAT, replies from node-address VIPs) are forwarded by tc with bpf_fib_lookup,
+// which answers from the namespace the test run happens in: this one, with interfaces
+// towards the remote backends, the outside client and local pods, and fixed neighbours.
+const NEIGHBOURS = {
+  remoteBackend: { net: '10.244.9.1/24', ip: '10.244.9.60', mac: '02:00:00:00:09:60' },
+  outside: { net: '203.0.113.1/24', ip: OUTSIDE, mac: '02:00:00:00:71:07' },
+  pod: { net: '10.244.2.1/24', ip: '10.244.2.61', mac: '02:00:00:00:02:61' },
+};
+
+async function buildRoutingNamespace(lab: Lab): Promise<void> {
+  await lab.addNamespace('fib');
+  await lab.sysctl('fib', 'net.ipv4.ip_forward', '1');
+  let i = 0;
+  for (const n of Object.values(NEIGHBOURS)) {
+    const dev = `r${i++}`;
+    await lab.exec('fib', 'ip', ['link', 'add', dev, 'type', 'veth', 'peer', 'name', `${dev}p`]);
+    await lab.exec('fib', 'ip', ['link', 'set', dev, 'up']);
+    await lab.exec('fib', 'ip', ['link', 'set', `${dev}p`, 'up']);
+    await lab.exec('fib', 'ip', ['addr', 'add', n.net, 'dev', dev]);
+    await lab.exec('fib', 'ip', ['neigh', 'add', n.ip, 'lladdr', n.mac, 'dev', dev, 'nud', 'permanent']);
+  }
+}
+
+function macOf(frame: Buffer, at: 0 | 6): string {
+  return [...frame.subarray(at, at + 6)].map((b) => b.toString(16).padStart(2, '0')).join(':');
+}
+
 describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
-  beforeAll(() => {
+  const lab = new Lab(`kbpdp${process.pid}`);
+  let leave: (() => void) | null = null;
+  beforeAll(async () => {
+    await buildRoutingNamespace(lab);
+    leave = enterNetns(lab.ns('fib'));
     lb = loadLb();
     writeConfig(lb);
   });
-  afterAll(() => lb?.close());
+  afterAll(async () => {
+    lb?.close();
+    leave?.();
+    await lab.destroy();
+  });
 
   describe('DNAT and reverse NAT', () => {
     beforeAll(() => {
@@ -249,9 +287,14 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     it('serves a NodePort on each node address through the addr-0 entry, and on no other address', () => {
       for (const nodeIP of ['192.168.50.1', '192.168.60.1']) {
         const out = run(lb, TC_EXT, tcp(OUTSIDE, nodeIP, 30080));
+        expect(out.retval).toBe(TC_ACT_UNSPEC);
         expect(expectValid(out.dataOut)).toMatchObject({ daddr: '10.244.2.12', dport: 8080 });
+        // The reply's new source is a node address: tc forwards it itself (the stack would drop
+        // a packet from a local address arriving on a pod interface as a martian).
         const back = run(lb, TC_POD, replyTo(out.dataOut));
-        expect(expectValid(back.dataOut)).toMatchObject({ saddr: nodeIP, sport: 30080 });
+        expect(back.retval).toBe(TC_ACT_REDIRECT);
+        expect(expectValid(back.dataOut)).toMatchObject({ saddr: nodeIP, sport: 30080, daddr: OUTSIDE });
+        expect(macOf(back.dataOut, 0)).toBe(NEIGHBOURS.outside.mac);
       }
       const other = tcp(OUTSIDE, '192.168.70.1', 30080);
       expect(run(lb, TC_EXT, other).dataOut).toEqual(other);
@@ -643,35 +686,70 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
   });
 
   describe('SNAT', () => {
-    it('external traffic to another node`s backend leaves with the node address and a NAT port; the reply is reversed', () => {
+    it('external traffic to another node`s backend leaves with the node address and a NAT port, routed by tc; the reply is reversed', () => {
       writeFrontend(lb, {
         svcId: 60,
         addr: '0.0.0.0',
         port: 30060,
         proto: IPPROTO_TCP,
         flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
-        backends: [{ id: 60, addr: '10.244.9.60', port: 8080 }],
+        backends: [{ id: 60, addr: NEIGHBOURS.remoteBackend.ip, port: 8080 }],
       });
       mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode('192.168.50.1'), u32Codec.encode(1));
-      for (const prog of [TC_EXT, XDP_EXT]) {
-        const src = sport();
-        const out = run(lb, prog, tcp(OUTSIDE, '192.168.50.1', 30060, TCP.SYN, src));
-        const p = expectValid(out.dataOut);
-        expect(p).toMatchObject({ saddr: TEST_CONFIG.snatAddr4, daddr: '10.244.9.60', dport: 8080 });
-        expect(p.sport).toBeGreaterThanOrEqual(TEST_CONFIG.snatPortMin);
-        expect(p.sport).toBeLessThanOrEqual(TEST_CONFIG.snatPortMax);
-        // The remote backend's reply comes back through the external interface.
-        const back = run(lb, prog, replyTo(out.dataOut));
-        expect(expectValid(back.dataOut)).toMatchObject({
-          saddr: '192.168.50.1',
-          sport: 30060,
-          daddr: OUTSIDE,
-          dport: src,
-        });
-        // Later packets of the flow keep the same NAT port.
-        const again = parsePacket(run(lb, prog, tcp(OUTSIDE, '192.168.50.1', 30060, TCP.ACK, src)).dataOut);
-        expect(again.sport).toBe(p.sport);
-      }
+      const src = sport();
+      const out = run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.1', 30060, TCP.SYN, src));
+      expect(out.retval).toBe(TC_ACT_REDIRECT);
+      const p = expectValid(out.dataOut);
+      expect(p).toMatchObject({
+        saddr: TEST_CONFIG.snatAddr4,
+        daddr: NEIGHBOURS.remoteBackend.ip,
+        dport: 8080,
+      });
+      expect(p.sport).toBeGreaterThanOrEqual(TEST_CONFIG.snatPortMin);
+      expect(p.sport).toBeLessThanOrEqual(TEST_CONFIG.snatPortMax);
+      expect(macOf(out.dataOut, 0)).toBe(NEIGHBOURS.remoteBackend.mac);
+      expect(out.dataOut[ETH_HLEN + 8]).toBe(63); // forwarded by us: TTL decremented
+      // The remote backend's reply comes back through the external interface.
+      const back = run(lb, TC_EXT, replyTo(out.dataOut));
+      expect(back.retval).toBe(TC_ACT_REDIRECT);
+      expect(expectValid(back.dataOut)).toMatchObject({
+        saddr: '192.168.50.1',
+        sport: 30060,
+        daddr: OUTSIDE,
+        dport: src,
+      });
+      expect(macOf(back.dataOut, 0)).toBe(NEIGHBOURS.outside.mac);
+      // Later packets of the flow keep the same NAT port.
+      const again = parsePacket(run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.1', 30060, TCP.ACK, src)).dataOut);
+      expect(again.sport).toBe(p.sport);
+    });
+
+    it('XDP sets up the flow but leaves routed packets to tc, untouched', () => {
+      const syn = tcp(OUTSIDE, '192.168.50.1', 30060, TCP.SYN, sport());
+      const x = run(lb, XDP_EXT, syn);
+      expect(x.retval).toBe(XDP_PASS);
+      expect(x.dataOut).toEqual(syn);
+      const before = stats(lb.fd.svcStats, 60);
+      const t = run(lb, TC_EXT, syn);
+      expect(t.retval).toBe(TC_ACT_REDIRECT);
+      expect(parsePacket(t.dataOut).saddr).toBe(TEST_CONFIG.snatAddr4);
+      const after = stats(lb.fd.svcStats, 60);
+      expect(after.fwdPackets - before.fwdPackets).toBe(1n);
+      expect(after.newConns).toBe(before.newConns); // counted once, when XDP created the flow
+    });
+
+    it('drops a routed packet the FIB cannot forward, and counts why', () => {
+      writeFrontend(lb, {
+        svcId: 63,
+        addr: '192.168.50.163',
+        port: 80,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL,
+        backends: [{ id: 63, addr: '10.250.0.1', port: 8080 }],
+      });
+      const before = drops(DROP_REASON.fib);
+      expect(run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.163', 80)).retval).toBe(TC_ACT_SHOT);
+      expect(drops(DROP_REASON.fib) - before).toBe(1n);
     });
 
     it('gives concurrent flows from the same client port distinct NAT ports', () => {
@@ -695,9 +773,12 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       });
       const src = sport();
       const out = run(lb, TC_POD, tcp('10.244.2.61', '10.96.0.61', 80, TCP.SYN, src));
+      expect(out.retval).toBe(TC_ACT_REDIRECT);
       const p = expectValid(out.dataOut);
       expect(p).toMatchObject({ saddr: TEST_CONFIG.snatAddr4, daddr: '10.244.2.61', dport: 8080 });
+      expect(macOf(out.dataOut, 0)).toBe(NEIGHBOURS.pod.mac);
       const back = run(lb, TC_POD, replyTo(out.dataOut));
+      expect(back.retval).toBe(TC_ACT_UNSPEC); // the ClusterIP is no node address: the stack routes it
       expect(expectValid(back.dataOut)).toMatchObject({
         saddr: '10.96.0.61',
         sport: 80,

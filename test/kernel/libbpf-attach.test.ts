@@ -22,7 +22,7 @@ import {
   xdpDetach,
   xdpQueryId,
 } from '../../native/libbpf.js';
-import { CLONE_NEWNET, closeFd, ifNameToIndex, openPath, setns } from '../../native/libc.js';
+import { closeFd, ifNameToIndex } from '../../native/libc.js';
 import {
   BE_F,
   PROGRAMS,
@@ -34,6 +34,7 @@ import {
 } from '../../src/dataplanes/bpf/layout.js';
 import { Lab } from '../../src/lab/netns.js';
 import { makePinDir, removePinDir } from '../support/bpffs.js';
+import { inNetns } from '../support/in-netns.js';
 import { type LoadedLb, loadLb, writeConfig, writeFrontend } from '../support/lb-object.js';
 import { IPPROTO_UDP } from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
@@ -46,22 +47,7 @@ describeRoot('native/libbpf.ts attach (tcx, clsact, XDP) on a veth', () => {
   let pinDir = '';
   let ifindex = 0;
 
-  /** Runs `fn` with this thread inside the namespace (koffi calls run on the JS thread). */
-  function inNamespace<T>(name: string, fn: () => T): T {
-    const home = openPath('/proc/self/ns/net');
-    const target = openPath(`/run/netns/${lab.ns(name)}`);
-    try {
-      setns(target, CLONE_NEWNET);
-      try {
-        return fn();
-      } finally {
-        setns(home, CLONE_NEWNET);
-      }
-    } finally {
-      closeFd(target);
-      closeFd(home);
-    }
-  }
+  const inNamespace = <T>(name: string, fn: () => T): T => inNetns(lab.ns(name), fn);
 
   function forwarded(): bigint {
     const buf = Buffer.alloc(perCpuValueSize(trafficStats.size, possibleCpus()));

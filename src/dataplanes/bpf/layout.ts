@@ -173,7 +173,13 @@ export const SVC_F = {
 
 export const BE_F = { LOCAL: 1 << 0, TERMINATING: 1 << 1 } as const;
 
-export const CT_F = { REPLY: 1 << 0, SNAT: 1 << 1, HAIRPIN: 1 << 2, EXTERNAL: 1 << 3 } as const;
+export const CT_F = {
+  REPLY: 1 << 0,
+  SNAT: 1 << 1,
+  HAIRPIN: 1 << 2,
+  EXTERNAL: 1 << 3,
+  ROUTE: 1 << 4,
+} as const;
 
 export const TCP_FLAG = { FIN: 1 << 0, SYN: 1 << 1, RST: 1 << 2, ACK: 1 << 4 } as const;
 
@@ -188,6 +194,7 @@ export const DROP_REASON = {
   snatPortsExhausted: 6,
   conntrackInsert: 7,
   rejectFailed: 8,
+  fib: 9,
 } as const;
 export const DROP_REASON_COUNT = 16;
 
