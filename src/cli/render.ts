@@ -7,6 +7,7 @@ import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig, ProxyMode } from '../config/types.js';
 import { renderIptablesText } from '../dataplanes/iptables/render.js';
+import { renderIpvsText } from '../dataplanes/ipvs/render.js';
 import { renderNftablesText } from '../dataplanes/nftables/render.js';
 import { formatProblem, type ObjectProblem } from '../model/parse.js';
 import { ChangeTracker } from '../model/tracker.js';
@@ -40,6 +41,12 @@ const MODE_RENDERERS: Partial<Record<ProxyMode, ModeRenderer>> = {
     renderIptablesText(decisions, { ...env.iptables, tcpBeLiberal: config.conntrack.tcpBeLiberal }, family),
   // kube-proxy learns the service CIDRs from ServiceCIDR objects, which manifests do not carry yet.
   nftables: (decisions, _env, _config, family) => renderNftablesText(decisions, { serviceCIDRs: [] }, family),
+  ipvs: (decisions, env, config, family) =>
+    renderIpvsText(
+      decisions,
+      { scheduler: config.ipvs.scheduler, randomFully: env.iptables.randomFully, interfaces: env.interfaces },
+      family,
+    ),
 };
 
 const endpointStrings = (endpoints: Endpoint[]) => endpoints.map((ep) => ep.endpoint);

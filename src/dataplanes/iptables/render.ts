@@ -78,12 +78,12 @@ export interface IptablesRuleset {
 
 const chainLine = (chain: string) => `:${chain} - [0:0]`;
 
-interface DetectorArgs {
+export interface DetectorArgs {
   ifLocal: string;
   ifNotLocal: string;
 }
 
-function detectorArgs(detector: LocalDetector): DetectorArgs | null {
+export function detectorArgs(detector: LocalDetector): DetectorArgs | null {
   switch (detector.mode) {
     case 'None':
       return null;
@@ -107,6 +107,24 @@ export function nodePortsOnLoopback(decisions: FamilyDecisions): boolean {
     decisions.nodePortAddresses.matchAll ||
     decisions.nodePortAddresses.ips.some((ip) => ip.startsWith('127.'))
   );
+}
+
+/** KUBE-POSTROUTING and KUBE-MARK-MASQ: the same in the iptables and ipvs modes. */
+export function masqueradeRules(mark: string, randomFully: boolean): string[] {
+  return [
+    `-A ${KUBE_POSTROUTING} -m mark ! --mark ${mark}/${mark} -j RETURN`,
+    `-A ${KUBE_POSTROUTING} -j MARK --xor-mark ${mark}`,
+    `-A ${KUBE_POSTROUTING} -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE${randomFully ? ' --random-fully' : ''}`,
+    `-A ${KUBE_MARK_MASQ} -j MARK --or-mark ${mark}`,
+  ];
+}
+
+/** KUBE-FORWARD's accept rules, so marked (NodePort) traffic passes a FORWARD DROP policy: both modes. */
+export function forwardAcceptRules(mark: string): string[] {
+  return [
+    `-A ${KUBE_FORWARD} -m comment --comment "kubernetes forwarding rules" -m mark --mark ${mark}/${mark} -j ACCEPT`,
+    `-A ${KUBE_FORWARD} -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
+  ];
 }
 
 interface FamilyContext {
@@ -151,12 +169,7 @@ export function buildIptablesRuleset(
     );
   }
 
-  const natHeadRules = [
-    `-A ${KUBE_POSTROUTING} -m mark ! --mark ${mark}/${mark} -j RETURN`,
-    `-A ${KUBE_POSTROUTING} -j MARK --xor-mark ${mark}`,
-    `-A ${KUBE_POSTROUTING} -m comment --comment "kubernetes service traffic requiring SNAT" -j MASQUERADE${options.randomFully ? ' --random-fully' : ''}`,
-    `-A ${KUBE_MARK_MASQ} -j MARK --or-mark ${mark}`,
-  ];
+  const natHeadRules = masqueradeRules(mark, options.randomFully);
 
   const noLocalEndpoints = { internal: 0, external: 0 };
   const servicePorts = decisions.servicePorts.map((sp) => servicePortRules(context, sp, noLocalEndpoints));
@@ -186,10 +199,7 @@ export function buildIptablesRuleset(
     const counter = options.nfacct ? ` -m nfacct --nfacct-name ${NFACCT_CT_STATE_INVALID_DROPPED}` : '';
     filterTailRules.push(`-A ${KUBE_FORWARD} -m conntrack --ctstate INVALID${counter} -j DROP`);
   }
-  filterTailRules.push(
-    `-A ${KUBE_FORWARD} -m comment --comment "kubernetes forwarding rules" -m mark --mark ${mark}/${mark} -j ACCEPT`,
-    `-A ${KUBE_FORWARD} -m comment --comment "kubernetes forwarding conntrack rule" -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT`,
-  );
+  filterTailRules.push(...forwardAcceptRules(mark));
 
   return {
     family: decisions.family,

@@ -1,0 +1,541 @@
+// What kube-proxy's ipvs proxier (v1.33, pkg/proxy/ipvs/proxier.go) programs for the brain's
+// decisions (reference/kube-proxy.md §3): virtual and real servers, the addresses bound to
+// kube-ipvs0, the ipsets and the companion iptables rules. Pure; the applier diffs it against the
+// kernel. `render --proxy-mode ipvs` prints it in the formats ipvsadm-save, ipset save and
+// iptables-save print, so each section can be fed back to its restore tool.
+
+import type { IPFamily, Protocol } from '../../model/types.js';
+import {
+  canonicalIPOfFamily,
+  cidrContains,
+  isLoopback,
+  joinHostPort,
+  parseCIDR,
+  parseIP,
+} from '../../proxy/ip.js';
+import type {
+  Endpoint,
+  FamilyDecisions,
+  IpAddrInterface,
+  ProxyDecisions,
+  ServicePortDecision,
+} from '../../proxy/types.js';
+import { KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES } from '../iptables/names.js';
+import { detectorArgs, forwardAcceptRules, masqueradeRules } from '../iptables/render.js';
+import {
+  FILTER_CHAINS,
+  IPSETS,
+  IPVS_DUMMY_DEVICE,
+  type IpsetType,
+  ipsetName,
+  KUBE_CLUSTER_IP,
+  KUBE_EXTERNAL_IP,
+  KUBE_EXTERNAL_IP_LOCAL,
+  KUBE_HEALTH_CHECK_NODE_PORT,
+  KUBE_IPVS_FILTER,
+  KUBE_IPVS_IPS,
+  KUBE_IPVS_OUT_FILTER,
+  KUBE_LOAD_BALANCER,
+  KUBE_LOAD_BALANCER_CHAIN,
+  KUBE_LOAD_BALANCER_FW,
+  KUBE_LOAD_BALANCER_LOCAL,
+  KUBE_LOAD_BALANCER_SOURCE_CIDR,
+  KUBE_LOAD_BALANCER_SOURCE_IP,
+  KUBE_LOOP_BACK,
+  KUBE_NODE_PORT,
+  KUBE_NODE_PORT_LOCAL_SCTP,
+  KUBE_NODE_PORT_LOCAL_TCP,
+  KUBE_NODE_PORT_LOCAL_UDP,
+  KUBE_NODE_PORT_SCTP,
+  KUBE_NODE_PORT_TCP,
+  KUBE_NODE_PORT_UDP,
+  KUBE_SOURCE_RANGES_FIREWALL,
+  NAT_CHAINS,
+} from './names.js';
+
+/** kube-proxy's scheduler when --ipvs-scheduler is empty. */
+export const DEFAULT_SCHEDULER = 'rr';
+
+export interface RealServer {
+  address: string;
+  port: number;
+  weight: number;
+}
+
+export interface VirtualServer {
+  protocol: Protocol;
+  address: string;
+  port: number;
+  scheduler: string;
+  /** ClientIP affinity: persistent with this timeout in seconds; 0 when not persistent. */
+  persistenceTimeout: number;
+  /** The flag kube-proxy adds for the mh scheduler (IP_VS_SVC_F_SCHED2, "mh-port"). */
+  sourceHash: boolean;
+  realServers: RealServer[];
+  /** The service port it serves, for logs. */
+  servicePortName: string;
+}
+
+export interface IpsetContent {
+  /** The kernel name (KUBE-6-… for IPv6). */
+  name: string;
+  type: IpsetType;
+  family: IPFamily;
+  comment: string;
+  /** Entries as `ipset list` prints them, sorted. */
+  entries: string[];
+}
+
+export interface IpvsFamilyState {
+  family: IPFamily;
+  virtualServers: VirtualServer[];
+  /** Addresses kube-ipvs0 carries (= the members of KUBE-IPVS-IPS), sorted. */
+  boundAddresses: string[];
+  /** Every set of IPSETS, in that order. */
+  ipsets: IpsetContent[];
+  /** The companion rules: one iptables-restore --noflush input (filter, then nat). */
+  iptablesRestore: string;
+}
+
+export interface IpvsRenderOptions {
+  /** --ipvs-scheduler; "" means rr. */
+  scheduler: string;
+  /** MASQUERADE --random-fully is supported. */
+  randomFully: boolean;
+  /** The node's addresses of this family outside kube-ipvs0 (nodeAddressSet()). */
+  nodeAddresses: string[];
+}
+
+/**
+ * GetAllLocalAddressesExcept(kube-ipvs0) filtered as the ipvs proxier's netlink handle does: this
+ * family, no loopback, no IPv6 link-local. They are the NodePort addresses when nodePortAddresses
+ * matches everything, and LB/external IPs among them are not bound to kube-ipvs0.
+ */
+export function nodeAddressSet(interfaces: IpAddrInterface[], family: IPFamily): string[] {
+  const addresses: string[] = [];
+  for (const iface of interfaces) {
+    if (iface.ifname === IPVS_DUMMY_DEVICE) continue;
+    for (const info of iface.addr_info) {
+      const ip = canonicalIPOfFamily(info.local, family);
+      if (ip === null || addresses.includes(ip)) continue;
+      const parsed = parseIP(ip);
+      if (!parsed || isLoopback(parsed)) continue;
+      if (family === 'IPv6' && parsed.bytes[0] === 0xfe && (parsed.bytes[1] ?? 0) >> 6 === 2) continue;
+      addresses.push(ip);
+    }
+  }
+  return addresses;
+}
+
+/**
+ * syncEndpoint's choice: a Local policy takes the local endpoints, and when there are none the
+ * cluster endpoints (kubernetes#97081: pods on the node keep reaching the service); otherwise the
+ * cluster endpoints, topology-filtered.
+ */
+export function realServerEndpoints(sp: ServicePortDecision, onlyNodeLocal: boolean): Endpoint[] {
+  if (onlyNodeLocal && sp.localEndpoints.length > 0) return sp.localEndpoints;
+  return sp.clusterEndpoints;
+}
+
+/** The node IPs NodePort virtual servers listen on: never loopback in ipvs mode. */
+export function nodePortIPs(decisions: FamilyDecisions, nodeAddresses: string[]): string[] {
+  if (decisions.nodePortAddresses.matchAll) return nodeAddresses;
+  return decisions.nodePortAddresses.ips.filter((ip) => {
+    const parsed = parseIP(ip);
+    return parsed !== null && !isLoopback(parsed);
+  });
+}
+
+const ipPort = (ip: string, proto: string, port: number) => `${ip},${proto}:${port}`;
+
+/** A LB VIP whose source ranges do not include the node: the node may not reach it (#119656). */
+interface NoNodeAccess {
+  ip: string;
+  protocol: string;
+  port: number;
+}
+
+/** The whole state of one family, as one sync of the ipvs proxier computes it. */
+export function buildIpvsState(decisions: FamilyDecisions, options: IpvsRenderOptions): IpvsFamilyState {
+  const family = decisions.family;
+  const scheduler = options.scheduler === '' ? DEFAULT_SCHEDULER : options.scheduler;
+  const members = new Map<string, Set<string>>(IPSETS.map((set) => [set.name, new Set<string>()]));
+  const add = (set: string, entry: string) => members.get(set)?.add(entry);
+  const nodeAddresses = new Set(options.nodeAddresses);
+  const nodeIP = decisions.nodeIP === '' ? null : parseIP(decisions.nodeIP);
+  const virtualServers: VirtualServer[] = [];
+  const bound = new Set<string>();
+  const noNodeAccess: NoNodeAccess[] = [];
+  const hasNodePort = decisions.servicePorts.some((sp) => sp.nodePort !== 0);
+  const nodeIPs = hasNodePort ? nodePortIPs(decisions, options.nodeAddresses) : [];
+
+  for (const sp of decisions.servicePorts) {
+    const proto = sp.protocol.toLowerCase();
+    const virtualServer = (address: string, port: number, onlyNodeLocal: boolean): VirtualServer => ({
+      protocol: sp.protocol,
+      address,
+      port,
+      scheduler,
+      persistenceTimeout: sp.sessionAffinityTimeoutSeconds,
+      sourceHash: scheduler === 'mh',
+      realServers: realServerEndpoints(sp, onlyNodeLocal).map((ep) => ({
+        address: ep.ip,
+        port: ep.port,
+        weight: 1,
+      })),
+      servicePortName: sp.servicePortName,
+    });
+
+    // Hairpin: a local endpoint reaching itself through a VIP is masqueraded.
+    for (const ep of sp.endpoints) {
+      if (ep.isLocal) add(KUBE_LOOP_BACK, `${ipPort(ep.ip, proto, ep.port)},${ep.ip}`);
+    }
+
+    add(KUBE_CLUSTER_IP, ipPort(sp.clusterIP, proto, sp.port));
+    virtualServers.push(virtualServer(sp.clusterIP, sp.port, sp.internalPolicyLocal));
+    bound.add(sp.clusterIP);
+
+    for (const ip of sp.externalIPs) {
+      add(sp.externalPolicyLocal ? KUBE_EXTERNAL_IP_LOCAL : KUBE_EXTERNAL_IP, ipPort(ip, proto, sp.port));
+      virtualServers.push(virtualServer(ip, sp.port, sp.externalPolicyLocal));
+      // An address already on another interface must not also go on the dummy device.
+      if (!nodeAddresses.has(ip)) bound.add(ip);
+    }
+
+    for (const ip of sp.loadBalancerIPs) {
+      const entry = ipPort(ip, proto, sp.port);
+      add(KUBE_LOAD_BALANCER, entry);
+      if (sp.externalPolicyLocal) add(KUBE_LOAD_BALANCER_LOCAL, entry);
+      if (sp.loadBalancerSourceRanges.length > 0) {
+        add(KUBE_LOAD_BALANCER_FW, entry);
+        let allowFromNode = false;
+        for (const cidrText of sp.loadBalancerSourceRanges) {
+          const cidr = parseCIDR(cidrText);
+          // ipset lists a host-sized net as the bare address.
+          const hostSized = cidr !== null && cidr.prefixLength === (family === 'IPv4' ? 32 : 128);
+          add(KUBE_LOAD_BALANCER_SOURCE_CIDR, `${entry},${hostSized ? cidrText.split('/')[0] : cidrText}`);
+          if (cidr && nodeIP && cidrContains(cidr, nodeIP)) allowFromNode = true;
+        }
+        // Requests from the node to a VIP that is local loop back with the VIP as their source.
+        if (allowFromNode) add(KUBE_LOAD_BALANCER_SOURCE_IP, `${entry},${ip}`);
+        else noNodeAccess.push({ ip, protocol: proto, port: sp.port });
+      }
+      virtualServers.push(virtualServer(ip, sp.port, sp.externalPolicyLocal));
+      if (!nodeAddresses.has(ip)) bound.add(ip);
+    }
+
+    // Upstream skips NodePorts altogether when it found no node IP to put them on.
+    if (sp.nodePort !== 0 && nodeIPs.length > 0) {
+      const sets = nodePortSets(sp.protocol);
+      // TCP and UDP NodePorts are bitmap:port sets; SCTP ones are per node IP (hash:ip,port).
+      const entries =
+        sp.protocol === 'SCTP' ? nodeIPs.map((ip) => ipPort(ip, proto, sp.nodePort)) : [String(sp.nodePort)];
+      for (const entry of entries) {
+        add(sets.all, entry);
+        if (sp.externalPolicyLocal) add(sets.local, entry);
+      }
+      for (const ip of nodeIPs) virtualServers.push(virtualServer(ip, sp.nodePort, sp.externalPolicyLocal));
+    }
+
+    if (sp.healthCheckNodePort !== 0) add(KUBE_HEALTH_CHECK_NODE_PORT, String(sp.healthCheckNodePort));
+  }
+  for (const ip of bound) add(KUBE_IPVS_IPS, ip);
+
+  const ipsets = IPSETS.map((set) => ({
+    name: ipsetName(set.name, family),
+    type: set.type,
+    family,
+    comment: set.comment,
+    entries: [...(members.get(set.name) ?? [])].sort(),
+  }));
+  return {
+    family,
+    virtualServers,
+    boundAddresses: [...bound].sort(),
+    ipsets,
+    iptablesRestore: companionRules(decisions, ipsets, noNodeAccess, options.randomFully),
+  };
+}
+
+function nodePortSets(protocol: Protocol): { all: string; local: string } {
+  switch (protocol) {
+    case 'TCP':
+      return { all: KUBE_NODE_PORT_TCP, local: KUBE_NODE_PORT_LOCAL_TCP };
+    case 'UDP':
+      return { all: KUBE_NODE_PORT_UDP, local: KUBE_NODE_PORT_LOCAL_UDP };
+    case 'SCTP':
+      return { all: KUBE_NODE_PORT_SCTP, local: KUBE_NODE_PORT_LOCAL_SCTP };
+  }
+}
+
+/** ipsetWithIptablesChain: a match-set rule for each set, written only when the set has members. */
+const SET_RULES: readonly {
+  set: string;
+  table: 'nat' | 'filter';
+  from: string;
+  to: string;
+  match: string;
+  protocol?: string;
+}[] = [
+  { set: KUBE_LOOP_BACK, table: 'nat', from: KUBE_POSTROUTING, to: 'MASQUERADE', match: 'dst,dst,src' },
+  {
+    set: KUBE_LOAD_BALANCER,
+    table: 'nat',
+    from: KUBE_SERVICES,
+    to: KUBE_LOAD_BALANCER_CHAIN,
+    match: 'dst,dst',
+  },
+  {
+    set: KUBE_LOAD_BALANCER_LOCAL,
+    table: 'nat',
+    from: KUBE_LOAD_BALANCER_CHAIN,
+    to: 'RETURN',
+    match: 'dst,dst',
+  },
+  // The Local sets come first: their RETURN keeps such traffic from being marked.
+  {
+    set: KUBE_NODE_PORT_LOCAL_TCP,
+    table: 'nat',
+    from: KUBE_NODE_PORT,
+    to: 'RETURN',
+    match: 'dst',
+    protocol: 'tcp',
+  },
+  {
+    set: KUBE_NODE_PORT_TCP,
+    table: 'nat',
+    from: KUBE_NODE_PORT,
+    to: KUBE_MARK_MASQ,
+    match: 'dst',
+    protocol: 'tcp',
+  },
+  {
+    set: KUBE_NODE_PORT_LOCAL_UDP,
+    table: 'nat',
+    from: KUBE_NODE_PORT,
+    to: 'RETURN',
+    match: 'dst',
+    protocol: 'udp',
+  },
+  {
+    set: KUBE_NODE_PORT_UDP,
+    table: 'nat',
+    from: KUBE_NODE_PORT,
+    to: KUBE_MARK_MASQ,
+    match: 'dst',
+    protocol: 'udp',
+  },
+  {
+    set: KUBE_NODE_PORT_LOCAL_SCTP,
+    table: 'nat',
+    from: KUBE_NODE_PORT,
+    to: 'RETURN',
+    match: 'dst,dst',
+    protocol: 'sctp',
+  },
+  {
+    set: KUBE_NODE_PORT_SCTP,
+    table: 'nat',
+    from: KUBE_NODE_PORT,
+    to: KUBE_MARK_MASQ,
+    match: 'dst,dst',
+    protocol: 'sctp',
+  },
+  {
+    set: KUBE_LOAD_BALANCER_FW,
+    table: 'filter',
+    from: KUBE_PROXY_FIREWALL,
+    to: KUBE_SOURCE_RANGES_FIREWALL,
+    match: 'dst,dst',
+  },
+  {
+    set: KUBE_LOAD_BALANCER_SOURCE_CIDR,
+    table: 'filter',
+    from: KUBE_SOURCE_RANGES_FIREWALL,
+    to: 'RETURN',
+    match: 'dst,dst,src',
+  },
+  {
+    set: KUBE_LOAD_BALANCER_SOURCE_IP,
+    table: 'filter',
+    from: KUBE_SOURCE_RANGES_FIREWALL,
+    to: 'RETURN',
+    match: 'dst,dst,src',
+  },
+];
+
+/** writeIptablesRules: the restore input, in kube-proxy's order (reference/kube-proxy.md §3.2). */
+function companionRules(
+  decisions: FamilyDecisions,
+  ipsets: IpsetContent[],
+  noNodeAccess: NoNodeAccess[],
+  randomFully: boolean,
+): string {
+  const byBaseName = new Map(IPSETS.map((info, i) => [info.name, ipsets[i] as IpsetContent]));
+  const set = (name: string) => byBaseName.get(name) as IpsetContent;
+  const nonEmpty = (name: string) => set(name).entries.length > 0;
+  const matchSet = (name: string, match: string) =>
+    `-m comment --comment "${set(name).comment}" -m set --match-set ${set(name).name} ${match}`;
+  const mark = decisions.masqueradeMark;
+  const nat: string[] = [];
+  const filter: string[] = [];
+
+  // Connections from localhost never go through a VIP's masquerade logic.
+  nat.push(`-A ${KUBE_SERVICES} -s ${decisions.family === 'IPv6' ? '::1/128' : '127.0.0.0/8'} -j RETURN`);
+
+  for (const rule of SET_RULES) {
+    if (!nonEmpty(rule.set)) continue;
+    const protocol = rule.protocol ? ` -p ${rule.protocol}` : '';
+    (rule.table === 'nat' ? nat : filter).push(
+      `-A ${rule.from}${protocol} ${matchSet(rule.set, rule.match)} -j ${rule.to}`,
+    );
+  }
+
+  if (nonEmpty(KUBE_CLUSTER_IP)) {
+    const head = `-A ${KUBE_SERVICES} ${matchSet(KUBE_CLUSTER_IP, '')}`.trimEnd();
+    const detector = detectorArgs(decisions.localDetector);
+    if (decisions.masqueradeAll) nat.push(`${head} dst,dst -j ${KUBE_MARK_MASQ}`);
+    // Off-cluster sources routed to a VIP may be forwarded to another node: masquerade them.
+    else if (detector) nat.push(`${head} dst,dst ${detector.ifNotLocal} -j ${KUBE_MARK_MASQ}`);
+    // Without a detector: the node's own connections get a VIP as source address (it is on
+    // kube-ipvs0); masquerading them keeps replies coming back.
+    else nat.push(`${head} src,dst -j ${KUBE_MARK_MASQ}`);
+  }
+
+  const externalIPRules = (head: string) => {
+    // Traffic from off the machine (not from a bridge, not from a local process), and traffic
+    // to external IPs that happen to be local, is accepted.
+    nat.push(`${head} -m physdev ! --physdev-is-in -m addrtype ! --src-type LOCAL -j ACCEPT`);
+    nat.push(`${head} -m addrtype --dst-type LOCAL -j ACCEPT`);
+  };
+  if (nonEmpty(KUBE_EXTERNAL_IP)) {
+    const head = `-A ${KUBE_SERVICES} ${matchSet(KUBE_EXTERNAL_IP, 'dst,dst')}`;
+    nat.push(`${head} -j ${KUBE_MARK_MASQ}`);
+    externalIPRules(head);
+  }
+  if (nonEmpty(KUBE_EXTERNAL_IP_LOCAL)) {
+    externalIPRules(`-A ${KUBE_SERVICES} ${matchSet(KUBE_EXTERNAL_IP_LOCAL, 'dst,dst')}`);
+  }
+
+  nat.push(`-A ${KUBE_SERVICES} -m addrtype --dst-type LOCAL -j ${KUBE_NODE_PORT}`);
+  nat.push(`-A ${KUBE_LOAD_BALANCER_CHAIN} -j ${KUBE_MARK_MASQ}`);
+  filter.push(`-A ${KUBE_SOURCE_RANGES_FIREWALL} -j DROP`);
+  // For IPVS the node's own request to a LB VIP has the VIP as both source and destination.
+  for (const entry of noNodeAccess) {
+    filter.push(
+      `-A ${KUBE_IPVS_OUT_FILTER} -s ${entry.ip} -m ipvs --vaddr ${entry.ip} --vproto ${entry.protocol} --vport ${entry.port} -j DROP`,
+    );
+  }
+  // Accept everything bound for a virtual server, in case other rules would drop it; these
+  // must be the last rules of KUBE-SERVICES.
+  for (const name of [KUBE_CLUSTER_IP, KUBE_LOAD_BALANCER]) {
+    if (nonEmpty(name))
+      nat.push(`-A ${KUBE_SERVICES} -m set --match-set ${set(name).name} dst,dst -j ACCEPT`);
+  }
+
+  filter.push(...forwardAcceptRules(mark));
+  filter.push(
+    `-A ${KUBE_NODE_PORT} ${matchSet(KUBE_HEALTH_CHECK_NODE_PORT, 'dst')} -j ACCEPT`,
+    // Host ports must not be reachable through VIP addresses (kubernetes#72236).
+    `-A ${KUBE_IPVS_FILTER} -m set --match-set ${set(KUBE_LOAD_BALANCER).name} dst,dst -j RETURN`,
+    `-A ${KUBE_IPVS_FILTER} -m set --match-set ${set(KUBE_CLUSTER_IP).name} dst,dst -j RETURN`,
+    `-A ${KUBE_IPVS_FILTER} -m set --match-set ${set(KUBE_EXTERNAL_IP).name} dst,dst -j RETURN`,
+    `-A ${KUBE_IPVS_FILTER} -m set --match-set ${set(KUBE_EXTERNAL_IP_LOCAL).name} dst,dst -j RETURN`,
+    `-A ${KUBE_IPVS_FILTER} -m set --match-set ${set(KUBE_HEALTH_CHECK_NODE_PORT).name} dst -j RETURN`,
+    `-A ${KUBE_IPVS_FILTER} -m conntrack --ctstate NEW -m set --match-set ${set(KUBE_IPVS_IPS).name} dst -j REJECT`,
+  );
+  nat.push(...masqueradeRules(mark, randomFully));
+
+  const lines = [
+    '*filter',
+    ...FILTER_CHAINS.map((chain) => `:${chain} - [0:0]`),
+    ...filter,
+    'COMMIT',
+    '*nat',
+    ...NAT_CHAINS.map((chain) => `:${chain} - [0:0]`),
+    ...nat,
+    'COMMIT',
+  ];
+  return `${lines.join('\n')}\n`;
+}
+
+const IPVSADM_PROTOCOL: Record<Protocol, string> = { TCP: '-t', UDP: '-u', SCTP: '--sctp-service' };
+
+/** The service argument of ipvsadm: "-t 10.96.0.10:80", "-u [fd00::10]:53". */
+export function ipvsadmService(vs: Pick<VirtualServer, 'protocol' | 'address' | 'port'>): string {
+  return `${IPVSADM_PROTOCOL[vs.protocol]} ${joinHostPort(vs.address, vs.port)}`;
+}
+
+/** `-A …` line of one virtual server, as ipvsadm-save -n prints it. */
+export function ipvsadmServiceLine(vs: VirtualServer): string {
+  const persistent = vs.persistenceTimeout > 0 ? ` -p ${vs.persistenceTimeout}` : '';
+  const flags = vs.sourceHash ? ' -b mh-port' : '';
+  return `-A ${ipvsadmService(vs)} -s ${vs.scheduler}${flags}${persistent}`;
+}
+
+/** `-a …` line of one real server (masquerading, i.e. NAT forwarding, as kube-proxy uses). */
+export function ipvsadmRealServerLine(vs: VirtualServer, rs: RealServer): string {
+  return `-a ${ipvsadmService(vs)} -r ${joinHostPort(rs.address, rs.port)} -m -w ${rs.weight}`;
+}
+
+/** ipvsadm-save -n: every virtual server followed by its real servers (ipvsadm -R reads it back). */
+export function formatIpvsadmSave(virtualServers: VirtualServer[]): string {
+  const lines: string[] = [];
+  for (const vs of virtualServers) {
+    lines.push(ipvsadmServiceLine(vs));
+    for (const rs of vs.realServers) lines.push(ipvsadmRealServerLine(vs, rs));
+  }
+  return lines.length > 0 ? `${lines.join('\n')}\n` : '';
+}
+
+/** The `create` line kube-proxy's ipset runner issues (ipset restore reads it back). */
+export function ipsetCreateLine(set: Pick<IpsetContent, 'name' | 'type' | 'family'>): string {
+  const options =
+    set.type === 'bitmap:port'
+      ? 'range 0-65535'
+      : `family ${set.family === 'IPv6' ? 'inet6' : 'inet'} hashsize 1024 maxelem 65536`;
+  return `create ${set.name} ${set.type} ${options} comment`;
+}
+
+/** ipset save: every set, then its members (kube-proxy adds members without a per-entry comment). */
+export function formatIpsetSave(ipsets: IpsetContent[]): string {
+  const lines: string[] = [];
+  for (const set of ipsets) {
+    lines.push(ipsetCreateLine(set));
+    for (const entry of set.entries) lines.push(`add ${set.name} ${entry}`);
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** `ip addr` arguments of a VIP on kube-ipvs0: a host route-sized prefix. */
+export function boundAddressCIDR(ip: string): string {
+  return `${ip}/${ip.includes(':') ? 128 : 32}`;
+}
+
+/**
+ * What `render --proxy-mode ipvs` prints: per family, the three sections under comment headers
+ * (ipvsadm -R, ipset restore and iptables-restore all skip # lines), then the bound addresses.
+ */
+export function renderIpvsText(
+  decisions: ProxyDecisions,
+  options: Omit<IpvsRenderOptions, 'nodeAddresses'> & { interfaces: IpAddrInterface[] },
+  family?: IPFamily,
+): string {
+  const families = decisions.families.filter((f) => family === undefined || f.family === family);
+  if (family && families.length === 0) throw new Error(`the decisions have no ${family} family`);
+  const out: string[] = [];
+  for (const decisionsOfFamily of families) {
+    const state = buildIpvsState(decisionsOfFamily, {
+      ...options,
+      nodeAddresses: nodeAddressSet(options.interfaces, decisionsOfFamily.family),
+    });
+    const fam = decisionsOfFamily.family;
+    out.push(
+      `# ${fam} virtual servers (ipvsadm-save -n; ipvsadm -R reads it)\n${formatIpvsadmSave(state.virtualServers)}`,
+      `# ${fam} ipsets (ipset save; ipset restore reads it)\n${formatIpsetSave(state.ipsets)}`,
+      `# ${fam} companion rules (iptables-restore --noflush)\n${state.iptablesRestore}`,
+      `# ${fam} addresses on ${IPVS_DUMMY_DEVICE}\n${state.boundAddresses.map((ip) => `# ${boundAddressCIDR(ip)}\n`).join('')}`,
+    );
+  }
+  return out.join('');
+}
