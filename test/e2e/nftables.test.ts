@@ -9,7 +9,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { CommandRunner } from '../../src/dataplanes/iptables/backend.js';
 import { NftablesDataplane, STALE_CHAIN_DELAY_MS } from '../../src/dataplanes/nftables/applier.js';
 import { cleanupNftables } from '../../src/dataplanes/nftables/cleanup.js';
-import { endpointChainName, servicePortChainNames } from '../../src/dataplanes/nftables/names.js';
+import { endpointObjectNames, servicePortChainNames } from '../../src/dataplanes/nftables/names.js';
 import { renderNftablesText } from '../../src/dataplanes/nftables/render.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
 import type { EndpointSlice, Service } from '../../src/model/types.js';
@@ -320,7 +320,9 @@ describeRoot('nftables mode in network namespaces', () => {
   it('a partial sync after an endpoint change rewrites only that service; its stale chains are flushed, then deleted', async () => {
     const before = decisionsFor([POD2, POD3], env);
     const web = servicePort(before, 'web', 'http');
-    const webPod3 = endpointChainName(web, web.endpoints.find((ep) => ep.ip === POD3) as never);
+    const pod3 = web.endpoints.find((ep) => ep.ip === POD3);
+    if (!pod3) throw new Error('web has no pod3 endpoint');
+    const webPod3 = endpointObjectNames(web, pod3).chain;
     const webChain = servicePortChainNames(web).cluster;
     const np = servicePort(before, 'np', 'http');
     const npChain = servicePortChainNames(np).cluster;

@@ -4,8 +4,7 @@
 
 import { describe, expect, it } from 'vitest';
 import {
-  affinitySetName,
-  endpointChainName,
+  endpointObjectNames,
   hashAndTruncate,
   isAffinitySetName,
   isServiceChainName,
@@ -101,8 +100,10 @@ describe('names', () => {
     });
     const ep = sp.endpoints[0];
     if (!ep) throw new Error('no endpoint');
-    expect(endpointChainName(sp, ep)).toBe(EP1);
-    expect(affinitySetName(sp, ep)).toBe('affinity-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80');
+    expect(endpointObjectNames(sp, ep)).toEqual({
+      chain: EP1,
+      affinitySet: 'affinity-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80',
+    });
   });
 
   it('replaces IPv6 colons with dots, keeps an empty port name, and truncates at 240 characters', () => {

@@ -157,12 +157,14 @@ export class NftablesDataplane implements Dataplane {
     );
     const staleSets = [...existing.affinitySets].filter((set) => !active.affinitySets.has(set));
     const desired = desiredElements(ruleset);
+    const blockTexts = new Map(ruleset.servicePorts.map((block) => [block.key, blockText(block)]));
 
     const tx = assembleTransaction(ruleset, {
       full,
       recreateBaseChains: !state.initialized,
       writeBlock: (block) =>
-        changes.changedServices.has(block.service) || state.appliedBlocks.get(block.key) !== blockText(block),
+        changes.changedServices.has(block.service) ||
+        state.appliedBlocks.get(block.key) !== blockTexts.get(block.key),
       elementChanges: full ? { remove: [], add: [] } : diffElements(state.appliedElements, desired),
       staleChains: newlyStale,
       staleAffinitySets: staleSets,
@@ -180,7 +182,7 @@ export class NftablesDataplane implements Dataplane {
     state.initialized = true;
     state.needFullSync = false;
     if (full) state.lastFullSync = startedAt;
-    state.appliedBlocks = new Map(ruleset.servicePorts.map((block) => [block.key, blockText(block)]));
+    state.appliedBlocks = blockTexts;
     state.appliedElements = desired;
     for (const chain of active.chains) state.staleChains.delete(chain);
     for (const chain of newlyStale) state.staleChains.set(chain, startedAt);

@@ -154,12 +154,13 @@ export function servicePortChainNames(sp: ServicePortDecision): ServicePortChain
   };
 }
 
-export function endpointChainName(sp: ServicePortDecision, endpoint: Endpoint): string {
-  return `endpoint-${servicePortEndpointChainNameBase(sp, sp.protocol, endpoint)}`;
-}
-
-export function affinitySetName(sp: ServicePortDecision, endpoint: Endpoint): string {
-  return `affinity-${servicePortEndpointChainNameBase(sp, sp.protocol, endpoint)}`;
+/** The chain and the affinity set of one endpoint of a service port: one hash for both. */
+export function endpointObjectNames(
+  sp: ServicePortDecision,
+  endpoint: Endpoint,
+): { chain: string; affinitySet: string } {
+  const base = servicePortEndpointChainNameBase(sp, sp.protocol, endpoint);
+  return { chain: `endpoint-${base}`, affinitySet: `affinity-${base}` };
 }
 
 /** Per-service chains always contain "/"; none of the fixed chains does. */

@@ -14,13 +14,12 @@ import type {
 } from '../../proxy/types.js';
 import { serviceKey } from '../types.js';
 import {
-  affinitySetName,
   BASE_CHAINS,
   CLUSTER_IPS,
   CLUSTER_IPS_CHECK,
   ELEMENT_CONTAINERS,
   type ElementContainer,
-  endpointChainName,
+  endpointObjectNames,
   FIREWALL_CHECK,
   FIREWALL_IPS,
   JUMP_CHAINS,
@@ -306,33 +305,37 @@ function servicePortBlock(
   const { decisions, family, detector } = context;
   const w = new Writer(family);
   const proto = sp.protocol.toLowerCase();
-  const names = servicePortChainNames(sp);
+  const chainNames = servicePortChainNames(sp);
   const hasEndpoints = sp.hasAnyEndpoints;
   const affinity = sp.sessionAffinityTimeoutSeconds > 0;
 
   const chains: string[] = [];
   const ensure = (chain: string) => {
-    if (chains.includes(chain)) return;
     chains.push(chain);
     w.ensureChain(chain);
   };
 
-  for (const ep of sp.allReachableEndpoints) ensure(endpointChainName(sp, ep));
+  // Hashed once per endpoint: the service chains and the endpoint's own rules all name them.
+  const endpointNames = new Map(
+    sp.allReachableEndpoints.map((ep) => [ep.endpoint, endpointObjectNames(sp, ep)]),
+  );
+  const epNames = (ep: Endpoint) => endpointNames.get(ep.endpoint) ?? endpointObjectNames(sp, ep);
+  for (const ep of sp.allReachableEndpoints) ensure(epNames(ep).chain);
   const usesClusterChain = sp.clusterEndpoints.length > 0 && sp.usesClusterEndpoints;
-  if (usesClusterChain) ensure(names.cluster);
+  if (usesClusterChain) ensure(chainNames.cluster);
   const usesLocalChain = sp.localEndpoints.length > 0 && sp.usesLocalEndpoints;
-  if (usesLocalChain) ensure(names.local);
+  if (usesLocalChain) ensure(chainNames.local);
 
-  const internalChain = sp.internalPolicyLocal ? names.local : names.cluster;
+  const internalChain = sp.internalPolicyLocal ? chainNames.local : chainNames.cluster;
   const hasInternal = hasEndpoints && !(sp.internalPolicyLocal && sp.localEndpoints.length === 0);
-  const externalPolicyChain = sp.externalPolicyLocal ? names.local : names.cluster;
+  const externalPolicyChain = sp.externalPolicyLocal ? chainNames.local : chainNames.cluster;
   const hasExternal = hasEndpoints && !(sp.externalPolicyLocal && sp.localEndpoints.length === 0);
   // Needed even without external endpoints: it short-circuits pod and host traffic.
   const usesExternalChain = hasEndpoints && sp.externallyAccessible;
-  if (usesExternalChain) ensure(names.external);
+  if (usesExternalChain) ensure(chainNames.external);
   // A filter of its own (before DNAT), so unlike iptables it does not depend on endpoints.
   const usesFirewallChain = sp.loadBalancerIPs.length > 0 && sp.loadBalancerSourceRanges.length > 0;
-  if (usesFirewallChain) ensure(names.firewall);
+  if (usesFirewallChain) ensure(chainNames.firewall);
 
   let internalVerdict = '';
   let externalVerdict = '';
@@ -365,7 +368,7 @@ function servicePortBlock(
   else element(NO_ENDPOINT_SERVICES, [sp.clusterIP, proto, port], [internalVerdict], name);
 
   for (const ip of sp.externalIPs) {
-    if (hasEndpoints) element(SERVICE_IPS, [ip, proto, port], [`goto ${names.external}`], null);
+    if (hasEndpoints) element(SERVICE_IPS, [ip, proto, port], [`goto ${chainNames.external}`], null);
     // No endpoints at all (reject), or none for external traffic (drop what the external chain did not short-circuit).
     if (!hasExternal) element(NO_ENDPOINT_SERVICES, [ip, proto, port], [externalVerdict], name);
   }
@@ -381,12 +384,12 @@ function servicePortBlock(
     // A VIP-like load balancer's address is often local to the node, so a request from the node
     // to the VIP loops back with the VIP as its source.
     if (allowFromNode) sources.push(...sp.loadBalancerIPs);
-    w.rule(names.firewall, `${family} saddr != { ${sources.join(' , ')} } drop`);
+    w.rule(chainNames.firewall, `${family} saddr != { ${sources.join(' , ')} } drop`);
   }
 
   for (const ip of sp.loadBalancerIPs) {
-    if (hasEndpoints) element(SERVICE_IPS, [ip, proto, port], [`goto ${names.external}`], null);
-    if (usesFirewallChain) element(FIREWALL_IPS, [ip, proto, port], [`goto ${names.firewall}`], name);
+    if (hasEndpoints) element(SERVICE_IPS, [ip, proto, port], [`goto ${chainNames.external}`], null);
+    if (usesFirewallChain) element(FIREWALL_IPS, [ip, proto, port], [`goto ${chainNames.firewall}`], name);
   }
   if (!hasExternal) {
     for (const ip of sp.loadBalancerIPs)
@@ -396,7 +399,7 @@ function servicePortBlock(
   if (sp.nodePort !== 0) {
     const nodePort = String(sp.nodePort);
     // NodePorts are not subject to loadBalancerSourceRanges (upstream cannot change that).
-    if (hasEndpoints) element(SERVICE_NODEPORTS, [proto, nodePort], [`goto ${names.external}`], null);
+    if (hasEndpoints) element(SERVICE_NODEPORTS, [proto, nodePort], [`goto ${chainNames.external}`], null);
     if (!hasExternal) element(NO_ENDPOINT_NODEPORTS, [proto, nodePort], [externalVerdict], name);
   }
 
@@ -405,7 +408,7 @@ function servicePortBlock(
   if (affinity) {
     const addrType = decisions.family === 'IPv4' ? 'ipv4_addr' : 'ipv6_addr';
     for (const ep of sp.allReachableEndpoints) {
-      const set = affinitySetName(sp, ep);
+      const set = epNames(ep).affinitySet;
       affinitySets.push(set);
       // "dynamic" too: some kernels add it on their own, and a later add without it would conflict.
       w.set(set, `type ${addrType} ; flags dynamic,timeout ; timeout ${sp.sessionAffinityTimeoutSeconds}s ;`);
@@ -426,29 +429,41 @@ function servicePortBlock(
   if (usesExternalChain) {
     if (!sp.externalPolicyLocal) {
       // Endpoints may be on other nodes: masquerade so replies come back through this one.
-      w.rule(names.external, `jump ${MARK_FOR_MASQUERADE}`);
+      w.rule(chainNames.external, `jump ${MARK_FOR_MASQUERADE}`);
     } else {
       if (detector) {
         // Pod traffic to an external destination ignores the policy, as if it had gone out to
         // the load balancer and come back.
-        w.rule(names.external, `${detector.ifLocal} goto ${names.cluster}`, 'short-circuit pod traffic');
+        w.rule(
+          chainNames.external,
+          `${detector.ifLocal} goto ${chainNames.cluster}`,
+          'short-circuit pod traffic',
+        );
       }
       // The host's own traffic has a local source (often the VIP itself): masquerade and route it
       // to any endpoint.
-      w.rule(names.external, `fib saddr type local jump ${MARK_FOR_MASQUERADE}`, 'masquerade local traffic');
-      w.rule(names.external, `fib saddr type local goto ${names.cluster}`, 'short-circuit local traffic');
+      w.rule(
+        chainNames.external,
+        `fib saddr type local jump ${MARK_FOR_MASQUERADE}`,
+        'masquerade local traffic',
+      );
+      w.rule(
+        chainNames.external,
+        `fib saddr type local goto ${chainNames.cluster}`,
+        'short-circuit local traffic',
+      );
     }
-    if (hasExternal) w.rule(names.external, `goto ${externalPolicyChain}`);
+    if (hasExternal) w.rule(chainNames.external, `goto ${externalPolicyChain}`);
   }
 
-  if (usesClusterChain) serviceToEndpointRules(w, sp, names.cluster, sp.clusterEndpoints);
-  if (usesLocalChain) serviceToEndpointRules(w, sp, names.local, sp.localEndpoints);
+  if (usesClusterChain) serviceToEndpointRules(w, sp, chainNames.cluster, sp.clusterEndpoints, epNames);
+  if (usesLocalChain) serviceToEndpointRules(w, sp, chainNames.local, sp.localEndpoints, epNames);
 
   for (const ep of sp.allReachableEndpoints) {
-    const chain = endpointChainName(sp, ep);
+    const { chain, affinitySet } = epNames(ep);
     // Hairpin: a pod reaching itself through the service is SNATed.
     w.rule(chain, `${family} saddr ${ep.ip} jump ${MARK_FOR_MASQUERADE}`);
-    if (affinity) w.rule(chain, `update @${affinitySetName(sp, ep)} { ${family} saddr }`);
+    if (affinity) w.rule(chain, `update @${affinitySet} { ${family} saddr }`);
     w.rule(chain, `meta l4proto ${proto} dnat to ${ep.endpoint}`);
   }
 
@@ -467,14 +482,16 @@ function serviceToEndpointRules(
   sp: ServicePortDecision,
   chain: string,
   endpoints: Endpoint[],
+  epNames: (ep: Endpoint) => { chain: string; affinitySet: string },
 ): void {
   if (sp.sessionAffinityTimeoutSeconds > 0) {
     const family = nftFamily(sp.family);
     for (const ep of endpoints) {
-      w.rule(chain, `${family} saddr @${affinitySetName(sp, ep)} goto ${endpointChainName(sp, ep)}`);
+      const { chain: target, affinitySet } = epNames(ep);
+      w.rule(chain, `${family} saddr @${affinitySet} goto ${target}`);
     }
   }
-  const targets = endpoints.map((ep, i) => `${i} : goto ${endpointChainName(sp, ep)}`).join(' , ');
+  const targets = endpoints.map((ep, i) => `${i} : goto ${epNames(ep).chain}`).join(' , ');
   w.rule(chain, `numgen random mod ${endpoints.length} vmap { ${targets} }`);
 }
 
