@@ -14,11 +14,11 @@ RUN npm run build \
  && npm prune --omit=dev
 
 FROM debian:bookworm-slim AS runtime
-# libbpf1: loaded through koffi; iptables, nftables, ipset, conntrack, iproute2, kmod: the tools
-# the data planes and `cleanup` drive; mount: the mount-bpffs init container of the Helm chart.
+# libbpf1: loaded through koffi; iptables, nftables, ipset, ipvsadm, conntrack, iproute2, kmod: the
+# tools the data planes and `cleanup` drive; mount: the mount-bpffs init container of the Helm chart.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      ca-certificates conntrack iproute2 ipset iptables kmod libbpf1 libstdc++6 mount nftables \
+      ca-certificates conntrack iproute2 ipset iptables ipvsadm kmod libbpf1 libstdc++6 mount nftables \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /usr/local/bin/node /usr/local/bin/node
 WORKDIR /opt/kube-bpf-proxy

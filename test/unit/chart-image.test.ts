@@ -103,6 +103,7 @@ describe('Dockerfile', () => {
       'iptables',
       'nftables',
       'ipset',
+      'ipvsadm',
       'conntrack',
       'iproute2',
       'kmod',

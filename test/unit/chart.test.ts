@@ -5,7 +5,7 @@
 
 import { execFile } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -20,7 +20,9 @@ import { Service } from 'kubernetes-models/v1/Service';
 import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
-import { formatProblems, loadConfig } from '../../src/config/load.js';
+import { buildProgram } from '../../src/cli/program.js';
+import { type ConfigFlags, readConfigFlags } from '../../src/config/flags.js';
+import { formatProblems, loadConfigFile } from '../../src/config/load.js';
 
 const root = resolve(import.meta.dirname, '../..');
 const chartDir = join(root, 'charts/kube-bpf-proxy');
@@ -884,7 +886,26 @@ describe('install against an API server', () => {
   });
 });
 
-describe("the agent's config loader reads what the chart writes", () => {
+/**
+ * Parses a container's args with the agent's own command tree, the command's action replaced by
+ * one that records what the real action would read: the options and the configuration flags.
+ */
+async function parseAgentArgs(
+  args: string[],
+): Promise<{ command: string; options: Manifest; flags: ConfigFlags }> {
+  const program = buildProgram().exitOverride();
+  let parsed: { command: string; options: Manifest; flags: ConfigFlags } | undefined;
+  for (const command of program.commands) {
+    command.exitOverride().action((options: Manifest) => {
+      parsed = { command: command.name(), options, flags: readConfigFlags(command) };
+    });
+  }
+  await program.parseAsync(args, { from: 'user' });
+  if (!parsed) throw new Error(`no command ran for ${args.join(' ')}`);
+  return parsed;
+}
+
+describe('the agent runs with what the chart gives it', () => {
   const pasted = 'apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n';
   it.each([
     ['defaults', base, 'bpf'],
@@ -900,22 +921,35 @@ describe("the agent's config loader reads what the chart writes", () => {
     ],
     ['nftables mode', { ...base, proxyMode: 'nftables' }, 'nftables'],
     ['a pasted configuration', { ...base, config: { kubeProxyConfiguration: pasted } }, 'bpf'],
-  ])('%s', async (_what, values, mode) => {
+  ])('run loads the config.conf of %s', async (_what, values, mode) => {
     const objects = await render(values);
-    const fileText = find(objects, 'ConfigMap').data['config.conf'];
-    const result = loadConfig({
-      fileText,
-      fileName: 'config.conf',
-      flags: { 'hostname-override': 'node-1' },
-    });
+    const container = agent(objects);
+    // The ConfigMap as the kubelet projects it, under a directory of this test run.
+    const configDir = join(workDir, `config-${valuesFileCount}`);
+    const mountPath = mountOf(container, 'config')!.mountPath;
+    mkdirSync(configDir);
+    writeFileSync(join(configDir, 'config.conf'), find(objects, 'ConfigMap').data['config.conf']);
+    const args = (container.args as string[]).map((arg) =>
+      arg.replace(mountPath, configDir).replace('$(NODE_NAME)', 'node-1'),
+    );
+    const { command, options, flags } = await parseAgentArgs(args);
+    expect(command).toBe('run');
+    const result = await loadConfigFile(options.config, flags);
     if (!result.ok) throw new Error(formatProblems(result.problems));
     expect(result.config.mode).toBe(mode);
     expect(result.config.hostnameOverride).toBe('node-1');
     expect(result.config.healthzBindAddress).toBe('0.0.0.0:10256');
     expect(result.config.metricsBindAddress).toBe('0.0.0.0:10249');
     expect(result.config.clientConnection.kubeconfig).toBe('');
-    const bpf = configConf(objects).bpf;
-    expect(result.config.bpf).toMatchObject(bpf);
+    expect(result.config.bpf).toMatchObject(configConf(objects).bpf);
+  });
+
+  it('the cleanup init container runs the cleanup command', async () => {
+    const objects = await render({ ...base, cleanupKubeProxyRules: true });
+    const cleanup = initContainer(objects, 'cleanup-kube-proxy-rules')!;
+    expect((await parseAgentArgs(cleanup.args)).command).toBe('cleanup');
+    // Without bpffs the cleanup cannot reach, and so keeps, the agent's pinned maps.
+    expect(mountOf(cleanup, 'bpffs')).toBeUndefined();
   });
 });
 
