@@ -116,6 +116,8 @@ export interface ConntrackGcStats {
   staleUdp: number;
   /** Flows idle in the scan but refreshed before the delete: kept. */
   refreshed: number;
+  /** Map entries deleted (one or two per flow). */
+  deletedEntries: number;
   durationMs: number;
 }
 
@@ -158,6 +160,7 @@ export function collectConntrack(
     expired: found.expired.length - refreshed,
     staleUdp: found.stale.length,
     refreshed,
+    deletedEntries: doomed.length,
     durationMs: performance.now() - started,
   };
 }

@@ -29,6 +29,8 @@ import {
   type BpfConfigValue,
   backend4,
   config as configCodec,
+  type DropStats,
+  dropStats,
   ip4Codec,
   MAPS,
   perCpuValueSize,
@@ -38,8 +40,11 @@ import {
   type SvcVal,
   slotKey,
   srcRange4Key,
+  sumPerCpu,
   svc4Key,
   svcVal,
+  type TrafficStats,
+  trafficStats,
   u8Codec,
   u32Codec,
 } from './layout.js';
@@ -372,6 +377,23 @@ export class KernelStore implements MapStore {
       fresh.length,
     );
     this.deleteBatch('nodeAddrs4', ip4Codec.encodeMany(stale), stale.length);
+  }
+
+  /** Per-CPU counters of a service (svc_id) or backend (backend_id), summed; null past the map. */
+  trafficStats(of: 'service' | 'backend', id: number): TrafficStats | null {
+    const map = of === 'service' ? 'svcStats' : 'backendStats';
+    const value = Buffer.alloc(perCpuValueSize(trafficStats.size, this.cpus));
+    return mapLookup(this.fd[map], u32Codec.encode(id), value)
+      ? sumPerCpu(trafficStats, value, this.cpus)
+      : null;
+  }
+
+  /** kbp_drops_v1[reason], summed over CPUs. */
+  dropStats(reason: number): DropStats | null {
+    const value = Buffer.alloc(perCpuValueSize(dropStats.size, this.cpus));
+    return mapLookup(this.fd.drops, u32Codec.encode(reason), value)
+      ? sumPerCpu(dropStats, value, this.cpus)
+      : null;
   }
 
   readConfig(): BpfConfigValue {

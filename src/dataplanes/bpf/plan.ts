@@ -50,6 +50,10 @@ export interface PlannedFrontend {
   serviceId: number;
   kind: FrontendKind;
   servicePortName: string;
+  namespace: string;
+  serviceName: string;
+  /** "" for an unnamed port. */
+  portName: string;
   scheduler: BpfScheduler;
   action: FrontendAction;
   /** Backend ids in slot order: local backends first, so slots [0, localCount) are the local ones. */
@@ -357,6 +361,9 @@ export function planBpf(
           serviceId,
           kind: d.kind,
           servicePortName: sp.servicePortName,
+          namespace: sp.namespace,
+          serviceName: sp.name,
+          portName: sp.portName,
           scheduler,
           action: d.action,
           backendIds: ids,

@@ -1,0 +1,467 @@
+// The bpf data plane as `run` uses it: open() loads the programs (reusing the pinned maps and
+// links of a previous run, so established connections survive a restart), sync() plans and
+// writes the brain's decisions, periodic work keeps the attachments, node addresses and
+// conntrack in shape, and read() gives the metrics their counters. close() leaves everything in
+// the kernel for the next run; `cleanup` removes it (detachAll and the pin directory).
+
+import { execFile } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { promisify } from 'node:util';
+import type { ProxyConfig } from '../../config/types.js';
+import type { Logger } from '../../logger.js';
+import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../../metrics/bpf.js';
+import type { IpAddrInterface, ProxyDecisions } from '../../proxy/types.js';
+import type { ChangeSet, Dataplane, SyncResult } from '../types.js';
+import { Attacher, type AttachReport, type NetInterface } from './attach.js';
+import { type ConntrackGcStats, collectConntrack, DEFAULT_CONNTRACK_TIMEOUTS } from './conntrack-gc.js';
+import { IdAllocator } from './ids.js';
+import { IPPROTO, KernelStore } from './kernel-store.js';
+import { DROP_REASON, MAPS, type TrafficStats } from './layout.js';
+import { MAGLEV_HASH_SEED, maglevTableSizeProblem } from './maglev.js';
+import { type LoadedObject, loadPinnedObject } from './object.js';
+import { type BpfPlan, type PlanProblem, planBpf } from './plan.js';
+import { MapWriter } from './writer.js';
+
+const execFileAsync = promisify(execFile);
+
+/** SNAT source ports: above Linux's default ephemeral range (32768-60999), so the node's own
+ * connections never collide with translated ones. */
+export const SNAT_PORT_RANGE = { min: 61000, max: 65535 } as const;
+/** How long replaced slots, tables and backends stay for programs that read the old values. */
+export const DEFAULT_GRACE_MS = 1000;
+/** Interfaces and node addresses are polled this often. */
+export const INTERFACE_POLL_MS = 5000;
+/** A released id is not reused before every conntrack entry that could name it has expired. */
+const ID_QUARANTINE_MS = DEFAULT_CONNTRACK_TIMEOUTS.tcpEstablishedSeconds * 1000;
+
+export interface BpfDataplaneOptions {
+  /** Poll interfaces and node addresses in the background (tests call refreshInterfaces()). */
+  watchInterfaces?: boolean;
+  /** Run conntrack GC every bpf.conntrackGCIntervalSeconds (tests call collectConntrack()). */
+  conntrackGC?: boolean;
+  objectPath?: string;
+  graceMs?: number;
+  /** Where the frontend names for `list` and `trace` are written (default: namesFilePath(pinPath)). */
+  namesFile?: string;
+}
+
+/** Service port names of the programmed frontends: the maps only hold numbers. */
+export interface FrontendNames {
+  frontends: { serviceId: number; servicePortName: string; kind: string }[];
+}
+
+export function namesFilePath(pinPath: string): string {
+  return `/run/kube-bpf-proxy/${pinPath.replace(/^\/+/, '').replace(/\//g, '_')}.names.json`;
+}
+
+const ZERO: TrafficCounters = {
+  newConnections: 0n,
+  forwardPackets: 0n,
+  forwardBytes: 0n,
+  replyPackets: 0n,
+  replyBytes: 0n,
+  droppedPackets: 0n,
+};
+
+function toCounters(s: TrafficStats): TrafficCounters {
+  return {
+    newConnections: s.newConns,
+    forwardPackets: s.fwdPackets,
+    forwardBytes: s.fwdBytes,
+    replyPackets: s.replyPackets,
+    replyBytes: s.replyBytes,
+    droppedPackets: s.drops,
+  };
+}
+
+function addCounters(a: TrafficCounters, b: TrafficCounters): TrafficCounters {
+  const out = { ...a };
+  for (const k of Object.keys(out) as (keyof TrafficCounters)[]) out[k] = BigInt(a[k]) + BigInt(b[k]);
+  return out;
+}
+
+/**
+ * Keeps a counter series monotonic while the id behind it changes (a frontend re-created under
+ * a new id, or an id's counters zeroed on reuse): what the old id had counted is carried over.
+ */
+export class MonotonicCounters {
+  private readonly series = new Map<string, { id: number; last: TrafficCounters; base: TrafficCounters }>();
+
+  value(series: string, id: number, raw: TrafficCounters): TrafficCounters {
+    const known = this.series.get(series);
+    let base = known?.base ?? ZERO;
+    if (known && (known.id !== id || BigInt(raw.forwardPackets) < BigInt(known.last.forwardPackets))) {
+      base = addCounters(base, known.last);
+    }
+    this.series.set(series, { id, last: raw, base });
+    return addCounters(base, raw);
+  }
+}
+
+/** Every IPv4 address of the node except loopback: NodePorts open on "every node address". */
+export function nodeAddresses(interfaces: readonly IpAddrInterface[]): string[] {
+  const out = new Set<string>();
+  for (const i of interfaces) {
+    for (const a of i.addr_info) if (a.family === 'inet' && !a.local.startsWith('127.')) out.add(a.local);
+  }
+  return [...out].sort();
+}
+
+export class BpfDataplane implements Dataplane, BpfStatsProvider {
+  readonly mode = 'bpf' as const;
+  private ids: { serviceIds: IdAllocator; backendIds: IdAllocator };
+  private plan: BpfPlan | null = null;
+  private problems = new Set<string>();
+  private udpPairs = new Set<string>();
+  private readonly timers: NodeJS.Timeout[] = [];
+  private flushTimer: NodeJS.Timeout | null = null;
+  private readonly counters = new MonotonicCounters();
+  private readonly backendCounters = new MonotonicCounters();
+  private readonly gc = { runs: 0, scanned: 0, deleted: 0, seconds: 0, entries: { ct4Tcp: 0, ct4Any: 0 } };
+  private closed = false;
+
+  private constructor(
+    readonly lb: LoadedObject,
+    readonly store: KernelStore,
+    private readonly writer: MapWriter,
+    readonly attacher: Attacher,
+    private readonly config: ProxyConfig,
+    private readonly log: Logger,
+    private readonly options: BpfDataplaneOptions,
+  ) {
+    this.ids = {
+      serviceIds: new IdAllocator('service', 1, lb.capacity.svcStats - 1, ID_QUARANTINE_MS),
+      backendIds: new IdAllocator('backend', 1, lb.capacity.backendStats - 1, ID_QUARANTINE_MS),
+    };
+  }
+
+  static async open(
+    config: ProxyConfig,
+    log: Logger,
+    options: BpfDataplaneOptions = {},
+  ): Promise<BpfDataplane> {
+    const bpf = config.bpf;
+    const problem = maglevTableSizeProblem(bpf.maglevTableSize);
+    if (problem) throw new Error(`bpf.maglevTableSize: ${problem}`);
+    const started = performance.now();
+    const lb = loadPinnedObject({
+      pinPath: bpf.pinPath,
+      mapSizes: bpf.mapSizes,
+      objectPath: options.objectPath,
+    });
+    for (const r of lb.reused) {
+      if (r.configured !== null && r.configured !== r.capacity) {
+        log.warn(
+          { map: r.name, capacity: r.capacity, configured: r.configured },
+          'pinned map reused with its old size; run `kube-bpf-proxy cleanup` to apply the new one',
+        );
+      }
+    }
+    const store = new KernelStore(lb.fd, lb.capacity);
+    const writer = new MapWriter(store, {
+      maglevTableSize: bpf.maglevTableSize,
+      graceMs: options.graceMs ?? DEFAULT_GRACE_MS,
+    });
+    const attacher = new Attacher(lb.pinDir, lb.prog, bpf);
+    const dp = new BpfDataplane(lb, store, writer, attacher, config, log, options);
+    dp.restoreIds();
+    log.info(
+      {
+        pinDir: lb.pinDir,
+        reusedMaps: lb.reused.length,
+        services: dp.ids.serviceIds.size,
+        backends: dp.ids.backendIds.size,
+        ms: Math.round(performance.now() - started),
+      },
+      'bpf programs loaded',
+    );
+    if (options.watchInterfaces ?? true) {
+      await dp.refreshInterfaces();
+      dp.every(INTERFACE_POLL_MS, () => dp.refreshInterfaces());
+    }
+    if (options.conntrackGC ?? true) {
+      dp.every(bpf.conntrackGCIntervalSeconds * 1000, async () => {
+        dp.collectConntrack();
+      });
+    }
+    return dp;
+  }
+
+  private restoreIds(): void {
+    const restored = this.writer.restore();
+    for (const [key, id] of restored.serviceIds) {
+      if (!this.ids.serviceIds.restore(key, id))
+        this.log.warn({ frontend: key, id }, 'conflicting service id in the maps');
+    }
+    for (const [key, id] of restored.backendIds) {
+      if (!this.ids.backendIds.restore(key, id))
+        this.log.warn({ backend: key, id }, 'conflicting backend id in the maps');
+    }
+  }
+
+  private every(ms: number, task: () => Promise<unknown>): void {
+    const timer = setInterval(() => {
+      task().catch((err: unknown) => this.log.error({ err }, 'bpf background task failed'));
+    }, ms);
+    timer.unref();
+    this.timers.push(timer);
+  }
+
+  async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
+    const bpf = this.config.bpf;
+    const plan = planBpf(
+      decisions,
+      {
+        defaultScheduler: bpf.scheduler,
+        families: this.store.families,
+        capacity: {
+          frontends: this.lb.capacity.svc4,
+          backends: this.lb.capacity.backends4 - 1,
+          // Room for two generations while a frontend switches.
+          slots: Math.floor(this.lb.capacity.slots / 2),
+          sourceRanges: this.lb.capacity.srcRange4,
+        },
+        nowMs: Date.now(),
+      },
+      this.ids,
+    );
+    this.writeConfig(decisions, plan);
+    const result = await this.writer.apply(plan);
+    this.ids = plan;
+    this.plan = plan;
+    this.reportProblems([
+      ...plan.problems,
+      ...result.failures.map((f) => ({ servicePortName: f.servicePortName, reason: f.error })),
+      ...result.degraded.map((f) => ({ servicePortName: f.servicePortName, reason: f.error })),
+    ]);
+    this.writeNames(plan);
+    this.cleanStaleUdp(plan);
+    this.scheduleFlush();
+    this.log.debug(
+      {
+        frontends: plan.frontends.length,
+        backends: plan.backends.length,
+        written: result.written,
+        deleted: result.deleted,
+        maglevTables: result.maglevTables,
+      },
+      'bpf maps synced',
+    );
+    return { full: changes.fullSyncRequired };
+  }
+
+  private writeConfig(decisions: ProxyDecisions, plan: BpfPlan): void {
+    const nodeIP = decisions.families.find((f) => f.family === 'IPv4')?.nodeIP || '0.0.0.0';
+    const anyAddressPorts = plan.frontends
+      .filter((f) => f.kind === 'NodePort' && f.key.address === '0.0.0.0')
+      .map((f) => f.key.port);
+    // Without any NodePort on every node address, a range nothing falls in keeps the node
+    // address lookup off the path (0 would mean "every port").
+    const nodeport = anyAddressPorts.length
+      ? { min: Math.min(...anyAddressPorts), max: Math.max(...anyAddressPorts) }
+      : { min: 65535, max: 65535 };
+    const wanted = {
+      snatAddr4: nodeIP,
+      snatAddr6: '::',
+      snatPortMin: SNAT_PORT_RANGE.min,
+      snatPortMax: SNAT_PORT_RANGE.max,
+      maglevSize: this.config.bpf.maglevTableSize,
+      hashSeed: MAGLEV_HASH_SEED,
+      nodeportMin: nodeport.min,
+      nodeportMax: nodeport.max,
+    };
+    const current = this.store.readConfig();
+    if ((Object.keys(wanted) as (keyof typeof wanted)[]).some((k) => current[k] !== wanted[k])) {
+      this.store.writeConfig(wanted);
+    }
+  }
+
+  /** Logs each problem once, when it first appears. */
+  private reportProblems(problems: PlanProblem[]): void {
+    const now = new Set(problems.map((p) => `${p.servicePortName}\u0000${p.reason}`));
+    for (const p of problems) {
+      if (!this.problems.has(`${p.servicePortName}\u0000${p.reason}`)) {
+        this.log.warn(
+          { servicePortName: p.servicePortName, reason: p.reason },
+          'service port not fully programmed',
+        );
+      }
+    }
+    this.problems = now;
+  }
+
+  private writeNames(plan: BpfPlan): void {
+    const names: FrontendNames = {
+      frontends: plan.frontends.map((f) => ({
+        serviceId: f.serviceId,
+        servicePortName: f.servicePortName,
+        kind: f.kind,
+      })),
+    };
+    const path = this.options.namesFile ?? namesFilePath(this.config.bpf.pinPath);
+    try {
+      mkdirSync(dirname(path), { recursive: true });
+      writeFileSync(path, `${JSON.stringify(names)}\n`);
+    } catch (err) {
+      this.log.debug({ err, path }, 'could not write frontend names for list/trace');
+    }
+  }
+
+  /** kube-proxy deletes UDP conntrack entries towards endpoints that left: so do we. */
+  private cleanStaleUdp(plan: BpfPlan): void {
+    const pairs = new Set<string>();
+    for (const f of plan.frontends) {
+      if (f.key.protocol === 'UDP') for (const b of f.backendIds) pairs.add(`${f.serviceId}/${b}`);
+    }
+    const lost = [...this.udpPairs].some((p) => !pairs.has(p));
+    this.udpPairs = pairs;
+    if (!lost) return;
+    const stats = collectConntrack(
+      this.lb.fd.ct4Any,
+      DEFAULT_CONNTRACK_TIMEOUTS,
+      (e) => e.key.proto === IPPROTO.UDP && !pairs.has(`${e.value.svcId}/${e.value.backendId}`),
+    );
+    this.countGc(stats);
+    if (stats.staleUdp)
+      this.log.debug({ flows: stats.staleUdp }, 'deleted UDP conntrack entries of removed backends');
+  }
+
+  private scheduleFlush(): void {
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    const due = this.writer.nextDeferredDue();
+    if (due === null || this.closed) return;
+    this.flushTimer = setTimeout(
+      () => {
+        this.flushTimer = null;
+        try {
+          this.writer.flushDeferred();
+        } catch (err) {
+          this.log.error({ err }, 'deleting replaced bpf map entries failed; retried at the next sync');
+        }
+        this.scheduleFlush();
+      },
+      Math.max(0, due - Date.now()),
+    );
+    this.flushTimer.unref();
+  }
+
+  /** One poll: attach to matching interfaces, drop gone ones, refresh the node's addresses. */
+  async refreshInterfaces(): Promise<AttachReport> {
+    const { stdout } = await execFileAsync('ip', ['-j', 'addr', 'show']);
+    const links = JSON.parse(stdout) as (IpAddrInterface & { ifindex: number })[];
+    const interfaces: NetInterface[] = links.map((l) => ({ ifname: l.ifname, ifindex: l.ifindex }));
+    const report = this.attacher.sync(interfaces);
+    for (const a of [...report.attached, ...report.replaced]) {
+      this.log.info({ interface: a.ifname, hook: a.hook }, 'bpf program attached');
+    }
+    for (const name of report.detached) this.log.info({ link: name }, 'bpf program detached');
+    for (const e of report.errors) {
+      this.log.warn(
+        { interface: e.attachment.ifname, hook: e.attachment.hook, error: e.error },
+        'attach failed',
+      );
+    }
+    this.store.setNodeAddresses(nodeAddresses(links));
+    return report;
+  }
+
+  /** One GC pass over both conntrack maps. */
+  collectConntrack(): ConntrackGcStats[] {
+    const passes = (['ct4Tcp', 'ct4Any'] as const).map((map) => {
+      const pass = collectConntrack(this.lb.fd[map]);
+      this.countGc(pass);
+      this.gc.entries[map] = pass.scanned - pass.deletedEntries;
+      return pass;
+    });
+    return passes;
+  }
+
+  private countGc(stats: ConntrackGcStats): void {
+    this.gc.runs++;
+    this.gc.scanned += stats.scanned;
+    this.gc.deleted += stats.deletedEntries;
+    this.gc.seconds += stats.durationMs / 1000;
+  }
+
+  read(): BpfStats {
+    const plan = this.plan;
+    const stats: BpfStats = {
+      services: [],
+      backends: [],
+      drops: [],
+      maps: [],
+      conntrackEntries: [{ family: 'IPv4', entries: this.gc.entries.ct4Tcp + this.gc.entries.ct4Any }],
+      conntrackGC: {
+        runs: this.gc.runs,
+        scannedEntries: this.gc.scanned,
+        deletedEntries: this.gc.deleted,
+        seconds: this.gc.seconds,
+      },
+    };
+    for (const f of plan?.frontends ?? []) {
+      const raw = this.store.trafficStats('service', f.serviceId);
+      const counters = raw ? toCounters(raw) : ZERO;
+      stats.services.push({
+        namespace: f.namespace,
+        name: f.serviceName,
+        portName: f.portName,
+        protocol: f.key.protocol,
+        family: f.key.family,
+        frontend: f.kind,
+        ...this.counters.value(f.name, f.serviceId, counters),
+      });
+    }
+    for (const b of plan?.backends ?? []) {
+      const raw = this.store.trafficStats('backend', b.id);
+      const counters = raw ? toCounters(raw) : ZERO;
+      stats.backends.push({
+        family: b.family,
+        backend: b.name,
+        ...this.backendCounters.value(b.name, b.id, counters),
+      });
+    }
+    for (const [name, index] of Object.entries(DROP_REASON)) {
+      if (index === DROP_REASON.none) continue;
+      const d = this.store.dropStats(index);
+      if (!d) continue;
+      stats.drops.push({
+        reason: name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`),
+        packets: d.packets,
+        bytes: d.bytes,
+      });
+    }
+    const slots = (plan?.frontends ?? []).reduce((n, f) => n + f.backendIds.length, 0);
+    const entries: Partial<Record<keyof typeof MAPS, number>> = {
+      svc4: plan?.frontends.length ?? 0,
+      backends4: plan?.backends.length ?? 0,
+      slots,
+      ct4Tcp: this.gc.entries.ct4Tcp,
+      ct4Any: this.gc.entries.ct4Any,
+    };
+    for (const [key, count] of Object.entries(entries) as [keyof typeof MAPS, number][]) {
+      stats.maps.push({ name: MAPS[key].name, entries: count, capacity: this.lb.capacity[key] });
+    }
+    return stats;
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const t of this.timers) clearInterval(t);
+    if (this.flushTimer) clearTimeout(this.flushTimer);
+    this.flushTimer = null;
+    try {
+      this.writer.flushDeferred(true);
+    } finally {
+      this.lb.close();
+    }
+  }
+}
+
+export function openBpfDataplane(
+  config: ProxyConfig,
+  log: Logger,
+  options: BpfDataplaneOptions = {},
+): Promise<BpfDataplane> {
+  return BpfDataplane.open(config, log, options);
+}
