@@ -1,0 +1,161 @@
+// The programs attached to real interfaces (maps written through the codecs, no agent), carrying
+// real TCP and UDP between namespaces this test creates. This is what BPF_PROG_TEST_RUN cannot
+// show: that the stack accepts the rewritten packets (a node-address source arriving on an
+// interface is a martian unless tc forwards it itself), that replies find their way back, and
+// that checksums survive veth offloads.
+//
+//   cl (10.201.0.1) --c0/l0-- lb (10.201.0.2 | 10.202.0.1 | 10.203.0.1) --l1/b0-- be (10.202.0.2, "another node")
+//                                                                       --l2/p0-- pod (10.203.0.2, local)
+// lb: kbp_tc_ext on l0 (outside) and l1 (towards the other node), kbp_tc_pod on l2 (pod).
+
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import {
+  BPF_TCX_INGRESS,
+  linkCreate,
+  mapUpdate,
+  XDP_FLAGS_DRV_MODE,
+  xdpAttach,
+  xdpDetach,
+} from '../../native/libbpf.js';
+import { closeFd, ifNameToIndex } from '../../native/libc.js';
+import { ACTION, BE_F, ip4Codec, PROGRAMS, SVC_F, u32Codec } from '../../src/dataplanes/bpf/layout.js';
+import { Lab, type RequestResult } from '../../src/lab/netns.js';
+import { inNetns } from '../support/in-netns.js';
+import { type LoadedLb, loadLb, writeConfig, writeFrontend } from '../support/lb-object.js';
+import { IPPROTO_TCP, IPPROTO_UDP } from '../support/packets.js';
+import { describeRoot } from '../support/privileges.js';
+
+const NODE_IPS = ['10.201.0.2', '10.202.0.1', '10.203.0.1'];
+const REMOTE = { id: 1, addr: '10.202.0.2', port: 8080 };
+const LOCAL = { id: 2, addr: '10.203.0.2', port: 8080, flags: BE_F.LOCAL };
+const REMOTE_UDP = { id: 3, addr: '10.202.0.2', port: 5353 };
+
+describeRoot('bpf/lb.o with real traffic between namespaces', () => {
+  const lab = new Lab(`kbptr${process.pid}`);
+  let lb: LoadedLb;
+  const links: number[] = [];
+
+  const inLb = <T>(fn: () => T): T => inNetns(lab.ns('lb'), fn);
+
+  function ok(results: RequestResult[], backend: string): void {
+    expect(results.map((r) => r.error ?? r.backend)).toEqual(results.map(() => backend));
+  }
+
+  beforeAll(async () => {
+    lb = loadLb();
+    writeConfig(lb, { snatAddr4: '10.202.0.1' });
+    for (const ns of ['cl', 'lb', 'be', 'pod']) await lab.addNamespace(ns);
+    await lab.link('cl', 'c0', 'lb', 'l0');
+    await lab.link('lb', 'l1', 'be', 'b0');
+    await lab.link('lb', 'l2', 'pod', 'p0');
+    await lab.addAddress('cl', 'c0', '10.201.0.1/24');
+    await lab.addAddress('lb', 'l0', '10.201.0.2/24');
+    await lab.addAddress('lb', 'l1', '10.202.0.1/24');
+    await lab.addAddress('be', 'b0', '10.202.0.2/24');
+    await lab.addAddress('lb', 'l2', '10.203.0.1/24');
+    await lab.addAddress('pod', 'p0', '10.203.0.2/24');
+    await lab.addRoute('cl', 'default', 'via', '10.201.0.2');
+    await lab.addRoute('be', 'default', 'via', '10.202.0.1');
+    await lab.addRoute('pod', 'default', 'via', '10.203.0.1');
+    await lab.sysctl('lb', 'net.ipv4.ip_forward', '1');
+    // XDP on a veth cannot fix up CHECKSUM_PARTIAL packets (reference gotcha 5).
+    await lab.exec('cl', 'ethtool', ['-K', 'c0', 'tx', 'off']);
+    await lab.startBackend('be', { name: 'remote', tcpPorts: [8080], udpPorts: [5353] });
+    await lab.startBackend('pod', { name: 'local', tcpPorts: [8080] });
+    for (const ip of NODE_IPS) mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode(ip), u32Codec.encode(1));
+    inLb(() => {
+      links.push(linkCreate(lb.prog(PROGRAMS.tcFromExternal), ifNameToIndex('l0'), BPF_TCX_INGRESS));
+      links.push(linkCreate(lb.prog(PROGRAMS.tcFromExternal), ifNameToIndex('l1'), BPF_TCX_INGRESS));
+      links.push(linkCreate(lb.prog(PROGRAMS.tcFromPod), ifNameToIndex('l2'), BPF_TCX_INGRESS));
+    });
+  });
+
+  afterAll(async () => {
+    for (const fd of links) closeFd(fd);
+    await lab.destroy();
+    lb?.close();
+  });
+
+  it('ClusterIP from a pod to a backend on another node, TCP and UDP, client address kept', async () => {
+    writeFrontend(lb, { svcId: 1, addr: '10.96.0.1', port: 80, proto: IPPROTO_TCP, backends: [REMOTE] });
+    writeFrontend(lb, { svcId: 2, addr: '10.96.0.1', port: 53, proto: IPPROTO_UDP, backends: [REMOTE_UDP] });
+    const tcp = await lab.requests('pod', '10.96.0.1:80', { proto: 'tcp', count: 5 });
+    ok(tcp, 'remote');
+    expect(tcp[0]!.seenClient).toMatch(/^10\.203\.0\.2:/);
+    ok(await lab.requests('pod', '10.96.0.1:53', { proto: 'udp', count: 5 }), 'remote');
+  });
+
+  it('NodePort from outside: SNAT to a remote backend, client address kept for a local one', async () => {
+    const flags = SVC_F.EXTERNAL | SVC_F.NODEPORT;
+    writeFrontend(lb, {
+      svcId: 3,
+      addr: '0.0.0.0',
+      port: 30080,
+      proto: IPPROTO_TCP,
+      flags,
+      backends: [REMOTE],
+    });
+    writeFrontend(lb, {
+      svcId: 4,
+      addr: '0.0.0.0',
+      port: 30081,
+      proto: IPPROTO_TCP,
+      flags,
+      backends: [LOCAL],
+    });
+    const remote = await lab.requests('cl', '10.201.0.2:30080', { proto: 'tcp', count: 5 });
+    ok(remote, 'remote');
+    expect(remote[0]!.seenClient).toMatch(/^10\.202\.0\.1:/);
+    const local = await lab.requests('cl', '10.201.0.2:30081', { proto: 'tcp', count: 5 });
+    ok(local, 'local');
+    expect(local[0]!.seenClient).toMatch(/^10\.201\.0\.1:/);
+  });
+
+  it('a LoadBalancer IP through XDP, with tc completing the routed flows', async () => {
+    const flags = SVC_F.EXTERNAL | SVC_F.LOADBALANCER;
+    writeFrontend(lb, {
+      svcId: 5,
+      addr: '192.0.2.10',
+      port: 80,
+      proto: IPPROTO_TCP,
+      flags,
+      backends: [LOCAL],
+    });
+    writeFrontend(lb, {
+      svcId: 6,
+      addr: '192.0.2.11',
+      port: 80,
+      proto: IPPROTO_TCP,
+      flags,
+      backends: [REMOTE],
+    });
+    await lab.addRoute('cl', '192.0.2.0/24', 'via', '10.201.0.2');
+    const l0 = inLb(() => ifNameToIndex('l0'));
+    inLb(() => xdpAttach(l0, lb.prog(PROGRAMS.xdpFromExternal), XDP_FLAGS_DRV_MODE));
+    try {
+      ok(await lab.requests('cl', '192.0.2.10:80', { proto: 'tcp', count: 5 }), 'local');
+      ok(await lab.requests('cl', '192.0.2.11:80', { proto: 'tcp', count: 5 }), 'remote');
+    } finally {
+      inLb(() => xdpDetach(l0, XDP_FLAGS_DRV_MODE));
+    }
+  });
+
+  it('hairpin: a pod reaches itself through its service', async () => {
+    writeFrontend(lb, { svcId: 7, addr: '10.96.0.7', port: 80, proto: IPPROTO_TCP, backends: [LOCAL] });
+    ok(await lab.requests('pod', '10.96.0.7:80', { proto: 'tcp', count: 5 }), 'local');
+  });
+
+  it('a service without endpoints refuses connections at once (ICMP port unreachable)', async () => {
+    writeFrontend(lb, {
+      svcId: 8,
+      addr: '10.96.0.8',
+      port: 80,
+      proto: IPPROTO_TCP,
+      backends: [],
+      action: ACTION.reject,
+    });
+    const [r] = await lab.requests('pod', '10.96.0.8:80', { proto: 'tcp', count: 1, timeoutMs: 3000 });
+    expect(r!.error).toMatch(/ECONNREFUSED/);
+    expect(r!.ms).toBeLessThan(1000);
+  });
+});
