@@ -9,6 +9,9 @@ helm_version=v3.22.0
 bin_dir=$PWD/.tools/bin
 helm_bin=$bin_dir/helm
 
+# The Go toolchain's usual home, for shells whose PATH lacks it.
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+
 if [[ ${KBP_SKIP_HELM:-} == 1 ]]; then
   echo "KBP_SKIP_HELM=1: not installing helm"
   exit 0
