@@ -26,7 +26,7 @@ COPY --from=build /src/package.json ./
 COPY --from=build /src/node_modules ./node_modules
 COPY --from=build /src/dist ./dist
 COPY --from=build /src/bpf/*.o ./bpf/
-# `kube-bpf-proxy list`, `trace`, ... for kubectl exec.
+# `kubectl exec ... -- kube-bpf-proxy <command>` finds the CLI on PATH.
 RUN printf '#!/bin/sh\nexec node /opt/kube-bpf-proxy/dist/src/cli/main.js "$@"\n' >/usr/local/bin/kube-bpf-proxy \
  && chmod 0755 /usr/local/bin/kube-bpf-proxy \
  && node --version
