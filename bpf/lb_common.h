@@ -14,6 +14,8 @@
  *   4. policy: ClusterIP only from pods; loadBalancerSourceRanges; action reject/drop.
  *   5. backend choice (affinity, random / rr / maglev), SNAT decision and port, both conntrack
  *      entries, counters, rewrite.
+ *   6. packets whose new source is a node address (KBP_CT_F_ROUTE) are forwarded by tc itself
+ *      (FIB lookup, TTL, MACs, redirect); XDP leaves them to tc untouched.
  */
 #ifndef KBP_LB_COMMON_H
 #define KBP_LB_COMMON_H
