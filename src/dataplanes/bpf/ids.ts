@@ -73,6 +73,12 @@ export class IdAllocator {
     return true;
   }
 
+  /** Keeps a free id out of use until `untilMs` (an id a conntrack entry still names). */
+  quarantine(id: number, untilMs: number): void {
+    if (id < this.min || id > this.max || this.byId.has(id)) return;
+    this.quarantined.set(id, Math.max(untilMs, this.quarantined.get(id) ?? 0));
+  }
+
   /** The key's id, allocating one if needed; null when every id is in use or in quarantine. */
   allocate(key: string, nowMs: number): number | null {
     const known = this.byKey.get(key);
