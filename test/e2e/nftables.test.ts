@@ -4,6 +4,9 @@
 //   client-a 192.168.50.100 ──┐                 ┌── pod1 10.244.1.2 (client pod, node-a)
 //   client-b 192.168.60.100 ──┤  node (node-a)  ├── pod2 10.244.2.2 (backend, node-a)
 //   upstream (default route) ─┘                 └── pod3 10.244.3.2 (backend, "node-b")
+//
+// client-a, pod1, pod2 and pod3 also have IPv6 addresses (fd00:50::100, fd00:244:N::2): the
+// IPv6 family runs its own table with one service, web6.
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { CommandRunner } from '../../src/dataplanes/iptables/backend.js';
@@ -37,6 +40,8 @@ const brainConfig: BrainConfig = {
 
 const POD2 = '10.244.2.2';
 const POD3 = '10.244.3.2';
+const POD2_V6 = 'fd00:244:2::2';
+const POD3_V6 = 'fd00:244:3::2';
 const local = { nodeName: NODE };
 const remote = { nodeName: 'node-b' };
 const ports: EndpointSlice['ports'] = [
@@ -79,6 +84,15 @@ function cluster(webEndpoints: string[]): { services: Service[]; slices: Endpoin
       ports: servicePorts,
     }),
     service(NS, 'empty', { clusterIP: '10.96.0.80', ports: servicePorts }),
+    service(NS, 'web6', {
+      type: 'NodePort',
+      clusterIP: 'fd00:96::10',
+      clusterIPs: ['fd00:96::10'],
+      ports: [
+        { name: 'http', protocol: 'TCP', port: 80, nodePort: 30083 },
+        { name: 'dns', protocol: 'UDP', port: 53, nodePort: 0 },
+      ],
+    }),
   ];
   const slices = [
     slice(
@@ -90,6 +104,7 @@ function cluster(webEndpoints: string[]): { services: Service[]; slices: Endpoin
     ),
     ...['np', 'local', 'ext', 'lb', 'itp', 'sticky'].map((name) => slice(NS, name, `${name}-1`, both, ports)),
     slice(NS, 'empty', 'empty-1', [], ports),
+    slice(NS, 'web6', 'web6-1', [endpoint(POD2_V6, local), endpoint(POD3_V6, remote)], ports, 'IPv6'),
   ];
   return { services, slices };
 }
@@ -104,7 +119,7 @@ function decisionsFor(webEndpoints: string[], env: NodeEnv): ProxyDecisions {
     },
     env,
     brainConfig,
-    { families: ['IPv4'] },
+    { families: ['IPv4', 'IPv6'] },
   );
 }
 
@@ -149,7 +164,20 @@ describeRoot('nftables mode in network namespaces', () => {
       await lab.addAddress(ns, 'eth0', address);
       await lab.addRoute(ns, 'default', 'via', nodeAddress.split('/')[0] as string);
     }
+    const links6: [string, string, string, string][] = [
+      ['client-a', 'fd00:50::100/64', 'ca', 'fd00:50::1/64'],
+      ['pod1', 'fd00:244:1::2/64', 'p1', 'fd00:244:1::1/64'],
+      ['pod2', 'fd00:244:2::2/64', 'p2', 'fd00:244:2::1/64'],
+      ['pod3', 'fd00:244:3::2/64', 'p3', 'fd00:244:3::1/64'],
+    ];
+    for (const [ns, address, nodeIf, nodeAddress] of links6) {
+      // nodad: usable at once instead of after duplicate address detection.
+      await lab.exec('node', 'ip', ['addr', 'add', nodeAddress, 'dev', nodeIf, 'nodad']);
+      await lab.exec(ns, 'ip', ['addr', 'add', address, 'dev', 'eth0', 'nodad']);
+      await lab.exec(ns, 'ip', ['-6', 'route', 'add', 'default', 'via', nodeAddress.split('/')[0] as string]);
+    }
     await lab.sysctl('node', 'net.ipv4.ip_forward', '1');
+    await lab.sysctl('node', 'net.ipv6.conf.all.forwarding', '1');
     // A real node has a default route: traffic that is not DNATed is forwarded (and meets the
     // filter chains) instead of failing with "network unreachable" at routing.
     await lab.link('node', 'uplink', 'upstream', 'eth0');
@@ -162,7 +190,7 @@ describeRoot('nftables mode in network namespaces', () => {
     const interfaces = JSON.parse((await onNode('ip', ['-j', 'addr', 'show'])).stdout) as IpAddrInterface[];
     env = {
       nodeName: NODE,
-      nodeIPs: ['192.168.50.1'],
+      nodeIPs: ['192.168.50.1', 'fd00:50::1'],
       interfaces,
       nodeLabels: {},
       iptables: { randomFully: true, nfacct: false },
@@ -243,6 +271,25 @@ describeRoot('nftables mode in network namespaces', () => {
     const udp = await lab.requests('pod1', '10.96.0.10:53', { proto: 'udp', count: 30 });
     expect(udp.every((r) => r.error === null)).toBe(true);
     expect(backends(udp)).toEqual(new Set(['pod2', 'pod3']));
+  });
+
+  it('IPv6: ClusterIP over TCP and UDP and NodePort (masqueraded) in the ip6 table', async () => {
+    const tcp = await lab.requests('pod1', '[fd00:96::10]:80', { proto: 'tcp', count: 20 });
+    expect(tcp.every((r) => r.error === null)).toBe(true);
+    expect(backends(tcp)).toEqual(new Set(['pod2', 'pod3']));
+    // The lab prints IPv6 clients as "address:port".
+    expect(tcp.every((r) => r.seenClient?.startsWith('fd00:244:1::2:'))).toBe(true);
+    const udp = await lab.requests('pod1', '[fd00:96::10]:53', { proto: 'udp', count: 20 });
+    expect(udp.every((r) => r.error === null)).toBe(true);
+    expect(backends(udp)).toEqual(new Set(['pod2', 'pod3']));
+    const nodePort = await lab.requests('client-a', '[fd00:50::1]:30083', { proto: 'tcp', count: 20 });
+    expect(nodePort.every((r) => r.error === null)).toBe(true);
+    expect(backends(nodePort)).toEqual(new Set(['pod2', 'pod3']));
+    for (const r of nodePort) {
+      expect(r.seenClient?.startsWith(r.backend === 'pod2' ? 'fd00:244:2::1:' : 'fd00:244:3::1:')).toBe(true);
+    }
+    const { stdout } = await onNode('nft', ['list', 'table', 'ip6', 'kube-proxy']);
+    expect(stdout).toContain('elements = { fd00:50::1 }');
   });
 
   it('ClusterIP from off the cluster is masqueraded: the backend sees the node address', async () => {
@@ -395,7 +442,6 @@ describeRoot('nftables mode in network namespaces', () => {
   });
 
   it('cleanup deletes the kube-proxy tables', async () => {
-    await onNode('nft', ['add', 'table', 'ip6', 'kube-proxy']);
     const result = await cleanupNftables(onNode);
     expect(result).toEqual({ removed: ['nft table ip kube-proxy', 'nft table ip6 kube-proxy'], errors: [] });
     expect((await onNode('nft', ['list', 'tables'])).stdout).not.toContain('kube-proxy');
