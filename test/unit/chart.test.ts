@@ -246,6 +246,13 @@ describe('chart metadata', () => {
     }
   });
 
+  it('installs on Kubernetes 1.28 and refuses 1.27', async () => {
+    expect((await template(base, ['--kube-version', '1.28.0'])).status).toBe(0);
+    const old = await template(base, ['--kube-version', '1.27.9']);
+    expect(old.status).not.toBe(0);
+    expect(old.stderr).toContain('incompatible with Kubernetes v1.27.9');
+  });
+
   it('passes helm lint bare, where helm reports the missing k8sServiceHost without failing', async () => {
     // helm lint turns template `fail` calls into INFO lines, so chart repositories can lint defaults.
     const result = await helm(['lint', '--strict', chartDir]);
