@@ -404,6 +404,26 @@ describeRoot('nftables mode in network namespaces', () => {
     expect(dataplane.stats('IPv4')?.nftablesCleanupFailures).toBe(0);
   });
 
+  it('a partial sync that takes the last endpoints away moves the ClusterIP to the reject map', async () => {
+    const result = await dataplane.sync(decisionsFor([], env), {
+      changedServices: new Set([`${NS}/web`]),
+      fullSyncRequired: false,
+    });
+    expect(result.full).toBe(false);
+    // The element moves from service-ips to no-endpoint-services, for each of web's two ports.
+    expect(dataplane.stats('IPv4')?.lastWritten).toEqual({ blocks: 2, elements: 4 });
+    const results = await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 2 });
+    expect(results.map((r) => r.error)).toEqual(['ECONNREFUSED', 'ECONNREFUSED']);
+    const back = await dataplane.sync(decisionsFor([POD2], env), {
+      changedServices: new Set([`${NS}/web`]),
+      fullSyncRequired: false,
+    });
+    expect(back.full).toBe(false);
+    expect(backends(await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 5 }))).toEqual(
+      new Set(['pod2']),
+    );
+  });
+
   it('a failed transaction leaves the ruleset in place, is counted, and the next sync is full', async () => {
     // Affinity entries count down; everything else must be exactly as it was.
     const listing = async () =>
