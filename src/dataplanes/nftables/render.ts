@@ -120,7 +120,7 @@ class Writer {
 /** Go's %q for the plain ASCII our comments hold. */
 const quote = (text: string) => JSON.stringify(text);
 
-export function elementLine(family: NftFamily, verb: 'add' | 'delete', element: NftElement): string {
+function elementLine(family: NftFamily, verb: 'add' | 'delete', element: NftElement): string {
   let body = element.key.join(' . ');
   if (verb === 'add') {
     if (element.comment !== null) body += ` comment ${quote(element.comment)}`;
@@ -132,7 +132,7 @@ export function elementLine(family: NftFamily, verb: 'add' | 'delete', element: 
 /** Identity of an element within the table: container and key. */
 export const elementId = (element: NftElement) => `${element.container} ${element.key.join(' . ')}`;
 /** What must match for an existing element to stay: value and comment. */
-export const elementSignature = (element: NftElement) =>
+const elementSignature = (element: NftElement) =>
   `${element.value?.join(' . ') ?? ''}|${element.comment ?? ''}`;
 
 interface DetectorNft {
