@@ -318,15 +318,29 @@ static __always_inline void kbp_count_new_conn(void *map, __u32 id) {
 
 static __always_inline void kbp_count_drop(__u32 reason, __u32 svc_id, __u32 len) {
 	struct kbp_drop_stats *ds = bpf_map_lookup_elem(&kbp_drops_v1, &reason);
+	struct kbp_svc_drop_key key = {.svc_id = svc_id, .reason = reason};
 	struct kbp_traffic_stats *st;
 
 	if (ds) {
 		ds->packets++;
 		ds->bytes += len;
 	}
+	if (svc_id == 0)
+		return;
 	st = bpf_map_lookup_elem(&kbp_svcst_v1, &svc_id);
 	if (st)
 		st->drops++;
+	ds = bpf_map_lookup_elem(&kbp_svcdrop_v1, &key);
+	if (!ds) {
+		struct kbp_drop_stats zero = {};
+
+		bpf_map_update_elem(&kbp_svcdrop_v1, &key, &zero, BPF_NOEXIST);
+		ds = bpf_map_lookup_elem(&kbp_svcdrop_v1, &key);
+		if (!ds)
+			return;
+	}
+	ds->packets++;
+	ds->bytes += len;
 }
 
 /* ---------- conntrack ---------- */

@@ -341,12 +341,18 @@ struct kbp_traffic_stats {
 };
 _Static_assert(sizeof(struct kbp_traffic_stats) == 48, "kbp_traffic_stats");
 
-/* global, index enum kbp_drop_reason */
+/* global, index enum kbp_drop_reason; and per service and reason (kbp_svcdrop_v1) */
 struct kbp_drop_stats {
 	__u64 packets;
 	__u64 bytes;
 };
 _Static_assert(sizeof(struct kbp_drop_stats) == 16, "kbp_drop_stats");
+
+struct kbp_svc_drop_key {
+	__u32 svc_id;
+	__u32 reason; /* enum kbp_drop_reason */
+};
+_Static_assert(sizeof(struct kbp_svc_drop_key) == 8, "kbp_svc_drop_key");
 
 /* ---------- node configuration (ARRAY, one entry) ---------- */
 
@@ -526,6 +532,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct kbp_drop_stats);
 } kbp_drops_v1 SEC(".maps");
+
+/* Drops by service and reason: entries appear with a service's first drop (LRU: a full map
+ * forgets the quietest). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, KBP_MAX_SVC_IDS);
+	__type(key, struct kbp_svc_drop_key);
+	__type(value, struct kbp_drop_stats);
+} kbp_svcdrop_v1 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);

@@ -34,6 +34,7 @@ import {
   SVC_F,
   srcRange4Key,
   sumPerCpu,
+  svcDropKey,
   TCP_FLAG,
   trafficStats,
   u8Codec,
@@ -90,6 +91,12 @@ function stats(map: number, id: number) {
   const buf = Buffer.alloc(perCpuValueSize(trafficStats.size, possibleCpus()));
   mapLookup(map, u32Codec.encode(id), buf);
   return sumPerCpu(trafficStats, buf, possibleCpus());
+}
+
+function serviceDrops(svcId: number, reason: number) {
+  const buf = Buffer.alloc(perCpuValueSize(dropStats.size, possibleCpus()));
+  if (!mapLookup(lb.fd.svcDrops, svcDropKey.encode({ svcId, reason }), buf)) return 0n;
+  return sumPerCpu(dropStats, buf, possibleCpus()).packets;
 }
 
 function drops(reason: number) {
@@ -565,6 +572,8 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(run(lb, TC_EXT, tcp('198.51.100.1', '192.168.50.140', 80)).retval).toBe(TC_ACT_SHOT);
       expect(drops(DROP_REASON.sourceRange) - before).toBe(2n);
       expect(stats(lb.fd.svcStats, 40).drops).toBe(2n);
+      expect(serviceDrops(40, DROP_REASON.sourceRange)).toBe(2n);
+      expect(serviceDrops(40, DROP_REASON.noEndpoints)).toBe(0n);
     });
 
     it('rejects a service without endpoints with ICMP port unreachable quoting the packet', () => {

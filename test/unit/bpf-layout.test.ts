@@ -44,6 +44,7 @@ const C_SIZES: Record<string, number> = {
   kbp_rr_val: 8,
   kbp_traffic_stats: 48,
   kbp_drop_stats: 16,
+  kbp_svc_drop_key: 8,
   kbp_config: 36,
   kbp_node6_key: 16,
 };

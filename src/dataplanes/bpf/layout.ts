@@ -324,6 +324,7 @@ export const trafficStats = new StructCodec('kbp_traffic_stats', 48, {
   drops: u64(40),
 });
 export const dropStats = new StructCodec('kbp_drop_stats', 16, { packets: u64(0), bytes: u64(8) });
+export const svcDropKey = new StructCodec('kbp_svc_drop_key', 8, { svcId: u32(0), reason: u32(4) });
 export const config = new StructCodec('kbp_config', 36, {
   snatAddr4: ip4(0),
   snatAddr6: ip6(4),
@@ -354,6 +355,7 @@ export type SrcRange4Key = StructValue<typeof srcRange4Key.fields>;
 export type SrcRange6Key = StructValue<typeof srcRange6Key.fields>;
 export type TrafficStats = StructValue<typeof trafficStats.fields>;
 export type DropStats = StructValue<typeof dropStats.fields>;
+export type SvcDropKey = StructValue<typeof svcDropKey.fields>;
 export type BpfConfigValue = StructValue<typeof config.fields>;
 
 export const STRUCTS: readonly StructCodec<Fields>[] = [
@@ -376,6 +378,7 @@ export const STRUCTS: readonly StructCodec<Fields>[] = [
   rrVal,
   trafficStats,
   dropStats,
+  svcDropKey,
   config,
   node6Key,
 ] as unknown as readonly StructCodec<Fields>[];
@@ -415,6 +418,8 @@ export const MAPS = {
   svcStats: mapLayout('kbp_svcst_v1', u32Codec, trafficStats, true),
   backendStats: mapLayout('kbp_best_v1', u32Codec, trafficStats, true),
   drops: mapLayout('kbp_drops_v1', u32Codec, dropStats, true),
+  /** LRU per-CPU hash: {svc_id, reason} -> packets, bytes dropped. */
+  svcDrops: mapLayout('kbp_svcdrop_v1', svcDropKey, dropStats, true),
   config: mapLayout('kbp_cfg_v1', u32Codec, config),
   nodeAddrs4: mapLayout('kbp_node4_v1', ip4Codec, u32Codec),
   nodeAddrs6: mapLayout('kbp_node6_v1', node6Key, u32Codec),
