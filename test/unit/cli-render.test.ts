@@ -86,6 +86,15 @@ describe('render', () => {
     expect(stdout.split('\n')[0]).toBe('# IPv4 (iptables-restore)');
   });
 
+  it('prints the nftables transaction with --proxy-mode nftables (NodePorts on the primary IP)', async () => {
+    const { stdout } = await cli(['render', ...EXAMPLES, '--proxy-mode', 'nftables', '--ip-family', 'IPv4']);
+    expect(stdout.startsWith('add table ip kube-proxy { comment "rules for kube-proxy" ; }\n')).toBe(true);
+    expect(stdout).toContain('add element ip kube-proxy nodeport-ips { 10.10.0.1 }\n');
+    expect(stdout).toMatch(
+      /add element ip kube-proxy service-ips \{ 10\.96\.0\.10 \. tcp \. 80 : goto service-[A-Z2-7]{8}-demo\/web\/tcp\/http \}/,
+    );
+  });
+
   it('refuses an invalid configuration with every problem and its path', async () => {
     await expect(cli(['render', ...EXAMPLES, '--iptables-masquerade-bit', '40'])).rejects.toThrow(
       /iptables\.masqueradeBit/,
