@@ -90,8 +90,11 @@ static __always_inline int kbp_tc(struct __sk_buff *skb, int role) {
 	__u32 reason = KBP_DROP_NONE, svc_id = 0, ifindex = 0;
 	int verdict;
 
-	if ((void *)(long)skb->data + KBP_PULL_LEN > (void *)(long)skb->data_end)
-		bpf_skb_pull_data(skb, skb->len < KBP_PULL_LEN ? skb->len : KBP_PULL_LEN);
+	/* Only when the headers are not all linear yet: small packets are linear as they are. */
+	__u32 want = skb->len < KBP_PULL_LEN ? skb->len : KBP_PULL_LEN;
+
+	if (skb->data_end - skb->data < want)
+		bpf_skb_pull_data(skb, want);
 
 	verdict = kbp_lb4(skb, false, role, &reason, &svc_id, &ifindex);
 	if (verdict == KBP_PASS)
