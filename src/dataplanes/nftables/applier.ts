@@ -152,6 +152,9 @@ export class NftablesDataplane implements Dataplane {
     const active = activeObjects(ruleset);
     // A full sync trusts only the kernel: it also finds what an earlier process left behind.
     const existing = full ? await this.listServiceObjects(decisions.family) : state;
+    // A flushed chain someone else deleted meanwhile needs no deletion (which would fail).
+    for (const chain of state.staleChains.keys())
+      if (!existing.chains.has(chain)) state.staleChains.delete(chain);
     const newlyStale = [...existing.chains].filter(
       (chain) => !active.chains.has(chain) && !state.staleChains.has(chain),
     );
