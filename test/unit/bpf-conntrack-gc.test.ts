@@ -1,12 +1,31 @@
 import { describe, expect, it } from 'vitest';
 import {
-  type CtEntry,
+  type CtRecord,
+  ctRecord,
   DEFAULT_CONNTRACK_TIMEOUTS,
-  expiredEntries,
+  expiredFlows,
   flowState,
-  pairKey,
 } from '../../src/dataplanes/bpf/conntrack-gc.js';
-import { CT_F, TCP_FLAG } from '../../src/dataplanes/bpf/layout.js';
+import { CT_F, type Ct4Key, type Ct4Val, ct4Key, ct4Val, TCP_FLAG } from '../../src/dataplanes/bpf/layout.js';
+
+interface CtEntry {
+  key: Ct4Key;
+  value: Ct4Val;
+}
+
+/** The key of the other direction, as the datapath writes it: the translated tuple, reversed. */
+function pairKey(e: CtEntry): Ct4Key {
+  return {
+    saddr: e.value.xlateDaddr,
+    daddr: e.value.xlateSaddr,
+    sport: e.value.xlateDport,
+    dport: e.value.xlateSport,
+    proto: e.key.proto,
+  };
+}
+
+/** Encoded and read back the way the GC reads the map. */
+const record = (e: CtEntry): CtRecord => ctRecord(ct4Key.encode(e.key), 0, ct4Val.encode(e.value), 0);
 
 const S = 1_000_000_000n;
 
@@ -51,25 +70,33 @@ function flow(
 }
 
 /** Each flow as [client port, number of entries]. */
-const ports = (flows: CtEntry[][]) => flows.map((f) => [f[0]!.key.sport, f.length]);
+const ports = (flows: CtRecord[][]) =>
+  flows.map((f) => [Buffer.from(f[0]!.key, 'latin1').readUInt16BE(ct4Key.fields.sport.offset), f.length]);
 
 describe('conntrack GC policy', () => {
   it('pairs each entry with the other direction', () => {
-    const [fwd, reply] = flow(40000, 6, { fwd: 0n, reply: 0n });
-    expect(pairKey(reply!)).toEqual(fwd!.key);
+    const [fwd, reply] = flow(40000, 6, { fwd: 0n, reply: 0n }).map(record);
+    expect(reply!.pairKey).toBe(fwd!.key);
+    expect(fwd!.pairKey).toBe(reply!.key);
+    expect(reply!.reply).toBe(true);
   });
 
   it('tells the TCP state from the flags both directions saw', () => {
-    const syn = flow(1, 6, { fwd: 0n }, { fwd: TCP_FLAG.SYN });
+    const syn = flow(1, 6, { fwd: 0n }, { fwd: TCP_FLAG.SYN }).map(record);
     expect(flowState(6, syn[0], undefined)).toBe('syn');
     const est = flow(
       1,
       6,
       { fwd: 0n, reply: 0n },
       { fwd: TCP_FLAG.SYN | TCP_FLAG.ACK, reply: TCP_FLAG.SYN | TCP_FLAG.ACK },
-    );
+    ).map(record);
     expect(flowState(6, est[0], est[1])).toBe('established');
-    const fin = flow(1, 6, { fwd: 0n, reply: 0n }, { fwd: TCP_FLAG.ACK | TCP_FLAG.FIN, reply: TCP_FLAG.ACK });
+    const fin = flow(
+      1,
+      6,
+      { fwd: 0n, reply: 0n },
+      { fwd: TCP_FLAG.ACK | TCP_FLAG.FIN, reply: TCP_FLAG.ACK },
+    ).map(record);
     expect(flowState(6, fin[0], fin[1])).toBe('closing');
     expect(flowState(17, undefined, undefined)).toBe('other');
   });
@@ -91,7 +118,7 @@ describe('conntrack GC policy', () => {
       ...flow(6, 17, { fwd: now - 61n * S, reply: now - 61n * S }),
       ...flow(7, 17, { fwd: now - 90n * S, reply: now - 30n * S }),
     ];
-    const { expired, stale } = expiredEntries(entries, now, DEFAULT_CONNTRACK_TIMEOUTS);
+    const { expired, stale } = expiredFlows(entries.map(record), now, DEFAULT_CONNTRACK_TIMEOUTS);
     expect(ports(expired)).toEqual([
       [2, 2],
       [3, 1],
@@ -107,11 +134,11 @@ describe('conntrack GC policy', () => {
       ...flow(1, 17, { fwd: now, reply: now }, {}, 7),
       ...flow(2, 17, { fwd: now, reply: now }, {}, 8),
     ];
-    const { expired, stale } = expiredEntries(
-      entries,
+    const { expired, stale } = expiredFlows(
+      entries.map(record),
       now,
       DEFAULT_CONNTRACK_TIMEOUTS,
-      (e) => e.value.backendId === 7,
+      (r) => r.backendId === 7,
     );
     expect(ports(stale)).toEqual([[1, 2]]);
     expect(expired).toEqual([]);

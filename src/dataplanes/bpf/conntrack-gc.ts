@@ -7,11 +7,14 @@
 // Timeouts follow Cilium's defaults (bpf-ct-timeout-*): TCP SYN 60 s, TCP established 6 h,
 // TCP closing (FIN or RST seen) 10 s, everything else 60 s. They are idle timeouts: each packet
 // refreshes last_seen_ns (at most once a second, KBP_CT_REFRESH_NS).
+//
+// Entries are handled as raw bytes (a walk reads hundreds of thousands of them): a record keeps
+// the key's 16 bytes as a latin1 string and the few value fields the policy needs.
 
-import { dumpMap, mapDelete, mapDeleteBatch, mapLookup } from '../../../native/libbpf.js';
+import { mapDelete, mapDeleteBatch, mapLookup, mapLookupBatch } from '../../../native/libbpf.js';
 import { NativeError } from '../../../native/libc.js';
 import { IPPROTO } from './kernel-store.js';
-import { CT_F, type Ct4Key, type Ct4Val, ct4Key, ct4Val, TCP_FLAG } from './layout.js';
+import { CT_F, ct4Key, ct4Val, TCP_FLAG } from './layout.js';
 
 export interface ConntrackTimeouts {
   tcpSynSeconds: number;
@@ -27,37 +30,57 @@ export const DEFAULT_CONNTRACK_TIMEOUTS: ConntrackTimeouts = {
   otherSeconds: 60,
 };
 
-export interface CtEntry {
-  key: Ct4Key;
-  value: Ct4Val;
+/** One conntrack entry, as much as the GC needs of it. */
+export interface CtRecord {
+  /** The 16 key bytes (kbp_ct4_key), latin1. */
+  key: string;
+  /** The key of the other direction's entry: this entry's translated tuple, reversed. */
+  pairKey: string;
+  proto: number;
+  reply: boolean;
+  lastSeenNs: bigint;
+  tcpFlags: number;
+  svcId: number;
+  backendId: number;
 }
 
-/** The key of the other direction's entry: this entry's translated tuple, reversed. */
-export function pairKey(e: CtEntry): Ct4Key {
+const field = (name: keyof typeof ct4Val.fields) => ct4Val.fields[name].offset;
+/** The key's proto byte and the padding after it: the same in both directions. */
+const PROTO_AT = ct4Key.fields.proto.offset;
+
+export function ctRecord(keys: Buffer, keyAt: number, values: Buffer, valueAt: number): CtRecord {
+  const v = (name: keyof typeof ct4Val.fields) => valueAt + field(name);
+  const latin1 = (buf: Buffer, at: number, len: number) => buf.toString('latin1', at, at + len);
   return {
-    saddr: e.value.xlateDaddr,
-    daddr: e.value.xlateSaddr,
-    sport: e.value.xlateDport,
-    dport: e.value.xlateSport,
-    proto: e.key.proto,
+    key: latin1(keys, keyAt, ct4Key.size),
+    pairKey:
+      latin1(values, v('xlateDaddr'), 4) +
+      latin1(values, v('xlateSaddr'), 4) +
+      latin1(values, v('xlateDport'), 2) +
+      latin1(values, v('xlateSport'), 2) +
+      latin1(keys, keyAt + PROTO_AT, ct4Key.size - PROTO_AT),
+    proto: keys[keyAt + PROTO_AT]!,
+    reply: (values[v('flags')]! & CT_F.REPLY) !== 0,
+    lastSeenNs: values.readBigUInt64LE(v('lastSeenNs')),
+    tcpFlags: values[v('tcpFlags')]!,
+    svcId: values.readUInt32LE(v('svcId')),
+    backendId: values.readUInt32LE(v('backendId')),
   };
 }
-
-const keyId = (k: Ct4Key) => `${k.saddr}:${k.sport}>${k.daddr}:${k.dport}/${k.proto}`;
 
 export type FlowState = 'syn' | 'established' | 'closing' | 'other';
 
 /** A flow's state from the TCP flags both of its entries saw. */
 export function flowState(
   proto: number,
-  forward: CtEntry | undefined,
-  reply: CtEntry | undefined,
+  forward: CtRecord | undefined,
+  reply: CtRecord | undefined,
 ): FlowState {
   if (proto !== IPPROTO.TCP) return 'other';
-  const flags = (forward?.value.tcpFlags ?? 0) | (reply?.value.tcpFlags ?? 0);
+  const flags = (forward?.tcpFlags ?? 0) | (reply?.tcpFlags ?? 0);
   if (flags & (TCP_FLAG.FIN | TCP_FLAG.RST)) return 'closing';
-  // Established once the client acknowledged (its SYN-ACK) and the server answered.
-  const clientAcked = ((forward?.value.tcpFlags ?? 0) & TCP_FLAG.ACK) !== 0;
+  // Established once the client acknowledged (the server's SYN-ACK) and the server answered.
+  const clientAcked = ((forward?.tcpFlags ?? 0) & TCP_FLAG.ACK) !== 0;
   return clientAcked && reply !== undefined ? 'established' : 'syn';
 }
 
@@ -76,33 +99,30 @@ export function timeoutNs(state: FlowState, t: ConntrackTimeouts): bigint {
  * longer than their state's timeout; `stale(entry)` adds flows to delete whatever their age (UDP
  * towards removed backends). An entry whose partner is gone is judged alone.
  */
-export function expiredEntries(
-  entries: readonly CtEntry[],
+export function expiredFlows(
+  records: readonly CtRecord[],
   nowNs: bigint,
   timeouts: ConntrackTimeouts,
-  stale: (e: CtEntry) => boolean = () => false,
-): { expired: CtEntry[][]; stale: CtEntry[][] } {
-  const byKey = new Map(entries.map((e) => [keyId(e.key), e]));
-  const expired: CtEntry[][] = [];
-  const staleOut: CtEntry[][] = [];
+  stale: (r: CtRecord) => boolean = () => false,
+): { expired: CtRecord[][]; stale: CtRecord[][] } {
+  const byKey = new Map(records.map((r) => [r.key, r]));
+  const expired: CtRecord[][] = [];
+  const staleOut: CtRecord[][] = [];
   const done = new Set<string>();
-  for (const e of entries) {
-    const id = keyId(e.key);
-    if (done.has(id)) continue;
-    const partner = byKey.get(keyId(pairKey(e)));
-    const pair = partner ? [e, partner] : [e];
-    for (const p of pair) done.add(keyId(p.key));
-    const isReply = (e.value.flags & CT_F.REPLY) !== 0;
-    const forward = isReply ? partner : e;
-    const reply = isReply ? e : partner;
-    if (pair.some(stale)) {
-      staleOut.push(pair);
+  for (const r of records) {
+    if (done.has(r.key)) continue;
+    const partner = byKey.get(r.pairKey);
+    const flow = partner ? [r, partner] : [r];
+    for (const p of flow) done.add(p.key);
+    if (flow.some(stale)) {
+      staleOut.push(flow);
       continue;
     }
+    const forward = r.reply ? partner : r;
+    const reply = r.reply ? r : partner;
     let lastSeen = 0n;
-    for (const p of pair) if (p.value.lastSeenNs > lastSeen) lastSeen = p.value.lastSeenNs;
-    const state = flowState(e.key.proto, forward, reply);
-    if (nowNs - lastSeen > timeoutNs(state, timeouts)) expired.push(pair);
+    for (const p of flow) if (p.lastSeenNs > lastSeen) lastSeen = p.lastSeenNs;
+    if (nowNs - lastSeen > timeoutNs(flowState(r.proto, forward, reply), timeouts)) expired.push(flow);
   }
   return { expired, stale: staleOut };
 }
@@ -121,31 +141,48 @@ export interface ConntrackGcStats {
   durationMs: number;
 }
 
-/** CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_ns() reads (libuv's hrtime uses it too). */
+/** CLOCK_MONOTONIC in ns: the clock bpf_ktime_get_(coarse_)ns() reads (libuv's hrtime uses it too). */
 export function monotonicNs(): bigint {
   return process.hrtime.bigint();
 }
 
+const CHUNK = 8192;
+
+/** Every entry of a conntrack map, with batched lookups. */
+export function readConntrack(fd: number): CtRecord[] {
+  const records: CtRecord[] = [];
+  const keys = Buffer.alloc(ct4Key.size * CHUNK);
+  const values = Buffer.alloc(ct4Val.size * CHUNK);
+  let inBatch: Buffer | null = null;
+  for (;;) {
+    const outBatch = Buffer.alloc(Math.max(ct4Key.size, 8));
+    const chunk = mapLookupBatch(fd, inBatch, outBatch, keys, values, CHUNK);
+    for (let i = 0; i < chunk.count; i++)
+      records.push(ctRecord(keys, i * ct4Key.size, values, i * ct4Val.size));
+    if (chunk.done) return records;
+    inBatch = outBatch;
+  }
+}
+
 /**
  * One GC pass over a conntrack map. `stale` marks entries to delete now (UDP towards removed
- * backends). Expired entries are read again just before the delete and kept if a packet
- * refreshed them in between.
+ * backends). Expired flows are read again just before the delete and kept if a packet refreshed
+ * them in between.
  */
 export function collectConntrack(
   fd: number,
   timeouts: ConntrackTimeouts = DEFAULT_CONNTRACK_TIMEOUTS,
-  stale?: (e: CtEntry) => boolean,
+  stale?: (r: CtRecord) => boolean,
   nowNs: () => bigint = monotonicNs,
 ): ConntrackGcStats {
   const started = performance.now();
-  const dump = dumpMap(fd, ct4Key.size, ct4Val.size);
-  const entries = dump.keys.map((k, i) => ({ key: ct4Key.decode(k), value: ct4Val.decode(dump.values[i]!) }));
-  const found = expiredEntries(entries, nowNs(), timeouts, stale);
+  const records = readConntrack(fd);
+  const found = expiredFlows(records, nowNs(), timeouts, stale);
   const value = Buffer.alloc(ct4Val.size);
-  const wasRefreshed = (e: CtEntry) =>
-    mapLookup(fd, ct4Key.encode(e.key), value) && ct4Val.decode(value).lastSeenNs !== e.value.lastSeenNs;
+  const wasRefreshed = (r: CtRecord) =>
+    mapLookup(fd, Buffer.from(r.key, 'latin1'), value) && value.readBigUInt64LE(0) !== r.lastSeenNs;
   let refreshed = 0;
-  const doomed: CtEntry[] = found.stale.flat();
+  const doomed: CtRecord[] = found.stale.flat();
   for (const flow of found.expired) {
     // A packet between the scan and now moved last_seen: the flow lives on, both directions.
     if (flow.some(wasRefreshed)) {
@@ -156,7 +193,7 @@ export function collectConntrack(
   }
   deleteEntries(fd, doomed);
   return {
-    scanned: entries.length,
+    scanned: records.length,
     expired: found.expired.length - refreshed,
     staleUdp: found.stale.length,
     refreshed,
@@ -165,15 +202,15 @@ export function collectConntrack(
   };
 }
 
-function deleteEntries(fd: number, entries: readonly CtEntry[]): void {
-  if (entries.length === 0) return;
-  const keys = ct4Key.encodeMany(entries.map((e) => e.key));
+function deleteEntries(fd: number, records: readonly CtRecord[]): void {
+  if (records.length === 0) return;
+  const keys = Buffer.from(records.map((r) => r.key).join(''), 'latin1');
   try {
-    mapDeleteBatch(fd, keys, entries.length);
+    mapDeleteBatch(fd, keys, records.length);
   } catch (err) {
     // The batch stops at an entry the LRU already evicted: finish one by one.
     if (!(err instanceof NativeError)) throw err;
-    for (let i = 0; i < entries.length; i++)
+    for (let i = 0; i < records.length; i++)
       mapDelete(fd, keys.subarray(i * ct4Key.size, (i + 1) * ct4Key.size));
   }
 }

@@ -330,7 +330,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const stats = collectConntrack(
       this.lb.fd.ct4Any,
       DEFAULT_CONNTRACK_TIMEOUTS,
-      (e) => e.key.proto === IPPROTO.UDP && !pairs.has(`${e.value.svcId}/${e.value.backendId}`),
+      (r) => r.proto === IPPROTO.UDP && !pairs.has(`${r.svcId}/${r.backendId}`),
     );
     this.countGc(stats);
     if (stats.staleUdp)
