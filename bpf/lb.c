@@ -131,8 +131,9 @@ int kbp_xdp_ext(struct xdp_md *ctx) {
 	__u32 reason = KBP_DROP_NONE, svc_id = 0, ifindex = 0;
 	int verdict = kbp_lb4(ctx, true, KBP_ROLE_EXT, &reason, &svc_id, &ifindex);
 
-	/* Rejects are answered by kbp_tc_ext, which can build the ICMP error; routed flows are
-	 * forwarded by it too (kbp_deliver never redirects from XDP). */
+	/* Rejects are answered by kbp_tc_ext, which can build the ICMP error. */
+	if (verdict == KBP_TX)
+		return XDP_TX;
 	if (verdict != KBP_DROP)
 		return XDP_PASS;
 	kbp_count_drop(reason, svc_id, (__u32)(ctx->data_end - ctx->data));

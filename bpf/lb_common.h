@@ -15,7 +15,8 @@
  *   5. backend choice (affinity, random / rr / maglev), SNAT decision and port, both conntrack
  *      entries, counters, rewrite.
  *   6. packets whose new source is a node address (KBP_CT_F_ROUTE) are forwarded by tc itself
- *      (FIB lookup, TTL, MACs, redirect); XDP leaves them to tc untouched.
+ *      (FIB lookup, TTL, MACs, redirect); XDP sends them back out with XDP_TX when the FIB
+ *      says so, and otherwise leaves them to tc untouched.
  */
 #ifndef KBP_LB_COMMON_H
 #define KBP_LB_COMMON_H
@@ -46,6 +47,7 @@ enum kbp_verdict {
 	KBP_REJECT = 2,	  /* answer with ICMP port unreachable (tc), or leave it to tc (XDP) */
 	KBP_REDIRECT = 3, /* tc: rewritten and addressed, send out of the FIB's interface */
 	KBP_REDIRECT_NEIGH = 4, /* tc: rewritten, the kernel resolves the next hop's MAC */
+	KBP_TX = 5,		/* XDP: rewritten and addressed, back out of the same interface */
 };
 
 #define KBP_AF_INET 2
@@ -598,14 +600,18 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 }
 
 /*
- * tc only: the FIB's verdict for a KBP_CT_F_ROUTE packet once rewritten to t's tuple. Fills the
- * Ethernet addresses for KBP_REDIRECT. KBP_PASS means "leave it to the stack untouched" (its TTL
- * runs out here: the stack sends the ICMP time exceeded).
+ * The FIB's verdict for a KBP_CT_F_ROUTE packet once rewritten to t's tuple; fills the Ethernet
+ * addresses for KBP_REDIRECT / KBP_TX. KBP_PASS: leave it to the stack untouched (its TTL runs
+ * out here, and the stack sends the ICMP time exceeded), or, from XDP, to tc.
+ * XDP only sends a packet back out of the interface it came in on (XDP_TX, the one-NIC NodePort
+ * case); anything else, tc does.
  */
-static __always_inline int kbp_route4(struct __sk_buff *skb, const struct kbp_pkt4 *p,
+static __always_inline int kbp_route4(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
 				      const struct kbp_ct4_val *t, __u8 macs[12], __u32 *ifindex,
 				      __u32 *reason) {
 	struct bpf_fib_lookup fib = {};
+	__u32 in_ifindex =
+	    xdp ? ((struct xdp_md *)ctx)->ingress_ifindex : ((struct __sk_buff *)ctx)->ifindex;
 	long rc;
 
 	if (p->ttl <= 1)
@@ -615,16 +621,20 @@ static __always_inline int kbp_route4(struct __sk_buff *skb, const struct kbp_pk
 	fib.sport = t->xlate_sport;
 	fib.dport = t->xlate_dport;
 	fib.tot_len = p->len - sizeof(struct ethhdr);
-	fib.ifindex = skb->ifindex;
+	fib.ifindex = in_ifindex;
 	fib.ipv4_src = t->xlate_saddr;
 	fib.ipv4_dst = t->xlate_daddr;
-	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
 	*ifindex = fib.ifindex;
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
 		__builtin_memcpy(macs, fib.dmac, ETH_ALEN);
 		__builtin_memcpy(macs + ETH_ALEN, fib.smac, ETH_ALEN);
+		if (xdp)
+			return fib.ifindex == in_ifindex ? KBP_TX : KBP_PASS;
 		return KBP_REDIRECT;
 	}
+	if (xdp)
+		return KBP_PASS;
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
 		return KBP_REDIRECT_NEIGH;
 	*reason = KBP_DROP_FIB;
@@ -633,7 +643,7 @@ static __always_inline int kbp_route4(struct __sk_buff *skb, const struct kbp_pk
 
 /*
  * Sends a packet of a tracked flow on its way: rewrite to the entry's tuple, count. A
- * KBP_CT_F_ROUTE packet is forwarded by tc itself; XDP passes it on untouched for tc to do so.
+ * KBP_CT_F_ROUTE packet is forwarded by the program itself (kbp_route4).
  */
 static __always_inline int kbp_deliver(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
 				       const struct kbp_ct4_val *t, __u32 *reason, __u32 *ifindex) {
@@ -642,9 +652,7 @@ static __always_inline int kbp_deliver(void *ctx, const bool xdp, const struct k
 	__u8 macs[12];
 
 	if (t->flags & KBP_CT_F_ROUTE) {
-		if (xdp)
-			return KBP_PASS;
-		verdict = kbp_route4(ctx, p, t, macs, ifindex, reason);
+		verdict = kbp_route4(ctx, xdp, p, t, macs, ifindex, reason);
 		if (verdict == KBP_DROP || verdict == KBP_PASS)
 			return verdict;
 	}
@@ -653,9 +661,16 @@ static __always_inline int kbp_deliver(void *ctx, const bool xdp, const struct k
 	if (kbp_rewrite4(ctx, xdp, p, t->xlate_saddr, t->xlate_daddr, t->xlate_sport,
 			 t->xlate_dport, verdict != KBP_PASS) < 0)
 		return KBP_PASS;
-	if (verdict == KBP_REDIRECT && !xdp &&
-	    bpf_skb_store_bytes(ctx, 0, macs, sizeof(macs), 0) < 0)
+	if (verdict == KBP_TX) {
+		void *data = kbp_data(ctx, xdp);
+
+		if (data + sizeof(macs) > kbp_data_end(ctx, xdp))
+			return KBP_PASS;
+		__builtin_memcpy(data, macs, sizeof(macs));
+	} else if (verdict == KBP_REDIRECT && !xdp &&
+		   bpf_skb_store_bytes(ctx, 0, macs, sizeof(macs), 0) < 0) {
 		return KBP_PASS;
+	}
 	return verdict;
 }
 

@@ -78,7 +78,8 @@
  * Packets whose new source is a node address (SNATed packets, replies from a VIP that is a node
  * address, i.e. NodePorts; kbp_node4_v1 must list every node address) would be dropped by the
  * stack as martians: their conntrack entries carry KBP_CT_F_ROUTE and tc forwards them itself
- * with bpf_fib_lookup and a redirect (XDP passes them to tc untouched).
+ * with bpf_fib_lookup and a redirect; XDP sends them back out with XDP_TX when the FIB picks the
+ * interface they came in on, and leaves the others to tc untouched.
  */
 #ifndef KBP_MAPS_H
 #define KBP_MAPS_H
@@ -128,8 +129,8 @@ enum kbp_algorithm {
 #define KBP_CT_F_HAIRPIN  (1u << 2) /* client and backend are the same address */
 #define KBP_CT_F_EXTERNAL (1u << 3) /* the flow arrived on an external interface */
 /* The rewritten packet's source is a node address (SNAT, or a reply from a node-address VIP):
- * the stack would drop it as a martian, so tc forwards it itself (FIB lookup, redirect) and XDP
- * leaves it to tc. */
+ * the stack would drop it as a martian, so the program forwards it itself (FIB lookup; tc
+ * redirects, XDP only transmits back out of the same interface, else leaves it to tc). */
 #define KBP_CT_F_ROUTE (1u << 4)
 
 /* kbp_ct_val.tcp_flags: TCP flags seen in the entry's direction */

@@ -12,7 +12,7 @@ import {
   mapUpdateBatch,
   possibleCpus,
 } from '../../native/libbpf.js';
-import { closeFd } from '../../native/libc.js';
+import { closeFd, ifNameToIndex } from '../../native/libc.js';
 import { maglevIndex4 } from '../../src/dataplanes/bpf/flow-hash.js';
 import {
   ACTION,
@@ -43,7 +43,15 @@ import {
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { Lab } from '../../src/lab/netns.js';
 import { enterNetns } from '../support/in-netns.js';
-import { type LoadedLb, loadLb, run, TEST_CONFIG, writeConfig, writeFrontend } from '../support/lb-object.js';
+import {
+  type LoadedLb,
+  loadLb,
+  run,
+  runXdpOn,
+  TEST_CONFIG,
+  writeConfig,
+  writeFrontend,
+} from '../support/lb-object.js';
 import {
   buildPacket,
   ETH_HLEN,
@@ -61,6 +69,7 @@ const TC_ACT_SHOT = 2;
 const TC_ACT_REDIRECT = 7;
 const XDP_DROP = 1;
 const XDP_PASS = 2;
+const XDP_TX = 3;
 
 const { tcFromPod: TC_POD, tcFromExternal: TC_EXT, xdpFromExternal: XDP_EXT } = PROGRAMS;
 
@@ -113,6 +122,8 @@ const NEIGHBOURS = {
   outside: { net: '203.0.113.1/24', ip: OUTSIDE, mac: '02:00:00:00:71:07' },
   pod: { net: '10.244.2.1/24', ip: '10.244.2.61', mac: '02:00:00:00:02:61' },
 };
+/** Another node's backend on the outside segment (device r1): reached through the same interface. */
+const SAME_SEGMENT_BACKEND = { ip: '203.0.113.60', mac: '02:00:00:00:71:60' };
 
 async function buildRoutingNamespace(lab: Lab): Promise<void> {
   await lab.addNamespace('fib');
@@ -126,6 +137,8 @@ async function buildRoutingNamespace(lab: Lab): Promise<void> {
     await lab.exec('fib', 'ip', ['addr', 'add', n.net, 'dev', dev]);
     await lab.exec('fib', 'ip', ['neigh', 'add', n.ip, 'lladdr', n.mac, 'dev', dev, 'nud', 'permanent']);
   }
+  const s = SAME_SEGMENT_BACKEND;
+  await lab.exec('fib', 'ip', ['neigh', 'add', s.ip, 'lladdr', s.mac, 'dev', 'r1', 'nud', 'permanent']);
 }
 
 function macOf(frame: Buffer, at: 0 | 6): string {
@@ -731,6 +744,39 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       // Later packets of the flow keep the same NAT port.
       const again = parsePacket(run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.1', 30060, TCP.ACK, src)).dataOut);
       expect(again.sport).toBe(p.sport);
+    });
+
+    it('XDP sends a routed flow back out with XDP_TX when the FIB picks the interface it came in on', () => {
+      writeFrontend(lb, {
+        svcId: 64,
+        addr: '0.0.0.0',
+        port: 30064,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+        backends: [{ id: 64, addr: SAME_SEGMENT_BACKEND.ip, port: 8080 }],
+      });
+      const outsideIf = ifNameToIndex('r1');
+      const src = sport();
+      const out = runXdpOn(lb, XDP_EXT, tcp(OUTSIDE, '192.168.50.1', 30064, TCP.SYN, src), outsideIf);
+      expect(out.retval).toBe(XDP_TX);
+      const p = expectValid(out.dataOut);
+      expect(p).toMatchObject({ saddr: TEST_CONFIG.snatAddr4, daddr: SAME_SEGMENT_BACKEND.ip, dport: 8080 });
+      expect(macOf(out.dataOut, 0)).toBe(SAME_SEGMENT_BACKEND.mac);
+      expect(out.dataOut[ETH_HLEN + 8]).toBe(63);
+      const back = runXdpOn(lb, XDP_EXT, replyTo(out.dataOut), outsideIf);
+      expect(back.retval).toBe(XDP_TX);
+      expect(expectValid(back.dataOut)).toMatchObject({
+        saddr: '192.168.50.1',
+        sport: 30064,
+        daddr: OUTSIDE,
+        dport: src,
+      });
+      expect(macOf(back.dataOut, 0)).toBe(NEIGHBOURS.outside.mac);
+      // Arriving on another interface than the FIB's choice: left to tc, untouched.
+      const elsewhere = tcp(OUTSIDE, '192.168.50.1', 30064, TCP.ACK, src);
+      const x = runXdpOn(lb, XDP_EXT, elsewhere, ifNameToIndex('r0'));
+      expect(x.retval).toBe(XDP_PASS);
+      expect(x.dataOut).toEqual(elsewhere);
     });
 
     it('XDP sets up the flow but leaves routed packets to tc, untouched', () => {

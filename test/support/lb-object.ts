@@ -152,3 +152,11 @@ export function writeConfig(lb: LoadedLb, value: Partial<BpfConfigValue> = {}): 
 export function run(lb: LoadedLb, prog: string, frame: Buffer, repeat = 1): TestRunResult {
   return testRun(lb.prog(prog), { data: frame, repeat });
 }
+
+/** An XDP test run as if `frame` arrived on interface `ingressIfindex` (struct xdp_md as ctx). */
+export function runXdpOn(lb: LoadedLb, prog: string, frame: Buffer, ingressIfindex: number): TestRunResult {
+  const ctx = Buffer.alloc(24); // data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex
+  ctx.writeUInt32LE(frame.length, 4);
+  ctx.writeUInt32LE(ingressIfindex, 12);
+  return testRun(lb.prog(prog), { data: frame, ctx });
+}
