@@ -235,7 +235,7 @@ describe('chart metadata', () => {
     });
   });
 
-  it('passes helm lint --strict with each value set used below', async () => {
+  it('passes helm lint --strict with default, privileged and nftables values', async () => {
     for (const values of [
       base,
       { ...base, securityContext: { privileged: true }, cleanupKubeProxyRules: true },
@@ -310,6 +310,17 @@ describe('defaults', () => {
       'ServiceAccount',
     ]);
     validateAll(objects);
+  });
+
+  it('would catch a misspelt field and a mistyped value (the validation bites)', () => {
+    const daemonSet = structuredClone(find(objects, 'DaemonSet'));
+    const container = daemonSet.spec.template.spec.containers[0];
+    container.volumeMounts[0].mountPropogation = 'HostToContainer';
+    const found: string[] = [];
+    unknownFields(daemonSet, 'V1DaemonSet', 'DaemonSet', found);
+    expect(found).toEqual(['DaemonSet.spec.template.spec.containers[0].volumeMounts[0].mountPropogation']);
+    container.ports[0].containerPort = '10256';
+    expect(() => new DaemonSet(daemonSet).validate()).toThrow(/containerPort must be integer/);
   });
 
   it('runs one agent per node on the host network, like kube-proxy', () => {
