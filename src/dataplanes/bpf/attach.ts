@@ -31,6 +31,7 @@ import {
 import { closeFd, NativeError } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
 import { PROGRAMS } from './layout.js';
+import { PIN_LAYOUT_VERSION } from './object.js';
 
 export type Hook = 'tc-pod' | 'tc-ext' | 'xdp-ext';
 
@@ -249,4 +250,9 @@ export function detachAll(pinDir: string, interfaces: readonly NetInterface[]): 
     }
   }
   return removed;
+}
+
+/** For `cleanup`: detaches everything the agent attached under <pinPath>/v1 in this namespace. */
+export async function detachBpf(pinPath: string): Promise<string[]> {
+  return detachAll(`${pinPath}/${PIN_LAYOUT_VERSION}`, await listInterfaces());
 }

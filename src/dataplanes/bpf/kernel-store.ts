@@ -42,6 +42,7 @@ import {
   srcRange4Key,
   sumPerCpu,
   svc4Key,
+  svcDropKey,
   svcVal,
   type TrafficStats,
   trafficStats,
@@ -287,6 +288,12 @@ export class KernelStore implements MapStore {
 
   resetServiceStats(serviceIds: readonly number[]): void {
     this.resetStats('svcStats', serviceIds);
+    // Per-reason drop counters left by the id's previous user (an LRU hash that only holds
+    // services that dropped something: deleting is resetting).
+    const fresh = new Set(serviceIds);
+    const { keys } = dumpMap(this.fd.svcDrops, svcDropKey.size, perCpuValueSize(dropStats.size, this.cpus));
+    const stale = keys.filter((k) => fresh.has(svcDropKey.decode(k).svcId));
+    this.deleteBatch('svcDrops', Buffer.concat(stale), stale.length);
   }
 
   resetBackendStats(backendIds: readonly number[]): void {
