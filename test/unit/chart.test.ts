@@ -589,6 +589,7 @@ describe('monitoring', () => {
       'kube_bpf_proxy_service_bytes_total',
       'kube_bpf_proxy_service_new_connections_total',
       'kube_bpf_proxy_drops_total',
+      'kube_bpf_proxy_service_drops_total',
       'kube_bpf_proxy_map_entries',
       'kube_bpf_proxy_map_capacity',
       'kube_bpf_proxy_conntrack_entries',
