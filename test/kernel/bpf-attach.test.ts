@@ -1,10 +1,16 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { getPinned, linkInfo } from '../../native/libbpf.js';
+import { dumpMap, getPinned, linkInfo } from '../../native/libbpf.js';
 import { CLONE_NEWNET, closeFd, openPath, setns } from '../../native/libc.js';
-import { Attacher, detachAll, type NetInterface } from '../../src/dataplanes/bpf/attach.js';
+import { loadConfig } from '../../src/config/load.js';
+import { Attacher, detachAll, detachBpf, type NetInterface } from '../../src/dataplanes/bpf/attach.js';
+import { BpfDataplane } from '../../src/dataplanes/bpf/index.js';
+import { ip4Codec } from '../../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
+import { silentLogger } from '../../src/logger.js';
 import { bpfConfig } from '../support/bpf-fixtures.js';
 import { describeRoot } from '../support/privileges.js';
 
@@ -13,6 +19,7 @@ const pinPath = `/sys/fs/bpf/kbp-test-attach-${process.pid}`;
 const mapSizes = { ...bpfConfig().mapSizes, conntrack: 1024, affinity: 1024 };
 const config = { podInterfaces: ['kbpp*'], externalInterfaces: ['kbpe0'], xdpMode: 'generic' as const };
 
+const namesDir = mkdtempSync(join(tmpdir(), 'kbp-attach-'));
 const ip = (...args: string[]) => execFileSync('ip', ['-n', ns, ...args], { encoding: 'utf8' });
 const interfaces = (): NetInterface[] =>
   (JSON.parse(ip('-j', 'link', 'show')) as NetInterface[]).map(({ ifname, ifindex }) => ({
@@ -57,10 +64,11 @@ describeRoot('attaching the programs', () => {
   });
   afterAll(() => {
     try {
-      if (lb) inNamespace(() => detachAll(lb!.pinDir, interfaces()));
+      if (lb) detachAll(lb.pinDir, []);
     } finally {
       lb?.close();
       rmSync(pinPath, { recursive: true, force: true });
+      rmSync(namesDir, { recursive: true, force: true });
       execFileSync('ip', ['netns', 'del', ns]);
     }
   });
@@ -112,7 +120,46 @@ describeRoot('attaching the programs', () => {
     expect(existsSync(`${lb!.pinDir}/links/tc-pod@kbpp0`)).toBe(false);
   });
 
-  it('falls back to clsact with a cls_bpf filter, and cleanup removes everything', () => {
+  it('is done by the data plane on open, with the node addresses for NodePorts', async () => {
+    ip('addr', 'add', '192.168.77.1/24', 'dev', 'kbpe0');
+    const loaded = loadConfig({ flags: {} });
+    if (!loaded.ok) throw new Error('default config does not load');
+    const config = loaded.config;
+    config.bpf = {
+      ...config.bpf,
+      pinPath: `${pinPath}-dp`,
+      mapSizes,
+      podInterfaces: ['kbpp*'],
+      externalInterfaces: ['kbpe0'],
+    };
+    const home = openPath('/proc/thread-self/ns/net');
+    const target = openPath(`/run/netns/${ns}`);
+    let dp: BpfDataplane | undefined;
+    try {
+      // The agent runs inside the namespace: `ip` and the attach calls see its interfaces.
+      setns(target, CLONE_NEWNET);
+      dp = await BpfDataplane.open(config, silentLogger, {
+        conntrackGC: false,
+        namesFile: `${namesDir}/names.json`,
+      });
+      expect(readdirSync(`${pinPath}-dp/v1/links`).sort()).toEqual(['tc-ext@kbpe0', 'tc-pod@kbpp1']);
+      expect(dumpMap(dp.lb.fd.nodeAddrs4, 4, 4).keys.map((k) => ip4Codec.decode(k))).toEqual([
+        '192.168.77.1',
+      ]);
+    } finally {
+      try {
+        if (dp) detachAll(dp.lb.pinDir, []);
+        await dp?.close();
+      } finally {
+        setns(home, CLONE_NEWNET);
+        closeFd(target);
+        closeFd(home);
+        rmSync(`${pinPath}-dp`, { recursive: true, force: true });
+      }
+    }
+  });
+
+  it('falls back to clsact with a cls_bpf filter, and cleanup removes everything', async () => {
     ip('link', 'add', 'kbpp2', 'type', 'veth', 'peer', 'name', 'other3');
     const attacher = new Attacher(lb!.pinDir, lb!.prog, { ...config, xdpMode: 'off' }, 'clsact');
     const report = inNamespace(() => attacher.sync(interfaces().filter((i) => i.ifname === 'kbpp2')));
@@ -121,7 +168,17 @@ describeRoot('attaching the programs', () => {
       encoding: 'utf8',
     });
     expect(filters).toMatch(/kbp_tc_pod/);
-    const removed = inNamespace(() => detachAll(lb!.pinDir, interfaces()));
+    const home = openPath('/proc/thread-self/ns/net');
+    const target = openPath(`/run/netns/${ns}`);
+    let removed: string[];
+    try {
+      setns(target, CLONE_NEWNET);
+      removed = await detachBpf(pinPath);
+    } finally {
+      setns(home, CLONE_NEWNET);
+      closeFd(target);
+      closeFd(home);
+    }
     expect(removed).toContain('tc-filter@kbpp2');
     expect(readdirSync(`${lb!.pinDir}/links`)).toEqual([]);
     expect(

@@ -254,5 +254,13 @@ export function detachAll(pinDir: string, interfaces: readonly NetInterface[]): 
 
 /** For `cleanup`: detaches everything the agent attached under <pinPath>/v1 in this namespace. */
 export async function detachBpf(pinPath: string): Promise<string[]> {
-  return detachAll(`${pinPath}/${PIN_LAYOUT_VERSION}`, await listInterfaces());
+  // Only interfaces with a clsact qdisc can carry our cls_bpf filter.
+  const { stdout } = await execFileAsync('tc', ['-j', 'qdisc', 'show']);
+  const clsact = new Set(
+    (JSON.parse(stdout) as { kind: string; dev: string }[])
+      .filter((q) => q.kind === 'clsact')
+      .map((q) => q.dev),
+  );
+  const interfaces = (await listInterfaces()).filter((i) => clsact.has(i.ifname));
+  return detachAll(`${pinPath}/${PIN_LAYOUT_VERSION}`, interfaces);
 }

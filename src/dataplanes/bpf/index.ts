@@ -121,6 +121,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private readonly backendCounters = new MonotonicCounters();
   private readonly gc = { runs: 0, scanned: 0, deleted: 0, seconds: 0, entries: { ct4Tcp: 0, ct4Any: 0 } };
   private closed = false;
+  private namesWritten = '';
 
   private constructor(
     readonly lb: LoadedObject,
@@ -310,9 +311,12 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       })),
     };
     const path = this.options.namesFile ?? namesFilePath(this.config.bpf.pinPath);
+    const text = `${JSON.stringify(names)}\n`;
+    if (text === this.namesWritten) return;
     try {
       mkdirSync(dirname(path), { recursive: true });
-      writeFileSync(path, `${JSON.stringify(names)}\n`);
+      writeFileSync(path, text);
+      this.namesWritten = text;
     } catch (err) {
       this.log.debug({ err, path }, 'could not write frontend names for list/trace');
     }
