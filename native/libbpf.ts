@@ -19,7 +19,6 @@ const f = {
   find_map: lib.func('bpf_map *bpf_object__find_map_by_name(const bpf_object *obj, const char *name)'),
   map_fd: lib.func('int bpf_map__fd(const bpf_map *map)'),
   map_set_max_entries: lib.func('int bpf_map__set_max_entries(bpf_map *map, uint32_t max_entries)'),
-  map_max_entries: lib.func('uint32_t bpf_map__max_entries(const bpf_map *map)'),
   map_reuse_fd: lib.func('int bpf_map__reuse_fd(bpf_map *map, int fd)'),
   map_set_initial_value: lib.func(
     'int bpf_map__set_initial_value(bpf_map *map, const void *data, size_t size)',
@@ -62,7 +61,6 @@ const f = {
   xdp_detach: lib.func('int bpf_xdp_detach(int ifindex, uint32_t flags, const void *opts)'),
   xdp_query_id: lib.func('int bpf_xdp_query_id(int ifindex, int flags, _Out_ uint32_t *prog_id)'),
   tc_hook_create: lib.func('int bpf_tc_hook_create(void *hook)'),
-  tc_hook_destroy: lib.func('int bpf_tc_hook_destroy(void *hook)'),
   tc_attach: lib.func('int bpf_tc_attach(const void *hook, void *opts)'),
   tc_detach: lib.func('int bpf_tc_detach(const void *hook, const void *opts)'),
   tc_query: lib.func('int bpf_tc_query(const void *hook, void *opts)'),
@@ -86,20 +84,12 @@ export const ENOSPC = 28;
 export const ENOTSUPP = 524;
 
 // enum bpf_map_type
-export const BPF_MAP_TYPE_HASH = 1;
 export const BPF_MAP_TYPE_ARRAY = 2;
-export const BPF_MAP_TYPE_PERCPU_ARRAY = 6;
-export const BPF_MAP_TYPE_LPM_TRIE = 11;
-export const BPF_MAP_TYPE_HASH_OF_MAPS = 13;
 // map update flags
 export const BPF_ANY = 0n;
-export const BPF_NOEXIST = 1n;
-export const BPF_EXIST = 2n;
 // map_flags
-export const BPF_F_NO_PREALLOC = 1;
 export const BPF_F_INNER_MAP = 1 << 12;
 // XDP attach flags
-export const XDP_FLAGS_UPDATE_IF_NOEXIST = 1;
 export const XDP_FLAGS_SKB_MODE = 2;
 export const XDP_FLAGS_DRV_MODE = 4;
 // tc
@@ -108,7 +98,6 @@ export const BPF_TC_EGRESS = 2;
 export const BPF_TC_F_REPLACE = 1;
 // enum bpf_attach_type values absent from Debian's 6.1 UAPI headers
 export const BPF_TCX_INGRESS = 46;
-export const BPF_TCX_EGRESS = 47;
 export const BPF_XDP = 37;
 // BTF kinds
 export const BTF_KIND_STRUCT = 4;
@@ -135,17 +124,6 @@ export function loadObject(obj: BpfObject): void {
   check('bpf_object__load', f.load(obj) as number);
 }
 
-/** The same as loadObject on a worker thread, so the event loop keeps running. */
-export function loadObjectAsync(obj: BpfObject): Promise<void> {
-  return new Promise((resolve, reject) => {
-    f.load.async(obj, (err: unknown, rc: number) => {
-      if (err) reject(err);
-      else if (rc < 0) reject(new NativeError('bpf_object__load', -rc));
-      else resolve();
-    });
-  });
-}
-
 /** Closes the object: its program and map fds (pinned objects and links stay). */
 export function closeObject(obj: BpfObject): void {
   f.close(obj);
@@ -162,10 +140,6 @@ export function mapFd(map: BpfMap): number {
 /** Before loadObject only. */
 export function setMapMaxEntries(map: BpfMap, maxEntries: number): void {
   check('bpf_map__set_max_entries', f.map_set_max_entries(map, maxEntries) as number);
-}
-
-export function mapMaxEntries(map: BpfMap): number {
-  return f.map_max_entries(map) as number;
 }
 
 /** Before loadObject: use an existing (e.g. pinned) map instead of creating one. */
@@ -506,15 +480,6 @@ function tcOpts(progFd: number, flags: number, handle: number, priority: number)
 export function tcHookCreate(ifindex: number): void {
   const rc = f.tc_hook_create(tcHook(ifindex, BPF_TC_INGRESS | BPF_TC_EGRESS)) as number;
   if (rc !== -EEXIST) check('bpf_tc_hook_create', rc, `ifindex ${ifindex}`);
-}
-
-/** Deletes the clsact qdisc with every filter on it, including other programs' filters. */
-export function tcHookDestroy(ifindex: number): void {
-  check(
-    'bpf_tc_hook_destroy',
-    f.tc_hook_destroy(tcHook(ifindex, BPF_TC_INGRESS | BPF_TC_EGRESS)) as number,
-    `ifindex ${ifindex}`,
-  );
 }
 
 export interface TcFilter {

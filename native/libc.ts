@@ -7,7 +7,6 @@ const libc = koffi.load('libc.so.6');
 
 const c = {
   if_nametoindex: libc.func('unsigned int if_nametoindex(const char *ifname)'),
-  if_indextoname: libc.func('char *if_indextoname(unsigned int ifindex, _Out_ char *ifname)'),
   close: libc.func('int close(int fd)'),
   open: libc.func('int open(const char *path, int flags)'),
   setns: libc.func('int setns(int fd, int nstype)'),
@@ -42,13 +41,6 @@ export function ifNameToIndex(name: string): number {
   const index = c.if_nametoindex(name) as number;
   if (index === 0) throw new NativeError('if_nametoindex', lastErrno(), name);
   return index;
-}
-
-export function ifIndexToName(index: number): string {
-  const buf = Buffer.alloc(16);
-  if (c.if_indextoname(index, buf) === null)
-    throw new NativeError('if_indextoname', lastErrno(), String(index));
-  return buf.toString('latin1', 0, buf.indexOf(0));
 }
 
 export function openPath(path: string, flags = O_RDONLY | O_CLOEXEC): number {

@@ -196,10 +196,6 @@ export const DROP_REASON = {
   rejectFailed: 8,
   fib: 9,
 } as const;
-export const DROP_REASON_COUNT = 16;
-
-export const CT_REFRESH_NS = 1_000_000_000n;
-export const SNAT_PORT_TRIES = 16;
 
 // ---------- structs (maps.h) ----------
 
@@ -424,9 +420,6 @@ export const MAPS = {
   nodeAddrs4: mapLayout('kbp_node4_v1', ip4Codec, u32Codec),
   nodeAddrs6: mapLayout('kbp_node6_v1', node6Key, u32Codec),
 } as const satisfies Record<string, MapLayout>;
-
-/** The Maglev inner map every kbp_mglv_v1 value must look like (BPF_F_INNER_MAP lets M vary). */
-export const MAGLEV_INNER = { keySize: 4, valueSize: 4 } as const;
 
 /** The programs in bpf/lb.o. */
 export const PROGRAMS = {
