@@ -333,6 +333,22 @@ describe('MapWriter publication order', () => {
   });
 });
 
+describe('MapWriter resync', () => {
+  it('repairs entries deleted behind its back on a full sync, and only then', async () => {
+    const { store, writer, plan } = setup();
+    await writer.apply(plan([web(['10.1.0.1'])]));
+    store.slots.clear();
+    store.ops = [];
+    await writer.apply(plan([web(['10.1.0.1'])]));
+    expect(store.ops).toEqual([]);
+    writer.resync();
+    await writer.apply(plan([web(['10.1.0.1'])]));
+    // The live generation lost its slots: a complete new one is written, then the flip.
+    expect(store.ops).toEqual(['upsertSlots 2', 'upsertFrontends 2']);
+    expect(store.readerErrors.filter((e) => e.includes('after upsertSlots'))).toEqual([]);
+  });
+});
+
 describe('MapWriter restart', () => {
   it('restores ids from the maps and rewrites nothing for the same decisions', async () => {
     const first = setup();

@@ -238,6 +238,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       this.ids,
     );
     this.writeConfig(decisions, plan);
+    if (changes.fullSyncRequired) this.writer.resync();
     const result = await this.writer.apply(plan);
     this.ids = plan;
     this.plan = plan;

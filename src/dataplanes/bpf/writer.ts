@@ -182,6 +182,12 @@ export class MapWriter {
     return deleted;
   }
 
+  /** Makes the next apply read the maps again instead of trusting the mirror (full syncs: repairs
+   * entries someone else changed or deleted). */
+  resync(): void {
+    this.stale = true;
+  }
+
   /** When the next deferred deletion is due (ms since the epoch of `now`), or null. */
   nextDeferredDue(): number | null {
     return this.deferred.length ? Math.min(...this.deferred.map((d) => d.dueMs)) : null;
