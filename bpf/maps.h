@@ -10,8 +10,8 @@
  * Conventions
  *   - Addresses and ports are in network byte order, exactly as in packets (__be*).
  *   - Ids, counts, flags and timestamps are in host byte order.
- *   - Timestamps are bpf_ktime_get_ns(): CLOCK_MONOTONIC nanoseconds
- *     (process.hrtime.bigint() in Node reads the same clock).
+ *   - Timestamps are CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_coarse_ns, up to a tick behind;
+ *     bpf_ktime_get_ns on 5.10): process.hrtime.bigint() in Node reads the same clock.
  *   - Ids: 0 means "none"; svc ids and backend ids start at 1 and index the ARRAY maps below.
  *   - IPv4 and IPv6 have separate maps; the v6 maps exist now so IPv6 needs no layout change.
  *
@@ -24,8 +24,9 @@
  *   - ClusterIP, externalIPs, LoadBalancer IPs and NodePorts on explicit node addresses (when
  *     nodePortAddresses restricts them) are exact entries.
  *   - A NodePort open on every local node address (nodePortAddresses empty or 0.0.0.0/0) is ONE
- *     entry with addr 0. The datapath uses it when the exact lookup misses and the destination is
- *     in kbp_node4_v1 (the node's addresses, written by the control plane).
+ *     entry with addr 0. The datapath uses it when the exact lookup misses, the port is inside
+ *     kbp_config's NodePort range and the destination is in kbp_node4_v1 (the node's addresses,
+ *     written by the control plane).
  *   - scope KBP_SCOPE_ALL is the entry every packet matches. When externalTrafficPolicy=Local
  *     gives external traffic other backends than traffic from pods (kube-proxy short-circuits pod
  *     traffic to external VIPs to the cluster endpoints), the ALL entry carries
