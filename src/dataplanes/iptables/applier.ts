@@ -17,7 +17,7 @@ import {
   runOnHost,
   waitFlags,
 } from './backend.js';
-import { isServiceChainName, JUMP_RULES, jumpRuleArgs, KUBE_PROXY_CANARY } from './names.js';
+import { isServiceChainName, JUMP_RULES, type JumpRule, jumpRuleArgs, KUBE_PROXY_CANARY } from './names.js';
 import {
   activeNatChains,
   assembleRestoreInput,
@@ -215,24 +215,8 @@ export class IptablesDataplane implements Dataplane {
 
   /** EnsureChain + EnsureRule(Prepend) for every jump, and the canary chains. */
   private async ensureJumpRules(family: IPFamily): Promise<void> {
-    const { exec } = this.options;
-    const iptables = iptablesBinary(this.backend, family, 'iptables');
-    const wait = waitFlags(this.backend);
-    const ensureChain = async (table: string, chain: string) => {
-      const created = await exec(iptables, [...wait, '-t', table, '-N', chain], { allowFailure: true });
-      if (created.code !== 0 && !created.stderr.includes('already exists')) {
-        throw new Error(`${iptables} -t ${table} -N ${chain} failed: ${created.stderr.trim()}`);
-      }
-    };
-    for (const table of CANARY_TABLES) await ensureChain(table, KUBE_PROXY_CANARY);
-    for (const rule of JUMP_RULES) {
-      await ensureChain(rule.table, rule.to);
-      const spec = jumpRuleArgs(rule);
-      const check = await exec(iptables, [...wait, '-t', rule.table, '-C', rule.from, ...spec], {
-        allowFailure: true,
-      });
-      if (check.code !== 0) await exec(iptables, [...wait, '-t', rule.table, '-I', rule.from, ...spec]);
-    }
+    const canaries = CANARY_TABLES.map((table) => ({ table, chain: KUBE_PROXY_CANARY }));
+    await ensureJumps(this.options.exec, this.backend, family, JUMP_RULES, canaries);
   }
 
   /** kube-proxy sets route_localnet when NodePorts answer on 127.0.0.0/8 (guarded by KUBE-FIREWALL). */
@@ -240,6 +224,36 @@ export class IptablesDataplane implements Dataplane {
     if (this.routeLocalnetSet || !nodePortsOnLoopback(decisions)) return;
     await this.options.exec('sysctl', ['-qw', 'net.ipv4.conf.all.route_localnet=1']);
     this.routeLocalnetSet = true;
+  }
+}
+
+/**
+ * EnsureChain for `chains` and every jump's target, then EnsureRule(Prepend) for every jump: the
+ * jumps live in built-in chains, outside the restore (the ipvs mode installs its own list too).
+ */
+export async function ensureJumps(
+  exec: CommandRunner,
+  backend: IptablesBackend,
+  family: IPFamily,
+  rules: readonly JumpRule[],
+  chains: { table: string; chain: string }[] = [],
+): Promise<void> {
+  const iptables = iptablesBinary(backend, family, 'iptables');
+  const wait = waitFlags(backend);
+  const ensureChain = async (table: string, chain: string) => {
+    const created = await exec(iptables, [...wait, '-t', table, '-N', chain], { allowFailure: true });
+    if (created.code !== 0 && !created.stderr.includes('already exists')) {
+      throw new Error(`${iptables} -t ${table} -N ${chain} failed: ${created.stderr.trim()}`);
+    }
+  };
+  for (const { table, chain } of chains) await ensureChain(table, chain);
+  for (const rule of rules) {
+    await ensureChain(rule.table, rule.to);
+    const spec = jumpRuleArgs(rule);
+    const check = await exec(iptables, [...wait, '-t', rule.table, '-C', rule.from, ...spec], {
+      allowFailure: true,
+    });
+    if (check.code !== 0) await exec(iptables, [...wait, '-t', rule.table, '-I', rule.from, ...spec]);
   }
 }
 
