@@ -31,7 +31,8 @@ export async function cleanupNode(opts: { pinPath: string; exec?: CommandRunner 
 
   // iptables first: ipvs mode's rules reference the ipsets, which cannot go while referenced.
   const iptables = await cleanupIptables(exec);
-  report.removed.push(...iptables.removed.map((chain) => `iptables ${chain}`));
+  // A loop, not push(...spread): 10,000 services leave over 100,000 chains.
+  for (const chain of iptables.removed) report.removed.push(`iptables ${chain}`);
   report.errors.push(...iptables.errors);
 
   const tables = await exec('nft', ['list', 'tables'], { allowFailure: true });

@@ -70,14 +70,14 @@ export function planIptablesCleanup(save: string): CleanupPlan {
       const target = ruleTarget(rule);
       return !removed.has(chain) && target !== null && removed.has(target);
     });
-    sections.push(
-      `*${table.name}`,
-      ...[...removed].map((chain) => `:${chain} - [0:0]`),
-      ...jumpsIn.map((rule) => `-D ${rule.slice(3)}`),
-      ...[...removed].map((chain) => `-X ${chain}`),
-      'COMMIT',
-    );
-    removedChains.push(...[...removed].map((chain) => `${table.name}/${chain}`));
+    // Loops, not push(...spread): a node with 10,000 services has over 100,000 chains, more
+    // arguments than one call can take.
+    sections.push(`*${table.name}`);
+    for (const chain of removed) sections.push(`:${chain} - [0:0]`);
+    for (const rule of jumpsIn) sections.push(`-D ${rule.slice(3)}`);
+    for (const chain of removed) sections.push(`-X ${chain}`);
+    sections.push('COMMIT');
+    for (const chain of removed) removedChains.push(`${table.name}/${chain}`);
   }
   return { restoreInput: sections.length > 0 ? `${sections.join('\n')}\n` : null, removedChains };
 }
@@ -122,5 +122,5 @@ async function cleanupOne(
     result.errors.push(`${backend} ${family}: ${restore.stderr.trim()}`);
     return;
   }
-  result.removed.push(...plan.removedChains.map((chain) => `${backend} ${family} ${chain}`));
+  for (const chain of plan.removedChains) result.removed.push(`${backend} ${family} ${chain}`);
 }
