@@ -6,6 +6,7 @@ import type { Logger } from '../logger.js';
 import type { BpfStatsProvider } from '../metrics/bpf.js';
 import type { RuleModeStatsProvider } from '../metrics/kube-proxy.js';
 import type { NodeEnv } from '../proxy/types.js';
+import { openBpfDataplane } from './bpf/index.js';
 import { createIptablesDataplane } from './iptables/applier.js';
 import { NftablesDataplane } from './nftables/applier.js';
 import type { Dataplane } from './types.js';
@@ -23,6 +24,11 @@ export interface OpenedDataplane {
 type Opener = (config: ProxyConfig, log: Logger) => Promise<OpenedDataplane>;
 
 const OPENERS: Partial<Record<ProxyMode, Opener>> = {
+  bpf: async (config, log) => {
+    const dataplane = await openBpfDataplane(config, log);
+    // The bpf data plane writes no iptables rules: what the host's iptables can do does not matter.
+    return { dataplane, iptables: { randomFully: true, nfacct: false }, bpfStats: dataplane };
+  },
   iptables: async (config, log) => {
     const dataplane = await createIptablesDataplane({ config });
     log.info({ backend: dataplane.backend, ...dataplane.capabilities }, 'iptables backend chosen');

@@ -367,8 +367,10 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const links = JSON.parse(stdout) as (IpAddrInterface & { ifindex: number })[];
     const interfaces: NetInterface[] = links.map((l) => ({ ifname: l.ifname, ifindex: l.ifindex }));
     const report = this.attacher.sync(interfaces);
-    for (const a of [...report.attached, ...report.replaced]) {
+    for (const a of report.attached)
       this.log.info({ interface: a.ifname, hook: a.hook }, 'bpf program attached');
+    for (const a of report.replaced) {
+      this.log.info({ interface: a.ifname, hook: a.hook }, 'bpf program swapped into its pinned link');
     }
     for (const name of report.detached) this.log.info({ link: name }, 'bpf program detached');
     for (const e of report.errors) {
