@@ -6,6 +6,7 @@ import { rm, stat } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
+import { detachBpf } from '../dataplanes/bpf/attach.js';
 import { type CommandRunner, runOnHost } from '../dataplanes/iptables/backend.js';
 import { cleanupIptables } from '../dataplanes/iptables/cleanup.js';
 
@@ -57,10 +58,14 @@ export async function cleanupNode(opts: { pinPath: string; exec?: CommandRunner 
   }
 
   // Unpinning the maps and links under our own bpffs directory releases them (a tcx or XDP link
-  // detaches when its last pin goes).
-  // INTEGRATION POINT (bpf data plane): tc clsact filters (kernels < 6.6) are not links and stay
-  // attached; call the bpf data plane's detach here once src/dataplanes/bpf exports one.
+  // detaches when its last pin goes); tc clsact filters (kernels < 6.6) are not links and are
+  // detached explicitly.
   if (await exists(opts.pinPath)) {
+    try {
+      for (const name of await detachBpf(opts.pinPath)) report.removed.push(`bpf attachment ${name}`);
+    } catch (err) {
+      report.errors.push(`bpf attachments: ${(err as Error).message}`);
+    }
     try {
       await rm(opts.pinPath, { recursive: true, force: true });
       report.removed.push(`bpf pins ${opts.pinPath}`);
