@@ -21,7 +21,7 @@ import { IPPROTO, KernelStore } from './kernel-store.js';
 import { ct4Key, ct4Val, DROP_REASON, MAPS, type TrafficStats } from './layout.js';
 import { MAGLEV_HASH_SEED, maglevTableSizeProblem } from './maglev.js';
 import { type LoadedObject, loadPinnedObject } from './object.js';
-import { type BpfPlan, type PlanProblem, planBpf } from './plan.js';
+import { ANY_ADDRESS, type BpfPlan, type PlanProblem, planBpf } from './plan.js';
 import { MapWriter } from './writer.js';
 
 const execFileAsync = promisify(execFile);
@@ -264,9 +264,9 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   }
 
   private writeConfig(decisions: ProxyDecisions, plan: BpfPlan): void {
-    const nodeIP = decisions.families.find((f) => f.family === 'IPv4')?.nodeIP || '0.0.0.0';
+    const nodeIP = decisions.families.find((f) => f.family === 'IPv4')?.nodeIP || ANY_ADDRESS.IPv4;
     const anyAddressPorts = plan.frontends
-      .filter((f) => f.kind === 'NodePort' && f.key.address === '0.0.0.0')
+      .filter((f) => f.kind === 'NodePort' && f.key.address === ANY_ADDRESS.IPv4)
       .map((f) => f.key.port);
     // Without any NodePort on every node address, a range nothing falls in keeps the node
     // address lookup off the path (0 would mean "every port").

@@ -42,7 +42,7 @@ import {
   u32Codec,
 } from './layout.js';
 import { type MapName, mapPinPath, PIN_LAYOUT_VERSION } from './object.js';
-import type { FrontendKey } from './plan.js';
+import { ANY_ADDRESS, type FrontendKey } from './plan.js';
 import type { BackendEntry, FrontendValue } from './store.js';
 
 export interface PinnedMaps {
@@ -139,7 +139,7 @@ export interface FrontendView {
 }
 
 export function frontendLabel(key: FrontendKey): string {
-  const host = key.address === '0.0.0.0' ? '*' : key.address;
+  const host = key.address === ANY_ADDRESS[key.family] ? '*' : key.address;
   return `${key.protocol}/${joinHostPort(host, key.port)}${key.scope === 'internal' ? ' (pods)' : ''}`;
 }
 
@@ -328,7 +328,7 @@ export function traceFlow(
     const candidate =
       cfg.nodeportMax === 0 || (input.dport >= cfg.nodeportMin && input.dport <= cfg.nodeportMax);
     if (candidate && maps.isNodeAddress(input.daddr)) {
-      key.address = '0.0.0.0';
+      key.address = ANY_ADDRESS.IPv4;
       sv = maps.frontend(key);
     }
   }
