@@ -41,6 +41,12 @@ if [[ ! -f vmlinux || vmlinux -ot "$VMLINUZ" ]]; then
   tail -c +$((off + 1)) "$VMLINUZ" | xz -dcq >vmlinux 2>/dev/null || true
 fi
 
+# Steps 2 and 3 depend only on this script and the kernel: skip them when their output is newer.
+if [[ initramfs.cpio.gz -nt $0 && initramfs.cpio.gz -nt kpkg/.done-$KPKG && -x run-guest.sh ]]; then
+  echo "ipvs lab up to date in $LAB (kernel $KVER)"
+  exit 0
+fi
+
 # 2. The initramfs: busybox, the modules the lab uses (netfilter, IPVS, ipset, bridge, veth, dummy,
 #    9p), and /init. Matches and targets not loaded by /init are autoloaded by the kernel, whose
 #    modprobe helper runs in the initramfs root, next to these modules.
@@ -90,7 +96,7 @@ modprobe -a virtio_pci 9pnet_virtio 9p ip_vs ip_vs_rr ip_vs_wrr ip_vs_sh nf_conn
   ip_set_hash_ipportip ip_set_hash_ipportnet ip_set_bitmap_port xt_set xt_ipvs xt_comment xt_mark \
   xt_MASQUERADE xt_conntrack xt_nat xt_tcpudp xt_addrtype xt_physdev xt_statistic xt_recent sch_netem
 # br_netfilter would send bridged traffic through iptables; the lab has no bridges that want that.
-mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro hostroot /host
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro,cache=loose hostroot /host
 mount -t proc proc /host/proc; mount -t sysfs sys /host/sys; mount -t devtmpfs dev /host/dev
 mount -t bpf bpf /host/sys/fs/bpf 2>/dev/null
 mount -t tmpfs run /host/run; mount -t tmpfs tmp /host/tmp
