@@ -32,7 +32,15 @@ export interface CellSettings {
   endpointChanges: number;
   /** Bound on the whole cold start (large N in iptables mode takes minutes). */
   coldStartTimeoutMs: number;
+  /**
+   * iptables mode's backend: "auto" lets the agent detect it as kube-proxy's iptables-wrapper does
+   * (nft on a clean node); "legacy" or "nft" plant kubelet's hint chain in that backend first.
+   */
+  iptablesBackend: 'auto' | 'legacy' | 'nft';
 }
+
+/** kubelet's hint chain, which tells kube-proxy's iptables-wrapper (and our agent) the backend. */
+const HINT_CHAIN = ['-t', 'mangle', '-N', 'KUBE-IPTABLES-HINT'];
 
 export interface CellContext {
   lab: Lab;
@@ -82,6 +90,8 @@ export async function runCell(
   const sliceFile = join(ctx.manifestDir, MEASURED_SLICE_FILE);
   writeFileSync(sliceFile, JSON.stringify(endpointSlice(target.index, scenario)));
   await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
+  const hintBinary = settings.iptablesBackend === 'auto' ? null : `iptables-${settings.iptablesBackend}`;
+  if (mode === 'iptables' && hintBinary) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
 
   ctx.step('agent cold start');
   const agent = BenchAgent.start(lab, topology.nodeNs, ctx.cli, [
@@ -213,5 +223,9 @@ export async function runCell(
       exec: (cmd, args, opts) => lab.exec(topology.nodeNs, cmd, args, opts),
     });
     await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
+    if (mode === 'iptables' && hintBinary)
+      await lab.exec(topology.nodeNs, hintBinary, ['-t', 'mangle', '-X', 'KUBE-IPTABLES-HINT'], {
+        allowFailure: true,
+      });
   }
 }

@@ -41,6 +41,8 @@ export function guestBenchArgs(options: BenchOptions): string[] {
     String(options.cell.endpointChanges),
     '--bpf-cost-services',
     options.bpfCost.services.join(','),
+    '--iptables-backend',
+    options.cell.iptablesBackend,
     '--out',
     '/run/lab/results',
     ...(options.quick ? ['--quick'] : []),

@@ -30,6 +30,7 @@ const MARGIN = { left: 80, right: 190, top: 48, bottom: 56 };
 const escapeXml = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 function formatTick(v: number): string {
+  if (v === 0) return '0';
   if (v >= 1_000_000) return `${v / 1_000_000}M`;
   if (v >= 1000) return `${v / 1000}k`;
   if (v >= 1) return String(Number(v.toPrecision(3)));

@@ -17,6 +17,7 @@ interface BenchFlags {
   endpointChanges?: string;
   bpfCostServices?: string;
   out: string;
+  iptablesBackend: 'auto' | 'legacy' | 'nft';
   ipvsLab?: boolean;
 }
 
@@ -64,6 +65,7 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
       udpProbes: positive('--udp-probes', flags.udpProbes ?? d.udpProbes),
       endpointChanges: positive('--endpoint-changes', flags.endpointChanges ?? d.endpointChanges),
       coldStartTimeoutMs: 20 * 60_000,
+      iptablesBackend: flags.iptablesBackend,
     },
     bpfCost: {
       services: numbers('--bpf-cost-services', flags.bpfCostServices ?? d.bpfCost),
@@ -102,6 +104,14 @@ export function registerBenchCommand(program: Command): void {
     .option(
       '--bpf-cost-services <list>',
       `services in the map for BPF_PROG_TEST_RUN (default ${FULL.bpfCost})`,
+    )
+    .addOption(
+      new Option(
+        '--iptables-backend <backend>',
+        "iptables mode's backend: auto detects it as kube-proxy's iptables-wrapper does (nft on a clean node)",
+      )
+        .choices(['auto', 'legacy', 'nft'])
+        .default('auto'),
     )
     .option('--out <dir>', 'results root: <dir>/<timestamp>/ and <dir>/latest/', 'bench/results')
     .addOption(

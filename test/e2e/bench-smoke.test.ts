@@ -1,0 +1,93 @@
+// `kube-bpf-proxy bench --quick` with a tiny matrix: the harness works end to end on this machine
+// (namespaces, agents in every mode that runs here, load generators, BPF_PROG_TEST_RUN, results
+// JSON, report, plots). The figures themselves are not asserted: they depend on the machine.
+
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { ALL_MODES, type BenchResults, PLOT_FILES, runBench } from '../../bench/harness.js';
+import { MEASURE_IDS } from '../../bench/measures.js';
+import { benchOptions } from '../../src/cli/bench.js';
+import { describeRoot } from '../support/privileges.js';
+
+const SERVICES = [1, 10];
+
+describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
+  const out = mkdtempSync(join(tmpdir(), 'kbp-bench-smoke-'));
+  let dir = '';
+  let results: BenchResults;
+  const progress: string[] = [];
+
+  beforeAll(async () => {
+    const options = benchOptions(
+      {
+        quick: true,
+        modes: ALL_MODES.join(','),
+        services: SERVICES.join(','),
+        endpoints: '2',
+        reps: '1',
+        seconds: '1',
+        udpProbes: '50',
+        endpointChanges: '1',
+        bpfCostServices: '1,100',
+        out,
+        iptablesBackend: 'auto',
+      },
+      (line) => progress.push(line),
+    );
+    ({ dir, results } = await runBench(options));
+  }, 170_000);
+  afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+  it('measures every mode that runs here and says why the others did not', () => {
+    expect(results.failures, JSON.stringify(results.failures, null, 1)).toEqual([]);
+    expect(results.modes.length).toBeGreaterThan(0);
+    for (const mode of ALL_MODES) {
+      const skipped = results.unavailable.find((u) => u.mode === mode);
+      expect(results.modes.includes(mode) !== (skipped !== undefined), mode).toBe(true);
+      if (skipped) expect(skipped.reason).not.toBe('');
+    }
+    if (!results.machine.ipvs.available) expect(results.unavailable.map((u) => u.mode)).toContain('ipvs');
+  });
+
+  it('has every measure at every N for every measured mode, with the samples behind it', () => {
+    for (const mode of results.modes) {
+      for (const services of SERVICES) {
+        for (const measure of MEASURE_IDS) {
+          const where = `${mode} N=${services} ${measure}`;
+          const aggregate = results.aggregates.find(
+            (a) => a.mode === mode && a.services === services && a.measure === measure,
+          );
+          expect(aggregate, where).toBeDefined();
+          expect(Number.isFinite(aggregate?.median), where).toBe(true);
+          expect(Number.isFinite(aggregate?.p99), where).toBe(true);
+          expect(
+            results.samples.some((s) => s.mode === mode && s.services === services && s.measure === measure),
+            where,
+          ).toBe(true);
+        }
+      }
+    }
+    expect(new Set(results.bpfCost.map((r) => `${r.program}@${r.services}`)).size).toBe(6);
+    expect(results.machine.kernel).not.toBe('');
+  });
+
+  it('writes the results JSON, the report and the plots, and copies them to latest/', () => {
+    for (const root of [dir, join(out, 'latest')]) {
+      const saved = JSON.parse(readFileSync(join(root, 'results.json'), 'utf8')) as BenchResults;
+      expect(saved.samples.length).toBe(results.samples.length);
+      expect(readFileSync(join(root, 'results.md'), 'utf8')).toContain('### Ratios');
+      for (const plot of PLOT_FILES) {
+        expect(readFileSync(join(root, 'plots', `${plot}.svg`), 'utf8')).toContain('<svg');
+        expect(
+          readFileSync(join(root, 'plots', `${plot}.png`))
+            .subarray(1, 4)
+            .toString(),
+        ).toBe('PNG');
+      }
+    }
+    expect(progress.some((line) => line.includes('ETA'))).toBe(true);
+    expect(existsSync(join(out, 'latest', 'plots'))).toBe(true);
+  });
+});

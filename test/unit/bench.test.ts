@@ -1,0 +1,162 @@
+// The benchmark's pure parts: statistics, the generated manifests, ratios and the report, the
+// SVG charts and the parsers of its tools' output.
+
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import type { Sample } from '../../bench/measures.js';
+import { chartSvg } from '../../bench/plot.js';
+import { aggregate, ratio, ratioTable } from '../../bench/report.js';
+import { clusterIP, manifestFiles, measuredService, validateScenario } from '../../bench/scenario.js';
+import { histogram, histogramPercentile, mergeHistograms, percentile, summarize } from '../../bench/stats.js';
+import { parseColumns, parseLoadgen, parseWrk } from '../../bench/tools.js';
+import { ChangeTracker } from '../../src/model/tracker.js';
+import { readManifests } from '../../src/sources/manifests.js';
+
+describe('stats', () => {
+  it('nearest-rank percentiles', () => {
+    const xs = Array.from({ length: 100 }, (_, i) => i + 1);
+    expect(percentile(xs, 50)).toBe(50);
+    expect(percentile(xs, 99)).toBe(99);
+    expect(percentile([7], 99)).toBe(7);
+    expect(summarize([3, 1, 2])).toEqual({ median: 2, p99: 3, n: 3 });
+    expect(Number.isNaN(percentile([], 50))).toBe(true);
+  });
+
+  it('pooled histograms stay within 2 % of the exact percentiles', () => {
+    const a = Array.from({ length: 1000 }, (_, i) => 20 + i * 0.37);
+    const b = Array.from({ length: 500 }, (_, i) => 300 + i * 3.1);
+    const pooled = mergeHistograms([histogram(a), histogram(b)]);
+    for (const p of [50, 90, 99]) {
+      const exact = percentile([...a, ...b], p);
+      const approx = histogramPercentile(pooled, p);
+      expect(approx).toBeLessThanOrEqual(exact * 1.0001);
+      expect(approx).toBeGreaterThan(exact / 1.021);
+    }
+  });
+});
+
+describe('scenario', () => {
+  it('N services with E endpoints each, the last one measured (and the only one with UDP)', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kbp-bench-unit-'));
+    try {
+      for (const [name, text] of Object.entries(manifestFiles({ services: 300, endpoints: 4 })))
+        writeFileSync(join(dir, name), text);
+      const tracker = new ChangeTracker('node');
+      tracker.apply(readManifests([dir]).events);
+      const state = tracker.state();
+      expect(state.services.size).toBe(300);
+      expect(state.endpointSlices.size).toBe(300);
+      const last = measuredService({ services: 300, endpoints: 4 });
+      const service = state.services.get(`bench/${last.name}`);
+      expect(service?.clusterIP).toBe(last.ip);
+      expect(service?.ports.map((p) => p.protocol)).toEqual(['TCP', 'UDP']);
+      expect(state.services.get('bench/svc-00000')?.ports.map((p) => p.protocol)).toEqual(['TCP']);
+      for (const slice of state.endpointSlices.values()) expect(slice.endpoints).toHaveLength(4);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('ClusterIPs are distinct and stay in 10.96.0.0/16; bad sizes are refused', () => {
+    const ips = new Set(Array.from({ length: 30000 }, (_, i) => clusterIP(i)));
+    expect(ips.size).toBe(30000);
+    expect(clusterIP(0)).toBe('10.96.0.1');
+    expect(clusterIP(255)).toBe('10.96.1.0');
+    expect(() => validateScenario({ services: 0, endpoints: 10 })).toThrow();
+    expect(() => validateScenario({ services: 10, endpoints: 33 })).toThrow();
+    expect(() => validateScenario({ services: 70000, endpoints: 10 })).toThrow();
+  });
+});
+
+describe('report', () => {
+  const sample = (mode: Sample['mode'], measure: Sample['measure'], value: number, rep = 0): Sample => ({
+    measure,
+    mode,
+    services: 1000,
+    rep,
+    value,
+  });
+
+  it('ratios are bpf ÷ other of the medians over runs', () => {
+    const samples = [
+      sample('bpf', 'crrPerSec', 9000),
+      sample('bpf', 'crrPerSec', 11000, 1),
+      sample('bpf', 'crrPerSec', 10000, 2),
+      sample('iptables', 'crrPerSec', 5000),
+      sample('iptables', 'crrPerSec', 4000, 1),
+      sample('iptables', 'crrPerSec', 6000, 2),
+    ];
+    const aggregates = aggregate(samples);
+    expect(ratio(aggregates, 'iptables', 1000, 'crrPerSec')).toBe(2);
+    expect(ratio(aggregates, 'nftables', 1000, 'crrPerSec')).toBeNull();
+    const table = ratioTable({
+      modes: ['bpf', 'iptables'],
+      serviceCounts: [1000],
+      aggregates,
+      bpfCost: [],
+      unavailable: [],
+      failures: [],
+    });
+    expect(table).toContain('bpf ÷ iptables @ N=1,000');
+    expect(table).toContain('2.00×');
+  });
+
+  it('pooled measures take their percentiles over every request', () => {
+    const fast = Array.from({ length: 99 }, () => 50);
+    const h = histogram([...fast, 5000]);
+    const agg = aggregate([{ ...sample('bpf', 'tcpConnectUs', 50), histogram: h }]);
+    expect(agg[0]?.median).toBeGreaterThan(49);
+    expect(agg[0]?.median).toBeLessThanOrEqual(50);
+    expect(agg[0]?.p99).toBeLessThanOrEqual(50);
+  });
+});
+
+describe('plot', () => {
+  it('draws one line per series with log-scale x ticks and a legend', () => {
+    const svg = chartSvg({
+      title: 'conn/s <vs> N',
+      xLabel: 'services',
+      yLabel: 'conn/s',
+      series: [
+        { name: 'bpf', color: '#1b7837', points: [1, 1000, 30000].map((x) => ({ x, y: 5000 })) },
+        {
+          name: 'iptables',
+          color: '#c51b7d',
+          points: [1, 1000, 30000].map((x, i) => ({ x, y: 5000 - i * 1500 })),
+        },
+      ],
+    });
+    expect(svg.startsWith('<svg')).toBe(true);
+    expect(svg.match(/<path /g)).toHaveLength(2);
+    expect(svg).toContain('conn/s &lt;vs&gt; N');
+    for (const tick of ['>1<', '>10<', '>100<', '>1k<', '>10k<', '>100k<']) expect(svg).toContain(tick);
+    expect(svg).toContain('>iptables<');
+  });
+});
+
+describe('tool output parsers', () => {
+  it('wrk', () => {
+    const out = `Running 3s test @ http://10.96.0.1:80/\n  1 threads and 2 connections\nRequests/sec:  21778.62\nTransfer/sec:      2.10MB\n`;
+    expect(parseWrk(out)).toEqual({ requestsPerSec: 21778.62, errors: 0 });
+    expect(
+      parseWrk(
+        `${out}  Socket errors: connect 1, read 2, write 0, timeout 3\n  Non-2xx or 3xx responses: 4\n`,
+      ).errors,
+    ).toBe(10);
+    expect(() => parseWrk('unable to connect')).toThrow();
+  });
+
+  it('loadgen', () => {
+    expect(parseLoadgen('{"attempts":10,"errors":1,"elapsedUs":1000}\n')).toEqual({
+      attempts: 10,
+      errors: 1,
+      elapsedUs: 1000,
+    });
+    expect(parseColumns('1.5 3.0\n2.5 4.0\n', 2)).toEqual([
+      [1.5, 2.5],
+      [3, 4],
+    ]);
+  });
+});
