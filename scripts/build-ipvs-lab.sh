@@ -6,7 +6,8 @@
 # Everything comes from the Debian archive (apt); the result is cached in .cache/ipvs-lab/.
 # Usage: bash scripts/build-ipvs-lab.sh [LABDIR]   (reference/ipvs-lab.md has the measurements behind it)
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SCRIPT=$(readlink -f "$0")
+ROOT=$(cd "$(dirname "$SCRIPT")/.." && pwd)
 LAB=${1:-$ROOT/.cache/ipvs-lab}
 mkdir -p "$LAB" && LAB=$(cd "$LAB" && pwd) && cd "$LAB"
 
@@ -42,7 +43,7 @@ if [[ ! -f vmlinux || vmlinux -ot "$VMLINUZ" ]]; then
 fi
 
 # Steps 2 and 3 depend only on this script and the kernel: skip them when their output is newer.
-if [[ initramfs.cpio.gz -nt $0 && initramfs.cpio.gz -nt kpkg/.done-$KPKG && -x run-guest.sh ]]; then
+if [[ initramfs.cpio.gz -nt $SCRIPT && initramfs.cpio.gz -nt kpkg/.done-$KPKG && -x run-guest.sh ]]; then
   echo "ipvs lab up to date in $LAB (kernel $KVER)"
   exit 0
 fi
