@@ -120,6 +120,33 @@ describeRoot('attaching the programs', () => {
     expect(existsSync(`${lb!.pinDir}/links/tc-pod@kbpp0`)).toBe(false);
   });
 
+  it('reports an attachment that keeps failing once, and retries it at every sync', () => {
+    let fail = true;
+    const prog = (name: string) => {
+      if (fail && name === 'kbp_xdp_ext') throw new Error('no XDP today');
+      return lb!.prog(name);
+    };
+    ip('link', 'add', 'kbpe3', 'type', 'veth', 'peer', 'name', 'other4');
+    const attacher = new Attacher(`${pinPath}-retry`, prog, {
+      ...config,
+      podInterfaces: [],
+      externalInterfaces: ['kbpe3'],
+    });
+    try {
+      const first = inNamespace(() => attacher.sync(interfaces()));
+      expect(first.errors.map((e) => `${e.attachment.hook}@${e.attachment.ifname}: ${e.error}`)).toEqual([
+        'xdp-ext@kbpe3: no XDP today',
+      ]);
+      expect(first.attached.map((a) => `${a.hook}@${a.ifname}`)).toEqual(['tc-ext@kbpe3']);
+      expect(inNamespace(() => attacher.sync(interfaces())).errors).toEqual([]);
+      fail = false;
+      expect(inNamespace(() => attacher.sync(interfaces())).attached.map((a) => a.hook)).toEqual(['xdp-ext']);
+    } finally {
+      detachAll(`${pinPath}-retry`, []);
+      rmSync(`${pinPath}-retry`, { recursive: true, force: true });
+    }
+  });
+
   it('is done by the data plane on open, with the node addresses for NodePorts', async () => {
     ip('addr', 'add', '192.168.77.1/24', 'dev', 'kbpe0');
     const loaded = loadConfig({ flags: {} });

@@ -97,6 +97,7 @@ export interface AttachReport {
   /** Existing links that got the new program (tcx and XDP links). */
   replaced: Attachment[];
   detached: string[];
+  /** New failures (one that persists is reported once). */
   errors: { attachment: Attachment; error: string }[];
 }
 
@@ -108,6 +109,8 @@ export class Attacher {
   private tcx: boolean | null = null;
   /** The pinned links this process has checked or created, by name, with the ifindex. */
   private readonly current = new Map<string, number>();
+  /** Attachments that failed, with the error last reported. */
+  private readonly failing = new Map<string, string>();
 
   constructor(
     pinDir: string,
@@ -132,10 +135,15 @@ export class Attacher {
         if (this.attach(a)) report.replaced.push(a);
         else report.attached.push(a);
         this.current.set(linkName(a), a.ifindex);
+        this.failing.delete(linkName(a));
       } catch (err) {
-        report.errors.push({ attachment: a, error: (err as Error).message });
+        // Retried at every sync; reported when it starts failing or fails differently.
+        const error = (err as Error).message;
+        if (this.failing.get(linkName(a)) !== error) report.errors.push({ attachment: a, error });
+        this.failing.set(linkName(a), error);
       }
     }
+    for (const name of this.failing.keys()) if (!wantedNames.has(name)) this.failing.delete(name);
     // Links of interfaces that are gone or no longer match (an interface that went away took
     // its tcx/XDP attachment with it; the pin is all that is left).
     for (const name of readdirSync(this.linkDir)) {
