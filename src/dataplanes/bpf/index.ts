@@ -8,17 +8,21 @@ import { execFile } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { promisify } from 'node:util';
-import { dumpMap } from '../../../native/libbpf.js';
 import type { ProxyConfig } from '../../config/types.js';
 import type { Logger } from '../../logger.js';
 import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../../metrics/bpf.js';
 import type { IpAddrInterface, ProxyDecisions } from '../../proxy/types.js';
 import type { ChangeSet, Dataplane, SyncResult } from '../types.js';
 import { Attacher, type AttachReport, type NetInterface } from './attach.js';
-import { type ConntrackGcStats, collectConntrack, DEFAULT_CONNTRACK_TIMEOUTS } from './conntrack-gc.js';
+import {
+  type ConntrackGcStats,
+  collectConntrack,
+  DEFAULT_CONNTRACK_TIMEOUTS,
+  readConntrack,
+} from './conntrack-gc.js';
 import { IdAllocator } from './ids.js';
 import { IPPROTO, KernelStore } from './kernel-store.js';
-import { ct4Key, ct4Val, DROP_REASON, MAPS, type TrafficStats } from './layout.js';
+import { DROP_REASON, MAPS, type TrafficStats } from './layout.js';
 import { MAGLEV_HASH_SEED, maglevTableSizeProblem } from './maglev.js';
 import { type LoadedObject, loadPinnedObject } from './object.js';
 import { ANY_ADDRESS, type BpfPlan, type PlanProblem, planBpf } from './plan.js';
@@ -203,10 +207,9 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     // Ids released by the previous run are unknown now, but tracked flows may still name them.
     const until = Date.now() + ID_QUARANTINE_MS;
     for (const map of ['ct4Tcp', 'ct4Any'] as const) {
-      for (const value of dumpMap(this.lb.fd[map], ct4Key.size, ct4Val.size).values) {
-        const v = ct4Val.decode(value);
-        this.ids.serviceIds.quarantine(v.svcId, until);
-        this.ids.backendIds.quarantine(v.backendId, until);
+      for (const r of readConntrack(this.lb.fd[map])) {
+        this.ids.serviceIds.quarantine(r.svcId, until);
+        this.ids.backendIds.quarantine(r.backendId, until);
       }
     }
   }
