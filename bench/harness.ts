@@ -244,7 +244,9 @@ export function reportInput(results: BenchResults): ReportInput {
 }
 
 export function machineLine(m: MachineInfo): string {
-  return `${m.cpuModel}, ${m.cores} cores, ${m.memoryGiB} GiB, kernel ${m.kernel}, Node ${m.node}, ${m.iptables}, ${m.nft}, wrk ${m.wrk}, commit ${m.gitCommit}`;
+  return `${m.cpuModel}, ${m.cores} cores, ${m.memoryGiB} GiB, kernel ${m.kernel}, Node ${m.node}, ${m.iptables}, ${m.nft}, wrk ${m.wrk}, commit ${m.gitCommit}${
+    m.gitChanges.length > 0 ? ` with local changes (${m.gitChanges.map((c) => c.trim()).join('; ')})` : ''
+  }`;
 }
 
 export const PLOT_FILES = [...MEASURE_IDS, 'bpfCost'] as const;

@@ -3,6 +3,7 @@
 
 import { existsSync, readFileSync } from 'node:fs';
 import { cpus, release, totalmem, version } from 'node:os';
+import { fileURLToPath } from 'node:url';
 import { run } from '../src/lab/netns.js';
 import { parseWrkVersion } from './tools.js';
 
@@ -18,6 +19,8 @@ export interface MachineInfo {
   wrk: string;
   clang: string;
   gitCommit: string;
+  /** Files that differ from that commit in the tree that ran (`git status --porcelain`). */
+  gitChanges: string[];
   /** Whether this kernel can run kube-proxy's ipvs mode. */
   ipvs: { available: boolean; reason: string };
 }
@@ -41,6 +44,9 @@ export async function probeIpvs(): Promise<{ available: boolean; reason: string 
   };
 }
 
+/** The checkout the benchmark runs from (bench/ or dist/bench/ is inside it). */
+const repoRoot = fileURLToPath(new URL('..', import.meta.url));
+
 export async function machineInfo(): Promise<MachineInfo> {
   const cpuinfo = readFileSync('/proc/cpuinfo', 'utf8');
   return {
@@ -54,7 +60,14 @@ export async function machineInfo(): Promise<MachineInfo> {
     nft: await firstLine('nft', ['--version']),
     wrk: parseWrkVersion(await firstLine('wrk', ['-v'])),
     clang: await firstLine('clang', ['--version']),
-    gitCommit: await firstLine('git', ['rev-parse', '--short=12', 'HEAD']),
+    gitCommit: await firstLine('git', ['-C', repoRoot, 'rev-parse', '--short=12', 'HEAD']),
+    gitChanges: (
+      await run('git', ['-C', repoRoot, 'status', '--porcelain', '--untracked-files=no'], {
+        allowFailure: true,
+      })
+    ).stdout
+      .split('\n')
+      .filter((line) => line.trim() !== ''),
     ipvs: await probeIpvs(),
   };
 }
