@@ -9,11 +9,10 @@ import { formatProblems, loadConfigFile } from '../config/load.js';
 import { detachBpf } from '../dataplanes/bpf/attach.js';
 import { type CommandRunner, runOnHost } from '../dataplanes/iptables/backend.js';
 import { cleanupIptables } from '../dataplanes/iptables/cleanup.js';
+import { IPVS_DUMMY_DEVICE } from '../dataplanes/ipvs/names.js';
 
 /** The nftables tables of kube-proxy's nftables mode (ours writes the same ones). */
 const NFT_TABLES = ['ip kube-proxy', 'ip6 kube-proxy'];
-/** kube-proxy's ipvs mode binds every service IP to this dummy device. */
-const IPVS_DUMMY_DEVICE = 'kube-ipvs0';
 
 export interface CleanupReport {
   /** One line per object removed, e.g. "iptables nft IPv4 nat/KUBE-SERVICES", "nft table ip kube-proxy". */

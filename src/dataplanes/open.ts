@@ -8,6 +8,7 @@ import type { RuleModeStatsProvider } from '../metrics/kube-proxy.js';
 import type { NodeEnv } from '../proxy/types.js';
 import { openBpfDataplane } from './bpf/index.js';
 import { createIptablesDataplane } from './iptables/applier.js';
+import { createIpvsDataplane } from './ipvs/applier.js';
 import { NftablesDataplane } from './nftables/applier.js';
 import type { Dataplane } from './types.js';
 
@@ -33,6 +34,14 @@ const OPENERS: Partial<Record<ProxyMode, Opener>> = {
     const dataplane = await createIptablesDataplane({ config });
     log.info({ backend: dataplane.backend, ...dataplane.capabilities }, 'iptables backend chosen');
     return { dataplane, iptables: dataplane.capabilities, ruleStats: dataplane };
+  },
+  ipvs: async (config, log) => {
+    const dataplane = await createIpvsDataplane({ config });
+    log.info(
+      { backend: dataplane.backend, ...dataplane.capabilities },
+      'iptables backend chosen for the ipvs companion rules',
+    );
+    return { dataplane, iptables: dataplane.capabilities };
   },
   nftables: async () => {
     const dataplane = new NftablesDataplane();
