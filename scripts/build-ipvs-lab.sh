@@ -134,10 +134,14 @@ cat >run-guest.sh <<'EOF_RUN'
 #!/bin/bash
 # run-guest.sh IO_DIR [kernel args...] : boots the lab guest with IO_DIR shared at /run/lab (its
 # working directory); without lab.run= the guest serves commands dropped into IO_DIR/req (see
-# docs/ipvs.md). Serial console on stdio. Env: SMP (default 1), MEM (MiB, default 1024), TMO (s, 900).
+# docs/ipvs.md). Serial console on stdio. Env: SMP (default 1), MEM (MiB, default 1024), TMO (s, 900),
+# ACCEL=kvm to use KVM (default: emulation; this project's build machines have PVM-based KVM, which
+# runs Debian's unmodified kernel about 250x slower than emulation: reference/ipvs-lab.md).
 LAB=$(cd "$(dirname "$0")" && pwd)
 IO=$(cd "$1" && pwd); shift
-exec timeout "${TMO:-900}" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m "${MEM:-1024}" -smp "${SMP:-1}" \
+ACCEL_ARGS=(-accel tcg,thread=multi -cpu max)
+[[ ${ACCEL:-tcg} == kvm ]] && ACCEL_ARGS=(-accel kvm -cpu host)
+exec timeout "${TMO:-900}" qemu-system-x86_64 "${ACCEL_ARGS[@]}" -m "${MEM:-1024}" -smp "${SMP:-1}" \
   -nographic -no-reboot -nic none \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap,id=hostroot \
   -virtfs "local,path=$IO,mount_tag=labio,security_model=none,multidevs=remap,id=labio" \

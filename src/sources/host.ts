@@ -77,9 +77,14 @@ export function resolveNodeName(hostnameOverride: string): string {
   return (hostnameOverride.trim() || hostname()).toLowerCase();
 }
 
+/** What `ip -j addr show` prints, as NodeEnv's interfaces. */
+export function parseIpAddrJson(stdout: string): IpAddrInterface[] {
+  return interfacesFromIpJson(z.array(interfaceSchema).parse(JSON.parse(stdout)));
+}
+
 export async function probeInterfaces(): Promise<IpAddrInterface[]> {
   const { stdout } = await execFileAsync('ip', ['-j', 'addr', 'show']);
-  return interfacesFromIpJson(z.array(interfaceSchema).parse(JSON.parse(stdout)));
+  return parseIpAddrJson(stdout);
 }
 
 /** The source addresses of the default routes, a fallback for node IPs when the Node object has none. */

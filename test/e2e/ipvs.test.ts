@@ -130,7 +130,7 @@ describeRoot('ipvs mode in the IPVS lab (Debian kernel under QEMU)', () => {
   beforeAll(async () => {
     await buildIpvsLab();
     guest = await IpvsLabGuest.boot();
-    console.log(`ipvs lab guest ready in ${guest.timings.bootMs} ms`);
+    console.log(`ipvs lab guest (${guest.timings.accel}) ready in ${guest.timings.bootMs} ms`);
     const topology = [
       'set -e',
       'ip netns add client',
@@ -164,7 +164,8 @@ describeRoot('ipvs mode in the IPVS lab (Debian kernel under QEMU)', () => {
       drainCheckIntervalMs: 500,
     });
     await dataplane.sync(decisions([2]), FULL);
-  });
+    // The first run on a machine also installs QEMU and downloads the kernel (about a minute).
+  }, 600_000);
 
   afterAll(async () => {
     await dataplane?.close();

@@ -27,7 +27,11 @@ export function shellQuote(arg: string): string {
 export interface BootTimings {
   /** From starting QEMU to the guest accepting commands. */
   bootMs: number;
+  accel: 'kvm' | 'tcg';
 }
+
+/** QEMU gave up at once (e.g. KVM that cannot run this CPU model): try without KVM. */
+class QemuExitedEarly extends Error {}
 
 export class IpvsLabGuest {
   private next = 0;
@@ -41,19 +45,46 @@ export class IpvsLabGuest {
     readonly timings: BootTimings,
   ) {}
 
-  /** Boots a guest (built with buildIpvsLab first) and waits until it takes commands. */
-  static async boot(opts: { memMiB?: number; smp?: number; timeoutMs?: number } = {}): Promise<IpvsLabGuest> {
+  /**
+   * Boots a guest (built with buildIpvsLab first) and waits until it takes commands. With KVM
+   * usable (/dev/kvm and QEMU starting a `-cpu host` guest) it uses KVM; where QEMU refuses
+   * (this project's PVM-based KVM aborts at once) it falls back to emulation.
+   */
+  static async boot(
+    opts: { memMiB?: number; smp?: number; timeoutMs?: number; accel?: 'auto' | 'kvm' | 'tcg' } = {},
+  ): Promise<IpvsLabGuest> {
+    const accel = opts.accel ?? 'auto';
+    if (accel === 'auto' && existsSync('/dev/kvm')) {
+      try {
+        return await IpvsLabGuest.start('kvm', opts);
+      } catch (err) {
+        if (!(err instanceof QemuExitedEarly)) throw err;
+      }
+    }
+    return IpvsLabGuest.start(accel === 'kvm' ? 'kvm' : 'tcg', opts);
+  }
+
+  private static async start(
+    accel: 'kvm' | 'tcg',
+    opts: { memMiB?: number; smp?: number; timeoutMs?: number },
+  ): Promise<IpvsLabGuest> {
     const runs = join(LAB_DIR, 'runs');
     await mkdir(runs, { recursive: true });
     const ioDir = await mkdtemp(join(runs, `io-${process.pid}-`));
     const started = Date.now();
     const qemu = spawn(join(LAB_DIR, 'run-guest.sh'), [ioDir], {
-      env: { ...process.env, MEM: String(opts.memMiB ?? 1024), SMP: String(opts.smp ?? 1), TMO: '1800' },
+      env: {
+        ...process.env,
+        ACCEL: accel,
+        MEM: String(opts.memMiB ?? 1024),
+        SMP: String(opts.smp ?? 1),
+        TMO: '900',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
       // Its own process group: shutdown() can stop QEMU under the timeout wrapper by the group's id.
       detached: true,
     });
-    const guest = new IpvsLabGuest(qemu, ioDir, { bootMs: 0 });
+    const guest = new IpvsLabGuest(qemu, ioDir, { bootMs: 0, accel });
     qemu.stdout?.on('data', (d) => {
       guest.console = (guest.console + d).slice(-20_000);
     });
@@ -66,8 +97,10 @@ export class IpvsLabGuest {
     const deadline = started + (opts.timeoutMs ?? 120_000);
     while (!existsSync(join(ioDir, 'req'))) {
       if (guest.exited || Date.now() > deadline) {
+        const early = guest.exited && Date.now() - started < 10_000;
         await guest.shutdown();
-        throw new Error(`the ipvs lab guest did not come up; console:\n${guest.console}`);
+        const message = `the ipvs lab guest (${accel}) did not come up; console:\n${guest.console}`;
+        throw early ? new QemuExitedEarly(message) : new Error(message);
       }
       await sleep(50);
     }

@@ -7,6 +7,7 @@
 import type { ProxyConfig } from '../../config/types.js';
 import type { IPFamily } from '../../model/types.js';
 import type { FamilyDecisions, IpAddrInterface, ProxyDecisions } from '../../proxy/types.js';
+import { parseIpAddrJson } from '../../sources/host.js';
 import { ensureJumps } from '../iptables/applier.js';
 import {
   type CommandRunner,
@@ -174,13 +175,7 @@ export class IpvsDataplane implements Dataplane {
   }
 
   private async interfaces(): Promise<IpAddrInterface[]> {
-    const raw = JSON.parse(
-      (await this.options.exec('ip', ['-j', 'addr', 'show'])).stdout,
-    ) as IpAddrInterface[];
-    return raw.map((iface) => ({
-      ifname: iface.ifname,
-      addr_info: (iface.addr_info ?? []).filter((info) => info.family === 'inet' || info.family === 'inet6'),
-    }));
+    return parseIpAddrJson((await this.options.exec('ip', ['-j', 'addr', 'show'])).stdout);
   }
 
   private async syncFamily(decisions: FamilyDecisions, interfaces: IpAddrInterface[]): Promise<void> {
