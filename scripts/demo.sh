@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The README's first command: installs what is needed, builds, and runs the main job on the
-# bundled examples/ (no cluster needed).
+# The README's first command: installs what is needed, builds, and runs the main job: the demo of
+# the bpf data plane on a two-node cluster of network namespaces made from examples/ (no cluster
+# needed; root, for namespaces and BPF). Extra arguments go to `kube-bpf-proxy demo`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 npm run --silent build
-node dist/src/cli/main.js render --manifests examples/manifests --config examples/config.yaml --node-env examples/node-env.json "$@"
+node dist/src/cli/main.js demo "$@"

@@ -35,6 +35,8 @@ export interface DemoStep {
   target: string;
   proto: 'tcp' | 'udp';
   count: number;
+  /** Per request; 1 s unless the step needs TCP's SYN retries. */
+  timeoutMs?: number;
   /** What kube-proxy semantics say should happen, printed next to what did. */
   expect: string;
 }
@@ -191,6 +193,8 @@ export async function runDemo(opts: {
         target: '10.96.0.60:80',
         proto: 'tcp',
         count: 2,
+        // The kernel's ICMP errors are rate-limited host-wide: leave room for a SYN retry.
+        timeoutMs: 4000,
         expect: 'rejected (connection refused)',
       },
     ];
@@ -198,7 +202,7 @@ export async function runDemo(opts: {
       const results = await lab.requests(step.from, step.target, {
         proto: step.proto,
         count: step.count,
-        timeoutMs: 1000,
+        timeoutMs: step.timeoutMs ?? 1000,
       });
       report.steps.push({ step, results });
       out(`\n${step.title} -> ${step.target}/${step.proto}`);
@@ -209,7 +213,7 @@ export async function runDemo(opts: {
       const list = await lab.exec(
         cluster.nodeNs('node-a'),
         process.execPath,
-        [mainScript, 'list', '--pin-path', `${pinRoot}/node-a`],
+        [mainScript, 'list', '--bpf-pin-path', `${pinRoot}/node-a`],
         {
           allowFailure: true,
         },

@@ -4,8 +4,10 @@ import { Command } from 'commander';
 import { registerBenchCommand } from './bench.js';
 import { registerCleanupCommand } from './cleanup.js';
 import { registerDemoCommand } from './demo.js';
+import { registerListCommand } from './list.js';
 import { registerRenderCommand } from './render.js';
 import { registerRunCommand } from './run.js';
+import { registerTraceCommand } from './trace.js';
 import { registerVersionCommand, VERSION } from './version.js';
 
 export function buildProgram(): Command {
@@ -19,6 +21,8 @@ export function buildProgram(): Command {
   registerRunCommand(program);
   registerDemoCommand(program);
   registerRenderCommand(program);
+  registerListCommand(program);
+  registerTraceCommand(program);
   registerCleanupCommand(program);
   registerBenchCommand(program);
   registerVersionCommand(program);
