@@ -114,9 +114,7 @@ export class ProxyMetrics {
     });
     this.syncFailures.inc({ mode: options.mode }, 0);
     const log = options.log ?? silentLogger;
-    this.bpf = options.bpfStats
-      ? new BpfMetrics(this.registry, options.bpfStats, options.maxBackends ?? 0, log)
-      : null;
+    this.bpf = options.bpfStats ? new BpfMetrics(options.bpfStats, options.maxBackends ?? 0, log) : null;
     if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
   }
 
@@ -126,8 +124,9 @@ export class ProxyMetrics {
 
   /** The text exposition format, with the bpf counters read just before. */
   async render(): Promise<string> {
-    await this.bpf?.refresh();
-    return this.registry.metrics();
+    if (!this.bpf) return this.registry.metrics();
+    await this.bpf.refresh();
+    return `${await this.registry.metrics()}\n${this.bpf.exposition()}`;
   }
 
   /** Counts one answer of /healthz or /livez (kubeproxy_proxy_{healthz,livez}_total{code}). */

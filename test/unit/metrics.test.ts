@@ -515,6 +515,18 @@ describe('bpf data plane counters (BpfStatsProvider)', () => {
     failing = false;
   });
 
+  it('label values are escaped as the text format wants', async () => {
+    const odd = 'a"b\\c\nd';
+    const metrics = new ProxyMetrics({
+      mode: 'bpf',
+      processMetrics: false,
+      bpfStats: { read: () => ({ ...stats, drops: [{ reason: odd, packets: 1, bytes: 2 }] }) },
+    });
+    const text = await metrics.render();
+    expect(text).toContain('kube_bpf_proxy_drops_total{reason="a\\"b\\\\c\\nd"} 1');
+    expect(sampleValue(parseExposition(text), 'kube_bpf_proxy_drop_bytes_total', { reason: odd })).toBe(2);
+  });
+
   it('other modes have no bpf series', async () => {
     const e = await scrape(new ProxyMetrics({ mode: 'iptables', processMetrics: false }));
     expect([...e.types.keys()].filter((name) => name.startsWith('kube_bpf_proxy_service'))).toEqual([]);
