@@ -170,6 +170,13 @@ async function measure(lab: Lab, services: number): Promise<Figures> {
 const prefix = `kbpbench${process.pid}`;
 await deleteStaleNamespaces(prefix);
 const lab = new Lab(prefix);
+// iptables-nft restores can run for a long time at 10k services: an interrupted run still
+// deletes its namespace (which also ends the restore).
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    void lab.destroy().finally(() => process.exit(130));
+  });
+}
 const rows: Figures[] = [];
 try {
   for (const services of sizes) {
