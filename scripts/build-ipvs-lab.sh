@@ -25,7 +25,11 @@ fi
 
 # 1. Debian's kernel: modules from the .deb, and the uncompressed vmlinux (PVH entry) that QEMU boots
 #    directly, which skips about 3 s of XZ decompression under software emulation.
-KPKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
+kernel_package() { apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'; }
+KPKG=$(kernel_package)
+# Images often ship without package lists.
+[[ -n $KPKG ]] || { apt-get update -qq && KPKG=$(kernel_package); }
+[[ -n $KPKG ]] || { echo "build-ipvs-lab: no linux-image-amd64 in the apt sources" >&2; exit 1; }
 if [[ ! -f kpkg/.done-$KPKG ]]; then
   rm -rf kpkg ./*.deb
   apt-get download "$KPKG" >/dev/null
