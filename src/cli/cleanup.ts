@@ -20,7 +20,18 @@ export interface CleanupReport {
   errors: string[];
 }
 
-export async function cleanupNode(opts: { pinPath: string; exec?: CommandRunner }): Promise<CleanupReport> {
+export interface CleanupOptions {
+  pinPath: string;
+  /** Where the commands run (default: this host). */
+  exec?: CommandRunner;
+  /**
+   * Detach the bpf programs (default true). Detaching works in this process's network namespace,
+   * so a caller running the commands in another one through `exec` turns it off.
+   */
+  detachBpf?: boolean;
+}
+
+export async function cleanupNode(opts: CleanupOptions): Promise<CleanupReport> {
   const exec = opts.exec ?? runOnHost;
   const report: CleanupReport = { removed: [], errors: [] };
   const attempt = async (what: string, cmd: string, args: string[]) => {
@@ -60,10 +71,12 @@ export async function cleanupNode(opts: { pinPath: string; exec?: CommandRunner 
   // detaches when its last pin goes); tc clsact filters (kernels < 6.6) are not links and are
   // detached explicitly.
   if (await exists(opts.pinPath)) {
-    try {
-      for (const name of await detachBpf(opts.pinPath)) report.removed.push(`bpf attachment ${name}`);
-    } catch (err) {
-      report.errors.push(`bpf attachments: ${(err as Error).message}`);
+    if (opts.detachBpf ?? true) {
+      try {
+        for (const name of await detachBpf(opts.pinPath)) report.removed.push(`bpf attachment ${name}`);
+      } catch (err) {
+        report.errors.push(`bpf attachments: ${(err as Error).message}`);
+      }
     }
     try {
       await rm(opts.pinPath, { recursive: true, force: true });
