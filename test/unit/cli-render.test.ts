@@ -95,6 +95,18 @@ describe('render', () => {
     );
   });
 
+  it('prints virtual servers, ipsets and companion rules with --proxy-mode ipvs (NodePorts per node address)', async () => {
+    const { stdout } = await cli(['render', ...EXAMPLES, '--proxy-mode', 'ipvs', '--ip-family', 'IPv4']);
+    expect(stdout.startsWith('# IPv4 virtual servers (ipvsadm-save -n; ipvsadm -R reads it)\n')).toBe(true);
+    expect(stdout).toContain(
+      '-A -t 10.10.0.1:30080 -s rr\n-a -t 10.10.0.1:30080 -r 10.244.1.10:8080 -m -w 1\n',
+    );
+    expect(stdout).toContain(
+      'create KUBE-NODE-PORT-TCP bitmap:port range 0-65535 comment\nadd KUBE-NODE-PORT-TCP 30080\n',
+    );
+    expect(stdout).toContain('*nat\n:KUBE-SERVICES - [0:0]\n');
+  });
+
   it('refuses an invalid configuration with every problem and its path', async () => {
     await expect(cli(['render', ...EXAMPLES, '--iptables-masquerade-bit', '40'])).rejects.toThrow(
       /iptables\.masqueradeBit/,
