@@ -688,6 +688,20 @@ describe('large-cluster mode (§2.3)', () => {
   });
 });
 
+describe('scale', () => {
+  it('renders a service with 150 000 endpoints (more than a call can take as arguments)', () => {
+    const endpoints = Array.from({ length: 150_000 }, (_, i) =>
+      ep(`10.${i >> 16}.${(i >> 8) & 255}.${i & 255}`, 80),
+    );
+    const text = renderFamily(fam([sp('ns', 'huge', { endpoints })]), OFF);
+    const svc = servicePortChains('ns/huge:p80', 'TCP').cluster;
+    const rules = chainRules(text, svc);
+    expect(rules).toHaveLength(150_001);
+    expect(rules[1]).toContain('--probability 0.0000066667 ');
+    expect(rules.at(-1)).toBe(`-A ${svc} -j ${endpointChain('ns/huge:p80', 'TCP', '10.2.73.239:80')}`);
+  });
+});
+
 describe('partial sync assembly (§2.7)', () => {
   const services = [
     sp('ns1', 'svc1', { endpoints: [ep('10.180.0.1', 80)] }),

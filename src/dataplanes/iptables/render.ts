@@ -470,6 +470,11 @@ export function activeNatChains(ruleset: IptablesRuleset): Set<string> {
   return active;
 }
 
+/** push(...source) passes every element as an argument, which overflows the stack for a service with ~100k endpoints. */
+function append(target: string[], source: readonly string[]): void {
+  for (const item of source) target.push(item);
+}
+
 /** `*filter ... COMMIT\n*nat ... COMMIT\n`, as one iptables-restore --noflush call takes it. */
 export function assembleRestoreInput(ruleset: IptablesRuleset, options: AssembleOptions): RestoreInput {
   const filterRules = [...ruleset.filterHeadRules];
@@ -477,11 +482,11 @@ export function assembleRestoreInput(ruleset: IptablesRuleset, options: Assemble
   const natRules = [...ruleset.natHeadRules];
   let skippedNatRules = 0;
   for (const sp of ruleset.servicePorts) {
-    filterRules.push(...sp.filterRules);
-    natRules.push(...sp.natDispatchRules);
+    append(filterRules, sp.filterRules);
+    append(natRules, sp.natDispatchRules);
     if (options.writeBlock(sp.block)) {
       for (const chain of sp.block.chains) natChainLines.push(chainLine(chain));
-      natRules.push(...sp.block.rules);
+      append(natRules, sp.block.rules);
     } else {
       skippedNatRules += sp.block.rules.length;
     }
@@ -491,8 +496,8 @@ export function assembleRestoreInput(ruleset: IptablesRuleset, options: Assemble
     natChainLines.push(chainLine(chain));
     natRules.push(`-X ${chain}`);
   }
-  natRules.push(...ruleset.natTailRules);
-  filterRules.push(...ruleset.filterTailRules);
+  append(natRules, ruleset.natTailRules);
+  append(filterRules, ruleset.filterTailRules);
 
   const lines = [
     '*filter',
