@@ -254,14 +254,25 @@ export const PLOT_FILES = [...MEASURE_IDS, 'bpfCost'] as const;
 async function writeResults(outRoot: string, results: BenchResults): Promise<string> {
   const root = resolve(outRoot);
   const dir = join(root, results.startedAt.replace(/[:.]/g, '-'));
-  mkdirSync(join(dir, 'plots'), { recursive: true });
+  mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'results.json'), `${JSON.stringify(results, null, 1)}\n`);
+  await writeReport(dir, results);
+  const latest = join(root, 'latest');
+  rmSync(latest, { recursive: true, force: true });
+  cpSync(dir, latest, { recursive: true });
+  return dir;
+}
+
+/** results.md and plots/ of a run, from its results (also `bench --render DIR` on a saved run). */
+export async function writeReport(dir: string, results: BenchResults): Promise<void> {
+  mkdirSync(join(dir, 'plots'), { recursive: true });
+  const backend = results.settings.cell.iptablesBackend;
   const header = [
     `## kube-bpf-proxy bench${results.quick ? ' (--quick)' : ''}, ${results.startedAt}`,
     '',
     `Machine: ${machineLine(results.machine)}.`,
     '',
-    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}} services × ${results.settings.endpoints} endpoints, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}.`,
+    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}} services × ${results.settings.endpoints} endpoints, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
   ].join('\n');
   writeFileSync(join(dir, 'results.md'), markdownReport(reportInput(results), header));
 
@@ -303,11 +314,6 @@ async function writeResults(outRoot: string, results: BenchResults): Promise<str
       })),
     }),
   );
-
-  const latest = join(root, 'latest');
-  rmSync(latest, { recursive: true, force: true });
-  cpSync(dir, latest, { recursive: true });
-  return dir;
 }
 
 async function writePlot(dir: string, name: string, svg: string): Promise<void> {

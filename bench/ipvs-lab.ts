@@ -1,9 +1,9 @@
-// --ipvs-lab: the same benchmark inside the IPVS lab (scripts/build-ipvs-lab.sh): Debian's own
-// kernel, which has IPVS, booted by QEMU (software emulation: this machine's KVM cannot run an
-// unmodified kernel) into an initramfs that chroots into this machine's root over 9p. So the guest
-// runs this very checkout's `kube-bpf-proxy bench`, with every mode in one kernel; its results land
-// in <out>/ipvs-lab/ on the host. Figures from the lab are ~10x slower than native (emulation):
-// compare its ratios, not its absolute numbers.
+// --ipvs-lab: the benchmark inside the IPVS lab (scripts/build-ipvs-lab.sh): Debian's own kernel,
+// which has IPVS, booted by QEMU (software emulation: this machine's KVM cannot run an unmodified
+// kernel) into an initramfs that chroots into this machine's root over 9p. So the guest runs this
+// very checkout's `kube-bpf-proxy bench`, every mode in one kernel; its results land in
+// <out>/ipvs-lab/<timestamp>/ and <out>/ipvs-lab/latest/ on the host. Emulation makes everything
+// about 10x slower than native: compare the lab's ratios, not its absolute figures.
 
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
@@ -44,7 +44,7 @@ export function guestBenchArgs(options: BenchOptions): string[] {
     '--iptables-backend',
     options.cell.iptablesBackend,
     '--out',
-    '/run/lab/results',
+    '/run/lab',
     ...(options.quick ? ['--quick'] : []),
   ];
 }
@@ -65,8 +65,12 @@ export async function runIpvsLab(options: BenchOptions): Promise<string> {
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let done = '';
+  // The serial console delivers output in small pieces: relay whole lines.
+  let partial = '';
   const relay = (d: Buffer) => {
-    for (const line of d.toString().split('\n')) {
+    const lines = (partial + d.toString()).split('\n');
+    partial = lines.pop() ?? '';
+    for (const line of lines) {
       if (line.trim() === '') continue;
       if (line.includes('GUEST-DONE')) done = line.trim();
       say(`  [ipvs-lab] ${line.trimEnd()}`);
@@ -77,7 +81,7 @@ export async function runIpvsLab(options: BenchOptions): Promise<string> {
   const code = await new Promise<number | null>((resolvePromise) => guest.once('exit', resolvePromise));
   if (done !== 'GUEST-DONE rc=0')
     throw new Error(`IPVS lab: the guest's bench did not finish (${done || `qemu exit ${code}`})`);
-  const results = join(io, 'results', 'latest');
+  const results = join(io, 'latest');
   say(`IPVS lab results: ${results}`);
   return results;
 }

@@ -1,8 +1,16 @@
 // `kube-bpf-proxy bench`: every mode on this machine, side by side, in one run (bench/harness.ts).
 // Needs root (network namespaces, BPF) and a built tree (the agent runs as dist/src/cli/main.js).
 
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { type Command, Option } from 'commander';
-import { ALL_MODES, type BenchOptions, runBench } from '../../bench/harness.js';
+import {
+  ALL_MODES,
+  type BenchOptions,
+  type BenchResults,
+  runBench,
+  writeReport,
+} from '../../bench/harness.js';
 import { runIpvsLab } from '../../bench/ipvs-lab.js';
 import type { BenchMode } from '../../bench/kernel-probe.js';
 
@@ -19,6 +27,7 @@ interface BenchFlags {
   out: string;
   iptablesBackend: 'auto' | 'legacy' | 'nft';
   ipvsLab?: boolean;
+  render?: string;
 }
 
 const FULL = {
@@ -117,16 +126,26 @@ export function registerBenchCommand(program: Command): void {
     .addOption(
       new Option(
         '--ipvs-lab',
-        'also run the scenarios in the IPVS lab (Debian kernel with IPVS under QEMU; see docs/benchmark.md)',
+        'run the matrix inside the IPVS lab instead (Debian kernel with IPVS under QEMU, every mode in that kernel; see docs/benchmark.md)',
       ),
     )
+    .option(
+      '--render <dir>',
+      "redraw a saved run's results.md and plots from its results.json, measure nothing",
+    )
     .action(async (flags: BenchFlags) => {
+      if (flags.render) {
+        const results = JSON.parse(readFileSync(join(flags.render, 'results.json'), 'utf8')) as BenchResults;
+        await writeReport(flags.render, results);
+        process.stdout.write(`${flags.render}\n`);
+        return;
+      }
       if (process.getuid?.() !== 0)
         throw new Error('bench needs root: it creates network namespaces and loads BPF programs');
       const progress = (line: string) => process.stderr.write(`${line}\n`);
       const options = benchOptions(flags, progress);
-      const { dir } = await runBench(options);
+      // This kernel has no IPVS: the lab runs the same matrix, every mode, in a kernel that has.
+      const dir = flags.ipvsLab ? await runIpvsLab(options) : (await runBench(options)).dir;
       process.stdout.write(`${dir}\n`);
-      if (flags.ipvsLab) await runIpvsLab(options);
     });
 }
