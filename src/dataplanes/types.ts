@@ -1,7 +1,7 @@
 // The contract between the sync runner (proxy/runner.ts) and every data plane.
 
 import type { ProxyMode } from '../config/types.js';
-import type { ProxyDecisions } from '../proxy/types.js';
+import type { FamilyDecisions, ProxyDecisions } from '../proxy/types.js';
 
 /** What changed since the last successful sync; partial syncs rewrite only these services. */
 export interface ChangeSet {
@@ -29,4 +29,26 @@ export interface Dataplane {
 /** "namespace/name" of the Service a decision belongs to. */
 export function serviceKey(namespace: string, name: string): string {
   return `${namespace}/${name}`;
+}
+
+/**
+ * kube-proxy's metaproxier: each family is its own proxier, so one family failing does not hold
+ * back the other. Runs every family, then throws one error naming every failure.
+ * `syncFamily` returns whether it was a full sync.
+ */
+export async function syncEachFamily(
+  families: readonly FamilyDecisions[],
+  syncFamily: (family: FamilyDecisions) => Promise<boolean>,
+): Promise<SyncResult> {
+  let full = false;
+  const failures: Error[] = [];
+  for (const family of families) {
+    try {
+      full = (await syncFamily(family)) || full;
+    } catch (err) {
+      failures.push(err as Error);
+    }
+  }
+  if (failures.length > 0) throw new AggregateError(failures, failures.map((e) => e.message).join('; '));
+  return { full };
 }

@@ -19,7 +19,7 @@ import {
   runOnHost,
   waitFlags,
 } from '../iptables/backend.js';
-import type { ChangeSet, Dataplane, SyncResult } from '../types.js';
+import { type ChangeSet, type Dataplane, type SyncResult, syncEachFamily } from '../types.js';
 import {
   diffVirtualServers,
   ipsetRestoreInput,
@@ -79,16 +79,15 @@ export class IpvsDataplane implements Dataplane {
     }
     if (changes.fullSyncRequired) this.jumpsEnsured.clear();
     const interfaces = await this.interfaces();
-    const failures: Error[] = [];
-    for (const family of decisions.families) {
+    await syncEachFamily(decisions.families, async (family) => {
       try {
         await this.syncFamily(family, interfaces);
       } catch (err) {
         this.jumpsEnsured.delete(family.family);
-        failures.push(err as Error);
+        throw err;
       }
-    }
-    if (failures.length > 0) throw new AggregateError(failures, failures.map((e) => e.message).join('; '));
+      return true;
+    });
     this.scheduleDrainCheck();
     return { full: true };
   }

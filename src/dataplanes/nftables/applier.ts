@@ -9,7 +9,7 @@
 import type { IPFamily } from '../../model/types.js';
 import type { FamilyDecisions, ProxyDecisions } from '../../proxy/types.js';
 import { type CommandRunner, runOnHost } from '../iptables/backend.js';
-import type { ChangeSet, Dataplane, SyncResult } from '../types.js';
+import { type ChangeSet, type Dataplane, type SyncResult, syncEachFamily } from '../types.js';
 import { isAffinitySetName, isServiceChainName, nftFamily, TABLE } from './names.js';
 import {
   activeObjects,
@@ -99,18 +99,7 @@ export class NftablesDataplane implements Dataplane {
   }
 
   async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
-    let full = false;
-    const failures: Error[] = [];
-    // Each family is its own proxier upstream (metaproxier): one failing does not hold back the other.
-    for (const family of decisions.families) {
-      try {
-        full = (await this.syncFamily(family, changes)) || full;
-      } catch (err) {
-        failures.push(err as Error);
-      }
-    }
-    if (failures.length > 0) throw new AggregateError(failures, failures.map((e) => e.message).join('; '));
-    return { full };
+    return syncEachFamily(decisions.families, (family) => this.syncFamily(family, changes));
   }
 
   async close(): Promise<void> {
