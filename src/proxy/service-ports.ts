@@ -4,33 +4,9 @@
 
 import type { IPFamily, Protocol, Service, ServiceType } from '../model/types.js';
 import { canonicalIPOfFamily, formatCIDR, parseCIDR } from './ip.js';
+import type { ServicePortInfo } from './types.js';
 
 export const SCHEDULER_ANNOTATION = 'kube-bpf-proxy.io/scheduler';
-
-/** A service port before its endpoints are attached. */
-export interface ServicePortInfo {
-  family: IPFamily;
-  namespace: string;
-  name: string;
-  portName: string;
-  protocol: Protocol;
-  servicePortName: string;
-  type: ServiceType;
-  clusterIP: string;
-  port: number;
-  nodePort: number;
-  externalIPs: string[];
-  loadBalancerIPs: string[];
-  loadBalancerSourceRanges: string[];
-  healthCheckNodePort: number;
-  externalPolicyLocal: boolean;
-  internalPolicyLocal: boolean;
-  externallyAccessible: boolean;
-  usesClusterEndpoints: boolean;
-  usesLocalEndpoints: boolean;
-  sessionAffinityTimeoutSeconds: number;
-  schedulerAnnotation: string | null;
-}
 
 /** ShouldSkipService: headless and ExternalName services get no rules. Returns the reason, or null. */
 export function skipReason(service: Service): string | null {

@@ -23,7 +23,8 @@ export interface Endpoint {
 
 export type TopologyMode = '' | 'PreferSameZone' | 'PreferSameNode';
 
-export interface ServicePortDecision {
+/** A service port as one family's proxier sees it, before its endpoints are attached. */
+export interface ServicePortInfo {
   family: IPFamily;
   namespace: string;
   name: string;
@@ -53,6 +54,9 @@ export interface ServicePortDecision {
   sessionAffinityTimeoutSeconds: number;
   /** The kube-bpf-proxy.io/scheduler annotation when present (validated by the bpf data plane). */
   schedulerAnnotation: string | null;
+}
+
+export interface ServicePortDecision extends ServicePortInfo {
   topologyMode: TopologyMode;
   /** Every endpoint of this port and family after slice merging, sorted by `endpoint`. */
   endpoints: Endpoint[];
