@@ -17,7 +17,7 @@ import type { EndpointSlice, Service, SliceEndpoint } from '../../src/model/type
 import { type BrainConfig, decide } from '../../src/proxy/decide.js';
 import type { ProxyDecisions } from '../../src/proxy/types.js';
 import { buildIpvsLab, IpvsLabGuest, PROJECT_ROOT } from '../support/ipvs-lab.js';
-import { endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
+import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 import { describeRoot } from '../support/privileges.js';
 
 const NODE = 'node-a';
@@ -26,16 +26,7 @@ const BACKENDS = ['be1', 'be2', 'be3'] as const;
 const backendIP = (i: number) => `10.244.${i + 1}.10`;
 const LAB_JS = join(PROJECT_ROOT, 'dist/src/lab');
 
-const brain: BrainConfig = {
-  nodePortAddresses: [],
-  detectLocalMode: 'ClusterCIDR',
-  detectLocal: { bridgeInterface: '', interfaceNamePrefix: '' },
-  clusterCIDRs: ['10.244.0.0/16'],
-  masqueradeBit: 14,
-  masqueradeAll: false,
-  localhostNodePorts: true,
-  featureGates: {},
-};
+const brain = brainConfig();
 
 const HTTP: Service['ports'] = [{ name: 'http', protocol: 'TCP', port: 80, nodePort: 0 }];
 const SLICE_PORTS: EndpointSlice['ports'] = [

@@ -1,6 +1,7 @@
 // Builders for typed model objects with the API server's defaults, so brain tests state only
 // what matters to them.
 import type { EndpointSlice, Node, ObjectMeta, Service, SliceEndpoint } from '../../src/model/types.js';
+import type { BrainConfig } from '../../src/proxy/decide.js';
 import type { NodeEnv } from '../../src/proxy/types.js';
 
 export function meta(namespace: string, name: string, extra: Partial<ObjectMeta> = {}): ObjectMeta {
@@ -100,5 +101,20 @@ export function nodeEnv(extra: Partial<NodeEnv> = {}): NodeEnv {
     nodeLabels: {},
     iptables: { randomFully: true, nfacct: false },
     ...extra,
+  };
+}
+
+/** The brain's settings at kube-proxy's defaults (ClusterCIDR detection of 10.244.0.0/16), with overrides. */
+export function brainConfig(overrides: Partial<BrainConfig> = {}): BrainConfig {
+  return {
+    nodePortAddresses: [],
+    detectLocalMode: 'ClusterCIDR',
+    detectLocal: { bridgeInterface: '', interfaceNamePrefix: '' },
+    clusterCIDRs: ['10.244.0.0/16'],
+    masqueradeBit: 14,
+    masqueradeAll: false,
+    localhostNodePorts: true,
+    featureGates: {},
+    ...overrides,
   };
 }

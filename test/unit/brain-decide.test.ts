@@ -1,18 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import type { EndpointSlice, Service } from '../../src/model/types.js';
 import { type BrainConfig, decide } from '../../src/proxy/decide.js';
-import { endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
+import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 
-const config: BrainConfig = {
-  nodePortAddresses: [],
-  detectLocalMode: 'ClusterCIDR',
-  detectLocal: { bridgeInterface: '', interfaceNamePrefix: '' },
-  clusterCIDRs: ['10.244.0.0/16', 'fd00:244::/56'],
-  masqueradeBit: 14,
-  masqueradeAll: false,
-  localhostNodePorts: true,
-  featureGates: {},
-};
+const config = brainConfig({ clusterCIDRs: ['10.244.0.0/16', 'fd00:244::/56'] });
 
 function state(services: Service[], slices: EndpointSlice[]) {
   return {

@@ -17,7 +17,7 @@ import { nodeEligible } from '../../src/proxy/node.js';
 import type { SyncReport } from '../../src/proxy/sync-loop.js';
 import type { ProxyDecisions } from '../../src/proxy/types.js';
 import { freePort } from '../support/free-port.js';
-import { endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
+import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 import { parseExposition, sampleValue } from '../support/prom-text.js';
 
 const NODE = 'test-node';
@@ -25,17 +25,8 @@ const SYNC_PERIOD_MS = 30_000;
 const TIMEOUT_MS = 2 * SYNC_PERIOD_MS;
 const T0 = Date.parse('2026-11-30T01:00:00Z');
 
-const brainConfig: BrainConfig = {
-  // Only loopback: the healthCheckNodePort servers of these tests listen on 127.0.0.1.
-  nodePortAddresses: ['127.0.0.0/8'],
-  detectLocalMode: 'ClusterCIDR',
-  detectLocal: { bridgeInterface: '', interfaceNamePrefix: '' },
-  clusterCIDRs: ['10.244.0.0/16'],
-  masqueradeBit: 14,
-  masqueradeAll: false,
-  localhostNodePorts: true,
-  featureGates: {},
-};
+// Only loopback: the healthCheckNodePort servers of these tests listen on 127.0.0.1.
+const brain = brainConfig({ nodePortAddresses: ['127.0.0.0/8'] });
 
 function decisions(
   services: Service[],
@@ -49,7 +40,7 @@ function decisions(
       node: node(NODE),
     },
     nodeEnv({ nodeName: NODE }),
-    brainConfig,
+    brain,
     { families },
   );
 }
@@ -291,7 +282,7 @@ describe('which Services get a healthCheckNodePort server (pure)', () => {
     const d = decide(
       { services: new Map(), endpointSlices: new Map(), node: node(NODE) },
       nodeEnv({ nodeName: NODE }),
-      { ...brainConfig, nodePortAddresses: [] },
+      { ...brain, nodePortAddresses: [] },
       { families: ['IPv4'] },
     );
     expect(healthCheckAddresses(d)).toBeNull();

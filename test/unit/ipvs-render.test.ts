@@ -15,23 +15,14 @@ import {
 import type { EndpointSlice, IPFamily, Service, SliceEndpoint } from '../../src/model/types.js';
 import { type BrainConfig, decide } from '../../src/proxy/decide.js';
 import type { FamilyDecisions, IpAddrInterface } from '../../src/proxy/types.js';
-import { endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
+import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 
 const NODE = 'node-a';
 const NODE_IP = '192.168.0.2';
 const local = { nodeName: NODE };
 const remote = { nodeName: 'node-b' };
 
-const brain: BrainConfig = {
-  nodePortAddresses: [],
-  detectLocalMode: 'ClusterCIDR',
-  detectLocal: { bridgeInterface: '', interfaceNamePrefix: '' },
-  clusterCIDRs: ['10.244.0.0/16', 'fd00:244::/48'],
-  masqueradeBit: 14,
-  masqueradeAll: false,
-  localhostNodePorts: true,
-  featureGates: {},
-};
+const brain = brainConfig({ clusterCIDRs: ['10.244.0.0/16', 'fd00:244::/48'] });
 
 const interfaces: IpAddrInterface[] = [
   {

@@ -26,21 +26,16 @@ import {
 import type { EndpointSlice, IPFamily, Service } from '../../src/model/types.js';
 import { type BrainConfig, decide } from '../../src/proxy/decide.js';
 import type { FamilyDecisions, NodeEnv, ServicePortDecision } from '../../src/proxy/types.js';
-import { endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
+import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 
 const NODE = 'test-node';
 const NO_CIDRS: NftRenderOptions = { serviceCIDRs: [] };
 
-const baseConfig: BrainConfig = {
+const baseConfig = brainConfig({
   nodePortAddresses: ['primary'],
-  detectLocalMode: 'ClusterCIDR',
-  detectLocal: { bridgeInterface: '', interfaceNamePrefix: '' },
   clusterCIDRs: ['10.0.0.0/8', 'fd00:10::/64'],
-  masqueradeBit: 14,
-  masqueradeAll: false,
   localhostNodePorts: false,
-  featureGates: {},
-};
+});
 
 interface Cluster {
   services: Service[];

@@ -1,11 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import type { ChangeSet, Dataplane } from '../../src/dataplanes/types.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
-import type { BrainConfig } from '../../src/proxy/decide.js';
 import { FULL_SYNC_PERIOD_MS, SyncLoop, type SyncReport } from '../../src/proxy/sync-loop.js';
 import type { ProxyDecisions } from '../../src/proxy/types.js';
 import type { SourceEvent } from '../../src/sources/types.js';
-import { nodeEnv } from '../support/model-fixtures.js';
+import { brainConfig, nodeEnv } from '../support/model-fixtures.js';
 
 const rawService = (name: string, port = 80) => ({
   apiVersion: 'v1',
@@ -113,16 +112,7 @@ describe('ChangeTracker', () => {
   });
 });
 
-const brainConfig: BrainConfig = {
-  nodePortAddresses: [],
-  detectLocalMode: 'ClusterCIDR',
-  detectLocal: { bridgeInterface: '', interfaceNamePrefix: '' },
-  clusterCIDRs: ['10.244.0.0/16'],
-  masqueradeBit: 14,
-  masqueradeAll: false,
-  localhostNodePorts: true,
-  featureGates: {},
-};
+const brain = brainConfig();
 
 class RecordingDataplane implements Dataplane {
   readonly mode = 'iptables' as const;
@@ -149,7 +139,7 @@ describe('SyncLoop', () => {
     const loop = new SyncLoop({
       tracker,
       nodeEnv: () => nodeEnv(),
-      config: brainConfig,
+      config: brain,
       dataplane,
       observers: [{ synced: (r) => reports.push(r), failed: (f) => failures.push(f.error) }],
       now: () => now,
