@@ -94,6 +94,21 @@ export class Lab {
   }
 
   /**
+   * Waits until no IPv6 address of the namespace is tentative: link-local addresses go through
+   * duplicate address detection (about a second), and until then neighbour discovery from them
+   * stalls, so first connections time out. Bounded by timeoutMs.
+   */
+  async waitForIPv6Addresses(ns: string, timeoutMs = 10_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const { stdout } = await this.exec(ns, 'ip', ['-6', 'addr', 'show', 'tentative']);
+      if (stdout.trim() === '') return;
+      if (Date.now() > deadline) throw new Error(`IPv6 addresses in ${ns} still tentative:\n${stdout}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+  }
+
+  /**
    * Runs a command inside a lab namespace. nsenter keeps the host's /sys (and so bpffs), unlike
    * `ip netns exec`, which remounts it. Throws on a non-zero exit unless allowFailure.
    */

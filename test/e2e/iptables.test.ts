@@ -25,23 +25,14 @@ import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
 import type { EndpointSlice, Service } from '../../src/model/types.js';
 import { type BrainConfig, decide } from '../../src/proxy/decide.js';
 import type { IpAddrInterface, NodeEnv, ProxyDecisions } from '../../src/proxy/types.js';
-import { endpoint, node, service, slice } from '../support/model-fixtures.js';
+import { brainConfig, endpoint, node, service, slice } from '../support/model-fixtures.js';
 import { describeRoot } from '../support/privileges.js';
 
 const PREFIX = `kbpipt${process.pid}`;
 const NODE = 'node-a';
 const NS = 'e2e';
 
-const brainConfig: BrainConfig = {
-  nodePortAddresses: [],
-  detectLocalMode: 'ClusterCIDR',
-  detectLocal: { bridgeInterface: '', interfaceNamePrefix: '' },
-  clusterCIDRs: ['10.244.0.0/16'],
-  masqueradeBit: 14,
-  masqueradeAll: false,
-  localhostNodePorts: true,
-  featureGates: {},
-};
+const brain = brainConfig();
 
 const POD2 = '10.244.2.2';
 const POD3 = '10.244.3.2';
@@ -118,7 +109,7 @@ function decisionsFor(webEndpoints: string[], env: NodeEnv): ProxyDecisions {
       node: node(NODE),
     },
     env,
-    brainConfig,
+    brain,
     { families: ['IPv4', 'IPv6'] },
   );
 }
@@ -190,6 +181,7 @@ describeRoot('iptables mode in network namespaces', () => {
     ] as const) {
       await lab.startBackend(ns, { name, tcpPorts: [8080], udpPorts: [8081] });
     }
+    for (const ns of ['node', 'pod1', 'pod2', 'pod3']) await lab.waitForIPv6Addresses(ns);
     const interfaces = JSON.parse((await onNode('ip', ['-j', 'addr', 'show'])).stdout) as IpAddrInterface[];
     env = {
       nodeName: NODE,
