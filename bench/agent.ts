@@ -32,7 +32,8 @@ export class BenchAgent {
       for (const text of lines) this.onLine(text);
     });
     child.stdout?.on('data', () => {});
-    child.once('exit', (code) => {
+    // 'close', not 'exit': the last stderr lines (the reason it stopped) arrive before 'close' only.
+    child.once('close', (code) => {
       this.exited = code;
       this.notify();
     });
@@ -107,7 +108,7 @@ export class BenchAgent {
   /** SIGTERM, then SIGKILL after 10 s. The kernel state stays; the caller cleans it up. */
   async stop(): Promise<void> {
     if (this.exited !== undefined) return;
-    const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    const exited = new Promise<void>((resolve) => this.child.once('close', () => resolve()));
     this.child.kill('SIGTERM');
     const timer = setTimeout(() => this.child.kill('SIGKILL'), 10_000);
     await exited;

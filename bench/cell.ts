@@ -195,6 +195,7 @@ export async function runCell(
       nodeNs: topology.nodeNs,
       pinPath,
       iptablesBackend: String(agent.lines.find((l) => l.msg === 'iptables backend chosen')?.backend ?? 'nft'),
+      serviceIP: target.ip,
     };
     for (let change = 0; change < settings.endpointChanges; change++) {
       // Past minSyncPeriod since the last sync, so the change is not held back by the rate limit.

@@ -72,7 +72,9 @@ export async function runIpvsLab(options: BenchOptions): Promise<string> {
     partial = lines.pop() ?? '';
     for (const line of lines) {
       if (line.trim() === '') continue;
-      if (line.includes('GUEST-DONE')) done = line.trim();
+      // The kernel's power-off message may follow on the same console line.
+      const guestDone = /GUEST-DONE rc=\d+/.exec(line);
+      if (guestDone) done = guestDone[0];
       say(`  [ipvs-lab] ${line.trimEnd()}`);
     }
   };

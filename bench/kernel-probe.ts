@@ -1,6 +1,6 @@
 // "Is this endpoint in the kernel yet?" for each mode, asked as narrowly as the mode allows, so a
-// poll costs little even with 30,000 services programmed: one iptables chain, one nft chain, or
-// one scan of the BPF backends map.
+// poll costs little even with 30,000 services programmed: one iptables chain, one nft chain, one
+// scan of the BPF backends map, or one IPVS virtual server.
 
 import { dumpMap, getPinned } from '../native/libbpf.js';
 import { closeFd } from '../native/libc.js';
@@ -9,7 +9,7 @@ import { mapPinPath, PIN_LAYOUT_VERSION } from '../src/dataplanes/bpf/object.js'
 import { endpointChain } from '../src/dataplanes/iptables/names.js';
 import { servicePortEndpointChainNameBase } from '../src/dataplanes/nftables/names.js';
 import type { Lab } from '../src/lab/netns.js';
-import { NAMESPACE, TCP_TARGET_PORT } from './scenario.js';
+import { NAMESPACE, SERVICE_TCP_PORT, TCP_TARGET_PORT } from './scenario.js';
 
 export type BenchMode = 'bpf' | 'iptables' | 'nftables' | 'ipvs';
 
@@ -20,6 +20,8 @@ export interface ProbeContext {
   pinPath: string;
   /** The iptables binary family the agent chose ("nft" or "legacy"), from its log. */
   iptablesBackend: string;
+  /** The measured service's ClusterIP (ipvs lists real servers per virtual server). */
+  serviceIP: string;
 }
 
 /** True when the kernel already steers the measured service's http port to `ip`. */
@@ -66,7 +68,17 @@ export async function endpointInKernel(
         closeFd(fd);
       }
     }
-    case 'ipvs':
-      throw new Error('ipvs: this kernel has no IPVS (run the IPVS lab for it)');
+    case 'ipvs': {
+      // The virtual server of the ClusterIP's http port, and its real servers.
+      const result = await ctx.lab.exec(
+        ctx.nodeNs,
+        'ipvsadm',
+        ['-Ln', '-t', `${ctx.serviceIP}:${SERVICE_TCP_PORT}`],
+        {
+          allowFailure: true,
+        },
+      );
+      return result.code === 0 && result.stdout.includes(`-> ${ip}:${TCP_TARGET_PORT} `);
+    }
   }
 }
