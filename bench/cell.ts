@@ -6,8 +6,8 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { cleanupNode } from '../src/cli/cleanup.js';
+import { LabAgent } from '../src/lab/agent.js';
 import type { Lab } from '../src/lab/netns.js';
-import { BenchAgent } from './agent.js';
 import { type BenchMode, endpointInKernel, type ProbeContext } from './kernel-probe.js';
 import type { MeasureId, Sample } from './measures.js';
 import {
@@ -94,7 +94,7 @@ export async function runCell(
   if (mode === 'iptables' && hintBinary) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
 
   ctx.step('agent cold start');
-  const agent = BenchAgent.start(lab, topology.nodeNs, ctx.cli, [
+  const agent = LabAgent.start(lab, topology.nodeNs, ctx.cli, [
     '--config',
     configPath,
     '--manifests',

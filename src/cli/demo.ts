@@ -4,30 +4,30 @@
 // prints which backends answered (and, in bpf mode, the live counters), then removes everything,
 // also on Ctrl-C. Traffic stays inside the namespaces it creates.
 
-import type { ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { type Command, Option } from 'commander';
 import type { ProxyMode } from '../config/types.js';
-import { buildCluster, clusterSpecFromState } from '../lab/cluster.js';
+import { LabAgent } from '../lab/agent.js';
+import { type BuiltCluster, buildCluster, clusterSpecFromState } from '../lab/cluster.js';
 import { compiledSibling, deleteStaleNamespaces, Lab, type RequestResult } from '../lab/netns.js';
 import { ChangeTracker } from '../model/tracker.js';
 import { readManifests } from '../sources/manifests.js';
 
-const mainScript = compiledSibling(import.meta.url, 'main.js');
+export const mainScript = compiledSibling(import.meta.url, 'main.js');
 const LAB_PREFIX = 'kbpdemo';
 
 /** The nodes of examples/manifests/nodes.yaml, and clients inside and outside the LB source ranges. */
-const NODES = [
+export const DEMO_NODES = [
   { name: 'node-a', ip: '10.10.0.1', podCIDR: '10.244.1.0/24' },
   { name: 'node-b', ip: '10.10.0.2', podCIDR: '10.244.2.0/24' },
 ];
-const CLIENTS = [
+export const DEMO_CLIENTS = [
   { name: 'allowed', ip: '192.0.2.100' },
   { name: 'blocked', ip: '203.0.113.100' },
 ];
-const CLIENT_ROUTES = ['10.96.0.0/16', '198.51.100.10/32', '192.0.2.50/32'];
+export const DEMO_CLIENT_ROUTES = ['10.96.0.0/16', '198.51.100.10/32', '192.0.2.50/32'];
 
 export interface DemoStep {
   title: string;
@@ -41,7 +41,7 @@ export interface DemoStep {
   expect: string;
 }
 
-function demoConfig(mode: ProxyMode, pinPath: string): string {
+export function demoConfig(mode: ProxyMode, pinPath: string): string {
   return [
     'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
     'kind: KubeProxyConfiguration',
@@ -66,25 +66,42 @@ function summarize(results: RequestResult[]): string {
   return [...counts].map(([k, n]) => `${n}× ${k}`).join(', ');
 }
 
-function waitForSync(child: ChildProcess, timeoutMs: number): Promise<void> {
-  return new Promise((resolvePromise, reject) => {
-    let log = '';
-    const timer = setTimeout(
-      () => reject(new Error(`agent did not sync within ${timeoutMs} ms:\n${log}`)),
-      timeoutMs,
-    );
-    child.stderr?.on('data', (d: Buffer) => {
-      log += d.toString();
-      if (log.includes('"msg":"synced"')) {
-        clearTimeout(timer);
-        resolvePromise();
-      }
-    });
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`agent exited (${code}):\n${log}`));
-    });
-  });
+/** The demo's cluster with one agent per node, as the demo, and the bpf e2e tests, run it. */
+export interface DemoCluster {
+  cluster: BuiltCluster;
+  agents: Map<string, LabAgent>;
+  /** Each node's pinned BPF state lives under here (removed by the caller). */
+  pinRoot: string;
+  /** Starts (or restarts) a node's agent and waits for its first sync. */
+  startAgent(node: string): Promise<LabAgent>;
+}
+
+export async function startDemoCluster(
+  lab: Lab,
+  opts: { mode: ProxyMode; manifests: string; workDir: string; pinRoot: string },
+): Promise<DemoCluster> {
+  const tracker = new ChangeTracker('');
+  tracker.apply(readManifests([opts.manifests]).events);
+  const spec = clusterSpecFromState(tracker.state(), DEMO_NODES, DEMO_CLIENTS, DEMO_CLIENT_ROUTES);
+  const cluster = await buildCluster(lab, spec);
+  const agents = new Map<string, LabAgent>();
+  const startAgent = async (node: string) => {
+    const configPath = join(opts.workDir, `${node}.yaml`);
+    writeFileSync(configPath, demoConfig(opts.mode, `${opts.pinRoot}/${node}`));
+    const agent = LabAgent.start(lab, cluster.nodeNs(node), mainScript, [
+      '--config',
+      configPath,
+      '--manifests',
+      resolve(opts.manifests),
+      '--hostname-override',
+      node,
+    ]);
+    agents.set(node, agent);
+    await agent.waitForSync(1, 30_000);
+    return agent;
+  };
+  for (const node of DEMO_NODES) await startAgent(node.name);
+  return { cluster, agents, pinRoot: opts.pinRoot, startAgent };
 }
 
 export interface DemoReport {
@@ -100,9 +117,6 @@ export async function runDemo(opts: {
 }): Promise<DemoReport> {
   const { out } = opts;
   const started = Date.now();
-  const tracker = new ChangeTracker('');
-  tracker.apply(readManifests([opts.manifests]).events);
-  const spec = clusterSpecFromState(tracker.state(), NODES, CLIENTS, CLIENT_ROUTES);
 
   await deleteStaleNamespaces(LAB_PREFIX);
   const lab = new Lab(LAB_PREFIX);
@@ -116,26 +130,14 @@ export async function runDemo(opts: {
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   try {
-    out(
-      `building ${spec.nodes.length} nodes, ${spec.pods.length} pods and ${spec.clients.length} external clients in network namespaces`,
-    );
-    const cluster = await buildCluster(lab, spec);
-    for (const node of NODES) {
-      const configPath = join(workDir, `${node.name}.yaml`);
-      writeFileSync(configPath, demoConfig(opts.mode, `${pinRoot}/${node.name}`));
-      const agent = lab.spawn(cluster.nodeNs(node.name), process.execPath, [
-        mainScript,
-        'run',
-        '--config',
-        configPath,
-        '--manifests',
-        resolve(opts.manifests),
-        '--hostname-override',
-        node.name,
-      ]);
-      await waitForSync(agent, 20_000);
-      out(`agent on ${node.name}: ${opts.mode} mode, first sync done`);
-    }
+    out('building the cluster of network namespaces and starting one agent per node');
+    const { cluster } = await startDemoCluster(lab, {
+      mode: opts.mode,
+      manifests: opts.manifests,
+      workDir,
+      pinRoot,
+    });
+    out(`agents on ${DEMO_NODES.map((n) => n.name).join(' and ')}: ${opts.mode} mode, first sync done`);
 
     const podOnA = cluster.podNs('pod-10.244.1.30');
     const steps: DemoStep[] = [

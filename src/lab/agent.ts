@@ -1,9 +1,10 @@
-// One agent (`kube-bpf-proxy run`) in the benchmark's node namespace: started cold, timed to its
-// first "synced" log line, watched for later syncs, its memory read from /proc, stopped.
+// One agent (`kube-bpf-proxy run`) in a lab namespace, as the demo, the benchmark and the e2e
+// tests run it: started, followed through its JSON log lines (each "synced" line is a sync),
+// its memory read from /proc, stopped.
 
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import type { Lab } from '../src/lab/netns.js';
+import type { Lab } from './netns.js';
 
 export interface SyncLine {
   /** performance.now() when the line arrived. */
@@ -12,7 +13,7 @@ export interface SyncLine {
   full: boolean;
 }
 
-export class BenchAgent {
+export class LabAgent {
   readonly syncs: SyncLine[] = [];
   /** Every structured log line, for mode-specific facts (e.g. the iptables backend chosen). */
   readonly lines: Record<string, unknown>[] = [];
@@ -39,9 +40,9 @@ export class BenchAgent {
     });
   }
 
-  static start(lab: Lab, ns: string, cli: string, args: string[]): BenchAgent {
+  static start(lab: Lab, ns: string, cli: string, args: string[]): LabAgent {
     const startedAt = performance.now();
-    return new BenchAgent(lab.spawn(ns, process.execPath, [cli, 'run', ...args]), startedAt);
+    return new LabAgent(lab.spawn(ns, process.execPath, [cli, 'run', ...args]), startedAt);
   }
 
   private onLine(text: string): void {
