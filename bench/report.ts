@@ -120,6 +120,7 @@ export function ratioTable(input: ReportInput): string {
 }
 
 export function valuesTable(input: ReportInput): string {
+  if (input.modes.length === 0) return '_No mode was measured._\n';
   const lines = [
     `| measure | N | ${input.modes.map((m) => `${m} median (p99)`).join(' | ')} |`,
     `|---|---:|${input.modes.map(() => '---:').join('|')}|`,
@@ -141,6 +142,7 @@ export function valuesTable(input: ReportInput): string {
 }
 
 export function bpfCostTable(rows: readonly BpfCostAggregate[]): string {
+  if (rows.length === 0) return '_Not measured (see the failures below)._\n';
   const counts = [...new Set(rows.map((r) => r.services))].sort((a, b) => a - b);
   const programs = [...new Set(rows.map((r) => r.program))];
   const lines = [
