@@ -137,7 +137,8 @@ describeRoot('ipvs mode in the IPVS lab (Debian kernel under QEMU)', () => {
         `ip -n ${be} route add default via 10.244.${i + 1}.1`,
         `ip netns exec ${be} setsid node ${LAB_JS}/backend-server.js --name ${be} --tcp 8080 --udp 5353 > /tmp/${be}.log 2>&1 < /dev/null &`,
       ]),
-      `for i in $(seq 200); do n=$(cat /tmp/be*.log | grep -c listening || true); [ "$n" = 3 ] && exit 0; sleep 0.1; done; cat /tmp/be*.log; exit 1`,
+      // Node starts slowly in an emulated guest on a busy host: up to 90 s for the three backends.
+      `for i in $(seq 900); do n=$(cat /tmp/be*.log | grep -c listening || true); [ "$n" = 3 ] && exit 0; sleep 0.1; done; cat /tmp/be*.log; exit 1`,
     ];
     await sh(topology.join('\n'));
     dataplane = await createIpvsDataplane({
