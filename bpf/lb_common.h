@@ -564,6 +564,8 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 		start = bpf_get_prandom_u32();
 		out->xlate_saddr = cfg->snat_addr4;
 		rkey.daddr = cfg->snat_addr4;
+		/* Unrolled: kernels before 6.4 reject the back-edge clang emits for this loop. */
+#pragma clang loop unroll(full)
 		for (i = 0; i < KBP_SNAT_PORT_TRIES; i++) {
 			__be16 port = bpf_htons((__u16)(min + (start + i) % range));
 
