@@ -37,14 +37,15 @@ function formatTick(v: number): string {
   return v.toPrecision(2);
 }
 
-/** 1-2-5 ticks covering [lo, hi]. */
-function linearTicks(lo: number, hi: number): number[] {
+/** 1-2-5 ticks covering [lo, hi]: the last tick is at or above hi, so no point leaves the frame. */
+export function linearTicks(lo: number, hi: number): number[] {
   const span = hi - lo || Math.abs(hi) || 1;
   const raw = span / 5;
   const magnitude = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw) ?? raw;
+  const top = Math.ceil(hi / step - 1e-9) * step;
   const ticks: number[] = [];
-  for (let v = Math.floor(lo / step) * step; v <= hi + step * 1e-9; v += step)
+  for (let v = Math.floor(lo / step) * step; v <= top + step * 1e-9; v += step)
     ticks.push(Number(v.toPrecision(12)));
   return ticks;
 }

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Sample } from '../../bench/measures.js';
-import { chartSvg } from '../../bench/plot.js';
+import { chartSvg, linearTicks } from '../../bench/plot.js';
 import { aggregate, ratio, ratioTable } from '../../bench/report.js';
 import { clusterIP, manifestFiles, measuredService, validateScenario } from '../../bench/scenario.js';
 import { histogram, histogramPercentile, mergeHistograms, percentile, summarize } from '../../bench/stats.js';
@@ -133,6 +133,13 @@ describe('plot', () => {
     expect(svg).toContain('conn/s &lt;vs&gt; N');
     for (const tick of ['>1<', '>10<', '>100<', '>1k<', '>10k<', '>100k<']) expect(svg).toContain(tick);
     expect(svg).toContain('>iptables<');
+  });
+
+  it('puts the top tick at or above the largest value, so every point stays inside the frame', () => {
+    expect(linearTicks(0, 9980)).toEqual([0, 2000, 4000, 6000, 8000, 10000]);
+    expect(linearTicks(0, 8000)).toEqual([0, 2000, 4000, 6000, 8000]);
+    for (const hi of [1, 7.3, 99, 101, 4321, 9980, 123456])
+      expect(linearTicks(0, hi).at(-1)).toBeGreaterThanOrEqual(hi);
   });
 });
 
