@@ -47,7 +47,8 @@ if [[ ! -f vmlinux || vmlinux -ot "$VMLINUZ" ]]; then
 fi
 
 # Steps 2 and 3 depend only on this script and the kernel: skip them when their output is newer.
-if [[ initramfs.cpio.gz -nt $SCRIPT && initramfs.cpio.gz -nt kpkg/.done-$KPKG && -x run-guest.sh ]]; then
+if [[ initramfs.cpio.gz -nt $SCRIPT && initramfs.cpio.gz -nt kpkg/.done-$KPKG && -x run-guest.sh &&
+  $(cat project-root 2>/dev/null) == "$ROOT" ]]; then
   echo "ipvs lab up to date in $LAB (kernel $KVER)"
   exit 0
 fi
@@ -107,6 +108,12 @@ mount -t bpf bpf /host/sys/fs/bpf 2>/dev/null
 mount -t tmpfs run /host/run; mount -t tmpfs tmp /host/tmp
 mkdir -p /host/run/netns /host/run/lab
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 labio /host/run/lab
+# The checkout may sit under /tmp or /run, which the tmpfs mounts above hide: it is shared on its own.
+for arg in $(cat /proc/cmdline); do case "$arg" in lab.project=*) PROJECT=${arg#lab.project=};; esac; done
+if [ -n "$PROJECT" ]; then
+  mkdir -p "/host$PROJECT" 2>/dev/null
+  mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro,cache=loose project "/host$PROJECT"
+fi
 chroot /host ip link set lo up
 echo "GUEST-READY uptime=$(cut -d' ' -f1 /proc/uptime)s kernel=$(uname -r)"
 IO=/host/run/lab
@@ -142,6 +149,7 @@ cat >run-guest.sh <<'EOF_RUN'
 # ACCEL=kvm to use KVM (default: emulation; this project's build machines have PVM-based KVM, which
 # runs Debian's unmodified kernel about 250x slower than emulation: reference/ipvs-lab.md).
 LAB=$(cd "$(dirname "$0")" && pwd)
+PROJECT=$(cat "$LAB/project-root")
 IO=$(cd "$1" && pwd); shift
 ACCEL_ARGS=(-accel tcg,thread=multi -cpu max)
 [[ ${ACCEL:-tcg} == kvm ]] && ACCEL_ARGS=(-accel kvm -cpu host)
@@ -149,10 +157,12 @@ exec timeout "${TMO:-900}" qemu-system-x86_64 "${ACCEL_ARGS[@]}" -m "${MEM:-1024
   -nographic -no-reboot -nic none \
   -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap,id=hostroot \
   -virtfs "local,path=$IO,mount_tag=labio,security_model=none,multidevs=remap,id=labio" \
+  -virtfs "local,path=$PROJECT,mount_tag=project,security_model=none,readonly=on,multidevs=remap,id=project" \
   -kernel "$LAB/vmlinux" -initrd "$LAB/initramfs.cpio.gz" \
-  -append "console=ttyS0 quiet panic=-1 $*"
+  -append "console=ttyS0 quiet panic=-1 lab.project=$PROJECT $*"
 EOF_RUN
 chmod +x run-guest.sh
+echo "$ROOT" >project-root
 echo "$KVER" >kernel-version
 ls -la vmlinux initramfs.cpio.gz
 echo "ipvs lab ready in $LAB (kernel $KVER)"

@@ -12,6 +12,7 @@ import { ip4Codec } from '../../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
 import { silentLogger } from '../../src/logger.js';
 import { bpfConfig } from '../support/bpf-fixtures.js';
+import { keepIproute2LayoutAsFound } from '../support/bpffs.js';
 import { describeRoot } from '../support/privileges.js';
 
 const ns = `kbpt-attach-${process.pid}`;
@@ -55,7 +56,9 @@ const pinnedLink = (lb: LoadedObject, name: string) => {
 
 describeRoot('attaching the programs', () => {
   let lb: LoadedObject | undefined;
+  let restoreIproute2Layout = () => {};
   beforeAll(() => {
+    restoreIproute2Layout = keepIproute2LayoutAsFound();
     execFileSync('ip', ['netns', 'add', ns]);
     // Deleting one end of a veth deletes both: every interface under test has its own peer.
     ip('link', 'add', 'kbpe0', 'type', 'veth', 'peer', 'name', 'other0');
@@ -70,6 +73,7 @@ describeRoot('attaching the programs', () => {
       rmSync(pinPath, { recursive: true, force: true });
       rmSync(namesDir, { recursive: true, force: true });
       execFileSync('ip', ['netns', 'del', ns]);
+      restoreIproute2Layout();
     }
   });
 

@@ -2,7 +2,7 @@
 // under it that the caller removes in afterAll.
 
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 
 export const BPFFS = '/sys/fs/bpf';
@@ -32,4 +32,21 @@ export function makePinDir(label: string): string {
 /** Unpins everything under the directory (pins are files on bpffs) and removes it. */
 export function removePinDir(dir: string): void {
   rmSync(dir, { recursive: true, force: true });
+}
+
+/** iproute2's own bpffs layout (tc/globals, with ip and xdp links to it), made by `tc` and `ip` on first use. */
+const IPROUTE2_ENTRIES = ['ip', 'xdp', 'tc'].map((name) => join(BPFFS, name));
+
+/**
+ * Tests that run `tc filter show` or `ip link show` on BPF programs make iproute2 create its
+ * layout under bpffs. Call before them; the returned function removes that layout again if the
+ * tests created it.
+ */
+export function keepIproute2LayoutAsFound(): () => void {
+  const existed = IPROUTE2_ENTRIES.map((path) => existsSync(path));
+  return () => {
+    IPROUTE2_ENTRIES.forEach((path, i) => {
+      if (!existed[i]) rmSync(path, { recursive: true, force: true });
+    });
+  };
 }
