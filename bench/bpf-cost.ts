@@ -29,9 +29,9 @@ import { type LoadedObject, loadPinnedObject } from '../src/dataplanes/bpf/objec
 import { buildPacket, IPPROTO_TCP, TCP } from '../test/support/packets.js';
 import type { BpfCostSample } from './measures.js';
 
-const CLIENT = '10.244.1.10';
-const VIP = '10.96.0.10';
-const BACKEND = '10.244.2.5';
+export const CLIENT = '10.244.1.10';
+export const VIP = '10.96.0.10';
+export const BACKEND = '10.244.2.5';
 const BATCH = 10_000;
 
 export const BPF_COST_PROGRAMS = [
@@ -40,18 +40,22 @@ export const BPF_COST_PROGRAMS = [
   { label: 'xdp_tx (baseline)', prog: PROGRAMS.xdpTx },
 ] as const;
 
-/** Service ids 1..count: id 1 is the measured VIP; the others get addresses from 10.100.0.0 on. */
-function writeServices(lb: LoadedObject, from: number, to: number): void {
-  const addr = (id: number) => (id === 1 ? VIP : `10.${100 + (id >> 16)}.${(id >> 8) & 0xff}.${id & 0xff}`);
-  const backendAddr = (id: number) =>
-    id === 1 ? BACKEND : `10.${200 + (id >> 16)}.${(id >> 8) & 0xff}.${id & 0xff}`;
+/** Service id's address: id 1 is the measured VIP; the others are from 10.100.0.0 on. */
+export const serviceAddress = (id: number) =>
+  id === 1 ? VIP : `10.${100 + (id >> 16)}.${(id >> 8) & 0xff}.${id & 0xff}`;
+/** Its one backend: BACKEND for id 1, the others from 10.200.0.0 on. */
+export const backendAddress = (id: number) =>
+  id === 1 ? BACKEND : `10.${200 + (id >> 16)}.${(id >> 8) & 0xff}.${id & 0xff}`;
+
+/** Services from..to (ids), one backend each, written in batches in the writer's publication order. */
+export function writeServices(lb: Pick<LoadedObject, 'fd'>, from: number, to: number): void {
   for (let start = from; start <= to; start += BATCH) {
     const ids = Array.from({ length: Math.min(BATCH, to - start + 1) }, (_, k) => start + k);
     // Publication order, as the writer does it: backends, slots, then the service entries.
     mapUpdateBatch(
       lb.fd.backends4,
       u32Codec.encodeMany(ids),
-      backend4.encodeMany(ids.map((id) => ({ addr: backendAddr(id), port: 8080, flags: 1 }))),
+      backend4.encodeMany(ids.map((id) => ({ addr: backendAddress(id), port: 8080, flags: 1 }))),
       ids.length,
     );
     mapUpdateBatch(
@@ -63,7 +67,7 @@ function writeServices(lb: LoadedObject, from: number, to: number): void {
     mapUpdateBatch(
       lb.fd.svc4,
       svc4Key.encodeMany(
-        ids.map((id) => ({ addr: addr(id), port: 80, proto: IPPROTO_TCP, scope: SCOPE.all })),
+        ids.map((id) => ({ addr: serviceAddress(id), port: 80, proto: IPPROTO_TCP, scope: SCOPE.all })),
       ),
       svcVal.encodeMany(
         ids.map((svcId) => ({
@@ -82,7 +86,8 @@ function writeServices(lb: LoadedObject, from: number, to: number): void {
   }
 }
 
-function writeTrackedFlow(lb: LoadedObject): void {
+/** The two conntrack entries that make CLIENT->VIP:80 and CLIENT->BACKEND:8080 rewrite into each other. */
+export function writeTrackedFlow(lb: Pick<LoadedObject, 'fd'>): void {
   const now = process.hrtime.bigint();
   const entry = (saddr: string, daddr: string, dport: number, to: [string, number]) =>
     mapUpdate(
