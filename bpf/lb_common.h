@@ -5,18 +5,25 @@
  * other hook disappears, so each program only contains (and the verifier only sees) its own
  * context accesses.
  *
- * Packet walk (IPv4, TCP and UDP; everything else passes untouched):
- *   1. parse: Ethernet, IPv4 honouring ihl, TCP or UDP; fragments, truncated or inconsistent
- *      headers pass untouched (never rewritten).
- *   2. conntrack: the packet's tuple in kbp_ct4tcp_v1 / kbp_ct4any_v1. A hit (forward or reply
- *      entry) is rewritten to the entry's xlate tuple, counted, and passed on.
+ * Packet walk at ingress (IPv4, TCP and UDP; everything else passes untouched):
+ *   1. parse: Ethernet (none on L3 devices), IPv4 honouring ihl, TCP or UDP; fragments,
+ *      truncated or inconsistent headers pass untouched (never rewritten).
+ *   2. conntrack: the packet's tuple in kbp_ct4tcp_v1 / kbp_ct4any_v1. A forward hit is
+ *      rewritten to the entry's xlate tuple, counted, and passed on; a reply hit only when the
+ *      flow is routed (below), other replies are left to the egress program.
  *   3. service: the frontend for {daddr, dport, proto}; no frontend -> untouched.
  *   4. policy: ClusterIP only from pods; loadBalancerSourceRanges; action reject/drop.
  *   5. backend choice (affinity, random / rr / maglev), SNAT decision and port, both conntrack
  *      entries, counters, rewrite.
- *   6. packets whose new source is a node address (KBP_CT_F_ROUTE) are forwarded by tc itself
- *      (FIB lookup, TTL, MACs, redirect); XDP sends them back out with XDP_TX when the FIB
- *      says so, and otherwise leaves them to tc untouched.
+ *   6. SNATed flows (KBP_CT_F_ROUTE: the new source is a node address, which the stack would
+ *      drop as a martian) are forwarded by tc itself in both directions (FIB lookup, TTL, MACs,
+ *      redirect); XDP sends them back out with XDP_TX when the FIB says so, and otherwise
+ *      leaves them to tc untouched.
+ * At egress (kbp_rev4_egress), replies of every other flow get their source put back to the
+ * service address on their way out to the client, after routing and netfilter have seen the
+ * untranslated reply. So the stack sees each such flow with one consistent tuple in both
+ * directions: rp_filter checks real addresses on their real interfaces, and netfilter
+ * conntrack (an INVALID drop rule, a CNI's masquerade) sees a normal connection.
  */
 #ifndef KBP_LB_COMMON_H
 #define KBP_LB_COMMON_H
@@ -48,10 +55,15 @@ enum kbp_verdict {
 	KBP_REDIRECT = 3, /* tc: rewritten and addressed, send out of the FIB's interface */
 	KBP_REDIRECT_NEIGH = 4, /* tc: rewritten, the kernel resolves the next hop's MAC */
 	KBP_TX = 5,		/* XDP: rewritten and addressed, back out of the same interface */
+	KBP_FRAG_NEEDED = 6,	/* tc: too big for the route and DF set: answer ICMP frag needed */
 };
+
+/* Bytes before the IPv4 header: Ethernet, or nothing on L3 devices (ipip, WireGuard). */
+#define KBP_L2_LEN(l3) ((l3) ? 0u : (__u32)sizeof(struct ethhdr))
 
 #define KBP_AF_INET 2
 
+#define KBP_IP_DF	      0x4000
 #define KBP_IP_MF	      0x2000
 #define KBP_IP_OFFSET	      0x1fff
 #define KBP_TCP_FLAGS_TRACKED (KBP_TCP_FIN | KBP_TCP_SYN | KBP_TCP_RST | KBP_TCP_ACK)
@@ -66,6 +78,7 @@ struct kbp_pkt4 {
 	__u16 ihl_len;	/* IPv4 header length in bytes */
 	__u32 len;	/* frame length, for byte counters */
 	__u8 ttl;
+	__u8 df; /* Don't Fragment set */
 };
 
 /* Read-only after load (.rodata). bpf_ktime_get_coarse_ns (5.11+) costs a fraction of
@@ -162,17 +175,23 @@ static __always_inline __u32 kbp_flow_hash4(const struct kbp_pkt4 *p, __u32 seed
 
 /* 0 when the packet is an unfragmented IPv4 TCP/UDP packet whose headers are complete and
  * consistent; -1 for everything the load balancer must leave alone. */
-static __always_inline int kbp_parse4(void *ctx, const bool xdp, struct kbp_pkt4 *p) {
+static __always_inline int kbp_parse4(void *ctx, const bool xdp, const bool l3,
+				      struct kbp_pkt4 *p) {
 	void *data = kbp_data(ctx, xdp);
 	void *end = kbp_data_end(ctx, xdp);
-	struct ethhdr *eth = data;
-	struct iphdr *iph = data + sizeof(*eth);
+	struct iphdr *iph = data + KBP_L2_LEN(l3);
 	__u32 ihl_len, tot_len, l4_len;
 	void *l4;
 
 	if ((void *)(iph + 1) > end)
 		return -1;
-	if (eth->h_proto != bpf_htons(ETH_P_IP) || iph->version != 4)
+	if (l3) {
+		if (((struct __sk_buff *)ctx)->protocol != bpf_htons(ETH_P_IP))
+			return -1;
+	} else if (((struct ethhdr *)data)->h_proto != bpf_htons(ETH_P_IP)) {
+		return -1;
+	}
+	if (iph->version != 4)
 		return -1;
 	ihl_len = (__u32)iph->ihl * 4;
 	if (ihl_len < sizeof(*iph))
@@ -180,7 +199,7 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, struct kbp_pkt4
 	if (iph->frag_off & bpf_htons(KBP_IP_MF | KBP_IP_OFFSET))
 		return -1;
 	tot_len = bpf_ntohs(iph->tot_len);
-	if (tot_len < ihl_len || sizeof(*eth) + tot_len > kbp_frame_len(ctx, xdp))
+	if (tot_len < ihl_len || KBP_L2_LEN(l3) + tot_len > kbp_frame_len(ctx, xdp))
 		return -1;
 	l4_len = tot_len - ihl_len;
 	l4 = (void *)iph + ihl_len;
@@ -214,6 +233,7 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, struct kbp_pkt4
 	p->daddr = iph->daddr;
 	p->proto = iph->protocol;
 	p->ttl = iph->ttl;
+	p->df = !!(iph->frag_off & bpf_htons(KBP_IP_DF));
 	p->ihl_len = ihl_len;
 	p->len = kbp_frame_len(ctx, xdp);
 	return 0;
@@ -228,12 +248,12 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, struct kbp_pkt4
  * bpf_l4_csum_replace, which also handles CHECKSUM_PARTIAL skbs (see the reference's veth
  * gotcha); the helper calls come last because they invalidate packet pointers.
  */
-static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
-					__be32 saddr, __be32 daddr, __be16 sport, __be16 dport,
-					bool ttl_dec) {
+static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const bool l3,
+					const struct kbp_pkt4 *p, __be32 saddr, __be32 daddr,
+					__be16 sport, __be16 dport, bool ttl_dec) {
 	void *data = kbp_data(ctx, xdp);
 	void *end = kbp_data_end(ctx, xdp);
-	struct iphdr *iph = data + sizeof(struct ethhdr);
+	struct iphdr *iph = data + KBP_L2_LEN(l3);
 	__u32 ihl_len = p->ihl_len & 0x3c;
 	bool tcp = p->proto == IPPROTO_TCP;
 	/* __builtin_offsetof: clang 14 turns bpf_helpers.h's offsetof in a ?: into a load. */
@@ -285,7 +305,7 @@ static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const struct 
 		return 0;
 	}
 
-	__u32 off = sizeof(struct ethhdr) + ihl_len + csum_off;
+	__u32 off = KBP_L2_LEN(l3) + ihl_len + csum_off;
 	__u64 mangled = tcp ? 0 : BPF_F_MARK_MANGLED_0;
 
 	if (bpf_l4_csum_replace(ctx, off, 0, addr_diff, BPF_F_PSEUDO_HDR | mangled) < 0)
@@ -492,8 +512,8 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 	struct kbp_ct4_key rkey = {};
 	struct kbp_ct4_key fkey = {};
 	struct kbp_ct4_val rval = {};
-	bool hairpin, snat, vip_local;
-	__be32 backend_addr, vip = p->daddr;
+	bool hairpin, snat;
+	__be32 backend_addr;
 	__be16 backend_port;
 	__u8 be_flags;
 
@@ -522,7 +542,6 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 
 	hairpin = backend_addr == p->saddr;
 	snat = hairpin || (role == KBP_ROLE_EXT && !(be_flags & KBP_BE_F_LOCAL));
-	vip_local = bpf_map_lookup_elem(&kbp_node4_v1, &vip) != NULL;
 
 	out->last_seen_ns = now;
 	out->xlate_saddr = p->saddr;
@@ -544,8 +563,7 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 	rval.xlate_dport = p->sport;
 	rval.svc_id = sv->svc_id;
 	rval.backend_id = backend_id;
-	rval.flags =
-	    (out->flags & ~KBP_CT_F_ROUTE) | KBP_CT_F_REPLY | (vip_local ? KBP_CT_F_ROUTE : 0);
+	rval.flags = out->flags | KBP_CT_F_REPLY;
 
 	rkey.saddr = backend_addr;
 	rkey.sport = backend_port;
@@ -601,16 +619,24 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 	return KBP_PASS;
 }
 
+/* Where a routed (KBP_CT_F_ROUTE) packet goes once rewritten: filled by kbp_route4. */
+struct kbp_hop {
+	__u8 macs[12]; /* destination, then source MAC */
+	__u32 ifindex;
+	__u32 mtu; /* the route's MTU, for KBP_FRAG_NEEDED */
+};
+
 /*
- * The FIB's verdict for a KBP_CT_F_ROUTE packet once rewritten to t's tuple; fills the Ethernet
- * addresses for KBP_REDIRECT / KBP_TX. KBP_PASS: leave it to the stack untouched (its TTL runs
- * out here, and the stack sends the ICMP time exceeded), or, from XDP, to tc.
- * XDP only sends a packet back out of the interface it came in on (XDP_TX, the one-NIC NodePort
- * case); anything else, tc does.
+ * The FIB's verdict for a KBP_CT_F_ROUTE packet once rewritten to t's tuple. KBP_PASS: leave it
+ * to the stack untouched (its TTL runs out here, and the stack sends the ICMP time exceeded),
+ * or, from XDP, to tc. XDP only sends a packet back out of the interface it came in on
+ * (XDP_TX, the one-NIC NodePort case); anything else, tc does.
+ * tc asks without a length (tot_len 0): the kernel then checks the skb itself against the
+ * route's MTU, and a GSO/GRO skb is judged by its segments, not by its total length.
  */
-static __always_inline int kbp_route4(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
-				      const struct kbp_ct4_val *t, __u8 macs[12], __u32 *ifindex,
-				      __u32 *reason) {
+static __always_inline int kbp_route4(void *ctx, const bool xdp, const bool l3,
+				      const struct kbp_pkt4 *p, const struct kbp_ct4_val *t,
+				      struct kbp_hop *hop, __u32 *reason) {
 	struct bpf_fib_lookup fib = {};
 	__u32 in_ifindex =
 	    xdp ? ((struct xdp_md *)ctx)->ingress_ifindex : ((struct __sk_buff *)ctx)->ifindex;
@@ -622,15 +648,15 @@ static __always_inline int kbp_route4(void *ctx, const bool xdp, const struct kb
 	fib.l4_protocol = p->proto;
 	fib.sport = t->xlate_sport;
 	fib.dport = t->xlate_dport;
-	fib.tot_len = p->len - sizeof(struct ethhdr);
+	fib.tot_len = xdp ? p->len - KBP_L2_LEN(l3) : 0;
 	fib.ifindex = in_ifindex;
 	fib.ipv4_src = t->xlate_saddr;
 	fib.ipv4_dst = t->xlate_daddr;
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	*ifindex = fib.ifindex;
+	hop->ifindex = fib.ifindex;
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS) {
-		__builtin_memcpy(macs, fib.dmac, ETH_ALEN);
-		__builtin_memcpy(macs + ETH_ALEN, fib.smac, ETH_ALEN);
+		__builtin_memcpy(hop->macs, fib.dmac, ETH_ALEN);
+		__builtin_memcpy(hop->macs + ETH_ALEN, fib.smac, ETH_ALEN);
 		if (xdp)
 			return fib.ifindex == in_ifindex ? KBP_TX : KBP_PASS;
 		return KBP_REDIRECT;
@@ -639,57 +665,73 @@ static __always_inline int kbp_route4(void *ctx, const bool xdp, const struct kb
 		return KBP_PASS;
 	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
 		return KBP_REDIRECT_NEIGH;
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED && p->df) {
+		/* mtu_result shares tot_len's place; kernels before 5.12 leave it 0. */
+		hop->mtu = fib.mtu_result ? fib.mtu_result : 576;
+		*reason = KBP_DROP_FRAG_NEEDED;
+		return KBP_FRAG_NEEDED;
+	}
 	*reason = KBP_DROP_FIB;
 	return KBP_DROP;
 }
 
 /*
  * Sends a packet of a tracked flow on its way: rewrite to the entry's tuple, count. A
- * KBP_CT_F_ROUTE packet is forwarded by the program itself (kbp_route4).
+ * KBP_CT_F_ROUTE packet is forwarded by the program itself (kbp_route4). Replies of other
+ * flows are not ours at ingress: the egress program translates them (see the top of the file).
  */
-static __always_inline int kbp_deliver(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
-				       const struct kbp_ct4_val *t, __u32 *reason, __u32 *ifindex) {
+static __always_inline int kbp_deliver(void *ctx, const bool xdp, const bool l3,
+				       const struct kbp_pkt4 *p, const struct kbp_ct4_val *t,
+				       __u32 *reason, struct kbp_hop *hop) {
 	bool reply = t->flags & KBP_CT_F_REPLY;
 	int verdict = KBP_PASS;
-	__u8 macs[12];
 
 	if (t->flags & KBP_CT_F_ROUTE) {
-		verdict = kbp_route4(ctx, xdp, p, t, macs, ifindex, reason);
-		if (verdict == KBP_DROP || verdict == KBP_PASS)
+		verdict = kbp_route4(ctx, xdp, l3, p, t, hop, reason);
+		if (verdict == KBP_DROP || verdict == KBP_PASS || verdict == KBP_FRAG_NEEDED)
 			return verdict;
+	} else if (reply) {
+		return KBP_PASS;
 	}
 	kbp_count_traffic(&kbp_svcst_v1, t->svc_id, p->len, reply);
 	kbp_count_traffic(&kbp_best_v1, t->backend_id, p->len, reply);
-	if (kbp_rewrite4(ctx, xdp, p, t->xlate_saddr, t->xlate_daddr, t->xlate_sport,
+	if (kbp_rewrite4(ctx, xdp, l3, p, t->xlate_saddr, t->xlate_daddr, t->xlate_sport,
 			 t->xlate_dport, verdict != KBP_PASS) < 0)
 		return KBP_PASS;
 	if (verdict == KBP_TX) {
 		void *data = kbp_data(ctx, xdp);
 
-		if (data + sizeof(macs) > kbp_data_end(ctx, xdp))
+		if (data + sizeof(hop->macs) > kbp_data_end(ctx, xdp))
 			return KBP_PASS;
-		__builtin_memcpy(data, macs, sizeof(macs));
-	} else if (verdict == KBP_REDIRECT && !xdp &&
-		   bpf_skb_store_bytes(ctx, 0, macs, sizeof(macs), 0) < 0) {
-		return KBP_PASS;
+		__builtin_memcpy(data, hop->macs, sizeof(hop->macs));
 	}
 	return verdict;
 }
 
+/* Refreshes a tracked entry's age and TCP flags, at most once a second unless flags change. */
+static __always_inline void kbp_ct_touch(struct kbp_ct4_val *ct, const struct kbp_ct4_val *cv,
+					 const struct kbp_pkt4 *p, __u64 now) {
+	if ((cv->tcp_flags | p->tcp_flags) != cv->tcp_flags ||
+	    now - cv->last_seen_ns > KBP_CT_REFRESH_NS) {
+		ct->tcp_flags = cv->tcp_flags | p->tcp_flags;
+		ct->last_seen_ns = now;
+	}
+}
+
 /*
- * Handles one packet. Returns a kbp_verdict; *reason and *svc_id tell why a packet is dropped
- * or rejected (counted by the caller, which knows whether the reject is answered), *ifindex
- * where a KBP_REDIRECT* goes.
+ * Handles one packet at ingress. Returns a kbp_verdict; *reason and *svc_id tell why a packet
+ * is dropped or rejected (counted by the caller, which knows whether the reject is answered),
+ * hop where a KBP_REDIRECT* goes.
  */
-static __always_inline int kbp_lb4(void *ctx, const bool xdp, int role, __u32 *reason,
-				   __u32 *svc_id, __u32 *ifindex) {
+static __always_inline int kbp_lb4(void *ctx, const bool xdp, const bool l3, int role,
+				   __u32 *reason, __u32 *svc_id, struct kbp_hop *hop) {
 	struct kbp_pkt4 p = {};
 	struct kbp_ct4_key key = {};
 	struct kbp_ct4_val *ct, fwd;
 	struct kbp_svc_val sv;
 	__u64 now;
 
-	if (kbp_parse4(ctx, xdp, &p) < 0)
+	if (kbp_parse4(ctx, xdp, l3, &p) < 0)
 		return KBP_PASS;
 
 	key.saddr = p.saddr;
@@ -703,19 +745,18 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, int role, __u32 *r
 		struct kbp_ct4_val cv = *ct;
 		bool new_syn = p.tcp_flags & KBP_TCP_SYN && !(p.tcp_flags & KBP_TCP_ACK);
 
+		/* The egress program keeps these entries, and counts their packets. */
+		if ((cv.flags & (KBP_CT_F_REPLY | KBP_CT_F_ROUTE)) == KBP_CT_F_REPLY)
+			return KBP_PASS;
 		now = kbp_now();
 		/* A new connection on a tracked tuple: reuse the backend only if the old flow is
 		 * still open (a retransmitted SYN) and its backend is still current. */
 		if (!(cv.flags & KBP_CT_F_REPLY) && new_syn &&
 		    ((cv.tcp_flags & (KBP_TCP_FIN | KBP_TCP_RST)) || !kbp_backend_current(&cv)))
 			goto service;
-		if ((cv.tcp_flags | p.tcp_flags) != cv.tcp_flags ||
-		    now - cv.last_seen_ns > KBP_CT_REFRESH_NS) {
-			ct->tcp_flags = cv.tcp_flags | p.tcp_flags;
-			ct->last_seen_ns = now;
-		}
+		kbp_ct_touch(ct, &cv, &p, now);
 		*svc_id = cv.svc_id;
-		return kbp_deliver(ctx, xdp, &p, &cv, reason, ifindex);
+		return kbp_deliver(ctx, xdp, l3, &p, &cv, reason, hop);
 	}
 
 service:
@@ -742,7 +783,36 @@ service:
 		return KBP_DROP;
 	kbp_count_new_conn(&kbp_svcst_v1, fwd.svc_id);
 	kbp_count_new_conn(&kbp_best_v1, fwd.backend_id);
-	return kbp_deliver(ctx, xdp, &p, &fwd, reason, ifindex);
+	return kbp_deliver(ctx, xdp, l3, &p, &fwd, reason, hop);
+}
+
+/*
+ * tc egress of pod-facing and external interfaces: a reply of a tracked, unrouted flow leaving
+ * towards its client gets the service address back as its source. Everything else passes.
+ */
+static __always_inline void kbp_rev4_egress(struct __sk_buff *skb, const bool l3) {
+	struct kbp_pkt4 p = {};
+	struct kbp_ct4_key key = {};
+	struct kbp_ct4_val *ct, cv;
+
+	if (kbp_parse4(skb, false, l3, &p) < 0)
+		return;
+	key.saddr = p.saddr;
+	key.daddr = p.daddr;
+	key.sport = p.sport;
+	key.dport = p.dport;
+	key.proto = p.proto;
+	ct = kbp_ct_lookup(&key);
+	if (!ct)
+		return;
+	cv = *ct;
+	if ((cv.flags & (KBP_CT_F_REPLY | KBP_CT_F_ROUTE)) != KBP_CT_F_REPLY)
+		return;
+	kbp_ct_touch(ct, &cv, &p, kbp_now());
+	kbp_count_traffic(&kbp_svcst_v1, cv.svc_id, p.len, true);
+	kbp_count_traffic(&kbp_best_v1, cv.backend_id, p.len, true);
+	kbp_rewrite4(skb, false, l3, &p, cv.xlate_saddr, cv.xlate_daddr, cv.xlate_sport,
+		     cv.xlate_dport, false);
 }
 
 #endif /* KBP_LB_COMMON_H */

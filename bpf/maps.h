@@ -129,9 +129,10 @@ enum kbp_algorithm {
 #define KBP_CT_F_SNAT	  (1u << 1) /* the flow's source was translated to snat_addr */
 #define KBP_CT_F_HAIRPIN  (1u << 2) /* client and backend are the same address */
 #define KBP_CT_F_EXTERNAL (1u << 3) /* the flow arrived on an external interface */
-/* The rewritten packet's source is a node address (SNAT, or a reply from a node-address VIP):
- * the stack would drop it as a martian, so the program forwards it itself (FIB lookup; tc
- * redirects, XDP only transmits back out of the same interface, else leaves it to tc). */
+/* The flow is SNATed: its rewritten source is a node address, which the stack would drop as a
+ * martian, so the programs forward both directions themselves at ingress (FIB lookup; tc
+ * redirects, XDP only transmits back out of the same interface, else leaves it to tc). Replies
+ * of all other flows are translated by the egress program. */
 #define KBP_CT_F_ROUTE (1u << 4)
 
 /* kbp_ct_val.tcp_flags: TCP flags seen in the entry's direction */
@@ -154,7 +155,8 @@ enum kbp_drop_reason {
 	KBP_DROP_SNAT_PORTS = 6,	 /* no free SNAT port after KBP_SNAT_PORT_TRIES */
 	KBP_DROP_CT_INSERT = 7,		 /* conntrack insert failed */
 	KBP_DROP_REJECT_FAILED = 8,	 /* building the ICMP port unreachable failed */
-	KBP_DROP_FIB = 9, /* no route (or no forwarding) for a KBP_CT_F_ROUTE packet */
+	KBP_DROP_FIB = 9,	   /* no route (or no forwarding) for a KBP_CT_F_ROUTE packet */
+	KBP_DROP_FRAG_NEEDED = 10, /* routed packet too big with DF set: ICMP frag needed sent */
 	KBP_DROP_MAX = 16,
 };
 

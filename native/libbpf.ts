@@ -98,6 +98,7 @@ export const BPF_TC_EGRESS = 2;
 export const BPF_TC_F_REPLACE = 1;
 // enum bpf_attach_type values absent from Debian's 6.1 UAPI headers
 export const BPF_TCX_INGRESS = 46;
+export const BPF_TCX_EGRESS = 47;
 export const BPF_XDP = 37;
 // BTF kinds
 export const BTF_KIND_STRUCT = 4;

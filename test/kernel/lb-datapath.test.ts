@@ -71,7 +71,7 @@ const XDP_DROP = 1;
 const XDP_PASS = 2;
 const XDP_TX = 3;
 
-const { tcFromPod: TC_POD, tcFromExternal: TC_EXT, xdpFromExternal: XDP_EXT } = PROGRAMS;
+const { tcFromPod: TC_POD, tcFromExternal: TC_EXT, xdpFromExternal: XDP_EXT, tcEgress: TC_EGRESS } = PROGRAMS;
 
 const CLIENT = '10.244.1.10';
 const OUTSIDE = '203.0.113.7';
@@ -178,7 +178,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       });
     });
 
-    it('tc rewrites a TCP SYN to the backend and the reply back to the VIP, checksums valid', () => {
+    it('tc rewrites a TCP SYN to the backend at ingress and the reply back to the VIP at egress, checksums valid', () => {
       const syn = tcp(CLIENT, '10.96.0.10', 80);
       const out = run(lb, TC_POD, syn);
       expect(out.retval).toBe(TC_ACT_UNSPEC);
@@ -190,7 +190,13 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         sport: parsePacket(syn).sport,
       });
 
-      const back = run(lb, TC_POD, replyTo(out.dataOut));
+      // The reply crosses the stack untranslated (as netfilter and rp_filter expect it) ...
+      const reply = replyTo(out.dataOut);
+      const atIngress = run(lb, TC_POD, reply);
+      expect(atIngress.retval).toBe(TC_ACT_UNSPEC);
+      expect(atIngress.dataOut).toEqual(reply);
+      // ... and gets the VIP back on its way out to the client.
+      const back = run(lb, TC_EGRESS, reply);
       expect(back.retval).toBe(TC_ACT_UNSPEC);
       const r = expectValid(back.dataOut);
       expect(r).toMatchObject({ saddr: '10.96.0.10', sport: 80, daddr: CLIENT, dport: p.sport });
@@ -200,7 +206,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       const out = run(lb, TC_POD, udp(CLIENT, '10.96.0.53', 53));
       const p = expectValid(out.dataOut);
       expect(p).toMatchObject({ daddr: '10.244.2.6', dport: 5353 });
-      const back = expectValid(run(lb, TC_POD, replyTo(out.dataOut)).dataOut);
+      const back = expectValid(run(lb, TC_EGRESS, replyTo(out.dataOut)).dataOut);
       expect(back).toMatchObject({ saddr: '10.96.0.53', sport: 53, daddr: CLIENT });
 
       const bare = buildPacket({
@@ -235,7 +241,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       const beBefore = stats(lb.fd.backendStats, 1);
       const syn = tcp(CLIENT, '10.96.0.10', 80);
       const out = run(lb, TC_POD, syn);
-      run(lb, TC_POD, replyTo(out.dataOut));
+      run(lb, TC_EGRESS, replyTo(out.dataOut));
       const after = stats(lb.fd.svcStats, 1);
       expect(after.newConns - before.newConns).toBe(1n);
       expect(after.fwdPackets - before.fwdPackets).toBe(1n);
@@ -280,8 +286,8 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(out.retval).toBe(XDP_PASS);
       const p = expectValid(out.dataOut);
       expect(p).toMatchObject({ saddr: OUTSIDE, daddr: '10.244.2.10', dport: 8443 });
-      // The local backend's reply enters through its pod-facing interface.
-      const back = run(lb, TC_POD, replyTo(out.dataOut));
+      // The local backend's reply is translated on its way out of the external interface.
+      const back = run(lb, TC_EGRESS, replyTo(out.dataOut));
       expect(expectValid(back.dataOut)).toMatchObject({
         saddr: '192.168.50.100',
         sport: 443,
@@ -300,7 +306,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       });
       const out = run(lb, XDP_EXT, udp(OUTSIDE, '192.168.50.101', 53));
       expect(expectValid(out.dataOut)).toMatchObject({ daddr: '10.244.2.13', dport: 5353 });
-      const back = run(lb, XDP_EXT, replyTo(out.dataOut));
+      const back = run(lb, TC_EGRESS, replyTo(out.dataOut));
       expect(expectValid(back.dataOut)).toMatchObject({ saddr: '192.168.50.101', sport: 53 });
     });
 
@@ -309,12 +315,14 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         const out = run(lb, TC_EXT, tcp(OUTSIDE, nodeIP, 30080));
         expect(out.retval).toBe(TC_ACT_UNSPEC);
         expect(expectValid(out.dataOut)).toMatchObject({ daddr: '10.244.2.12', dport: 8080 });
-        // The reply's new source is a node address: tc forwards it itself (the stack would drop
-        // a packet from a local address arriving on a pod interface as a martian).
-        const back = run(lb, TC_POD, replyTo(out.dataOut));
-        expect(back.retval).toBe(TC_ACT_REDIRECT);
+        // The reply crosses the stack from the backend's address and gets the node address as
+        // its source only as it leaves (a node-address source arriving on a pod interface
+        // would be a martian).
+        const reply = replyTo(out.dataOut);
+        expect(run(lb, TC_POD, reply).dataOut).toEqual(reply);
+        const back = run(lb, TC_EGRESS, reply);
+        expect(back.retval).toBe(TC_ACT_UNSPEC);
         expect(expectValid(back.dataOut)).toMatchObject({ saddr: nodeIP, sport: 30080, daddr: OUTSIDE });
-        expect(macOf(back.dataOut, 0)).toBe(NEIGHBOURS.outside.mac);
       }
       const other = tcp(OUTSIDE, '192.168.70.1', 30080);
       expect(run(lb, TC_EXT, other).dataOut).toEqual(other);
@@ -807,6 +815,51 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(drops(DROP_REASON.fib) - before).toBe(1n);
     });
 
+    it('answers a routed packet too big for its route with ICMP frag needed (DF), drops it without DF', async () => {
+      await lab.exec('fib', 'ip', ['link', 'set', 'r0', 'mtu', '1400']);
+      try {
+        const big = (dontFragment: boolean) =>
+          buildPacket({
+            saddr: OUTSIDE,
+            daddr: '192.168.50.1',
+            proto: IPPROTO_TCP,
+            sport: sport(),
+            dport: 30060,
+            tcpFlags: TCP.SYN,
+            payload: Buffer.alloc(1460),
+            dontFragment,
+          });
+        const before = drops(DROP_REASON.fragNeeded);
+        const frame = big(true);
+        const out = run(lb, TC_EXT, frame);
+        expect(out.retval).toBe(TC_ACT_REDIRECT);
+        const icmp = out.dataOut.subarray(ETH_HLEN);
+        expect(icmp[9]).toBe(IPPROTO_ICMP);
+        expect([...icmp.subarray(12, 16)].join('.')).toBe('192.168.50.1'); // from the address used
+        expect([...icmp.subarray(16, 20)].join('.')).toBe(OUTSIDE);
+        expect(icmp[20]).toBe(3); // destination unreachable
+        expect(icmp[21]).toBe(4); // fragmentation needed and DF set
+        expect(icmp.readUInt16BE(26)).toBe(1400); // next-hop MTU
+        // The quote is the packet as the client sent it, so its socket finds the connection.
+        expect(icmp.subarray(28, 48)).toEqual(frame.subarray(ETH_HLEN, ETH_HLEN + 20));
+        expect(drops(DROP_REASON.fragNeeded) - before).toBe(1n);
+
+        const fibBefore = drops(DROP_REASON.fib);
+        expect(run(lb, TC_EXT, big(false)).retval).toBe(TC_ACT_SHOT);
+        expect(drops(DROP_REASON.fib) - fibBefore).toBe(1n);
+      } finally {
+        await lab.exec('fib', 'ip', ['link', 'set', 'r0', 'mtu', '1500']);
+      }
+    });
+
+    it('leaves replies of SNATed flows alone at egress (tc forwards them at ingress)', () => {
+      const out = run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.1', 30060));
+      const reply = replyTo(out.dataOut);
+      expect(run(lb, TC_EGRESS, reply).dataOut).toEqual(reply);
+      const stranger = tcp('10.244.9.60', OUTSIDE, 4444, TCP.ACK);
+      expect(run(lb, TC_EGRESS, stranger).dataOut).toEqual(stranger);
+    });
+
     it('gives concurrent flows from the same client port distinct NAT ports', () => {
       const ports = new Set<number>();
       for (let i = 0; i < 20; i++) {
@@ -833,7 +886,8 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(p).toMatchObject({ saddr: TEST_CONFIG.snatAddr4, daddr: '10.244.2.61', dport: 8080 });
       expect(macOf(out.dataOut, 0)).toBe(NEIGHBOURS.pod.mac);
       const back = run(lb, TC_POD, replyTo(out.dataOut));
-      expect(back.retval).toBe(TC_ACT_UNSPEC); // the ClusterIP is no node address: the stack routes it
+      expect(back.retval).toBe(TC_ACT_REDIRECT); // SNATed both ways: forwarded by tc itself
+      expect(macOf(back.dataOut, 0)).toBe(NEIGHBOURS.pod.mac);
       expect(expectValid(back.dataOut)).toMatchObject({
         saddr: '10.96.0.61',
         sport: 80,

@@ -6,10 +6,14 @@
 //
 //   cl (10.201.0.1) --c0/l0-- lb (10.201.0.2 | 10.202.0.1 | 10.203.0.1) --l1/b0-- be (10.202.0.2, "another node")
 //                                                                       --l2/p0-- pod (10.203.0.2, local)
-// lb: kbp_tc_ext on l0 (outside) and l1 (towards the other node), kbp_tc_pod on l2 (pod).
+//   tn (10.205.0.1) ==tun t0/t1, carried by socat over UDP on 10.204.0.0/24 (u0/u1)== lb (10.205.0.2)
+// lb: kbp_tc_ext on l0 (outside) and l1 (towards the other node), kbp_tc_pod on l2 (pod),
+// kbp_tc_ext_l3 on the tunnel t1 (an L3 device, as ipip or WireGuard; this kernel has neither), and the egress programs on all four. lb is shaped as
+// distributions ship a node: strict rp_filter and an INVALID drop rule in FORWARD.
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
+  BPF_TCX_EGRESS,
   BPF_TCX_INGRESS,
   linkCreate,
   mapUpdate,
@@ -25,10 +29,18 @@ import { type LoadedLb, loadLb, writeConfig, writeFrontend } from '../support/lb
 import { IPPROTO_TCP, IPPROTO_UDP } from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
 
-const NODE_IPS = ['10.201.0.2', '10.202.0.1', '10.203.0.1'];
+const NODE_IPS = ['10.201.0.2', '10.202.0.1', '10.203.0.1', '10.205.0.2'];
 const REMOTE = { id: 1, addr: '10.202.0.2', port: 8080 };
 const LOCAL = { id: 2, addr: '10.203.0.2', port: 8080, flags: BE_F.LOCAL };
 const REMOTE_UDP = { id: 3, addr: '10.202.0.2', port: 5353 };
+
+async function waitFor(cond: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
 
 describeRoot('bpf/lb.o with real traffic between namespaces', () => {
   const lab = new Lab(`kbptr${process.pid}`);
@@ -44,7 +56,7 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
   beforeAll(async () => {
     lb = loadLb();
     writeConfig(lb, { snatAddr4: '10.202.0.1' });
-    for (const ns of ['cl', 'lb', 'be', 'pod']) await lab.addNamespace(ns);
+    for (const ns of ['cl', 'lb', 'be', 'pod', 'tn']) await lab.addNamespace(ns);
     await lab.link('cl', 'c0', 'lb', 'l0');
     await lab.link('lb', 'l1', 'be', 'b0');
     await lab.link('lb', 'l2', 'pod', 'p0');
@@ -58,15 +70,50 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
     await lab.addRoute('be', 'default', 'via', '10.202.0.1');
     await lab.addRoute('pod', 'default', 'via', '10.203.0.1');
     await lab.sysctl('lb', 'net.ipv4.ip_forward', '1');
+    await lab.sysctl('lb', 'net.ipv4.conf.all.rp_filter', '1');
+    await lab.exec('lb', 'iptables', [
+      '-A',
+      'FORWARD',
+      '-m',
+      'conntrack',
+      '--ctstate',
+      'INVALID',
+      '-j',
+      'DROP',
+    ]);
+    // An L3 device: a point-to-point tunnel from tn whose packets carry no Ethernet header.
+    await lab.link('tn', 'u0', 'lb', 'u1');
+    await lab.addAddress('tn', 'u0', '10.204.0.1/24');
+    await lab.addAddress('lb', 'u1', '10.204.0.2/24');
+    for (const [ns, dev, local, peer, addr] of [
+      ['tn', 't0', '10.204.0.1', '10.204.0.2', '10.205.0.1/30'],
+      ['lb', 't1', '10.204.0.2', '10.204.0.1', '10.205.0.2/30'],
+    ] as const) {
+      lab.spawn(ns, 'socat', [
+        `UDP-DATAGRAM:${peer}:5555,bind=${local}:5555`,
+        `TUN:${addr},tun-name=${dev},tun-type=tun,iff-no-pi,iff-up`,
+      ]);
+      await waitFor(
+        async () => (await lab.exec(ns, 'ip', ['link', 'show', dev], { allowFailure: true })).code === 0,
+      );
+    }
+    await lab.addRoute('tn', '10.201.0.0/16', 'via', '10.205.0.2');
     // XDP on a veth cannot fix up CHECKSUM_PARTIAL packets (reference gotcha 5).
     await lab.exec('cl', 'ethtool', ['-K', 'c0', 'tx', 'off']);
     await lab.startBackend('be', { name: 'remote', tcpPorts: [8080], udpPorts: [5353] });
     await lab.startBackend('pod', { name: 'local', tcpPorts: [8080] });
     for (const ip of NODE_IPS) mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode(ip), u32Codec.encode(1));
     inLb(() => {
-      links.push(linkCreate(lb.prog(PROGRAMS.tcFromExternal), ifNameToIndex('l0'), BPF_TCX_INGRESS));
-      links.push(linkCreate(lb.prog(PROGRAMS.tcFromExternal), ifNameToIndex('l1'), BPF_TCX_INGRESS));
-      links.push(linkCreate(lb.prog(PROGRAMS.tcFromPod), ifNameToIndex('l2'), BPF_TCX_INGRESS));
+      const hooks = [
+        ['l0', PROGRAMS.tcFromExternal, PROGRAMS.tcEgress],
+        ['l1', PROGRAMS.tcFromExternal, PROGRAMS.tcEgress],
+        ['l2', PROGRAMS.tcFromPod, PROGRAMS.tcEgress],
+        ['t1', PROGRAMS.tcFromExternalL3, PROGRAMS.tcEgressL3],
+      ] as const;
+      for (const [dev, ingress, egress] of hooks) {
+        links.push(linkCreate(lb.prog(ingress), ifNameToIndex(dev), BPF_TCX_INGRESS));
+        links.push(linkCreate(lb.prog(egress), ifNameToIndex(dev), BPF_TCX_EGRESS));
+      }
     });
   });
 
@@ -109,6 +156,32 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
     const local = await lab.requests('cl', '10.201.0.2:30081', { proto: 'tcp', count: 5 });
     ok(local, 'local');
     expect(local[0]!.seenClient).toMatch(/^10\.201\.0\.1:/);
+  });
+
+  it('NodePort through an L3 device (tun, as ipip or WireGuard): local backend, and SNAT to a remote one', async () => {
+    const flags = SVC_F.EXTERNAL | SVC_F.NODEPORT;
+    writeFrontend(lb, {
+      svcId: 20,
+      addr: '0.0.0.0',
+      port: 30090,
+      proto: IPPROTO_TCP,
+      flags,
+      backends: [LOCAL],
+    });
+    writeFrontend(lb, {
+      svcId: 21,
+      addr: '0.0.0.0',
+      port: 30091,
+      proto: IPPROTO_TCP,
+      flags,
+      backends: [REMOTE],
+    });
+    const local = await lab.requests('tn', '10.205.0.2:30090', { proto: 'tcp', count: 5 });
+    ok(local, 'local');
+    expect(local[0]!.seenClient).toMatch(/^10\.205\.0\.1:/);
+    const remote = await lab.requests('tn', '10.205.0.2:30091', { proto: 'tcp', count: 5 });
+    ok(remote, 'remote');
+    expect(remote[0]!.seenClient).toMatch(/^10\.202\.0\.1:/);
   });
 
   it('a LoadBalancer IP through XDP, with tc completing the routed flows', async () => {

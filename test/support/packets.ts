@@ -24,6 +24,8 @@ export interface PacketSpec {
   /** UDP with checksum 0 ("no checksum"). */
   udpNoChecksum?: boolean;
   ttl?: number;
+  /** Don't Fragment (default set). */
+  dontFragment?: boolean;
   srcMac?: string;
   dstMac?: string;
 }
@@ -68,7 +70,7 @@ export function buildPacket(spec: PacketSpec): Buffer {
   ip[0] = 0x40 | (ihlLen / 4);
   ip.writeUInt16BE(ihlLen + l4Len, 2);
   ip.writeUInt16BE(0x1234, 4);
-  ip.writeUInt16BE(0x4000, 6); // DF
+  ip.writeUInt16BE(spec.dontFragment === false ? 0 : 0x4000, 6);
   ip[8] = spec.ttl ?? 64;
   ip[9] = spec.proto;
   const saddr = Buffer.from(ipBytes(spec.saddr, 'IPv4'));

@@ -195,6 +195,7 @@ export const DROP_REASON = {
   conntrackInsert: 7,
   rejectFailed: 8,
   fib: 9,
+  fragNeeded: 10,
 } as const;
 
 // ---------- structs (maps.h) ----------
@@ -423,10 +424,16 @@ export const MAPS = {
 
 /** The programs in bpf/lb.o. */
 export const PROGRAMS = {
-  /** tc ingress of pod-facing interfaces (traffic from pods, replies of local backends). */
+  /** tc ingress of pod-facing interfaces (traffic from pods, both directions of SNATed flows). */
   tcFromPod: 'kbp_tc_pod',
-  /** tc ingress of external interfaces (NodePort/externalIP/LB, replies of remote backends). */
+  /** tc ingress of external interfaces (NodePort/externalIP/LB, replies of SNATed flows). */
   tcFromExternal: 'kbp_tc_ext',
+  /** kbp_tc_ext for devices without an Ethernet header (ipip, WireGuard). */
+  tcFromExternalL3: 'kbp_tc_ext_l3',
+  /** tc egress of pod-facing and external interfaces: replies get the service address back. */
+  tcEgress: 'kbp_tc_egress',
+  /** kbp_tc_egress for devices without an Ethernet header. */
+  tcEgressL3: 'kbp_tc_egress_l3',
   /** XDP on external interfaces: the same work as kbp_tc_ext before the stack. */
   xdpFromExternal: 'kbp_xdp_ext',
   /** Benchmark baseline: swap MACs, XDP_TX. */
