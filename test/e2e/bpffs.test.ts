@@ -56,10 +56,12 @@ function withoutBpffs(argv: string[]): Proc {
   return proc;
 }
 
-const agentArgs = (pinPath: string) => [
+/** `run` in the agent's namespace; `wrapper` goes before node (e.g. to drop a capability). */
+const agentArgs = (pinPath: string, wrapper: string[] = []) => [
   'nsenter',
   `--net=/run/netns/${NETNS}`,
   '--',
+  ...wrapper,
   process.execPath,
   mainScript,
   'run',
@@ -161,6 +163,17 @@ describeRoot('a node without bpffs', () => {
       new RegExp(`bpf\\.pinPath ${pinPath} is not on a bpffs mount \\(/tmp is on .+, not bpffs\\)`),
     );
     expect(agent.stderr).toContain('"mount -t bpf bpffs /sys/fs/bpf" or set bpf.pinPath/--bpf-pin-path');
+  });
+
+  it('run without CAP_SYS_ADMIN cannot mount bpffs: it exits at once saying why and how to fix it', async () => {
+    const agent = withoutBpffs(agentArgs(PIN_PATH, ['setpriv', '--bounding-set', '-sys_admin']));
+    expect(await exitWithin(agent, 15_000)).not.toBe(0);
+    expect(agent.stderr).toContain(
+      `bpf.pinPath ${PIN_PATH} is not on a bpffs mount (/sys/fs/bpf is on sysfs, not bpffs); mount one with "mount -t bpf bpffs /sys/fs/bpf"`,
+    );
+    expect(agent.stderr).toContain(
+      'mounting it here failed: mount (bpf on /sys/fs/bpf): Operation not permitted',
+    );
   });
 
   it('list says nothing is pinned, without mounting anything', async () => {
