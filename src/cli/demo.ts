@@ -18,7 +18,7 @@ import { ChangeTracker } from '../model/tracker.js';
 import { readManifests } from '../sources/manifests.js';
 
 export const mainScript = compiledSibling(import.meta.url, 'main.js');
-const LAB_PREFIX = 'kbpdemo';
+export const LAB_PREFIX = 'kbpdemo';
 
 /** The nodes of examples/manifests/nodes.yaml, and clients inside and outside the LB source ranges. */
 export const DEMO_NODES = [

@@ -1,7 +1,7 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { mainScript } from '../../src/cli/demo.js';
+import { LAB_PREFIX as DEMO_PREFIX, mainScript } from '../../src/cli/demo.js';
 import { namesFilePath } from '../../src/dataplanes/bpf/index.js';
 import { BPFFS_ROOT } from '../../src/host/bpffs.js';
 import { deleteStaleNamespaces } from '../../src/lab/netns.js';
@@ -16,8 +16,6 @@ const PREFIX = `kbpfs${process.pid}`;
 /** The agent's own network namespace: it attaches to no interface of the host. */
 const NETNS = `${PREFIX}-node`;
 const PIN_PATH = `${BPFFS_ROOT}/${PREFIX}`;
-/** The demo's fixed namespace prefix (src/cli/demo.ts). */
-const DEMO_PREFIX = 'kbpdemo';
 
 interface Proc {
   child: ChildProcess;
