@@ -13,14 +13,14 @@ export const BPFFS_ROOT = '/sys/fs/bpf';
 export const BPF_FS_MAGIC = 0xcafe4a11;
 
 /** Names for the filesystems a misplaced pin path usually lands on, for the error text. */
-const FS_NAMES: Record<number, string> = {
-  1650812274: 'sysfs',
-  16914836: 'tmpfs',
-  61267: 'ext4',
-  1481003842: 'xfs',
-  2435016766: 'btrfs',
-  2035054128: 'overlayfs',
-};
+const FS_NAMES = new Map<number, string>([
+  [0x62656572, 'sysfs'],
+  [0x01021994, 'tmpfs'],
+  [0xef53, 'ext4'],
+  [0x58465342, 'xfs'],
+  [0x9123683e, 'btrfs'],
+  [0x794c7630, 'overlayfs'],
+]);
 
 export interface BpffsFacts {
   /** The pin path, absolute and normalized. */
@@ -40,7 +40,7 @@ export type BpffsVerdict =
 const within = (path: string, root: string) => path === root || path.startsWith(`${root}/`);
 
 function fsName(fsType: number): string {
-  return FS_NAMES[fsType] ?? `a filesystem of type 0x${fsType.toString(16)}`;
+  return FS_NAMES.get(fsType) ?? `a filesystem of type 0x${fsType.toString(16)}`;
 }
 
 /** What to do about the pin path's filesystem (pure). */
@@ -50,7 +50,8 @@ export function bpffsVerdict(facts: BpffsFacts): BpffsVerdict {
   if (within(pinPath, BPFFS_ROOT) && !within(existing, BPFFS_ROOT))
     return { action: 'fail', why: `${BPFFS_ROOT} does not exist` };
   const why = `${existing} is on ${fsName(fsType)}, not bpffs`;
-  // Only the bare mount point: a mount on top of a filesystem mounted below it would hide that one.
+  // Only on the bare sysfs directory: an existing directory below it is another filesystem's
+  // mount, which a bpffs mounted on top of /sys/fs/bpf would hide.
   if (existing === BPFFS_ROOT) return { action: 'mount', why };
   return { action: 'fail', why };
 }
