@@ -26,6 +26,7 @@ import {
   u32Codec,
 } from '../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../src/dataplanes/bpf/object.js';
+import type { Logger } from '../src/logger.js';
 import { buildPacket, IPPROTO_TCP, TCP } from '../test/support/packets.js';
 import type { BpfCostSample } from './measures.js';
 
@@ -118,12 +119,14 @@ export function measureBpfCost(opts: {
   rounds: number;
   repeat: number;
   pinPath: string;
+  log: Logger;
   onStep?: (text: string) => void;
 }): BpfCostSample[] {
   const counts = [...opts.serviceCounts].sort((a, b) => a - b);
   const capacity = Math.max(1024, 2 ** Math.ceil(Math.log2((counts.at(-1) ?? 1) + 2)));
   const lb = loadPinnedObject({
     pinPath: opts.pinPath,
+    log: opts.log,
     mapSizes: {
       services: capacity,
       backends: capacity,

@@ -6,7 +6,9 @@
 import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { BPFFS_ROOT, ensureBpffs } from '../src/host/bpffs.js';
 import { deleteStaleNamespaces, Lab, run } from '../src/lab/netns.js';
+import { createLogger } from '../src/logger.js';
 import { measureBpfCost } from './bpf-cost.js';
 import { type CellSettings, runCell } from './cell.js';
 import type { BenchMode } from './kernel-probe.js';
@@ -88,6 +90,10 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     modes = modes.filter((m) => m !== 'ipvs');
   }
 
+  // Every bpf pin of the run lives under BPFFS_ROOT (the agents' and BPF_PROG_TEST_RUN's): a node
+  // that cannot have bpffs fails before any namespace exists.
+  const log = createLogger();
+  ensureBpffs(BPFFS_ROOT, log);
   const prefix = `kbpb${process.pid}`;
   await deleteStaleNamespaces(prefix);
   const lab = new Lab(prefix);
@@ -187,7 +193,8 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
         serviceCounts: options.bpfCost.services,
         rounds: options.bpfCost.rounds,
         repeat: options.bpfCost.repeat,
-        pinPath: `/sys/fs/bpf/${prefix}-cost`,
+        pinPath: `${BPFFS_ROOT}/${prefix}-cost`,
+        log,
         onStep: (text) => say(`    ${text}`),
       });
     } catch (err) {

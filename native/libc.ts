@@ -10,6 +10,9 @@ const c = {
   close: libc.func('int close(int fd)'),
   open: libc.func('int open(const char *path, int flags)'),
   setns: libc.func('int setns(int fd, int nstype)'),
+  mount: libc.func(
+    'int mount(const char *source, const char *target, const char *fstype, unsigned long flags, const void *data)',
+  ),
   strerror: libc.func('const char *strerror(int errnum)'),
 };
 
@@ -56,4 +59,10 @@ export function closeFd(fd: number): void {
 /** Moves the calling thread into the namespace `fd` refers to (Node runs JS on one thread). */
 export function setns(fd: number, nstype: number): void {
   if ((c.setns(fd, nstype) as number) < 0) throw new NativeError('setns', lastErrno());
+}
+
+/** mount(2) without flags or options, in the calling process's mount namespace. */
+export function mount(source: string, target: string, fstype: string): void {
+  if ((c.mount(source, target, fstype, 0, null) as number) < 0)
+    throw new NativeError('mount', lastErrno(), `${fstype} on ${target}`);
 }

@@ -10,6 +10,7 @@ import { detachBpf } from '../dataplanes/bpf/attach.js';
 import { type CommandRunner, runOnHost } from '../dataplanes/iptables/backend.js';
 import { cleanupIptables } from '../dataplanes/iptables/cleanup.js';
 import { IPVS_DUMMY_DEVICE } from '../dataplanes/ipvs/names.js';
+import { notOnBpffs } from '../host/bpffs.js';
 
 /** The nftables tables of kube-proxy's nftables mode (ours writes the same ones). */
 const NFT_TABLES = ['ip kube-proxy', 'ip6 kube-proxy'];
@@ -69,8 +70,14 @@ export async function cleanupNode(opts: CleanupOptions): Promise<CleanupReport> 
 
   // Unpinning the maps and links under our own bpffs directory releases them (a tcx or XDP link
   // detaches when its last pin goes); tc clsact filters (kernels < 6.6) are not links and are
-  // detached explicitly.
+  // detached explicitly. Without bpffs nothing was pinned: cleanup never mounts it, and never
+  // removes a directory elsewhere that a mistaken --bpf-pin-path names.
   if (await exists(opts.pinPath)) {
+    const notPins = notOnBpffs(opts.pinPath);
+    if (notPins) {
+      report.errors.push(`bpf pins ${opts.pinPath}: left alone, ${notPins}`);
+      return report;
+    }
     if (opts.detachBpf ?? true) {
       try {
         for (const name of await detachBpf(opts.pinPath)) report.removed.push(`bpf attachment ${name}`);

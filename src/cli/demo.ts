@@ -9,14 +9,16 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { type Command, Option } from 'commander';
 import type { ProxyMode } from '../config/types.js';
+import { BPFFS_ROOT, ensureBpffs } from '../host/bpffs.js';
 import { LabAgent } from '../lab/agent.js';
 import { type BuiltCluster, buildCluster, clusterSpecFromState } from '../lab/cluster.js';
 import { compiledSibling, deleteStaleNamespaces, Lab, type RequestResult } from '../lab/netns.js';
+import { createLogger } from '../logger.js';
 import { ChangeTracker } from '../model/tracker.js';
 import { readManifests } from '../sources/manifests.js';
 
 export const mainScript = compiledSibling(import.meta.url, 'main.js');
-const LAB_PREFIX = 'kbpdemo';
+export const LAB_PREFIX = 'kbpdemo';
 
 /** The nodes of examples/manifests/nodes.yaml, and clients inside and outside the LB source ranges. */
 export const DEMO_NODES = [
@@ -118,10 +120,13 @@ export async function runDemo(opts: {
   const { out } = opts;
   const started = Date.now();
 
+  const pinRoot = `${BPFFS_ROOT}/${LAB_PREFIX}-${process.pid}`;
+  // Before any namespace exists: a node that cannot have bpffs fails here, and the agents, which
+  // share this mount namespace, find it mounted rather than each mounting its own.
+  if (opts.mode === 'bpf') ensureBpffs(pinRoot, createLogger());
   await deleteStaleNamespaces(LAB_PREFIX);
   const lab = new Lab(LAB_PREFIX);
   const workDir = mkdtempSync(join(tmpdir(), 'kbp-demo-'));
-  const pinRoot = `/sys/fs/bpf/${LAB_PREFIX}-${process.pid}`;
   const report: DemoReport = { steps: [], list: '' };
   const onSignal = () => {
     out('interrupted: cleaning up');

@@ -7,11 +7,12 @@
 //
 // Pods also have fd00:244:N::2 and the web service an IPv6 ClusterIP (ip6tables-restore).
 
-import { mkdtemp, stat, writeFile } from 'node:fs/promises';
+import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { cleanupNode } from '../../src/cli/cleanup.js';
+import { PIN_LAYOUT_VERSION } from '../../src/dataplanes/bpf/object.js';
 import { createIptablesDataplane, type IptablesDataplane } from '../../src/dataplanes/iptables/applier.js';
 import type { CommandRunner } from '../../src/dataplanes/iptables/backend.js';
 import {
@@ -20,8 +21,10 @@ import {
   readNfacctCounters,
 } from '../../src/dataplanes/iptables/backend.js';
 import { endpointChain, servicePortChains } from '../../src/dataplanes/iptables/names.js';
+import { BPFFS_ROOT, makeBpffsDir } from '../../src/host/bpffs.js';
 import type { ExecResult } from '../../src/lab/netns.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
+import { silentLogger } from '../../src/logger.js';
 import type { EndpointSlice, Service } from '../../src/model/types.js';
 import { type BrainConfig, decide } from '../../src/proxy/decide.js';
 import type { IpAddrInterface, NodeEnv, ProxyDecisions } from '../../src/proxy/types.js';
@@ -396,8 +399,8 @@ describeRoot('iptables mode in network namespaces', () => {
       'MASQUERADE',
     ]);
     await onNode('nft', ['add', 'table', 'ip', 'kube-proxy']);
-    const pinPath = await mkdtemp(join(tmpdir(), `${PREFIX}-pins-`));
-    await writeFile(join(pinPath, 'services'), '');
+    const pinPath = join(BPFFS_ROOT, `${PREFIX}-pins`);
+    makeBpffsDir(join(pinPath, PIN_LAYOUT_VERSION, 'maps'), silentLogger);
 
     // The bpf detach works in this process's namespace, not the node's: the bpf tests cover it.
     const report = await cleanupNode({ pinPath, exec: onNode, detachBpf: false });
@@ -424,5 +427,20 @@ describeRoot('iptables mode in network namespaces', () => {
       removed: [],
       errors: [],
     });
+  });
+
+  it('cleanup leaves alone a --bpf-pin-path that is not on bpffs: it holds no pins', async () => {
+    const elsewhere = await mkdtemp(join(tmpdir(), `${PREFIX}-pins-`));
+    try {
+      const report = await cleanupNode({ pinPath: elsewhere, exec: onNode, detachBpf: false });
+      expect(report.errors.filter((e) => e.startsWith('bpf'))).toEqual([
+        expect.stringMatching(
+          new RegExp(`^bpf pins ${elsewhere}: left alone, ${elsewhere} is on .*, not bpffs$`),
+        ),
+      ]);
+      expect((await stat(elsewhere)).isDirectory()).toBe(true);
+    } finally {
+      await rm(elsewhere, { recursive: true, force: true });
+    }
   });
 });

@@ -78,8 +78,10 @@ describeRoot('attaching the programs', () => {
   });
 
   it('attaches tc and XDP to the matching interfaces and pins the links', () => {
-    lb = loadPinnedObject({ pinPath, mapSizes });
-    const report = inNamespace(() => new Attacher(lb!.pinDir, lb!.prog, config).sync(interfaces()));
+    lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
+    const report = inNamespace(() =>
+      new Attacher(lb!.pinDir, lb!.prog, config, silentLogger).sync(interfaces()),
+    );
     expect(report.errors).toEqual([]);
     expect(report.attached.map((a) => `${a.hook}@${a.ifname}`)).toEqual([
       'tc-ext@kbpe0',
@@ -99,8 +101,10 @@ describeRoot('attaching the programs', () => {
   it('swaps the new program into the pinned links after a restart', () => {
     const before = pinnedLink(lb!, 'tc-pod@kbpp0');
     lb!.close();
-    lb = loadPinnedObject({ pinPath, mapSizes });
-    const report = inNamespace(() => new Attacher(lb!.pinDir, lb!.prog, config).sync(interfaces()));
+    lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
+    const report = inNamespace(() =>
+      new Attacher(lb!.pinDir, lb!.prog, config, silentLogger).sync(interfaces()),
+    );
     expect(report.errors).toEqual([]);
     expect(report.attached).toEqual([]);
     expect(report.replaced.map((a) => `${a.hook}@${a.ifname}`)).toEqual([
@@ -114,7 +118,7 @@ describeRoot('attaching the programs', () => {
   });
 
   it('picks up new interfaces and forgets removed ones', () => {
-    const attacher = new Attacher(lb!.pinDir, lb!.prog, config);
+    const attacher = new Attacher(lb!.pinDir, lb!.prog, config, silentLogger);
     inNamespace(() => attacher.sync(interfaces()));
     ip('link', 'add', 'kbpp1', 'type', 'veth', 'peer', 'name', 'other2');
     ip('link', 'del', 'kbpp0');
@@ -131,11 +135,12 @@ describeRoot('attaching the programs', () => {
       return lb!.prog(name);
     };
     ip('link', 'add', 'kbpe3', 'type', 'veth', 'peer', 'name', 'other4');
-    const attacher = new Attacher(`${pinPath}-retry`, prog, {
-      ...config,
-      podInterfaces: [],
-      externalInterfaces: ['kbpe3'],
-    });
+    const attacher = new Attacher(
+      `${pinPath}-retry`,
+      prog,
+      { ...config, podInterfaces: [], externalInterfaces: ['kbpe3'] },
+      silentLogger,
+    );
     try {
       const first = inNamespace(() => attacher.sync(interfaces()));
       expect(first.errors.map((e) => `${e.attachment.hook}@${e.attachment.ifname}: ${e.error}`)).toEqual([
@@ -192,7 +197,13 @@ describeRoot('attaching the programs', () => {
 
   it('falls back to clsact with a cls_bpf filter, and cleanup removes everything', async () => {
     ip('link', 'add', 'kbpp2', 'type', 'veth', 'peer', 'name', 'other3');
-    const attacher = new Attacher(lb!.pinDir, lb!.prog, { ...config, xdpMode: 'off' }, 'clsact');
+    const attacher = new Attacher(
+      lb!.pinDir,
+      lb!.prog,
+      { ...config, xdpMode: 'off' },
+      silentLogger,
+      'clsact',
+    );
     const report = inNamespace(() => attacher.sync(interfaces().filter((i) => i.ifname === 'kbpp2')));
     expect(report.errors).toEqual([]);
     const filters = execFileSync('tc', ['-n', ns, 'filter', 'show', 'dev', 'kbpp2', 'ingress'], {

@@ -8,6 +8,7 @@ import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
 import { type BpfPlan, planBpf } from '../../src/dataplanes/bpf/plan.js';
 import { MapWriter } from '../../src/dataplanes/bpf/writer.js';
+import { silentLogger } from '../../src/logger.js';
 import type { ProxyDecisions } from '../../src/proxy/types.js';
 import { bpfConfig, decisions, ep, servicePort } from '../support/bpf-fixtures.js';
 import { describeRoot } from '../support/privileges.js';
@@ -48,7 +49,7 @@ interface Agent {
 
 /** What the agent does at start-up: load (reusing pinned maps), read the maps, seed the allocators. */
 function startAgent(): Agent {
-  const lb = loadPinnedObject({ pinPath, mapSizes });
+  const lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
   const store = new KernelStore(lb.fd, lb.capacity);
   const writer = new MapWriter(store, { maglevTableSize: M, graceMs: 0 });
   const restored = writer.restore();

@@ -1,31 +1,16 @@
-// bpffs for kernel and e2e tests: mounted at /sys/fs/bpf when missing, and a per-run directory
-// under it that the caller removes in afterAll.
+// Pin directories for kernel and e2e tests, made by the product's own makeBpffsDir: it mounts
+// bpffs at /sys/fs/bpf when missing, as the agent does, so no test hides a node without bpffs.
 
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-
-export const BPFFS = '/sys/fs/bpf';
-
-function bpffsMounted(): boolean {
-  return readFileSync('/proc/mounts', 'utf8')
-    .split('\n')
-    .some((line) => {
-      const [, mountPoint, type] = line.split(' ');
-      return mountPoint === BPFFS && type === 'bpf';
-    });
-}
-
-export function ensureBpffs(): void {
-  if (!bpffsMounted()) execFileSync('mount', ['-t', 'bpf', 'bpf', BPFFS]);
-}
+import { BPFFS_ROOT, makeBpffsDir } from '../../src/host/bpffs.js';
+import { silentLogger } from '../../src/logger.js';
 
 /** A fresh directory for this test run's pins, e.g. /sys/fs/bpf/kbp-test-layout-1234. */
 export function makePinDir(label: string): string {
-  ensureBpffs();
-  const dir = join(BPFFS, `kbp-test-${label}-${process.pid}`);
+  const dir = join(BPFFS_ROOT, `kbp-test-${label}-${process.pid}`);
   rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir);
+  makeBpffsDir(dir, silentLogger);
   return dir;
 }
 
@@ -35,7 +20,7 @@ export function removePinDir(dir: string): void {
 }
 
 /** iproute2's own bpffs layout (tc/globals, with ip and xdp links to it), made by `tc` and `ip` on first use. */
-const IPROUTE2_ENTRIES = ['ip', 'xdp', 'tc'].map((name) => join(BPFFS, name));
+const IPROUTE2_ENTRIES = ['ip', 'xdp', 'tc'].map((name) => join(BPFFS_ROOT, name));
 
 /**
  * Tests that run `tc filter show` or `ip link show` on BPF programs make iproute2 create its

@@ -8,7 +8,7 @@
 // runs without a program. New interfaces that match are picked up by the periodic sync.
 
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
+import { existsSync, readdirSync, unlinkSync } from 'node:fs';
 import { promisify } from 'node:util';
 import {
   BPF_TC_INGRESS,
@@ -30,6 +30,8 @@ import {
 } from '../../../native/libbpf.js';
 import { closeFd, NativeError } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
+import { makeBpffsDir } from '../../host/bpffs.js';
+import type { Logger } from '../../logger.js';
 import { PROGRAMS } from './layout.js';
 import { PIN_LAYOUT_VERSION } from './object.js';
 
@@ -116,11 +118,12 @@ export class Attacher {
     pinDir: string,
     private readonly prog: (name: string) => number,
     private readonly config: Pick<BpfConfig, 'podInterfaces' | 'externalInterfaces' | 'xdpMode'>,
+    log: Logger,
     /** "clsact" skips tcx even where the kernel has it. */
     tcMethod: 'auto' | 'clsact' = 'auto',
   ) {
     this.linkDir = `${pinDir}/links`;
-    mkdirSync(this.linkDir, { recursive: true });
+    makeBpffsDir(this.linkDir, log);
     if (tcMethod === 'clsact') this.tcx = false;
   }
 

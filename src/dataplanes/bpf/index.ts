@@ -155,6 +155,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       pinPath: bpf.pinPath,
       mapSizes: bpf.mapSizes,
       objectPath: options.objectPath,
+      log,
     });
     for (const r of lb.reused) {
       if (r.configured !== null && r.configured !== r.capacity) {
@@ -169,7 +170,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       maglevTableSize: bpf.maglevTableSize,
       graceMs: options.graceMs ?? DEFAULT_GRACE_MS,
     });
-    const attacher = new Attacher(lb.pinDir, lb.prog, bpf);
+    const attacher = new Attacher(lb.pinDir, lb.prog, bpf, log);
     const dp = new BpfDataplane(lb, store, writer, attacher, config, log, options);
     dp.restoreIds();
     log.info(

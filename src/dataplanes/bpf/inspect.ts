@@ -5,6 +5,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { getPinned, mapInfo, mapLookup } from '../../../native/libbpf.js';
 import { closeFd } from '../../../native/libc.js';
+import { BPFFS_ROOT, notOnBpffs } from '../../host/bpffs.js';
 import type { Protocol } from '../../model/types.js';
 import { joinHostPort } from '../../proxy/ip.js';
 import { flowHash4 } from './flow-hash.js';
@@ -54,6 +55,13 @@ export interface PinnedMaps {
 
 /** Opens every pinned map of a running (or stopped) agent. */
 export function openPinnedMaps(pinPath: string): PinnedMaps {
+  // A reader never mounts bpffs: a fresh, empty mount would only hide where the pins could be.
+  const why = notOnBpffs(pinPath);
+  if (why) {
+    throw new Error(
+      `nothing is pinned under ${pinPath}: ${why} (an agent in bpf mode mounts bpffs at ${BPFFS_ROOT} when it starts; is one running?)`,
+    );
+  }
   const pinDir = `${pinPath}/${PIN_LAYOUT_VERSION}`;
   const fd = {} as Record<MapName, number>;
   const capacity = {} as Record<MapName, number>;

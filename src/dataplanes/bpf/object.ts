@@ -22,6 +22,8 @@ import {
 } from '../../../native/libbpf.js';
 import { closeFd } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
+import { ensureBpffs } from '../../host/bpffs.js';
+import type { Logger } from '../../logger.js';
 import { MAPS, RODATA_MAP, rodata, verifyLayoutAgainstBtf } from './layout.js';
 
 export type MapName = keyof typeof MAPS;
@@ -126,10 +128,13 @@ export interface LoadOptions {
   pinPath: string;
   mapSizes: BpfConfig['mapSizes'];
   objectPath?: string;
+  /** Says so when bpffs had to be mounted for the pins. */
+  log: Logger;
 }
 
 export function loadPinnedObject(options: LoadOptions): LoadedObject {
   const pinDir = `${options.pinPath}/${PIN_LAYOUT_VERSION}`;
+  ensureBpffs(options.pinPath, options.log);
   mkdirSync(`${pinDir}/maps`, { recursive: true });
   const obj = openObject(options.objectPath ?? defaultObjectPath());
   const capacities = mapCapacities(options.mapSizes);
