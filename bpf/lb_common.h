@@ -501,10 +501,36 @@ static __always_inline bool kbp_source_allowed(const struct kbp_svc_val *sv, __b
 
 /* ---------- the load balancer ---------- */
 
+/*
+ * The SNAT source for a flow to `backend`: the address of the interface the FIB sends it
+ * through (kbp_ifaddr4_v1), as MASQUERADE chooses it; the configured node address when that
+ * interface has none the agent knows.
+ */
+static __always_inline __be32 kbp_snat_source4(void *ctx, const bool xdp, __be32 backend,
+					       const struct kbp_config *cfg) {
+	struct bpf_fib_lookup fib = {};
+	__be32 *addr;
+	long rc;
+
+	fib.family = KBP_AF_INET;
+	fib.ifindex =
+	    xdp ? ((struct xdp_md *)ctx)->ingress_ifindex : ((struct __sk_buff *)ctx)->ifindex;
+	fib.ipv4_dst = backend;
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		__u32 ifindex = fib.ifindex;
+
+		addr = bpf_map_lookup_elem(&kbp_ifaddr4_v1, &ifindex);
+		if (addr && *addr)
+			return *addr;
+	}
+	return cfg->snat_addr4;
+}
+
 /* A new flow: choose the backend, decide SNAT, create both conntrack entries. Fills `out` with
  * the forward entry. Returns KBP_PASS or KBP_DROP with *reason set. */
-static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
-					const struct kbp_svc_val *sv, __u64 now,
+static __always_inline int kbp_new_flow(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
+					int role, const struct kbp_svc_val *sv, __u64 now,
 					struct kbp_ct4_val *out, __u32 *reason) {
 	__u32 zero = 0, backend_id = 0;
 	struct kbp_config *cfg = bpf_map_lookup_elem(&kbp_cfg_v1, &zero);
@@ -580,8 +606,8 @@ static __always_inline int kbp_new_flow(const struct kbp_pkt4 *p, int role,
 		}
 		range = max - min + 1;
 		start = bpf_get_prandom_u32();
-		out->xlate_saddr = cfg->snat_addr4;
-		rkey.daddr = cfg->snat_addr4;
+		out->xlate_saddr = kbp_snat_source4(ctx, xdp, backend_addr, cfg);
+		rkey.daddr = out->xlate_saddr;
 		/* Unrolled: kernels before 6.4 reject the back-edge clang emits for this loop. */
 #pragma clang loop unroll(full)
 		for (i = 0; i < KBP_SNAT_PORT_TRIES; i++) {
@@ -779,7 +805,7 @@ service:
 		return KBP_DROP;
 	}
 	now = kbp_now();
-	if (kbp_new_flow(&p, role, &sv, now, &fwd, reason) != KBP_PASS)
+	if (kbp_new_flow(ctx, xdp, &p, role, &sv, now, &fwd, reason) != KBP_PASS)
 		return KBP_DROP;
 	kbp_count_new_conn(&kbp_svcst_v1, fwd.svc_id);
 	kbp_count_new_conn(&kbp_best_v1, fwd.backend_id);

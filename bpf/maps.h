@@ -393,6 +393,7 @@ _Static_assert(sizeof(struct kbp_node6_key) == 16, "kbp_node6_key");
 #define KBP_MAX_SRC_RANGE 16384
 #define KBP_MAX_MAGLEV	  4096
 #define KBP_MAX_NODE_ADDR 256
+#define KBP_MAX_IFADDR	  4096
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -566,5 +567,15 @@ struct {
 	__type(key, struct kbp_node6_key);
 	__type(value, __u32);
 } kbp_node6_v1 SEC(".maps");
+
+/* kbp_ifaddr4_v1: key __u32 ifindex, value __be32 the interface's primary IPv4 address: the
+ * SNAT source of flows that leave through it, as MASQUERADE picks it, so the peer's rp_filter
+ * sees a source that is routed back through the interface the packet arrived on. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KBP_MAX_IFADDR);
+	__type(key, __u32);
+	__type(value, __be32);
+} kbp_ifaddr4_v1 SEC(".maps");
 
 #endif /* KBP_MAPS_H */

@@ -860,6 +860,28 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(run(lb, TC_EGRESS, stranger).dataOut).toEqual(stranger);
     });
 
+    it('SNATs to the address of the interface the flow leaves through, as MASQUERADE does', () => {
+      const r0 = ifNameToIndex('r0');
+      mapUpdate(lb.fd.ifAddrs4, u32Codec.encode(r0), ip4Codec.encode('10.244.9.1'));
+      try {
+        const out = run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.1', 30060));
+        expect(out.retval).toBe(TC_ACT_REDIRECT);
+        expect(expectValid(out.dataOut)).toMatchObject({
+          saddr: '10.244.9.1',
+          daddr: NEIGHBOURS.remoteBackend.ip,
+        });
+        const back = run(lb, TC_EXT, replyTo(out.dataOut));
+        expect(back.retval).toBe(TC_ACT_REDIRECT);
+        expect(expectValid(back.dataOut)).toMatchObject({
+          saddr: '192.168.50.1',
+          sport: 30060,
+          daddr: OUTSIDE,
+        });
+      } finally {
+        mapDelete(lb.fd.ifAddrs4, u32Codec.encode(r0));
+      }
+    });
+
     it('gives concurrent flows from the same client port distinct NAT ports', () => {
       const ports = new Set<number>();
       for (let i = 0; i < 20; i++) {

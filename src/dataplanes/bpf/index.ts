@@ -104,6 +104,19 @@ export class MonotonicCounters {
   }
 }
 
+/** Each interface's first global IPv4 address, by ifindex: the SNAT source through it, as
+ * MASQUERADE would pick it. */
+export function interfaceAddresses(
+  interfaces: readonly (IpAddrInterface & { ifindex: number })[],
+): Map<number, string> {
+  const out = new Map<number, string>();
+  for (const i of interfaces) {
+    const primary = i.addr_info.find((a) => a.family === 'inet' && (a.scope ?? 'global') === 'global');
+    if (primary) out.set(i.ifindex, primary.local);
+  }
+  return out;
+}
+
 /** Every IPv4 address of the node except loopback: NodePorts open on "every node address". */
 export function nodeAddresses(interfaces: readonly IpAddrInterface[]): string[] {
   const out = new Set<string>();
@@ -384,6 +397,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       );
     }
     this.store.setNodeAddresses(nodeAddresses(links));
+    this.store.setInterfaceAddresses(interfaceAddresses(links));
     return report;
   }
 

@@ -386,6 +386,21 @@ export class KernelStore implements MapStore {
     this.deleteBatch('nodeAddrs4', ip4Codec.encodeMany(stale), stale.length);
   }
 
+  /** Each interface's primary IPv4 address, the SNAT source through it (kbp_ifaddr4_v1). */
+  setInterfaceAddresses(addresses: ReadonlyMap<number, string>): void {
+    const dump = dumpMap(this.fd.ifAddrs4, 4, 4);
+    const current = new Map(dump.keys.map((k, i) => [u32Codec.decode(k), ip4Codec.decode(dump.values[i]!)]));
+    const stale = [...current.keys()].filter((ifindex) => !addresses.has(ifindex));
+    const fresh = [...addresses].filter(([ifindex, addr]) => current.get(ifindex) !== addr);
+    this.updateBatch(
+      'ifAddrs4',
+      u32Codec.encodeMany(fresh.map(([ifindex]) => ifindex)),
+      ip4Codec.encodeMany(fresh.map(([, addr]) => addr)),
+      fresh.length,
+    );
+    this.deleteBatch('ifAddrs4', u32Codec.encodeMany(stale), stale.length);
+  }
+
   /** Per-CPU counters of a service (svc_id) or backend (backend_id), summed; null past the map. */
   trafficStats(of: 'service' | 'backend', id: number): TrafficStats | null {
     const map = of === 'service' ? 'svcStats' : 'backendStats';

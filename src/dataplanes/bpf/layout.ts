@@ -420,6 +420,8 @@ export const MAPS = {
   config: mapLayout('kbp_cfg_v1', u32Codec, config),
   nodeAddrs4: mapLayout('kbp_node4_v1', ip4Codec, u32Codec),
   nodeAddrs6: mapLayout('kbp_node6_v1', node6Key, u32Codec),
+  /** ifindex -> the interface's primary IPv4 address: the SNAT source through it. */
+  ifAddrs4: mapLayout('kbp_ifaddr4_v1', u32Codec, ip4Codec),
 } as const satisfies Record<string, MapLayout>;
 
 /** The programs in bpf/lb.o. */

@@ -60,6 +60,7 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
   config: '',
   nodeAddrs4: '',
   nodeAddrs6: '',
+  ifAddrs4: '',
 };
 
 /** max_entries of every map from bpf.mapSizes; null keeps the object's own value. */
@@ -89,6 +90,7 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
     config: null,
     nodeAddrs4: null,
     nodeAddrs6: null,
+    ifAddrs4: null,
   };
 }
 
