@@ -2,7 +2,7 @@
 // servicechangetracker.go, pkg/proxy/util ShouldSkipService): which services are skipped, the
 // per-family ClusterIP, family-filtered externalIPs / LB IPs / source ranges, and the policies.
 
-import type { IPFamily, Protocol, Service, ServiceType } from '../model/types.js';
+import type { IPFamily, Service } from '../model/types.js';
 import { canonicalIPOfFamily, formatCIDR, parseCIDR } from './ip.js';
 import type { ServicePortInfo } from './types.js';
 

@@ -26,7 +26,7 @@ import type { ExecResult } from '../../src/lab/netns.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
 import { silentLogger } from '../../src/logger.js';
 import type { EndpointSlice, Service } from '../../src/model/types.js';
-import { type BrainConfig, decide } from '../../src/proxy/decide.js';
+import { decide } from '../../src/proxy/decide.js';
 import type { IpAddrInterface, NodeEnv, ProxyDecisions } from '../../src/proxy/types.js';
 import { brainConfig, endpoint, node, service, slice } from '../support/model-fixtures.js';
 import { describeRoot } from '../support/privileges.js';

@@ -14,7 +14,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { cleanupNode } from '../../src/cli/cleanup.js';
 import { createIpvsDataplane, type IpvsDataplane } from '../../src/dataplanes/ipvs/applier.js';
 import type { EndpointSlice, Service, SliceEndpoint } from '../../src/model/types.js';
-import { type BrainConfig, decide } from '../../src/proxy/decide.js';
+import { decide } from '../../src/proxy/decide.js';
 import type { ProxyDecisions } from '../../src/proxy/types.js';
 import { buildIpvsLab, IpvsLabGuest, PROJECT_ROOT } from '../support/ipvs-lab.js';
 import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';

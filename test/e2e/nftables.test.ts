@@ -16,7 +16,7 @@ import { endpointObjectNames, servicePortChainNames } from '../../src/dataplanes
 import { renderNftablesText } from '../../src/dataplanes/nftables/render.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
 import type { EndpointSlice, Service } from '../../src/model/types.js';
-import { type BrainConfig, decide } from '../../src/proxy/decide.js';
+import { decide } from '../../src/proxy/decide.js';
 import type { IpAddrInterface, NodeEnv, ProxyDecisions, ServicePortDecision } from '../../src/proxy/types.js';
 import { brainConfig, endpoint, node, service, slice } from '../support/model-fixtures.js';
 import { describeRoot } from '../support/privileges.js';

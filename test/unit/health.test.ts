@@ -12,7 +12,7 @@ import {
 import { silentLogger } from '../../src/logger.js';
 import { ProxyMetrics } from '../../src/metrics/registry.js';
 import type { EndpointSlice, IPFamily, Node, Service } from '../../src/model/types.js';
-import { type BrainConfig, decide } from '../../src/proxy/decide.js';
+import { decide } from '../../src/proxy/decide.js';
 import { nodeEligible } from '../../src/proxy/node.js';
 import type { SyncReport } from '../../src/proxy/sync-loop.js';
 import type { ProxyDecisions } from '../../src/proxy/types.js';
