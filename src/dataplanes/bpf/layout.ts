@@ -427,6 +427,12 @@ export const PROGRAMS = {
   tcFromPod: 'kbp_tc_pod',
   /** tc ingress of external interfaces (NodePort/externalIP/LB, replies of remote backends). */
   tcFromExternal: 'kbp_tc_ext',
+  /** The same on external devices without an Ethernet header (ipip, wireguard, tun). */
+  tcFromExternalL3: 'kbp_tc_ext_l3',
+  /** tc egress of pod-facing and external interfaces: what the host sends out through them. */
+  tcEgress: 'kbp_tc_egress',
+  /** The same on external devices without an Ethernet header. */
+  tcEgressL3: 'kbp_tc_egress_l3',
   /** XDP on external interfaces: the same work as kbp_tc_ext before the stack. */
   xdpFromExternal: 'kbp_xdp_ext',
   /** Benchmark baseline: swap MACs, XDP_TX. */
