@@ -1,8 +1,10 @@
-// Follows the links, addresses and routes of the agent's network namespace through netlink: a
-// long-lived `ip monitor link address route` child whose every event line calls `changed`. The
-// events are only a trigger (the caller re-discovers from scratch), so their text is not parsed.
+// Follows the links, addresses and routes of the agent's network namespace (the one the calling
+// thread is in when the monitor starts or restarts) through netlink: a long-lived
+// `ip monitor link address route` child whose every event line calls `changed`. The events are
+// only a trigger (the caller re-discovers from scratch), so their text is not parsed.
 // A child that dies is started again after a pause, followed by one `changed` for the events it
-// may have missed.
+// may have missed. setpriv (util-linux) makes the kernel kill the child when the agent dies, even
+// by SIGKILL: an orphaned monitor would keep a deleted network namespace alive.
 
 import { type ChildProcess, spawn } from 'node:child_process';
 import type { Logger } from '../../logger.js';
@@ -20,9 +22,13 @@ export class LinkWatch {
   ) {}
 
   start(): void {
-    const child = spawn('ip', ['monitor', 'link', 'address', 'route'], {
-      stdio: ['ignore', 'pipe', 'ignore'],
-    });
+    const child = spawn(
+      'setpriv',
+      ['--pdeathsig', 'KILL', '--', 'ip', 'monitor', 'link', 'address', 'route'],
+      {
+        stdio: ['ignore', 'pipe', 'ignore'],
+      },
+    );
     this.child = child;
     let ended = false;
     const end = (why: string) => {
