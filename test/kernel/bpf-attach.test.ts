@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { dumpMap, getPinned, linkInfo, programNameById } from '../../native/libbpf.js';
 import { closeFd } from '../../native/libc.js';
@@ -14,7 +15,6 @@ import { BpfDataplane } from '../../src/dataplanes/bpf/index.js';
 import type { AttachmentView } from '../../src/dataplanes/bpf/inspect.js';
 import { ip4Codec } from '../../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
-import { silentLogger } from '../../src/logger.js';
 import { bpfConfig, decisions } from '../support/bpf-fixtures.js';
 import { keepIproute2LayoutAsFound } from '../support/bpffs.js';
 import { enterNetns, inNetns } from '../support/in-netns.js';
@@ -205,11 +205,13 @@ describeRoot('attaching the programs to the interfaces found', () => {
     const config = agentConfig(`${pinPath}-dp`);
     const pinDir = `${pinPath}-dp/v1`;
     const has = (name: string) => existsSync(`${pinDir}/links/${name}`);
+    const logged: { msg: string; interface?: string; link?: string; hook?: string; program?: string }[] = [];
+    const log = pino({ level: 'info' }, { write: (line: string) => logged.push(JSON.parse(line)) });
     // The agent runs inside the namespace: `ip`, `ip monitor` and the attach calls see its interfaces.
     const leave = enterNetns(ns);
     let dp: BpfDataplane | undefined;
     try {
-      dp = await BpfDataplane.open(config, silentLogger, {
+      dp = await BpfDataplane.open(config, log, {
         conntrackGC: false,
         namesFile: `${namesDir}/names.json`,
       });
@@ -253,9 +255,36 @@ describeRoot('attaching the programs to the interfaces found', () => {
       expect(text).toMatch(/INTERFACE\s+HOOK\s+PROGRAM\s+MECHANISM/);
       expect(text).toMatch(/vethnew\s+tc-ingress\s+kbp_tc_pod\s+tcx/);
 
+      // One log line per attach.
+      expect(
+        logged
+          .filter((l) => l.msg === 'bpf program attached' && l.interface === 'vethnew')
+          .map((l) => `${l.hook} ${l.program}`),
+      ).toEqual(['tc-ingress kbp_tc_pod', 'tc-egress kbp_tc_egress']);
+
       // The pod goes away: its pins are released.
       ip('link', 'del', 'vethnew');
       await until('vethnew released', () => !has('tc-ingress@vethnew') && !has('tc-egress@vethnew'), 1000);
+
+      // A renamed interface: its pins follow the name (tcx refuses the same program twice on a
+      // hook, so the old attachment has to go first).
+      addPodVeth('vethold');
+      await until('vethold hooked', () => has('tc-ingress@vethold'), 1000);
+      ip('link', 'set', 'vethold', 'down');
+      ip('link', 'set', 'vethold', 'name', 'vethren');
+      ip('link', 'set', 'vethren', 'up');
+      await until(
+        'vethren hooked, vethold released',
+        () => has('tc-ingress@vethren') && has('tc-egress@vethren') && !has('tc-ingress@vethold'),
+        1000,
+      );
+      expect(
+        logged
+          .filter((l) => l.msg === 'bpf program detached')
+          .map((l) => l.link)
+          .sort(),
+      ).toEqual(['tc-egress@vethnew', 'tc-egress@vethold', 'tc-ingress@vethnew', 'tc-ingress@vethold']);
+      expect(logged.filter((l) => l.msg === 'attach failed')).toEqual([]);
 
       // A veth that holds the node IP is the node's uplink, not a pod: once the sync names the
       // node IP it changes role, and its program is swapped in the same link.

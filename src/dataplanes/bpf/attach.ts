@@ -143,22 +143,6 @@ export class Attacher {
     const report: AttachReport = { attached: [], replaced: [], detached: [], errors: [] };
     const wanted = plannedAttachments(interfaces, this.config.xdpMode);
     const wantedNames = new Set(wanted.map(linkName));
-    for (const a of wanted) {
-      const name = linkName(a);
-      const known = this.current.get(name);
-      if (known?.ifindex === a.ifindex && known.program === a.program) continue;
-      try {
-        const { mechanism, replaced } = this.attach(a);
-        (replaced ? report.replaced : report.attached).push({ ...a, mechanism });
-        this.current.set(name, { ifindex: a.ifindex, program: a.program, mechanism });
-        this.failing.delete(name);
-      } catch (err) {
-        // Retried at every sync; reported when it starts failing or fails differently.
-        const error = (err as Error).message;
-        if (this.failing.get(name) !== error) report.errors.push({ attachment: a, error });
-        this.failing.set(name, error);
-      }
-    }
     for (const name of this.failing.keys()) if (!wantedNames.has(name)) this.failing.delete(name);
     // cls_bpf filters have no pin: those of interfaces that no longer take a program are deleted
     // here (a vanished interface took its filter with it).
@@ -177,6 +161,24 @@ export class Attacher {
       unpinLink(`${this.linkDir}/${file}`);
       this.current.delete(name);
       report.detached.push(name);
+    }
+    // Attached after the releases: a renamed interface (same ifindex, new name) would otherwise
+    // get its program a second time at the same hook, which tcx refuses.
+    for (const a of wanted) {
+      const name = linkName(a);
+      const known = this.current.get(name);
+      if (known?.ifindex === a.ifindex && known.program === a.program) continue;
+      try {
+        const { mechanism, replaced } = this.attach(a);
+        (replaced ? report.replaced : report.attached).push({ ...a, mechanism });
+        this.current.set(name, { ifindex: a.ifindex, program: a.program, mechanism });
+        this.failing.delete(name);
+      } catch (err) {
+        // Retried at every sync; reported when it starts failing or fails differently.
+        const error = (err as Error).message;
+        if (this.failing.get(name) !== error) report.errors.push({ attachment: a, error });
+        this.failing.set(name, error);
+      }
     }
     return report;
   }
