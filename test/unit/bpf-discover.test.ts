@@ -132,6 +132,21 @@ describe('interface discovery', () => {
     ]);
   });
 
+  it('a veth pair inside the node namespace faces no pod', () => {
+    const host = captured('two-uplinks');
+    // As `ip -j -d addr show` prints a pair whose ends are both here: "link" instead of "link_netnsid".
+    host.links = [
+      ...host.links,
+      { ifindex: 30, ifname: 'cilium_host', link_type: 'ether', linkinfo: { info_kind: 'veth' } },
+      { ifindex: 31, ifname: 'cilium_net', link_type: 'ether', linkinfo: { info_kind: 'veth' } },
+    ];
+    expect(discoverInterfaces(host, ['10.0.0.5'], auto).map((i) => i.ifname)).toEqual([
+      'cali12345abcde',
+      'eth0',
+      'eth1',
+    ]);
+  });
+
   it('never takes the loopback device, even when named', () => {
     const found = discoverInterfaces(captured('flannel-node'), [], {
       podInterfaces: ['*'],

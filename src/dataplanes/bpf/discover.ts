@@ -3,8 +3,9 @@
 //   external    the devices holding one of the node's IPs, the devices of the default routes
 //               (IPv4 and IPv6) and overlay devices; or, when bpf.externalInterfaces is set, the
 //               devices it names
-//   pod-facing  host ends of veths that are not external (a node's uplink can itself be a veth);
-//               or, when bpf.podInterfaces is set, the devices it names
+//   pod-facing  host ends of veths (the peer in another namespace) that are not external (a
+//               node's uplink can itself be a veth); or, when bpf.podInterfaces is set, the
+//               devices it names
 // A device without an Ethernet header (wireguard, ipip, gre, tun) is "l3": it takes the L3
 // program variants and never XDP.
 
@@ -21,6 +22,8 @@ export interface IpLink {
   link_type?: string;
   /** Only with -d; absent for devices without a driver kind (a physical NIC, lo). */
   linkinfo?: { info_kind?: string };
+  /** Set when the peer of a veth lives in another network namespace (a pod's). */
+  link_netnsid?: number;
   addr_info?: { family?: string; local?: string; prefixlen?: number }[];
 }
 
@@ -116,7 +119,8 @@ export function discoverInterfaces(
     if (config.podInterfaces.length > 0) {
       if (matchesPattern(link.ifname, config.podInterfaces))
         out.push({ ...base, role: 'pod', reason: 'bpf.podInterfaces' });
-    } else if (kind === 'veth') {
+    } else if (kind === 'veth' && link.link_netnsid !== undefined) {
+      // A veth pair inside the host namespace (cilium_host/cilium_net, a lab's wiring) faces no pod.
       out.push({ ...base, role: 'pod', reason: 'veth' });
     }
   }
