@@ -413,17 +413,22 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       const i = interfaces.find((d) => d.ifname === ifname);
       return i ? { role: i.role, l3: i.l3, reason: i.reason } : {};
     };
-    for (const a of report.attached) {
-      this.log.info(
-        { interface: a.ifname, hook: a.hook, program: a.program, mechanism: a.mechanism, ...role(a.ifname) },
-        'bpf program attached',
-      );
-    }
-    for (const a of report.replaced) {
-      this.log.info(
-        { interface: a.ifname, hook: a.hook, program: a.program, mechanism: a.mechanism, ...role(a.ifname) },
-        'bpf program swapped in',
-      );
+    for (const [msg, links] of [
+      ['bpf program attached', report.attached],
+      ['bpf program swapped in', report.replaced],
+    ] as const) {
+      for (const a of links) {
+        this.log.info(
+          {
+            interface: a.ifname,
+            hook: a.hook,
+            program: a.program,
+            mechanism: a.mechanism,
+            ...role(a.ifname),
+          },
+          msg,
+        );
+      }
     }
     for (const link of report.detached) this.log.info({ link }, 'bpf program detached');
     for (const e of report.errors) {
