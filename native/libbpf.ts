@@ -4,7 +4,7 @@
 // layouts measured in reference/libbpf-from-node.md.
 
 import koffi from 'koffi';
-import { lastErrno, NativeError } from './libc.js';
+import { closeFd, lastErrno, NativeError } from './libc.js';
 
 const lib = koffi.load('libbpf.so.1');
 koffi.opaque('bpf_object');
@@ -68,6 +68,7 @@ const f = {
   link_detach: lib.func('int bpf_link_detach(int link_fd)'),
   link_update: lib.func('int bpf_link_update(int link_fd, int new_prog_fd, const void *opts)'),
   map_fd_by_id: lib.func('int bpf_map_get_fd_by_id(uint32_t id)'),
+  prog_fd_by_id: lib.func('int bpf_prog_get_fd_by_id(uint32_t id)'),
   num_possible_cpus: lib.func('int libbpf_num_possible_cpus(void)'),
 };
 
@@ -385,6 +386,23 @@ export function mapInfo(fd: number): MapInfo {
 /** Opens a map by its id (e.g. a Maglev inner map named by its outer map). Returns its fd. */
 export function mapFdById(id: number): number {
   return check('bpf_map_get_fd_by_id', f.map_fd_by_id(id) as number, `map id ${id}`);
+}
+
+/**
+ * The name of a loaded program, by id: the kernel keeps the first 15 characters of the name
+ * (BPF_OBJ_NAME_LEN), so a longer one comes back cut.
+ */
+export function programNameById(id: number): string {
+  const fd = check('bpf_prog_get_fd_by_id', f.prog_fd_by_id(id) as number, `program id ${id}`);
+  try {
+    // struct bpf_prog_info: char name[16] at offset 64.
+    const info = Buffer.alloc(80);
+    check('bpf_obj_get_info_by_fd', f.obj_info(fd, info, [info.length]) as number);
+    const end = info.indexOf(0, 64);
+    return info.toString('latin1', 64, end < 0 || end > 80 ? 80 : end);
+  } finally {
+    closeFd(fd);
+  }
 }
 
 /** Number of possible CPUs: the multiplier of per-CPU map values. */

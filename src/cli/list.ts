@@ -1,13 +1,16 @@
 // `kube-bpf-proxy list`: the services the bpf data plane serves right now, read from the live
 // pinned maps: each frontend (VIP:port/protocol, scheduler, flags) with its backends and their
-// packet, byte and connection counters, like `ipvsadm -Ln --stats` or `cilium service list`.
+// packet, byte and connection counters, like `ipvsadm -Ln --stats` or `cilium service list`;
+// then which program is attached where (interface, hook, program, tcx / clsact / XDP mode).
 
 import type { Command } from 'commander';
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import {
+  type AttachmentView,
   type Counters,
   type FrontendView,
+  listAttachments,
   listFrontends,
   openPinnedMaps,
   readFrontendNames,
@@ -91,21 +94,30 @@ export function formatFrontends(views: readonly FrontendView[]): string {
   return `${table(rows)}\n`;
 }
 
-export function listCommand(opts: ListOptions): string {
+export function formatAttachments(views: readonly AttachmentView[]): string {
+  const rows = [['INTERFACE', 'HOOK', 'PROGRAM', 'MECHANISM']];
+  for (const v of views) rows.push([v.interface, v.hook, v.program, v.mechanism]);
+  return `${table(rows)}\n`;
+}
+
+export async function listCommand(opts: ListOptions): Promise<string> {
   const maps = openPinnedMaps(opts.pinPath);
+  let frontends: FrontendView[];
   try {
-    const views = listFrontends(maps, readFrontendNames(opts.pinPath, opts.namesFile));
-    return opts.output === 'json' ? `${JSON.stringify(views, null, 2)}\n` : formatFrontends(views);
+    frontends = listFrontends(maps, readFrontendNames(opts.pinPath, opts.namesFile));
   } finally {
     maps.close();
   }
+  const attachments = await listAttachments(opts.pinPath);
+  if (opts.output === 'json') return `${JSON.stringify({ frontends, attachments }, null, 2)}\n`;
+  return `${formatFrontends(frontends)}\n${formatAttachments(attachments)}`;
 }
 
 export function registerListCommand(program: Command): void {
   const command = program
     .command('list')
     .description(
-      'List the services the bpf data plane serves, from the live maps, with their backends and packet, byte and connection counters',
+      'List the services the bpf data plane serves, from the live maps, with their backends and packet, byte and connection counters, and which program is attached to which interface',
     )
     .option('-o, --output <format>', 'table or json', 'table');
   registerConfigFlags(command);
@@ -114,6 +126,6 @@ export function registerListCommand(program: Command): void {
       throw new Error(`--output must be table or json, not ${opts.output}`);
     const loaded = await loadConfigFile(opts.config, readConfigFlags(command));
     if (!loaded.ok) throw new Error(`invalid configuration:\n${formatProblems(loaded.problems)}`);
-    process.stdout.write(listCommand({ pinPath: loaded.config.bpf.pinPath, output: opts.output }));
+    process.stdout.write(await listCommand({ pinPath: loaded.config.bpf.pinPath, output: opts.output }));
   });
 }

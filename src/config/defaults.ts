@@ -89,9 +89,9 @@ const LOG_FLUSH_FREQUENCY_SECONDS = 5;
 export const DEFAULT_BPF_CONFIG: BpfConfig = {
   scheduler: 'random',
   maglevTableSize: DEFAULT_MAGLEV_TABLE_SIZE,
-  // Host-side ends of pod veths: plain veth pairs (bridge, flannel, kindnet), Calico, Cilium, AWS
-  // VPC CNI, GKE, Azure CNI. Bridges such as cni0 are left out: the veths under them are hooked already.
-  podInterfaces: ['veth*', 'cali*', 'lxc*', 'eni*', 'gke*', 'azv*'],
+  // Empty: found by the agent (src/dataplanes/bpf/discover.ts) rather than named, since CNIs name
+  // their pod veths differently and a node's uplink can be anything.
+  podInterfaces: [],
   externalInterfaces: [],
   xdpMode: 'off',
   pinPath: '/sys/fs/bpf/kube-bpf-proxy',

@@ -518,7 +518,7 @@ const FLAG_SPECS: readonly FlagSpec[] = [
   flag(
     'bpf-pod-interfaces',
     'list',
-    `Patterns of pod-facing interfaces, trailing * for a prefix (default ${BPF.podInterfaces.join(',')})`,
+    'Patterns of pod-facing interfaces, trailing * for a prefix (default: the host ends of veths that are not external)',
     (s, v) => {
       s.bpf.podInterfaces = v;
       return 'bpf.podInterfaces';
@@ -527,7 +527,7 @@ const FLAG_SPECS: readonly FlagSpec[] = [
   flag(
     'bpf-external-interfaces',
     'list',
-    'Patterns of external interfaces (default: the interfaces holding the node addresses)',
+    'Patterns of external interfaces, trailing * for a prefix (default: the devices holding a node IP, of the default routes, and overlays)',
     (s, v) => {
       s.bpf.externalInterfaces = v;
       return 'bpf.externalInterfaces';

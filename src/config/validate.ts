@@ -258,12 +258,6 @@ export function validateSettings(
   // The table builder owns the rule (prime, and a size it can build).
   const maglevProblem = maglevTableSizeProblem(bpf.maglevTableSize);
   if (maglevProblem) report('bpf.maglevTableSize', maglevProblem);
-  if (bpf.podInterfaces.length === 0) {
-    report(
-      'bpf.podInterfaces',
-      'must name at least one interface pattern: traffic from pods enters through them',
-    );
-  }
   const interfacePatterns = (path: string, patterns: string[]) =>
     patterns.forEach((pattern, i) => {
       if (!isInterfacePattern(pattern)) {

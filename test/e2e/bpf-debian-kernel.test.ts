@@ -7,7 +7,15 @@ import { describeRoot } from '../support/privileges.js';
 // older ones (a back-edge in a loop, for one). Debian 12's 6.1 kernel, booted in the IPVS lab's
 // virtual machine, loads the very object the agent loads, with the agent's own libbpf bindings.
 
-const PROGRAMS = ['kbp_tc_pod', 'kbp_tc_ext', 'kbp_xdp_ext', 'kbp_xdp_tx'];
+const PROGRAMS = [
+  'kbp_tc_pod',
+  'kbp_tc_ext',
+  'kbp_tc_ext_l3',
+  'kbp_tc_egress',
+  'kbp_tc_egress_l3',
+  'kbp_xdp_ext',
+  'kbp_xdp_tx',
+];
 
 describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {
   let guest: IpvsLabGuest | undefined;

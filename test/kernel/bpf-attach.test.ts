@@ -2,47 +2,67 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pino } from 'pino';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { dumpMap, getPinned, linkInfo } from '../../native/libbpf.js';
-import { CLONE_NEWNET, closeFd, openPath, setns } from '../../native/libc.js';
+import { dumpMap, getPinned, linkInfo, programNameById } from '../../native/libbpf.js';
+import { closeFd } from '../../native/libc.js';
+import { listCommand } from '../../src/cli/list.js';
 import { loadConfig } from '../../src/config/load.js';
-import { Attacher, detachAll, detachBpf, type NetInterface } from '../../src/dataplanes/bpf/attach.js';
+import type { ProxyConfig } from '../../src/config/types.js';
+import { Attacher, detachAll, detachBpf, linkNameOfPin } from '../../src/dataplanes/bpf/attach.js';
+import { discoverInterfaces, type HostNetwork } from '../../src/dataplanes/bpf/discover.js';
 import { BpfDataplane } from '../../src/dataplanes/bpf/index.js';
+import type { AttachmentView } from '../../src/dataplanes/bpf/inspect.js';
 import { ip4Codec } from '../../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
-import { silentLogger } from '../../src/logger.js';
-import { bpfConfig } from '../support/bpf-fixtures.js';
+import { bpfConfig, decisions } from '../support/bpf-fixtures.js';
 import { keepIproute2LayoutAsFound } from '../support/bpffs.js';
+import { enterNetns, inNetns } from '../support/in-netns.js';
 import { describeRoot } from '../support/privileges.js';
 
+const silentLogger = pino({ level: 'silent' });
+
+// The node under test: a namespace shaped like a flannel node. Peers live in namespaces of their
+// own (the LAN and a pod), as on a real node, so the host side sees one end of each veth.
 const ns = `kbpt-attach-${process.pid}`;
+const lan = `${ns}-lan`;
+const pod = `${ns}-pod`;
+const NODE_IP = '192.168.77.1';
 const pinPath = `/sys/fs/bpf/kbp-test-attach-${process.pid}`;
 const mapSizes = { ...bpfConfig().mapSizes, conntrack: 1024, affinity: 1024 };
-const config = { podInterfaces: ['kbpp*'], externalInterfaces: ['kbpe0'], xdpMode: 'generic' as const };
+const auto = { podInterfaces: [], externalInterfaces: [] };
 
 const namesDir = mkdtempSync(join(tmpdir(), 'kbp-attach-'));
 const ip = (...args: string[]) => execFileSync('ip', ['-n', ns, ...args], { encoding: 'utf8' });
-const interfaces = (): NetInterface[] =>
-  (JSON.parse(ip('-j', 'link', 'show')) as NetInterface[]).map(({ ifname, ifindex }) => ({
-    ifname,
-    ifindex,
-  }));
+const tc = (...args: string[]) => execFileSync('tc', ['-n', ns, ...args], { encoding: 'utf8' });
 
-/** Runs `fn` with this thread in the test's namespace (ifindexes are per namespace). */
-function inNamespace<T>(fn: () => T): T {
-  const home = openPath('/proc/thread-self/ns/net');
-  const target = openPath(`/run/netns/${ns}`);
-  try {
-    setns(target, CLONE_NEWNET);
-    try {
-      return fn();
-    } finally {
-      setns(home, CLONE_NEWNET);
-    }
-  } finally {
-    closeFd(target);
-    closeFd(home);
-  }
+/** A pod veth: the host end `name` here, the other end in the pod namespace. */
+function addPodVeth(name: string): void {
+  ip('link', 'add', name, 'type', 'veth', 'peer', 'name', `p-${name}`, 'netns', pod);
+  ip('link', 'set', name, 'up');
+}
+
+/** What probeHostNetwork() reads, read from outside the namespace. */
+function host(): HostNetwork {
+  const json = (...args: string[]) => JSON.parse(ip('-j', ...args));
+  return {
+    links: json('-d', 'addr', 'show'),
+    defaultRoutes: [...json('-4', 'route', 'show', 'default'), ...json('-6', 'route', 'show', 'default')],
+  };
+}
+
+/** `hook@interface program` of every pinned link. */
+function pinned(pinDir: string): string[] {
+  return readdirSync(`${pinDir}/links`)
+    .map((file) => {
+      const fd = getPinned(`${pinDir}/links/${file}`);
+      try {
+        return `${linkNameOfPin(file)} ${programNameById(linkInfo(fd).progId)}`;
+      } finally {
+        closeFd(fd);
+      }
+    })
+    .sort();
 }
 
 const pinnedLink = (lb: LoadedObject, name: string) => {
@@ -54,16 +74,50 @@ const pinnedLink = (lb: LoadedObject, name: string) => {
   }
 };
 
-describeRoot('attaching the programs', () => {
+async function until(what: string, check: () => boolean, ms: number): Promise<number> {
+  const started = Date.now();
+  while (!check()) {
+    if (Date.now() - started > ms) throw new Error(`not within ${ms} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  return Date.now() - started;
+}
+
+function agentConfig(pin: string): ProxyConfig {
+  const loaded = loadConfig({ flags: {} });
+  if (!loaded.ok) throw new Error('default config does not load');
+  // The defaults as shipped: no interface names.
+  expect(loaded.config.bpf.podInterfaces).toEqual([]);
+  expect(loaded.config.bpf.externalInterfaces).toEqual([]);
+  return { ...loaded.config, bpf: { ...loaded.config.bpf, pinPath: pin, mapSizes } };
+}
+
+describeRoot('attaching the programs to the interfaces found', () => {
   let lb: LoadedObject | undefined;
   let restoreIproute2Layout = () => {};
   beforeAll(() => {
     restoreIproute2Layout = keepIproute2LayoutAsFound();
-    execFileSync('ip', ['netns', 'add', ns]);
-    // Deleting one end of a veth deletes both: every interface under test has its own peer.
-    ip('link', 'add', 'kbpe0', 'type', 'veth', 'peer', 'name', 'other0');
-    ip('link', 'add', 'kbpp0', 'type', 'veth', 'peer', 'name', 'other1');
-    for (const dev of ['kbpp0', 'kbpe0', 'other0', 'other1']) ip('link', 'set', dev, 'up');
+    for (const n of [ns, lan, pod]) execFileSync('ip', ['netns', 'add', n]);
+    // The uplink is a veth, as in labs and some VMs: the node IP and the default route make it external.
+    ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'up0', 'netns', lan);
+    ip('link', 'set', 'eth0', 'up');
+    ip('addr', 'add', `${NODE_IP}/24`, 'dev', 'eth0');
+    ip('route', 'add', 'default', 'via', '192.168.77.254');
+    // A ptp-CNI pod: its host end holds the pod gateway, which is not a node IP.
+    addPodVeth('vethptp');
+    ip('addr', 'add', '10.244.1.1/32', 'dev', 'vethptp');
+    // A bridge-CNI pod: cni0 holds the gateway and takes nothing; its port is pod-facing.
+    ip('link', 'add', 'cni0', 'type', 'bridge');
+    ip('addr', 'add', '10.244.2.1/24', 'dev', 'cni0');
+    ip('link', 'set', 'cni0', 'up');
+    addPodVeth('vethbr');
+    ip('link', 'set', 'vethbr', 'master', 'cni0');
+    // An overlay, and an L3 device carrying the IPv6 default route.
+    ip('link', 'add', 'flannel.1', 'type', 'vxlan', 'id', '1', 'dev', 'eth0', 'dstport', '8472');
+    ip('link', 'set', 'flannel.1', 'up');
+    ip('tuntap', 'add', 'dev', 'tun0', 'mode', 'tun');
+    ip('link', 'set', 'tun0', 'up');
+    ip('-6', 'route', 'add', 'default', 'dev', 'tun0');
   });
   afterAll(() => {
     try {
@@ -72,60 +126,52 @@ describeRoot('attaching the programs', () => {
       lb?.close();
       rmSync(pinPath, { recursive: true, force: true });
       rmSync(namesDir, { recursive: true, force: true });
-      execFileSync('ip', ['netns', 'del', ns]);
+      for (const n of [ns, lan, pod]) execFileSync('ip', ['netns', 'del', n]);
       restoreIproute2Layout();
     }
   });
 
-  it('attaches tc and XDP to the matching interfaces and pins the links', () => {
+  it('puts ingress and egress programs on the devices found, the L3 variants on tun0, XDP on the L2 uplink only', () => {
     lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
-    const report = inNamespace(() =>
-      new Attacher(lb!.pinDir, lb!.prog, config, silentLogger).sync(interfaces()),
+    const found = discoverInterfaces(host(), [NODE_IP], auto);
+    const report = inNetns(ns, () =>
+      new Attacher(lb!.pinDir, lb!.prog, { xdpMode: 'generic' }, silentLogger).sync(found),
     );
     expect(report.errors).toEqual([]);
-    expect(report.attached.map((a) => `${a.hook}@${a.ifname}`)).toEqual([
-      'tc-ext@kbpe0',
-      'xdp-ext@kbpe0',
-      'tc-pod@kbpp0',
+    expect(new Set(report.attached.map((a) => a.mechanism))).toEqual(new Set(['tcx', 'xdp-generic']));
+    expect(pinned(lb.pinDir)).toEqual([
+      'tc-egress@eth0 kbp_tc_egress',
+      'tc-egress@flannel.1 kbp_tc_egress',
+      // The kernel keeps 15 characters of a program's name.
+      'tc-egress@tun0 kbp_tc_egress_l',
+      'tc-egress@vethbr kbp_tc_egress',
+      'tc-egress@vethptp kbp_tc_egress',
+      'tc-ingress@eth0 kbp_tc_ext',
+      'tc-ingress@flannel.1 kbp_tc_ext',
+      'tc-ingress@tun0 kbp_tc_ext_l3',
+      'tc-ingress@vethbr kbp_tc_pod',
+      'tc-ingress@vethptp kbp_tc_pod',
+      'xdp@eth0 kbp_xdp_ext',
     ]);
-    expect(readdirSync(`${lb.pinDir}/links`).sort()).toEqual([
-      'tc-ext@kbpe0',
-      'tc-pod@kbpp0',
-      'xdp-ext@kbpe0',
-    ]);
-    const kbpe0 = interfaces().find((i) => i.ifname === 'kbpe0')!;
-    expect(pinnedLink(lb, 'tc-ext@kbpe0').ifindex).toBe(kbpe0.ifindex);
-    expect(ip('-d', 'link', 'show', 'kbpe0')).toMatch(/xdpgeneric/);
+    const eth0 = found.find((i) => i.ifname === 'eth0')!;
+    expect(pinnedLink(lb, 'tc-egress@eth0').ifindex).toBe(eth0.ifindex);
+    expect(ip('-d', 'link', 'show', 'eth0')).toMatch(/xdpgeneric/);
   });
 
-  it('swaps the new program into the pinned links after a restart', () => {
-    const before = pinnedLink(lb!, 'tc-pod@kbpp0');
+  it('swaps the new programs into the pinned links after a restart', () => {
+    const before = pinnedLink(lb!, 'tc-egress@vethptp');
     lb!.close();
     lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
-    const report = inNamespace(() =>
-      new Attacher(lb!.pinDir, lb!.prog, config, silentLogger).sync(interfaces()),
+    const found = discoverInterfaces(host(), [NODE_IP], auto);
+    const report = inNetns(ns, () =>
+      new Attacher(lb!.pinDir, lb!.prog, { xdpMode: 'generic' }, silentLogger).sync(found),
     );
     expect(report.errors).toEqual([]);
     expect(report.attached).toEqual([]);
-    expect(report.replaced.map((a) => `${a.hook}@${a.ifname}`)).toEqual([
-      'tc-ext@kbpe0',
-      'xdp-ext@kbpe0',
-      'tc-pod@kbpp0',
-    ]);
-    const after = pinnedLink(lb!, 'tc-pod@kbpp0');
+    expect(report.replaced).toHaveLength(11);
+    const after = pinnedLink(lb!, 'tc-egress@vethptp');
     expect(after.id).toBe(before.id);
     expect(after.progId).not.toBe(before.progId);
-  });
-
-  it('picks up new interfaces and forgets removed ones', () => {
-    const attacher = new Attacher(lb!.pinDir, lb!.prog, config, silentLogger);
-    inNamespace(() => attacher.sync(interfaces()));
-    ip('link', 'add', 'kbpp1', 'type', 'veth', 'peer', 'name', 'other2');
-    ip('link', 'del', 'kbpp0');
-    const report = inNamespace(() => attacher.sync(interfaces()));
-    expect(report.attached.map((a) => `${a.hook}@${a.ifname}`)).toEqual(['tc-pod@kbpp1']);
-    expect(report.detached).toEqual(['tc-pod@kbpp0']);
-    expect(existsSync(`${lb!.pinDir}/links/tc-pod@kbpp0`)).toBe(false);
   });
 
   it('reports an attachment that keeps failing once, and retries it at every sync', () => {
@@ -134,98 +180,182 @@ describeRoot('attaching the programs', () => {
       if (fail && name === 'kbp_xdp_ext') throw new Error('no XDP today');
       return lb!.prog(name);
     };
-    ip('link', 'add', 'kbpe3', 'type', 'veth', 'peer', 'name', 'other4');
-    const attacher = new Attacher(
-      `${pinPath}-retry`,
-      prog,
-      { ...config, podInterfaces: [], externalInterfaces: ['kbpe3'] },
-      silentLogger,
+    const attacher = new Attacher(`${pinPath}-retry`, prog, { xdpMode: 'generic' }, silentLogger);
+    // An interface of its own: tcx refuses the same program twice on one hook.
+    ip('link', 'add', 'eth9', 'type', 'veth', 'peer', 'name', 'up9', 'netns', lan);
+    const eth9 = discoverInterfaces(host(), [NODE_IP], { ...auto, externalInterfaces: ['eth9'] }).filter(
+      (i) => i.ifname === 'eth9',
     );
     try {
-      const first = inNamespace(() => attacher.sync(interfaces()));
+      const first = inNetns(ns, () => attacher.sync(eth9));
       expect(first.errors.map((e) => `${e.attachment.hook}@${e.attachment.ifname}: ${e.error}`)).toEqual([
-        'xdp-ext@kbpe3: no XDP today',
+        'xdp@eth9: no XDP today',
       ]);
-      expect(first.attached.map((a) => `${a.hook}@${a.ifname}`)).toEqual(['tc-ext@kbpe3']);
-      expect(inNamespace(() => attacher.sync(interfaces())).errors).toEqual([]);
+      expect(first.attached.map((a) => `${a.hook}@${a.ifname}`)).toEqual([
+        'tc-ingress@eth9',
+        'tc-egress@eth9',
+      ]);
+      expect(inNetns(ns, () => attacher.sync(eth9)).errors).toEqual([]);
       fail = false;
-      expect(inNamespace(() => attacher.sync(interfaces())).attached.map((a) => a.hook)).toEqual(['xdp-ext']);
+      expect(inNetns(ns, () => attacher.sync(eth9)).attached.map((a) => a.hook)).toEqual(['xdp']);
     } finally {
-      detachAll(`${pinPath}-retry`, []);
+      inNetns(ns, () => detachAll(`${pinPath}-retry`, []));
       rmSync(`${pinPath}-retry`, { recursive: true, force: true });
+      ip('link', 'del', 'eth9');
     }
   });
 
-  it('is done by the data plane on open, with the node addresses for NodePorts', async () => {
-    ip('addr', 'add', '192.168.77.1/24', 'dev', 'kbpe0');
-    const loaded = loadConfig({ flags: {} });
-    if (!loaded.ok) throw new Error('default config does not load');
-    const config = loaded.config;
-    config.bpf = {
-      ...config.bpf,
-      pinPath: `${pinPath}-dp`,
-      mapSizes,
-      podInterfaces: ['kbpp*'],
-      externalInterfaces: ['kbpe0'],
-    };
-    const home = openPath('/proc/thread-self/ns/net');
-    const target = openPath(`/run/netns/${ns}`);
+  it('the data plane follows interfaces as they come and go, with no Service change, and list shows them', async () => {
+    // The earlier tests' links: the data plane below starts from a clean node.
+    if (lb) detachAll(lb.pinDir, []);
+    const config = agentConfig(`${pinPath}-dp`);
+    const pinDir = `${pinPath}-dp/v1`;
+    const has = (name: string) => existsSync(`${pinDir}/links/${name}`);
+    const logged: { msg: string; interface?: string; link?: string; hook?: string; program?: string }[] = [];
+    const log = pino({ level: 'info' }, { write: (line: string) => logged.push(JSON.parse(line)) });
+    // The agent runs inside the namespace: `ip`, `ip monitor` and the attach calls see its interfaces.
+    const leave = enterNetns(ns);
     let dp: BpfDataplane | undefined;
     try {
-      // The agent runs inside the namespace: `ip` and the attach calls see its interfaces.
-      setns(target, CLONE_NEWNET);
-      dp = await BpfDataplane.open(config, silentLogger, {
+      dp = await BpfDataplane.open(config, log, {
         conntrackGC: false,
         namesFile: `${namesDir}/names.json`,
       });
-      expect(readdirSync(`${pinPath}-dp/v1/links`).sort()).toEqual(['tc-ext@kbpe0', 'tc-pod@kbpp1']);
-      expect(dumpMap(dp.lb.fd.nodeAddrs4, 4, 4).keys.map((k) => ip4Codec.decode(k))).toEqual([
-        '192.168.77.1',
+      // Before the first sync the node IP is unknown: eth0 is external by its default route.
+      expect(pinned(pinDir)).toEqual([
+        'tc-egress@eth0 kbp_tc_egress',
+        'tc-egress@flannel.1 kbp_tc_egress',
+        'tc-egress@tun0 kbp_tc_egress_l',
+        'tc-egress@vethbr kbp_tc_egress',
+        'tc-egress@vethptp kbp_tc_egress',
+        'tc-ingress@eth0 kbp_tc_ext',
+        'tc-ingress@flannel.1 kbp_tc_ext',
+        'tc-ingress@tun0 kbp_tc_ext_l3',
+        'tc-ingress@vethbr kbp_tc_pod',
+        'tc-ingress@vethptp kbp_tc_pod',
       ]);
+      expect(
+        dumpMap(dp.lb.fd.nodeAddrs4, 4, 4)
+          .keys.map((k) => ip4Codec.decode(k))
+          .sort(),
+      ).toEqual(['10.244.1.1', '10.244.2.1', NODE_IP]);
+
+      // A new pod: hooked within a second, without any sync.
+      addPodVeth('vethnew');
+      const hookedMs = await until(
+        'vethnew hooked',
+        () => has('tc-ingress@vethnew') && has('tc-egress@vethnew'),
+        1000,
+      );
+      expect(hookedMs).toBeLessThan(1000);
+      const attachments = JSON.parse(await listCommand({ pinPath: `${pinPath}-dp`, output: 'json' }))
+        .attachments as AttachmentView[];
+      expect(attachments.filter((a) => a.interface === 'vethnew')).toEqual([
+        { interface: 'vethnew', hook: 'tc-ingress', program: 'kbp_tc_pod', mechanism: 'tcx' },
+        { interface: 'vethnew', hook: 'tc-egress', program: 'kbp_tc_egress', mechanism: 'tcx' },
+      ]);
+      expect(attachments.find((a) => a.interface === 'tun0' && a.hook === 'tc-egress')?.program).toBe(
+        'kbp_tc_egress_l3',
+      );
+      const text = await listCommand({ pinPath: `${pinPath}-dp`, output: 'table' });
+      expect(text).toMatch(/INTERFACE\s+HOOK\s+PROGRAM\s+MECHANISM/);
+      expect(text).toMatch(/vethnew\s+tc-ingress\s+kbp_tc_pod\s+tcx/);
+
+      // One log line per attach.
+      expect(
+        logged
+          .filter((l) => l.msg === 'bpf program attached' && l.interface === 'vethnew')
+          .map((l) => `${l.hook} ${l.program}`),
+      ).toEqual(['tc-ingress kbp_tc_pod', 'tc-egress kbp_tc_egress']);
+
+      // The pod goes away: its pins are released.
+      ip('link', 'del', 'vethnew');
+      await until('vethnew released', () => !has('tc-ingress@vethnew') && !has('tc-egress@vethnew'), 1000);
+
+      // A renamed interface: its pins follow the name (tcx refuses the same program twice on a
+      // hook, so the old attachment has to go first).
+      addPodVeth('vethold');
+      await until('vethold hooked', () => has('tc-ingress@vethold'), 1000);
+      ip('link', 'set', 'vethold', 'down');
+      ip('link', 'set', 'vethold', 'name', 'vethren');
+      ip('link', 'set', 'vethren', 'up');
+      await until(
+        'vethren hooked, vethold released',
+        () => has('tc-ingress@vethren') && has('tc-egress@vethren') && !has('tc-ingress@vethold'),
+        1000,
+      );
+      expect(
+        logged
+          .filter((l) => l.msg === 'bpf program detached')
+          .map((l) => l.link)
+          .sort(),
+      ).toEqual(['tc-egress@vethnew', 'tc-egress@vethold', 'tc-ingress@vethnew', 'tc-ingress@vethold']);
+      expect(logged.filter((l) => l.msg === 'attach failed')).toEqual([]);
+
+      // A veth that holds the node IP is the node's uplink, not a pod: once the sync names the
+      // node IP it changes role, and its program is swapped in the same link.
+      addPodVeth('vethup');
+      ip('addr', 'add', '10.0.9.1/24', 'dev', 'vethup');
+      await until('vethup hooked', () => has('tc-ingress@vethup'), 1000);
+      const link = pinnedLink(dp.lb, 'tc-ingress@vethup');
+      await dp.sync(decisions([], { nodeIP: '10.0.9.1' }), {
+        changedServices: new Set(),
+        fullSyncRequired: true,
+      });
+      await until(
+        'vethup external',
+        () => programNameById(pinnedLink(dp!.lb, 'tc-ingress@vethup').progId) === 'kbp_tc_ext',
+        1000,
+      );
+      expect(pinnedLink(dp.lb, 'tc-ingress@vethup').id).toBe(link.id);
     } finally {
       try {
         if (dp) detachAll(dp.lb.pinDir, []);
         await dp?.close();
       } finally {
-        setns(home, CLONE_NEWNET);
-        closeFd(target);
-        closeFd(home);
+        leave();
         rmSync(`${pinPath}-dp`, { recursive: true, force: true });
       }
     }
   });
 
-  it('falls back to clsact with a cls_bpf filter, and cleanup removes everything', async () => {
-    ip('link', 'add', 'kbpp2', 'type', 'veth', 'peer', 'name', 'other3');
-    const attacher = new Attacher(
-      lb!.pinDir,
-      lb!.prog,
-      { ...config, xdpMode: 'off' },
-      silentLogger,
-      'clsact',
-    );
-    const report = inNamespace(() => attacher.sync(interfaces().filter((i) => i.ifname === 'kbpp2')));
+  it('falls back to clsact filters at ingress and egress, and cleanup removes them all', async () => {
+    const found = discoverInterfaces(host(), [NODE_IP], auto).filter((i) => i.ifname === 'vethptp');
+    const attacher = new Attacher(lb!.pinDir, lb!.prog, { xdpMode: 'off' }, silentLogger, 'clsact');
+    const report = inNetns(ns, () => attacher.sync(found));
     expect(report.errors).toEqual([]);
-    const filters = execFileSync('tc', ['-n', ns, 'filter', 'show', 'dev', 'kbpp2', 'ingress'], {
-      encoding: 'utf8',
-    });
-    expect(filters).toMatch(/kbp_tc_pod/);
-    const home = openPath('/proc/thread-self/ns/net');
-    const target = openPath(`/run/netns/${ns}`);
+    expect(report.attached.map((a) => `${a.hook} ${a.mechanism}`)).toEqual([
+      'tc-ingress clsact',
+      'tc-egress clsact',
+    ]);
+    expect(tc('filter', 'show', 'dev', 'vethptp', 'ingress')).toMatch(/kbp_tc_pod/);
+    expect(tc('filter', 'show', 'dev', 'vethptp', 'egress')).toMatch(/kbp_tc_egress/);
+    const leave = enterNetns(ns);
     let removed: string[];
+    let listed: AttachmentView[];
     try {
-      setns(target, CLONE_NEWNET);
+      listed = JSON.parse(await listCommand({ pinPath, output: 'json' })).attachments;
       removed = await detachBpf(pinPath);
     } finally {
-      setns(home, CLONE_NEWNET);
-      closeFd(target);
-      closeFd(home);
+      leave();
     }
-    expect(removed).toContain('tc-filter@kbpp2');
-    expect(readdirSync(`${lb!.pinDir}/links`)).toEqual([]);
-    expect(
-      execFileSync('tc', ['-n', ns, 'filter', 'show', 'dev', 'kbpp2', 'ingress'], { encoding: 'utf8' }),
-    ).toBe('');
-    expect(ip('-d', 'link', 'show', 'kbpe0')).not.toMatch(/xdpgeneric/);
+    expect(listed).toEqual([
+      { interface: 'vethptp', hook: 'tc-ingress', program: 'kbp_tc_pod', mechanism: 'clsact' },
+      { interface: 'vethptp', hook: 'tc-egress', program: 'kbp_tc_egress', mechanism: 'clsact' },
+    ]);
+    expect(removed).toEqual(['tc-ingress@vethptp (clsact)', 'tc-egress@vethptp (clsact)']);
+    expect(tc('filter', 'show', 'dev', 'vethptp', 'ingress')).toBe('');
+    expect(tc('filter', 'show', 'dev', 'vethptp', 'egress')).toBe('');
+  });
+
+  it('releases a clsact filter when its interface stops taking a program', () => {
+    const attacher = new Attacher(lb!.pinDir, lb!.prog, { xdpMode: 'off' }, silentLogger, 'clsact');
+    const found = discoverInterfaces(host(), [NODE_IP], auto).filter((i) => i.ifname === 'vethbr');
+    inNetns(ns, () => attacher.sync(found));
+    expect(tc('filter', 'show', 'dev', 'vethbr', 'egress')).toMatch(/kbp_tc_egress/);
+    const report = inNetns(ns, () => attacher.sync([]));
+    expect(report.detached).toEqual(['tc-ingress@vethbr', 'tc-egress@vethbr']);
+    expect(tc('filter', 'show', 'dev', 'vethbr', 'ingress')).toBe('');
+    expect(tc('filter', 'show', 'dev', 'vethbr', 'egress')).toBe('');
   });
 });

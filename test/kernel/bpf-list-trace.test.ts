@@ -188,8 +188,10 @@ describeRoot('list and trace on a live data plane', () => {
     ).toThrow(/SRC must be/);
   });
 
-  it('lists frontends, backends and counters from the pinned maps', () => {
-    const views = JSON.parse(listCommand({ pinPath, output: 'json', namesFile })) as FrontendView[];
+  it('lists frontends, backends and counters from the pinned maps', async () => {
+    const listed = JSON.parse(await listCommand({ pinPath, output: 'json', namesFile }));
+    expect(Array.isArray(listed.attachments)).toBe(true);
+    const views = listed.frontends as FrontendView[];
     const web = views.find((v) => v.frontend === 'TCP/10.96.0.10:80')!;
     expect(web).toMatchObject({
       kind: 'ClusterIP',
@@ -207,7 +209,7 @@ describeRoot('list and trace on a live data plane', () => {
     const lb = views.find((v) => v.frontend === 'TCP/203.0.113.10:80')!;
     expect(lb.flags).toEqual(['affinity=600s', 'source-ranges']);
     expect(views.find((v) => v.servicePort === 'ns/empty')!.action).toBe('reject');
-    const text = listCommand({ pinPath, output: 'table', namesFile });
+    const text = await listCommand({ pinPath, output: 'table', namesFile });
     expect(text.split('\n')[0]).toMatch(/^FRONTEND +KIND +SERVICE +SCHEDULER +CONNS +INPKTS/);
     expect(text).toMatch(/TCP\/10\.96\.0\.11:80 +ClusterIP +ns\/hash +maglev +4 +4/);
     expect(text).toMatch(/ {2}-> 10\.1\.0\.6:8080/);

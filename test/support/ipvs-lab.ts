@@ -96,9 +96,11 @@ export class IpvsLabGuest {
     });
     const deadline = started + (opts.timeoutMs ?? 120_000);
     while (!existsSync(join(ioDir, 'req'))) {
-      if (guest.exited || Date.now() > deadline) {
+      // A KVM "emulation failure" leaves QEMU running with a stopped guest: as good as exited.
+      const kvmFailed = accel === 'kvm' && /emulation failure|KVM internal error/.test(guest.console);
+      if (guest.exited || kvmFailed || Date.now() > deadline) {
         // QEMU itself gave up (KVM refused the CPU model, an MSR, ...): emulation may still work.
-        const early = guest.exited;
+        const early = guest.exited || kvmFailed;
         await guest.shutdown();
         const message = `the ipvs lab guest (${accel}) did not come up; console:\n${guest.console}`;
         throw early ? new QemuExitedEarly(message) : new Error(message);

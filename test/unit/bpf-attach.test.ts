@@ -1,36 +1,62 @@
 import { describe, expect, it } from 'vitest';
-import { matchesPattern, plannedAttachments } from '../../src/dataplanes/bpf/attach.js';
+import {
+  linkName,
+  linkNameOfPin,
+  parseLinkName,
+  pinFileName,
+  plannedAttachments,
+} from '../../src/dataplanes/bpf/attach.js';
+import type { DiscoveredInterface } from '../../src/dataplanes/bpf/discover.js';
 import { MonotonicCounters, nodeAddresses } from '../../src/dataplanes/bpf/index.js';
 
-describe('interface patterns', () => {
-  it('matches prefixes with a trailing * and whole names otherwise', () => {
-    expect(matchesPattern('veth12ab', ['veth*'])).toBe(true);
-    expect(matchesPattern('eth0', ['eth0'])).toBe(true);
-    expect(matchesPattern('eth0.100', ['eth0'])).toBe(false);
-    expect(matchesPattern('cali1', ['veth*', 'lxc*'])).toBe(false);
+const iface = (
+  ifname: string,
+  ifindex: number,
+  extra: Partial<DiscoveredInterface>,
+): DiscoveredInterface => ({
+  ifname,
+  ifindex,
+  role: 'pod',
+  l3: false,
+  overlay: false,
+  reason: 'test',
+  ...extra,
+});
+
+describe('which program goes on which hook', () => {
+  const interfaces = [
+    iface('veth1', 5, {}),
+    iface('eth0', 2, { role: 'external' }),
+    iface('flannel.1', 7, { role: 'external', overlay: true }),
+    iface('wg0', 9, { role: 'external', l3: true, overlay: true }),
+  ];
+  const planned = (xdpMode: 'native' | 'generic' | 'off') =>
+    plannedAttachments(interfaces, xdpMode).map((a) => `${linkName(a)}#${a.ifindex} ${a.program}`);
+
+  it('pod-facing: tc ingress kbp_tc_pod and tc egress; external: the L2 or L3 variants; XDP on L2 non-overlays', () => {
+    expect(planned('native')).toEqual([
+      'tc-ingress@eth0#2 kbp_tc_ext',
+      'tc-egress@eth0#2 kbp_tc_egress',
+      'xdp@eth0#2 kbp_xdp_ext',
+      'tc-ingress@flannel.1#7 kbp_tc_ext',
+      'tc-egress@flannel.1#7 kbp_tc_egress',
+      'tc-ingress@veth1#5 kbp_tc_pod',
+      'tc-egress@veth1#5 kbp_tc_egress',
+      'tc-ingress@wg0#9 kbp_tc_ext_l3',
+      'tc-egress@wg0#9 kbp_tc_egress_l3',
+    ]);
+    expect(planned('off').filter((a) => a.startsWith('xdp'))).toEqual([]);
   });
 
-  it('puts the pod program on pod interfaces and tc plus XDP on external ones', () => {
-    const interfaces = [
-      { ifname: 'veth1', ifindex: 5 },
-      { ifname: 'eth0', ifindex: 2 },
-      { ifname: 'lo', ifindex: 1 },
-      { ifname: 'docker0', ifindex: 9 },
-    ];
-    const config = {
-      podInterfaces: ['veth*', 'l*'],
-      externalInterfaces: ['eth*'],
-      xdpMode: 'native' as const,
-    };
-    expect(plannedAttachments(interfaces, config).map((a) => `${a.hook}@${a.ifname}#${a.ifindex}`)).toEqual([
-      'tc-ext@eth0#2',
-      'xdp-ext@eth0#2',
-      'tc-pod@veth1#5',
-    ]);
-    expect(plannedAttachments(interfaces, { ...config, xdpMode: 'off' }).map((a) => a.hook)).toEqual([
-      'tc-ext',
-      'tc-pod',
-    ]);
+  it('pin names stand for a hook and an interface; bpffs takes no dot, so it is encoded', () => {
+    for (const name of ['tc-egress@flannel.1', 'xdp@eth0.100', 'tc-ingress@odd%2e.name']) {
+      expect(pinFileName(name)).not.toContain('.');
+      expect(linkNameOfPin(pinFileName(name))).toBe(name);
+    }
+    expect(parseLinkName('tc-egress@flannel.1')).toEqual({ hook: 'tc-egress', ifname: 'flannel.1' });
+    expect(parseLinkName('xdp@eth0')).toEqual({ hook: 'xdp', ifname: 'eth0' });
+    expect(parseLinkName('tc-pod@veth1')).toBeNull();
+    expect(parseLinkName('stray')).toBeNull();
   });
 });
 

@@ -154,10 +154,6 @@ describe('our bpf: section', () => {
     ['bpf:\n  maglevTableSize: 2000003\n', 'bpf.maglevTableSize: Maglev table size 2000003 exceeds 1048573'],
     ['bpf:\n  mapSizes:\n    conntrack: 0\n', 'bpf.mapSizes.conntrack: must be at least 1, got 0'],
     [
-      'bpf:\n  podInterfaces: []\n',
-      'bpf.podInterfaces: must name at least one interface pattern: traffic from pods enters through them',
-    ],
-    [
       'bpf:\n  externalInterfaces: [eth0, "a/b"]\n',
       'bpf.externalInterfaces[1]: must be an interface name of at most 15 characters, optionally ending in "*", got "a/b"',
     ],
@@ -181,6 +177,10 @@ describe('our bpf: section', () => {
         result.config.bpf.maglevTableSize,
       ],
     ).toEqual(['random', 0, 65521]);
+  });
+
+  test('empty interface lists are valid: the agent finds the interfaces', () => {
+    expect(problemsOf('bpf:\n  podInterfaces: []\n  externalInterfaces: []\n')).toEqual([]);
   });
 });
 

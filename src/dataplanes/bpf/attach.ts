@@ -1,17 +1,21 @@
-// Attaches the programs to the interfaces the config names and keeps them attached:
-//   pod-facing interfaces (bpf.podInterfaces)       tc ingress  kbp_tc_pod
-//   external interfaces (bpf.externalInterfaces)     tc ingress  kbp_tc_ext, and XDP kbp_xdp_ext
-//                                                                when bpf.xdpMode is not "off"
+// Attaches the programs to the interfaces discover.ts found and keeps them attached:
+//   pod-facing       tc ingress kbp_tc_pod      tc egress kbp_tc_egress
+//   external, L2     tc ingress kbp_tc_ext      tc egress kbp_tc_egress     XDP kbp_xdp_ext when
+//                                                                          bpf.xdpMode is not "off"
+//                                                                          and it is not an overlay
+//   external, L3     tc ingress kbp_tc_ext_l3   tc egress kbp_tc_egress_l3
 // tc uses tcx links on kernels that have them (6.6+) and a clsact cls_bpf filter otherwise; XDP
-// uses an XDP link. Links are pinned under <pinDir>/links, so they outlive the agent: a restarted
-// agent swaps the new program into the existing link (bpf_link_update, atomic) and traffic never
-// runs without a program. New interfaces that match are picked up by the periodic sync.
+// uses an XDP link. Links are pinned as <pinDir>/links/<hook>@<interface> (a "." written %2e),
+// so they outlive the agent: a restarted agent swaps the new program into the existing link (bpf_link_update, atomic)
+// and traffic never runs without a program; so does an interface whose program changes.
 
 import { execFile } from 'node:child_process';
 import { existsSync, readdirSync, unlinkSync } from 'node:fs';
 import { promisify } from 'node:util';
 import {
+  BPF_TC_EGRESS,
   BPF_TC_INGRESS,
+  BPF_TCX_EGRESS,
   BPF_TCX_INGRESS,
   BPF_XDP,
   EINVAL,
@@ -32,21 +36,25 @@ import { closeFd, NativeError } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
 import { makeBpffsDir } from '../../host/bpffs.js';
 import type { Logger } from '../../logger.js';
+import type { DiscoveredInterface } from './discover.js';
 import { PROGRAMS } from './layout.js';
 import { PIN_LAYOUT_VERSION } from './object.js';
 
-export type Hook = 'tc-pod' | 'tc-ext' | 'xdp-ext';
+/** Where a program runs on an interface; also the first part of its pin name. */
+export type Hook = 'tc-ingress' | 'tc-egress' | 'xdp';
+export const HOOKS: readonly Hook[] = ['tc-ingress', 'tc-egress', 'xdp'];
+export type Mechanism = 'tcx' | 'clsact' | 'xdp-drv' | 'xdp-generic';
 
-export const HOOK_PROGRAM: Record<Hook, string> = {
-  'tc-pod': PROGRAMS.tcFromPod,
-  'tc-ext': PROGRAMS.tcFromExternal,
-  'xdp-ext': PROGRAMS.xdpFromExternal,
-};
+const TC_DIRECTION = {
+  'tc-ingress': { tcx: BPF_TCX_INGRESS, clsact: BPF_TC_INGRESS },
+  'tc-egress': { tcx: BPF_TCX_EGRESS, clsact: BPF_TC_EGRESS },
+} as const;
 
 /** cls_bpf filter identity on kernels without tcx ("kb"). */
 export const TC_HANDLE = 0x6b62;
 export const TC_PRIORITY = 0x6b62;
 
+const ENODEV = 19;
 const EOPNOTSUPP = 95;
 
 export interface NetInterface {
@@ -54,70 +62,76 @@ export interface NetInterface {
   ifindex: number;
 }
 
-export interface Attachment {
-  ifname: string;
-  ifindex: number;
+export interface Attachment extends NetInterface {
   hook: Hook;
+  program: string;
 }
 
-/** A trailing "*" matches a prefix; anything else matches the whole name. */
-export function matchesPattern(name: string, patterns: readonly string[]): boolean {
-  return patterns.some((p) => (p.endsWith('*') ? name.startsWith(p.slice(0, -1)) : name === p));
-}
-
-/** Which program goes where (pure). An interface that matches both lists is treated as external. */
+/** Which program goes on which hook of each interface (pure). */
 export function plannedAttachments(
-  interfaces: readonly NetInterface[],
-  config: Pick<BpfConfig, 'podInterfaces' | 'externalInterfaces' | 'xdpMode'>,
+  interfaces: readonly DiscoveredInterface[],
+  xdpMode: BpfConfig['xdpMode'],
 ): Attachment[] {
   const out: Attachment[] = [];
   for (const i of [...interfaces].sort((a, b) => a.ifname.localeCompare(b.ifname))) {
-    if (i.ifname === 'lo') continue;
-    if (matchesPattern(i.ifname, config.externalInterfaces)) {
-      out.push({ ...i, hook: 'tc-ext' });
-      if (config.xdpMode !== 'off') out.push({ ...i, hook: 'xdp-ext' });
-    } else if (matchesPattern(i.ifname, config.podInterfaces)) {
-      out.push({ ...i, hook: 'tc-pod' });
+    const at = (hook: Hook, program: string) =>
+      out.push({ ifname: i.ifname, ifindex: i.ifindex, hook, program });
+    if (i.role === 'pod') {
+      at('tc-ingress', PROGRAMS.tcFromPod);
+      at('tc-egress', PROGRAMS.tcEgress);
+    } else if (i.l3) {
+      at('tc-ingress', PROGRAMS.tcFromExternalL3);
+      at('tc-egress', PROGRAMS.tcEgressL3);
+    } else {
+      at('tc-ingress', PROGRAMS.tcFromExternal);
+      at('tc-egress', PROGRAMS.tcEgress);
+      // Overlay packets were decapsulated by the stack already: XDP would only see the outer ones.
+      if (xdpMode !== 'off' && !i.overlay) at('xdp', PROGRAMS.xdpFromExternal);
     }
   }
   return out;
 }
 
-const execFileAsync = promisify(execFile);
+/** `<hook>@<interface>`: how an attachment is named in reports, logs and (encoded) pins. */
+export const linkName = (a: { hook: Hook; ifname: string }) => `${a.hook}@${a.ifname}`;
 
-/** The interfaces of the current network namespace (`ip -j link`). */
-export async function listInterfaces(): Promise<NetInterface[]> {
-  const { stdout } = await execFileAsync('ip', ['-j', 'link', 'show']);
-  return (JSON.parse(stdout) as { ifname: string; ifindex: number }[]).map((l) => ({
-    ifname: l.ifname,
-    ifindex: l.ifindex,
-  }));
+/** bpffs refuses names with a dot (eth0.100, flannel.1): "%" and "." are percent-encoded in pins. */
+export const pinFileName = (name: string) => name.replace(/%/g, '%25').replace(/\./g, '%2e');
+export const linkNameOfPin = (file: string) =>
+  file.replace(/%(25|2e)/g, (_, code: string) => (code === '25' ? '%' : '.'));
+
+/** The hook and interface of a link name; null for a name this version does not write. */
+export function parseLinkName(name: string): { hook: Hook; ifname: string } | null {
+  const at = name.indexOf('@');
+  const hook = name.slice(0, at) as Hook;
+  return at > 0 && HOOKS.includes(hook) ? { hook, ifname: name.slice(at + 1) } : null;
 }
 
+export type AttachedLink = Attachment & { mechanism: Mechanism };
+
 export interface AttachReport {
-  attached: Attachment[];
-  /** Existing links that got the new program (tcx and XDP links). */
-  replaced: Attachment[];
+  attached: AttachedLink[];
+  /** Existing attachments that got a new program (a restart, or an interface changing role). */
+  replaced: AttachedLink[];
+  /** `<hook>@<interface>` of the attachments released (pins removed, filters deleted). */
   detached: string[];
   /** New failures (one that persists is reported once). */
   errors: { attachment: Attachment; error: string }[];
 }
 
-const linkName = (a: Pick<Attachment, 'hook' | 'ifname'>) => `${a.hook}@${a.ifname}`;
-
 export class Attacher {
   private readonly linkDir: string;
   /** Learned on the first tc attach: null until then. */
   private tcx: boolean | null = null;
-  /** The pinned links this process has checked or created, by name, with the ifindex. */
-  private readonly current = new Map<string, number>();
+  /** What this process has attached or checked, by link name. */
+  private readonly current = new Map<string, { ifindex: number; program: string; mechanism: Mechanism }>();
   /** Attachments that failed, with the error last reported. */
   private readonly failing = new Map<string, string>();
 
   constructor(
     pinDir: string,
     private readonly prog: (name: string) => number,
-    private readonly config: Pick<BpfConfig, 'podInterfaces' | 'externalInterfaces' | 'xdpMode'>,
+    private readonly config: Pick<BpfConfig, 'xdpMode'>,
     log: Logger,
     /** "clsact" skips tcx even where the kernel has it. */
     tcMethod: 'auto' | 'clsact' = 'auto',
@@ -127,47 +141,62 @@ export class Attacher {
     if (tcMethod === 'clsact') this.tcx = false;
   }
 
-  /** Brings the attachments to what the interfaces and the config ask for. */
-  sync(interfaces: readonly NetInterface[]): AttachReport {
+  /** Brings the attachments to what the discovered interfaces ask for. */
+  sync(interfaces: readonly DiscoveredInterface[]): AttachReport {
     const report: AttachReport = { attached: [], replaced: [], detached: [], errors: [] };
-    const wanted = plannedAttachments(interfaces, this.config);
+    const wanted = plannedAttachments(interfaces, this.config.xdpMode);
     const wantedNames = new Set(wanted.map(linkName));
+    for (const name of this.failing.keys()) if (!wantedNames.has(name)) this.failing.delete(name);
+    // cls_bpf filters have no pin: those of interfaces that no longer take a program are deleted
+    // here (a vanished interface took its filter with it).
+    for (const [name, known] of this.current) {
+      if (wantedNames.has(name) || known.mechanism !== 'clsact') continue;
+      const hook = parseLinkName(name)?.hook;
+      if (hook === 'tc-ingress' || hook === 'tc-egress') deleteFilter(known.ifindex, hook);
+      this.current.delete(name);
+      report.detached.push(name);
+    }
+    // Links of interfaces that are gone or no longer match (an interface that went away took
+    // its tcx/XDP attachment with it; the pin is all that is left).
+    for (const file of readdirSync(this.linkDir)) {
+      const name = linkNameOfPin(file);
+      if (wantedNames.has(name)) continue;
+      unpinLink(`${this.linkDir}/${file}`);
+      this.current.delete(name);
+      report.detached.push(name);
+    }
+    // Attached after the releases: a renamed interface (same ifindex, new name) would otherwise
+    // get its program a second time at the same hook, which tcx refuses.
     for (const a of wanted) {
-      if (this.current.get(linkName(a)) === a.ifindex) continue;
+      const name = linkName(a);
+      const known = this.current.get(name);
+      if (known?.ifindex === a.ifindex && known.program === a.program) continue;
       try {
-        if (this.attach(a)) report.replaced.push(a);
-        else report.attached.push(a);
-        this.current.set(linkName(a), a.ifindex);
-        this.failing.delete(linkName(a));
+        const { mechanism, replaced } = this.attach(a);
+        (replaced ? report.replaced : report.attached).push({ ...a, mechanism });
+        this.current.set(name, { ifindex: a.ifindex, program: a.program, mechanism });
+        this.failing.delete(name);
       } catch (err) {
         // Retried at every sync; reported when it starts failing or fails differently.
         const error = (err as Error).message;
-        if (this.failing.get(linkName(a)) !== error) report.errors.push({ attachment: a, error });
-        this.failing.set(linkName(a), error);
+        if (this.failing.get(name) !== error) report.errors.push({ attachment: a, error });
+        this.failing.set(name, error);
       }
-    }
-    for (const name of this.failing.keys()) if (!wantedNames.has(name)) this.failing.delete(name);
-    // Links of interfaces that are gone or no longer match (an interface that went away took
-    // its tcx/XDP attachment with it; the pin is all that is left).
-    for (const name of readdirSync(this.linkDir)) {
-      if (wantedNames.has(name)) continue;
-      this.unpin(name);
-      this.current.delete(name);
-      report.detached.push(name);
     }
     return report;
   }
 
-  /** Attaches or swaps the program; true when an existing attachment got the new program. */
-  private attach(a: Attachment): boolean {
-    const progFd = this.prog(HOOK_PROGRAM[a.hook]);
-    const path = `${this.linkDir}/${linkName(a)}`;
+  /** Attaches the program, or swaps it into an existing attachment (`replaced`). */
+  private attach(a: Attachment): { mechanism: Mechanism; replaced: boolean } {
+    const progFd = this.prog(a.program);
+    const path = `${this.linkDir}/${pinFileName(linkName(a))}`;
+    const xdpMechanism: Mechanism = this.config.xdpMode === 'generic' ? 'xdp-generic' : 'xdp-drv';
     if (existsSync(path)) {
       const fd = getPinned(path);
       try {
         if (linkInfo(fd).ifindex === a.ifindex) {
           linkUpdate(fd, progFd);
-          return true;
+          return { mechanism: a.hook === 'xdp' ? xdpMechanism : 'tcx', replaced: true };
         }
       } finally {
         closeFd(fd);
@@ -175,15 +204,17 @@ export class Attacher {
       // The interface was replaced by another of the same name: the old link is defunct.
       unlinkSync(path);
     }
-    if (a.hook === 'xdp-ext') {
-      this.pinLink(path, this.xdpLink(progFd, a.ifindex));
-      return false;
+    if (a.hook === 'xdp') {
+      const mode = xdpMechanism === 'xdp-generic' ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
+      pinLink(path, linkCreate(progFd, a.ifindex, BPF_XDP, mode));
+      return { mechanism: xdpMechanism, replaced: false };
     }
+    const direction = TC_DIRECTION[a.hook];
     if (this.tcx !== false) {
       try {
-        this.pinLink(path, linkCreate(progFd, a.ifindex, BPF_TCX_INGRESS));
+        pinLink(path, linkCreate(progFd, a.ifindex, direction.tcx));
         this.tcx = true;
-        return false;
+        return { mechanism: 'tcx', replaced: false };
       } catch (err) {
         if (!(err instanceof NativeError) || (err.errno !== EINVAL && err.errno !== EOPNOTSUPP) || this.tcx)
           throw err;
@@ -192,86 +223,89 @@ export class Attacher {
     }
     // clsact + cls_bpf: replacing the filter at our handle/priority is atomic as well.
     tcHookCreate(a.ifindex);
-    tcAttach(a.ifindex, BPF_TC_INGRESS, progFd, { handle: TC_HANDLE, priority: TC_PRIORITY, replace: true });
-    return false;
+    tcAttach(a.ifindex, direction.clsact, progFd, {
+      handle: TC_HANDLE,
+      priority: TC_PRIORITY,
+      replace: true,
+    });
+    return { mechanism: 'clsact', replaced: false };
   }
+}
 
-  private xdpLink(progFd: number, ifindex: number): number {
-    if (this.config.xdpMode === 'generic') return linkCreate(progFd, ifindex, BPF_XDP, XDP_FLAGS_SKB_MODE);
-    return linkCreate(progFd, ifindex, BPF_XDP, XDP_FLAGS_DRV_MODE);
+function pinLink(path: string, fd: number): void {
+  try {
+    pinObject(fd, path);
+  } finally {
+    closeFd(fd);
   }
+}
 
-  private pinLink(path: string, fd: number): void {
+function unpinLink(path: string): void {
+  try {
+    const fd = getPinned(path);
     try {
-      pinObject(fd, path);
+      linkDetach(fd);
+    } catch {
+      // Already detached (its interface is gone).
     } finally {
       closeFd(fd);
     }
+  } finally {
+    unlinkSync(path);
   }
+}
 
-  private unpin(name: string): void {
-    const path = `${this.linkDir}/${name}`;
-    try {
-      const fd = getPinned(path);
-      try {
-        linkDetach(fd);
-      } catch {
-        // Already detached (its interface is gone).
-      } finally {
-        closeFd(fd);
-      }
-    } finally {
-      unlinkSync(path);
-    }
+/** Deletes our cls_bpf filter; false when there is none (no clsact qdisc, no filter, no interface). */
+function deleteFilter(ifindex: number, hook: 'tc-ingress' | 'tc-egress'): boolean {
+  try {
+    tcDetach(ifindex, TC_DIRECTION[hook].clsact, TC_HANDLE, TC_PRIORITY);
+    return true;
+  } catch (err) {
+    if (err instanceof NativeError && [EINVAL, ENOENT, ENODEV].includes(err.errno)) return false;
+    throw err;
   }
 }
 
 /**
  * Removes every attachment kube-bpf-proxy made: pinned links under <pinDir>/links, and the
- * cls_bpf filters at our handle/priority on the given interfaces (kernels without tcx).
+ * cls_bpf filters at our handle/priority, ingress and egress, on the given interfaces.
  */
 export function detachAll(pinDir: string, interfaces: readonly NetInterface[]): string[] {
   const removed: string[] = [];
   const linkDir = `${pinDir}/links`;
   if (existsSync(linkDir)) {
-    for (const name of readdirSync(linkDir)) {
-      const path = `${linkDir}/${name}`;
-      try {
-        const fd = getPinned(path);
-        try {
-          linkDetach(fd);
-        } catch {
-          // Already detached.
-        } finally {
-          closeFd(fd);
-        }
-      } finally {
-        unlinkSync(path);
-      }
-      removed.push(name);
+    for (const file of readdirSync(linkDir)) {
+      unpinLink(`${linkDir}/${file}`);
+      removed.push(linkNameOfPin(file));
     }
   }
   for (const i of interfaces) {
-    try {
-      tcDetach(i.ifindex, BPF_TC_INGRESS, TC_HANDLE, TC_PRIORITY);
-      removed.push(`tc-filter@${i.ifname}`);
-    } catch (err) {
-      // No clsact qdisc (EINVAL) or no filter of ours (ENOENT) on this interface.
-      if (!(err instanceof NativeError) || (err.errno !== EINVAL && err.errno !== ENOENT)) throw err;
+    for (const hook of ['tc-ingress', 'tc-egress'] as const) {
+      if (deleteFilter(i.ifindex, hook)) removed.push(`${linkName({ hook, ifname: i.ifname })} (clsact)`);
     }
   }
   return removed;
 }
 
-/** For `cleanup`: detaches everything the agent attached under <pinPath>/v1 in this namespace. */
-export async function detachBpf(pinPath: string): Promise<string[]> {
-  // Only interfaces with a clsact qdisc can carry our cls_bpf filter.
-  const { stdout } = await execFileAsync('tc', ['-j', 'qdisc', 'show']);
+const execFileAsync = promisify(execFile);
+
+/** The interfaces of the current network namespace that have a clsact qdisc (ours can hold filters). */
+export async function clsactInterfaces(): Promise<NetInterface[]> {
+  const [qdiscs, links] = await Promise.all([
+    execFileAsync('tc', ['-j', 'qdisc', 'show']),
+    execFileAsync('ip', ['-j', 'link', 'show']),
+  ]);
   const clsact = new Set(
-    (JSON.parse(stdout) as { kind: string; dev: string }[])
+    (JSON.parse(qdiscs.stdout) as { kind: string; dev: string }[])
       .filter((q) => q.kind === 'clsact')
       .map((q) => q.dev),
   );
-  const interfaces = (await listInterfaces()).filter((i) => clsact.has(i.ifname));
-  return detachAll(`${pinPath}/${PIN_LAYOUT_VERSION}`, interfaces);
+  return (JSON.parse(links.stdout) as NetInterface[])
+    .filter((l) => clsact.has(l.ifname))
+    .map(({ ifname, ifindex }) => ({ ifname, ifindex }));
+}
+
+/** For `cleanup`: detaches everything the agent attached under <pinPath>/v1 in this namespace. */
+export async function detachBpf(pinPath: string): Promise<string[]> {
+  return detachAll(`${pinPath}/${PIN_LAYOUT_VERSION}`, await clsactInterfaces());
 }

@@ -1,47 +1,49 @@
 // The bpf data plane as `run` uses it: open() loads the programs (reusing the pinned maps and
 // links of a previous run, so established connections survive a restart), sync() plans and
 // writes the brain's decisions, periodic work keeps the attachments, node addresses and
-// conntrack in shape, and read() gives the metrics their counters. close() leaves everything in
+// conntrack in shape, and read() gives the metrics their counters. Interfaces are found by
+// discover.ts and followed through netlink (link-watch.ts): a new pod's veth is hooked, and a
+// removed one released, within a debounce interval. close() leaves everything in
 // the kernel for the next run; `cleanup` removes it (detachAll and the pin directory).
 
-import { execFile } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
-import { promisify } from 'node:util';
 import type { ProxyConfig } from '../../config/types.js';
 import type { Logger } from '../../logger.js';
 import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../../metrics/bpf.js';
-import type { IpAddrInterface, ProxyDecisions } from '../../proxy/types.js';
+import type { ProxyDecisions } from '../../proxy/types.js';
 import type { ChangeSet, Dataplane, SyncResult } from '../types.js';
-import { Attacher, type AttachReport, type NetInterface } from './attach.js';
+import { Attacher, type AttachReport } from './attach.js';
 import {
   type ConntrackGcStats,
   collectConntrack,
   DEFAULT_CONNTRACK_TIMEOUTS,
   readConntrack,
 } from './conntrack-gc.js';
+import { discoverInterfaces, type IpLink, probeHostNetwork } from './discover.js';
 import { IdAllocator } from './ids.js';
 import { IPPROTO, KernelStore } from './kernel-store.js';
 import { DROP_REASON, MAPS, type TrafficStats } from './layout.js';
+import { LinkWatch } from './link-watch.js';
 import { MAGLEV_HASH_SEED, maglevTableSizeProblem } from './maglev.js';
 import { type LoadedObject, loadPinnedObject } from './object.js';
 import { ANY_ADDRESS, type BpfPlan, type PlanProblem, planBpf } from './plan.js';
 import { MapWriter } from './writer.js';
-
-const execFileAsync = promisify(execFile);
 
 /** SNAT source ports: above Linux's default ephemeral range (32768-60999), so the node's own
  * connections never collide with translated ones. */
 export const SNAT_PORT_RANGE = { min: 61000, max: 65535 } as const;
 /** How long replaced slots, tables and backends stay for programs that read the old values. */
 export const DEFAULT_GRACE_MS = 1000;
-/** Interfaces and node addresses are polled this often. */
-export const INTERFACE_POLL_MS = 5000;
+/** A burst of netlink events (a pod start adds a link, addresses and routes) becomes one pass. */
+export const WATCH_DEBOUNCE_MS = 150;
+/** The safety net under the netlink watch: interfaces and node addresses are re-read this often. */
+export const INTERFACE_RESYNC_MS = 60_000;
 /** A released id is not reused before every conntrack entry that could name it has expired. */
 const ID_QUARANTINE_MS = DEFAULT_CONNTRACK_TIMEOUTS.tcpEstablishedSeconds * 1000;
 
 export interface BpfDataplaneOptions {
-  /** Poll interfaces and node addresses in the background (tests call refreshInterfaces()). */
+  /** Follow interfaces and node addresses in the background (tests call refreshInterfaces()). */
   watchInterfaces?: boolean;
   /** Run conntrack GC every bpf.conntrackGCIntervalSeconds (tests call collectConntrack()). */
   conntrackGC?: boolean;
@@ -107,21 +109,24 @@ export class MonotonicCounters {
 /** Each interface's first global IPv4 address, by ifindex: the SNAT source through it, as
  * MASQUERADE would pick it. */
 export function interfaceAddresses(
-  interfaces: readonly (IpAddrInterface & { ifindex: number })[],
+  interfaces: readonly Pick<IpLink, 'ifindex' | 'addr_info'>[],
 ): Map<number, string> {
   const out = new Map<number, string>();
   for (const i of interfaces) {
-    const primary = i.addr_info.find((a) => a.family === 'inet' && (a.scope ?? 'global') === 'global');
-    if (primary) out.set(i.ifindex, primary.local);
+    const primary = (i.addr_info ?? []).find(
+      (a) => a.family === 'inet' && (a.scope ?? 'global') === 'global',
+    );
+    if (primary?.local) out.set(i.ifindex, primary.local);
   }
   return out;
 }
 
 /** Every IPv4 address of the node except loopback: NodePorts open on "every node address". */
-export function nodeAddresses(interfaces: readonly IpAddrInterface[]): string[] {
+export function nodeAddresses(interfaces: readonly Pick<IpLink, 'ifname' | 'addr_info'>[]): string[] {
   const out = new Set<string>();
   for (const i of interfaces) {
-    for (const a of i.addr_info) if (a.family === 'inet' && !a.local.startsWith('127.')) out.add(a.local);
+    for (const a of i.addr_info ?? [])
+      if (a.family === 'inet' && a.local && !a.local.startsWith('127.')) out.add(a.local);
   }
   return [...out].sort();
 }
@@ -139,6 +144,12 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private readonly gc = { runs: 0, scanned: 0, deleted: 0, seconds: 0, entries: { ct4Tcp: 0, ct4Any: 0 } };
   private closed = false;
   private namesWritten = '';
+  /** The node's IPs from the last sync's decisions: devices holding them are external. */
+  private nodeIPs: string[] = [];
+  private watch: LinkWatch | null = null;
+  private refreshTimer: NodeJS.Timeout | null = null;
+  /** Passes run one after the other, so an older snapshot never overwrites a newer one. */
+  private refreshQueue: Promise<unknown> = Promise.resolve();
 
   private constructor(
     readonly lb: LoadedObject,
@@ -197,8 +208,11 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       'bpf programs loaded',
     );
     if (options.watchInterfaces ?? true) {
+      // Watching starts first: a device that appears during the first pass is not missed.
+      dp.watch = new LinkWatch(() => dp.requestRefresh(), log);
+      dp.watch.start();
       await dp.refreshInterfaces();
-      dp.every(INTERFACE_POLL_MS, () => dp.refreshInterfaces());
+      dp.every(INTERFACE_RESYNC_MS, async () => dp.requestRefresh());
     }
     if (options.conntrackGC ?? true) {
       dp.every(bpf.conntrackGCIntervalSeconds * 1000, async () => {
@@ -255,6 +269,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       this.ids,
     );
     this.writeConfig(decisions, plan);
+    this.noteNodeIPs(decisions);
     if (changes.fullSyncRequired) this.writer.resync();
     const result = await this.writer.apply(plan);
     this.ids = plan;
@@ -378,26 +393,73 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     this.flushTimer.unref();
   }
 
-  /** One poll: attach to matching interfaces, drop gone ones, refresh the node's addresses. */
-  async refreshInterfaces(): Promise<AttachReport> {
-    const { stdout } = await execFileAsync('ip', ['-j', 'addr', 'show']);
-    const links = JSON.parse(stdout) as (IpAddrInterface & { ifindex: number })[];
-    const interfaces: NetInterface[] = links.map((l) => ({ ifname: l.ifname, ifindex: l.ifindex }));
+  /** A device holding a node IP is external: new node IPs mean another discovery pass. */
+  private noteNodeIPs(decisions: ProxyDecisions): void {
+    const ips = decisions.families.map((f) => f.nodeIP).filter((ip) => ip !== '');
+    if (ips.join() === this.nodeIPs.join()) return;
+    this.nodeIPs = ips;
+    if (this.watch) this.requestRefresh();
+  }
+
+  /** A discovery pass soon, once a burst of events has settled. */
+  private requestRefresh(): void {
+    if (this.closed || this.refreshTimer) return;
+    this.refreshTimer = setTimeout(() => {
+      this.refreshTimer = null;
+      this.refreshInterfaces().catch((err: unknown) =>
+        this.log.error({ err }, 'interface discovery failed; retried at the next netlink event or resync'),
+      );
+    }, WATCH_DEBOUNCE_MS);
+    this.refreshTimer.unref();
+  }
+
+  /** One discovery pass: attach to the interfaces found, release gone ones, refresh the node's addresses. */
+  refreshInterfaces(): Promise<AttachReport> {
+    const pass = this.refreshQueue.then(() => this.refreshOnce());
+    this.refreshQueue = pass.catch(() => {});
+    return pass;
+  }
+
+  private async refreshOnce(): Promise<AttachReport> {
+    const host = await probeHostNetwork();
+    if (this.closed) return { attached: [], replaced: [], detached: [], errors: [] };
+    const interfaces = discoverInterfaces(host, this.nodeIPs, this.config.bpf);
     const report = this.attacher.sync(interfaces);
-    for (const a of report.attached)
-      this.log.info({ interface: a.ifname, hook: a.hook }, 'bpf program attached');
-    for (const a of report.replaced) {
-      this.log.info({ interface: a.ifname, hook: a.hook }, 'bpf program swapped into its pinned link');
+    const role = (ifname: string) => {
+      const i = interfaces.find((d) => d.ifname === ifname);
+      return i ? { role: i.role, l3: i.l3, reason: i.reason } : {};
+    };
+    for (const [msg, links] of [
+      ['bpf program attached', report.attached],
+      ['bpf program swapped in', report.replaced],
+    ] as const) {
+      for (const a of links) {
+        this.log.info(
+          {
+            interface: a.ifname,
+            hook: a.hook,
+            program: a.program,
+            mechanism: a.mechanism,
+            ...role(a.ifname),
+          },
+          msg,
+        );
+      }
     }
-    for (const name of report.detached) this.log.info({ link: name }, 'bpf program detached');
+    for (const link of report.detached) this.log.info({ link }, 'bpf program detached');
     for (const e of report.errors) {
       this.log.warn(
-        { interface: e.attachment.ifname, hook: e.attachment.hook, error: e.error },
+        {
+          interface: e.attachment.ifname,
+          hook: e.attachment.hook,
+          program: e.attachment.program,
+          error: e.error,
+        },
         'attach failed',
       );
     }
-    this.store.setNodeAddresses(nodeAddresses(links));
-    this.store.setInterfaceAddresses(interfaceAddresses(links));
+    this.store.setNodeAddresses(nodeAddresses(host.links));
+    this.store.setInterfaceAddresses(interfaceAddresses(host.links));
     return report;
   }
 
@@ -485,6 +547,11 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     for (const t of this.timers) clearInterval(t);
     if (this.flushTimer) clearTimeout(this.flushTimer);
     this.flushTimer = null;
+    this.watch?.close();
+    if (this.refreshTimer) clearTimeout(this.refreshTimer);
+    this.refreshTimer = null;
+    // A pass under way still uses the programs: it finishes before they are closed.
+    await this.refreshQueue;
     try {
       this.writer.flushDeferred(true);
     } finally {

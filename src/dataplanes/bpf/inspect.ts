@@ -1,13 +1,34 @@
 // Reading the live pinned maps for `list` and `trace`: what each frontend holds and has counted,
-// and the path a given packet would take through the datapath (bpf/lb_common.h kbp_lb4), step by
-// step. Nothing here writes to the maps.
+// the path a given packet would take through the datapath (bpf/lb_common.h kbp_lb4), step by
+// step, and which program is attached where. Nothing here writes to the kernel.
 
-import { existsSync, readFileSync } from 'node:fs';
-import { getPinned, mapInfo, mapLookup } from '../../../native/libbpf.js';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import {
+  BPF_TC_EGRESS,
+  BPF_TC_INGRESS,
+  getPinned,
+  linkInfo,
+  mapInfo,
+  mapLookup,
+  programNameById,
+  tcQuery,
+  XDP_FLAGS_DRV_MODE,
+  xdpQueryId,
+} from '../../../native/libbpf.js';
 import { closeFd } from '../../../native/libc.js';
 import { BPFFS_ROOT, notOnBpffs } from '../../host/bpffs.js';
 import type { Protocol } from '../../model/types.js';
 import { joinHostPort } from '../../proxy/ip.js';
+import {
+  clsactInterfaces,
+  HOOKS,
+  type Hook,
+  linkNameOfPin,
+  type Mechanism,
+  parseLinkName,
+  TC_HANDLE,
+  TC_PRIORITY,
+} from './attach.js';
 import { flowHash4 } from './flow-hash.js';
 import { type FrontendNames, namesFilePath } from './index.js';
 import {
@@ -31,6 +52,7 @@ import {
   ct4Val,
   ip4Codec,
   MAPS,
+  PROGRAMS,
   rrVal,
   SRC_RANGE_ID_BITS,
   slotKey,
@@ -124,6 +146,60 @@ export interface BackendView {
   terminating: boolean;
   /** What this backend counted for every service that uses it. */
   stats: Counters;
+}
+
+export interface AttachmentView {
+  interface: string;
+  hook: Hook;
+  program: string;
+  mechanism: Mechanism;
+}
+
+/** The kernel keeps the first 15 characters of a program's name: back to the full name. */
+function programName(id: number): string {
+  const kernelName = programNameById(id);
+  return Object.values(PROGRAMS).find((p) => p.slice(0, 15) === kernelName) ?? kernelName;
+}
+
+/**
+ * Which program is attached where: the agent's pinned links (tcx, XDP) and its cls_bpf filters
+ * in this network namespace (run it in the agent's), sorted by interface and hook.
+ */
+export async function listAttachments(pinPath: string): Promise<AttachmentView[]> {
+  const views: AttachmentView[] = [];
+  const linkDir = `${pinPath}/${PIN_LAYOUT_VERSION}/links`;
+  for (const file of existsSync(linkDir) ? readdirSync(linkDir) : []) {
+    const at = parseLinkName(linkNameOfPin(file));
+    if (!at) continue;
+    const fd = getPinned(`${linkDir}/${file}`);
+    let link: ReturnType<typeof linkInfo>;
+    try {
+      link = linkInfo(fd);
+    } finally {
+      closeFd(fd);
+    }
+    // A link whose interface is gone runs nowhere; the agent removes its pin.
+    if (link.ifindex === 0) continue;
+    let mechanism: Mechanism = 'tcx';
+    if (at.hook === 'xdp')
+      mechanism = xdpQueryId(link.ifindex, XDP_FLAGS_DRV_MODE) === link.progId ? 'xdp-drv' : 'xdp-generic';
+    views.push({ interface: at.ifname, hook: at.hook, program: programName(link.progId), mechanism });
+  }
+  for (const i of await clsactInterfaces()) {
+    for (const [hook, point] of [
+      ['tc-ingress', BPF_TC_INGRESS],
+      ['tc-egress', BPF_TC_EGRESS],
+    ] as const) {
+      const progId = tcQuery(i.ifindex, point, TC_HANDLE, TC_PRIORITY);
+      if (progId !== null)
+        views.push({ interface: i.ifname, hook, program: programName(progId), mechanism: 'clsact' });
+    }
+  }
+  return views.sort(
+    (a, b) =>
+      a.interface.localeCompare(b.interface, 'en', { numeric: true }) ||
+      HOOKS.indexOf(a.hook) - HOOKS.indexOf(b.hook),
+  );
 }
 
 export interface FrontendView {
