@@ -50,6 +50,7 @@ const MAX_LISTED_PROBLEMS = 3;
 // ---- leaves -------------------------------------------------------------------------------------
 
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const EMPTY_OR_DNS1123_LABEL = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$/;
 const DNS1035_LABEL = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const QUALIFIED_NAME_PART = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
@@ -67,16 +68,15 @@ const address = () => boundedText(API_LIMITS.addressLength);
 function dnsName(pattern: RegExp, max: number, description: string) {
   return boundedText(max).regex(pattern, { error: `must be ${description}` });
 }
-const dns1123Label = () =>
-  dnsName(
-    DNS1123_LABEL,
-    63,
-    'a DNS label: lower-case letters, digits and "-", starting and ending alphanumeric',
-  );
+const DNS1123_LABEL_RULE =
+  'a DNS label: lower-case letters, digits and "-", starting and ending alphanumeric';
+const dns1123Label = () => dnsName(DNS1123_LABEL, 63, DNS1123_LABEL_RULE);
 const dns1035Label = () =>
   dnsName(DNS1035_LABEL, 63, 'a DNS-1035 label: lower-case letters, digits and "-", starting with a letter');
 const dns1123Subdomain = () =>
   dnsName(DNS1123_SUBDOMAIN, 253, 'a DNS subdomain: lower-case alphanumeric labels joined by "."');
+/** A Service or EndpointSlice port name: a DNS label, or "" for the unnamed port. */
+const portName = () => dnsName(EMPTY_OR_DNS1123_LABEL, 63, DNS1123_LABEL_RULE);
 
 function integer(min: number, max: number, message = `must be an integer ${min}-${max}`) {
   return z
@@ -288,7 +288,7 @@ const serviceSchema = object({
       ports: optional(
         list(
           object({
-            name: optional(dns1123Label()),
+            name: optional(portName()),
             protocol: optional(protocol()),
             port: port(),
             targetPort: optional(targetPort()),
@@ -429,8 +429,8 @@ const endpointSliceSchema = object({
   ports: optional(
     list(
       object({
-        // Absent and "" differ: kube-proxy ignores a port whose name is nil.
-        name: optional(z.union([z.literal(''), dns1123Label()], { error: 'must be "" or a DNS label' })),
+        // The API server defaults an absent name to "", so it matches the unnamed Service port.
+        name: optional(portName()),
         // kube-proxy skips port 0 itself, so it is kept for the brain.
         port: optional(integer(0, 65535)),
         protocol: optional(protocol()),
@@ -459,7 +459,7 @@ type RawEndpointSlice = z.infer<typeof endpointSliceSchema>;
 function toEndpointSlice(raw: RawEndpointSlice): EndpointSlice {
   const meta = toMeta(raw.metadata, raw.metadata.namespace);
   const ports: EndpointPort[] = (raw.ports ?? []).map((p) => ({
-    name: p.name ?? null,
+    name: p.name ?? '',
     port: p.port ?? null,
     protocol: p.protocol ?? 'TCP',
   }));

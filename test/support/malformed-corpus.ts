@@ -220,7 +220,7 @@ const MUTATIONS: Mutation[] = [
   E('ports[0].port', 70000, 'ports[0].port: must be an integer 0-65535, got 70000'),
   E('ports[0].port', -1, 'ports[0].port: must be an integer 0-65535, got -1'),
   E('ports[0].port', '8080', 'ports[0].port: must be an integer 0-65535, got "8080"'),
-  E('ports[0].name', 80, 'ports[0].name: must be "" or a DNS label, got 80'),
+  E('ports[0].name', 80, 'ports[0].name: must be a string, got 80'),
   E('ports[0].name', 'HTTP', 'ports[0].name: must be a DNS label: lower-case letters, digits and "-", starting and ending alphanumeric, got "HTTP"'),
   E('ports[0].protocol', 'udp', 'ports[0].protocol: must be one of TCP, UDP, SCTP, got "udp"'),
   E('ports', { name: 'http' }, 'ports: must be a list, got an object'),

@@ -292,6 +292,16 @@ describe('parseService: rejections name the field and the bad value', () => {
       'spec.ports[1].name: is required when the service has several ports',
     ],
     [
+      'an empty name among several',
+      service({
+        ports: [
+          { name: 'http', port: 80 },
+          { name: '', port: 443 },
+        ],
+      }),
+      'spec.ports[1].name: is required when the service has several ports',
+    ],
+    [
       'two ports of one name',
       service({
         ports: [
@@ -373,6 +383,11 @@ describe('parseService: rejections name the field and the bad value', () => {
     expect(reasonOf(parseService(raw))).toBe(reason);
   });
 
+  it('accepts name "" on the only port: the API server allows it, and the port is the unnamed one', () => {
+    const svc = accepted(parseService(service({ clusterIP: '10.96.0.1', ports: [{ name: '', port: 80 }] })));
+    expect(svc.ports).toEqual([{ name: '', protocol: 'TCP', port: 80, nodePort: 0 }]);
+  });
+
   it('accepts the same port number on two protocols (DNS over UDP and TCP)', () => {
     const svc = accepted(
       parseService(
@@ -421,7 +436,7 @@ describe('parseService: rejections name the field and the bad value', () => {
 });
 
 describe('parseEndpointSlice', () => {
-  it('keeps a nil port name apart from an empty one (kube-proxy ignores ports with a nil name)', () => {
+  it('reads an absent or null port name as "", as the API server defaults it', () => {
     const s = accepted(
       parseEndpointSlice(
         slice({
@@ -435,9 +450,9 @@ describe('parseEndpointSlice', () => {
       ),
     );
     expect(s.ports).toEqual([
-      { name: null, port: 8080, protocol: 'TCP' },
+      { name: '', port: 8080, protocol: 'TCP' },
       { name: '', port: 8081, protocol: 'TCP' },
-      { name: null, port: 8082, protocol: 'TCP' },
+      { name: '', port: 8082, protocol: 'TCP' },
       { name: 'http', port: 8083, protocol: 'TCP' },
     ]);
   });
@@ -562,7 +577,7 @@ describe('parseEndpointSlice', () => {
     [
       'a numeric port name',
       slice({ ports: [{ name: 80, port: 80 }] }),
-      'ports[0].name: must be "" or a DNS label, got 80',
+      'ports[0].name: must be a string, got 80',
     ],
     [
       'an address that is a list',
