@@ -2,7 +2,8 @@
 // source events to the cluster state, remembers which Services changed since the last sync
 // (partial syncs rewrite only those), counts pending changes for the metrics, and keeps the
 // EndpointSlice trigger times that network-programming latency is measured from.
-// A malformed object is skipped and reported; the last good version of it is kept.
+// A malformed object is skipped and reported; the last good version of it is kept. Entries left
+// out of a valid object are reported too, for as long as that version is current.
 
 import type { SourceEvent } from '../sources/types.js';
 import { describeObject, type ObjectProblem, parseEvent } from './parse.js';
@@ -58,7 +59,7 @@ export class ChangeTracker {
   private readonly services = new Map<string, Service>();
   private readonly endpointSlices = new Map<string, EndpointSlice>();
   private node: Node | null = null;
-  /** Current problems keyed by kind and object key; cleared when a valid version arrives or it is deleted. */
+  /** Current problems keyed by kind and object key; cleared when a clean version arrives or it is deleted. */
   private readonly problems = new Map<string, ObjectProblem>();
   private pending = emptyChanges();
   /** Every change ever applied, for the *_changes_total counters. */
@@ -81,11 +82,9 @@ export class ChangeTracker {
       return;
     }
     const parsed = parseEvent(event);
-    if (!parsed.ok) {
-      this.problems.set(problemKey, parsed.problem);
-      return;
-    }
-    this.problems.delete(problemKey);
+    if (parsed.problem) this.problems.set(problemKey, parsed.problem);
+    else this.problems.delete(problemKey);
+    if (!parsed.ok) return;
     const { object } = parsed;
     switch (object.kind) {
       case 'Service':
@@ -159,7 +158,7 @@ export class ChangeTracker {
     return this.node;
   }
 
-  /** Objects currently skipped as malformed. */
+  /** Objects currently skipped as malformed, and objects currently used without some of their entries. */
   skipped(): ObjectProblem[] {
     return [...this.problems.values()];
   }
