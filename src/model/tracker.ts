@@ -67,11 +67,17 @@ export class ChangeTracker {
 
   constructor(private readonly nodeName: string) {}
 
-  apply(events: readonly SourceEvent[]): void {
-    for (const event of events) this.applyOne(event);
+  /** Applies a batch; returns the problems it raised that were not already current, to log once. */
+  apply(events: readonly SourceEvent[]): ObjectProblem[] {
+    const raised: ObjectProblem[] = [];
+    for (const event of events) {
+      const problem = this.applyOne(event);
+      if (problem) raised.push(problem);
+    }
+    return raised;
   }
 
-  private applyOne(event: SourceEvent): void {
+  private applyOne(event: SourceEvent): ObjectProblem | null {
     const identity = describeObject(event.object);
     const key = objectKey(identity.namespace, identity.name);
     // Objects without a name cannot be told apart by key: their problems are kept per origin.
@@ -79,12 +85,14 @@ export class ChangeTracker {
     if (event.type === 'delete') {
       this.problems.delete(problemKey);
       this.remove(event.kind, key);
-      return;
+      return null;
     }
     const parsed = parseEvent(event);
+    const known = this.problems.get(problemKey);
+    const raised = parsed.problem && parsed.problem.reason !== known?.reason ? parsed.problem : null;
     if (parsed.problem) this.problems.set(problemKey, parsed.problem);
     else this.problems.delete(problemKey);
-    if (!parsed.ok) return;
+    if (!parsed.ok) return raised;
     const { object } = parsed;
     switch (object.kind) {
       case 'Service':
@@ -98,11 +106,12 @@ export class ChangeTracker {
         break;
       }
       case 'Node':
-        if (object.value.meta.name !== this.nodeName) return;
+        if (object.value.meta.name !== this.nodeName) break;
         if (nodeFactsDiffer(this.node, object.value)) this.pending.nodeChanged = true;
         this.node = object.value;
         break;
     }
+    return raised;
   }
 
   private remove(kind: SourceEvent['kind'], key: string): void {
