@@ -534,7 +534,7 @@ type RawEndpoint = NonNullable<RawEndpointSlice['endpoints']>[number];
 
 /**
  * Why kube-proxy cannot use an endpoint of an IP slice, or null: it reads only addresses[0], skips an
- * endpoint without addresses, and before v1.31 skipped one of the other family (since then it relies
+ * endpoint without addresses, and in older versions skipped one of the other family (newer ones rely
  * on the API server, which refuses both, as it refuses an address that does not parse).
  */
 function endpointProblem(endpoint: RawEndpoint, addressType: 'IPv4' | 'IPv6'): Issue | null {
