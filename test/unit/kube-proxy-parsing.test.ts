@@ -159,6 +159,17 @@ describe('Service addresses', () => {
     ]);
   });
 
+  it('0.0.0.0/0 stays a source range, as in v1.33 (v1.34 reads it as no ranges: kubernetes#132722)', () => {
+    const d = program([
+      rawService(
+        'web',
+        { type: 'LoadBalancer', loadBalancerSourceRanges: ['0.0.0.0/0'], ports: [{ port: 80 }] },
+        { loadBalancer: { ingress: [{ ip: '198.51.100.10' }] } },
+      ),
+    ]);
+    expect(only(d).loadBalancerSourceRanges).toEqual(['0.0.0.0/0']);
+  });
+
   it('LB ingress: ipMode Proxy and hostname-only entries are skipped without a word, an IP that does not parse with one', () => {
     const d = program([
       rawService(
