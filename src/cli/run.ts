@@ -114,9 +114,9 @@ export async function startAgent(
   // kube-proxy waits for the initial lists before its first sync, so a restart never programs a
   // half-known cluster (which would scale services down to nothing).
   await source.start((events) => {
-    tracker.apply(events);
-    for (const problem of tracker.skipped())
-      log.debug({ origin: problem.origin }, `skipped: ${formatProblem(problem)}`);
+    // Each problem once, when it appears or its reason changes; the metric counts the current ones.
+    for (const problem of tracker.apply(events))
+      log.warn({ origin: problem.origin }, `skipped: ${formatProblem(problem)}`);
     if (synced) {
       loop.noteQueued();
       runner.run();

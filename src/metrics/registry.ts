@@ -37,6 +37,7 @@ export interface ProxyMetricsOptions {
 /** Bounded label values for kube_bpf_proxy_skipped_objects{reason}. */
 export type SkipReasonClass =
   | 'invalid'
+  | 'partly_invalid'
   | 'headless'
   | 'external_name'
   | 'fqdn_slice'
@@ -45,7 +46,8 @@ export type SkipReasonClass =
 
 /**
  * The class of a reason the brain gives for an object it ignores (proxy/decide.ts ignoredObjects,
- * proxy/service-ports.ts skipReason); every malformed object is "invalid".
+ * proxy/service-ports.ts skipReason); every malformed object is "invalid", and one used without
+ * the entries it could not use "partly_invalid".
  */
 export function ignoredReasonClass(reason: string): SkipReasonClass {
   if (reason.startsWith('headless')) return 'headless';
@@ -62,7 +64,7 @@ export function skippedObjectCounts(decisions: ProxyDecisions): Map<string, numb
     const key = `${object.kind}\u0000${reason}`;
     counts.set(key, (counts.get(key) ?? 0) + 1);
   };
-  for (const object of decisions.skipped) add(object, 'invalid');
+  for (const object of decisions.skipped) add(object, object.entriesLeftOut ? 'partly_invalid' : 'invalid');
   for (const object of decisions.ignored) add(object, ignoredReasonClass(object.reason));
   return counts;
 }
@@ -102,7 +104,7 @@ export class ProxyMetrics {
     });
     this.skippedObjects = new Gauge({
       name: 'kube_bpf_proxy_skipped_objects',
-      help: 'Services and EndpointSlices left out of the proxy rules, by kind and reason (invalid: malformed; the others as kube-proxy ignores them)',
+      help: 'Services and EndpointSlices left out of the proxy rules, by kind and reason (invalid: malformed; partly_invalid: used without the entries that are malformed; the others as kube-proxy ignores them)',
       labelNames: ['kind', 'reason'] as const,
       registers,
     });

@@ -1,9 +1,13 @@
 // Validation of raw API objects (JSON-decoded, from the API server or a manifest file) into the typed
 // model. It rejects what the API server would never store or kube-proxy cannot use, and applies the
-// API server's defaulting kube-proxy relies on. IP syntax is deliberately not checked: kube-proxy
-// parses addresses sloppily per family and ignores bad ones, and the brain reproduces that.
+// API server's defaulting kube-proxy relies on. Where kube-proxy skips one entry and keeps the rest
+// of the object (an externalIP, a source range or an LB IP that does not parse; an endpoint without
+// a usable address), so does the parser, and it reports what it left out. Addresses are checked
+// the way kube-proxy parses them (sloppily: "010.1.2.3" is 10.1.2.3) and kept as written; the
+// brain sorts them into families.
 
 import { z } from 'zod';
+import { parseCIDR, parseIP } from '../proxy/ip.js';
 import type { SourceEvent, WatchedKind } from '../sources/types.js';
 import {
   type EndpointPort,
@@ -16,9 +20,10 @@ import {
   type SliceEndpoint,
 } from './types.js';
 
-export type ParseResult<T> = { ok: true; value: T } | { ok: false; reason: string };
+/** A valid object; `leftOut` names the entries dropped from it, when there were any. */
+export type ParseResult<T> = { ok: true; value: T; leftOut?: string } | { ok: false; reason: string };
 
-/** A skipped object, located well enough for a `file#doc Kind ns/name: reason` line. */
+/** A skipped object, or entries left out of one, located well enough for a `file#doc Kind ns/name: reason` line. */
 export interface ObjectProblem {
   /** "api", or "file.yaml#2" / "file.yaml#2.items[5]" for manifests. */
   origin: string;
@@ -26,6 +31,8 @@ export interface ObjectProblem {
   namespace: string;
   name: string;
   reason: string;
+  /** Only the entries the reason names were left out; the rest of the object is used. */
+  entriesLeftOut?: boolean;
 }
 
 /** Limits enforced by the API server's validation; an object beyond them can only come from a broken source. */
@@ -50,6 +57,7 @@ const MAX_LISTED_PROBLEMS = 3;
 // ---- leaves -------------------------------------------------------------------------------------
 
 const DNS1123_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const EMPTY_OR_DNS1123_LABEL = /^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$/;
 const DNS1035_LABEL = /^[a-z]([-a-z0-9]*[a-z0-9])?$/;
 const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const QUALIFIED_NAME_PART = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
@@ -67,16 +75,15 @@ const address = () => boundedText(API_LIMITS.addressLength);
 function dnsName(pattern: RegExp, max: number, description: string) {
   return boundedText(max).regex(pattern, { error: `must be ${description}` });
 }
-const dns1123Label = () =>
-  dnsName(
-    DNS1123_LABEL,
-    63,
-    'a DNS label: lower-case letters, digits and "-", starting and ending alphanumeric',
-  );
+const DNS1123_LABEL_RULE =
+  'a DNS label: lower-case letters, digits and "-", starting and ending alphanumeric';
+const dns1123Label = () => dnsName(DNS1123_LABEL, 63, DNS1123_LABEL_RULE);
 const dns1035Label = () =>
   dnsName(DNS1035_LABEL, 63, 'a DNS-1035 label: lower-case letters, digits and "-", starting with a letter');
 const dns1123Subdomain = () =>
   dnsName(DNS1123_SUBDOMAIN, 253, 'a DNS subdomain: lower-case alphanumeric labels joined by "."');
+/** A Service or EndpointSlice port name: a DNS label, or "" for the unnamed port. */
+const portName = () => dnsName(EMPTY_OR_DNS1123_LABEL, 63, DNS1123_LABEL_RULE);
 
 function integer(min: number, max: number, message = `must be an integer ${min}-${max}`) {
   return z
@@ -262,17 +269,49 @@ function formatIssues(issues: readonly Issue[]): string {
   return rest > 0 ? `${shown} (and ${rest} more)` : shown;
 }
 
+/** What `build` made of a valid object, and the entries it left out of it. */
+interface Built<T> {
+  value: T;
+  leftOut: Issue[];
+}
+
 function validate<S extends z.ZodType, T>(
   schema: S,
   raw: unknown,
   check: (value: z.infer<S>) => Issue[],
-  build: (value: z.infer<S>) => T,
+  build: (value: z.infer<S>) => Built<T>,
 ): ParseResult<T> {
   const parsed = schema.safeParse(raw, { reportInput: true });
   if (!parsed.success) return { ok: false, reason: formatIssues(fromZod(parsed.error.issues)) };
   const issues = check(parsed.data);
   if (issues.length > 0) return { ok: false, reason: formatIssues(issues) };
-  return { ok: true, value: build(parsed.data) };
+  const { value, leftOut } = build(parsed.data);
+  return leftOut.length > 0 ? { ok: true, value, leftOut: formatIssues(leftOut) } : { ok: true, value };
+}
+
+// ---- addresses, parsed as kube-proxy parses them ------------------------------------------------
+
+const isIP = (text: string) => parseIP(text) !== null;
+
+/**
+ * The entries of a list that `usable` accepts; the others become issues at `path`, except the ones
+ * `silent` picks (kube-proxy drops those without a word).
+ */
+function keepUsable<T>(
+  entries: readonly T[],
+  path: readonly PropertyKey[],
+  usable: (entry: T) => Issue | null,
+  silent: (entry: T) => boolean = () => false,
+): { kept: T[]; leftOut: Issue[] } {
+  const kept: T[] = [];
+  const leftOut: Issue[] = [];
+  entries.forEach((entry, i) => {
+    if (silent(entry)) return;
+    const issue = usable(entry);
+    if (issue === null) kept.push(entry);
+    else leftOut.push({ ...issue, path: [...path, i, ...issue.path] });
+  });
+  return { kept, leftOut };
 }
 
 // ---- Service ------------------------------------------------------------------------------------
@@ -288,7 +327,7 @@ const serviceSchema = object({
       ports: optional(
         list(
           object({
-            name: optional(dns1123Label()),
+            name: optional(portName()),
             protocol: optional(protocol()),
             port: port(),
             targetPort: optional(targetPort()),
@@ -370,6 +409,19 @@ function serviceIssues(raw: RawService): Issue[] {
       });
     } else firstByPort.set(portKey, i);
   });
+  // Every rule of the Service is keyed on its ClusterIP: one that does not parse leaves nothing to program.
+  const clusterIP = spec.clusterIP ?? '';
+  if (clusterIP !== '' && clusterIP !== 'None' && !isIP(clusterIP)) {
+    issues.push({
+      path: ['spec', 'clusterIP'],
+      message: 'must be an IP address, "None" or ""',
+      input: clusterIP,
+    });
+  }
+  (spec.clusterIPs ?? []).forEach((ip, i) => {
+    if (ip !== 'None' && !isIP(ip))
+      issues.push({ path: ['spec', 'clusterIPs', i], message: 'must be an IP address or "None"', input: ip });
+  });
   const first = spec.clusterIPs?.[0];
   if (spec.clusterIP && first !== undefined && first !== spec.clusterIP) {
     issues.push({
@@ -381,28 +433,49 @@ function serviceIssues(raw: RawService): Issue[] {
   return issues;
 }
 
-function toService(raw: RawService): Service {
+const notAnIP = (text: string): Issue | null =>
+  isIP(text) ? null : { path: [], message: 'must be an IP address', input: text };
+
+function toService(raw: RawService): Built<Service> {
   const spec = raw.spec ?? {};
   const sessionAffinity = spec.sessionAffinity ?? 'None';
+  // kube-proxy skips, one by one, externalIPs and source ranges that do not parse (empty strings
+  // without a word) and LB ingress IPs that do not parse, and programs the rest of the Service.
+  const blank = (text: string) => text.trim() === '';
+  const externalIPs = keepUsable(spec.externalIPs ?? [], ['spec', 'externalIPs'], notAnIP, blank);
+  const sourceRanges = keepUsable(
+    spec.loadBalancerSourceRanges ?? [],
+    ['spec', 'loadBalancerSourceRanges'],
+    (text) => (parseCIDR(text.trim()) ? null : { path: [], message: 'must be a CIDR', input: text }),
+    blank,
+  );
+  const ingress = keepUsable(
+    raw.status?.loadBalancer?.ingress ?? [],
+    ['status', 'loadBalancer', 'ingress'],
+    (entry) =>
+      !entry.ip || isIP(entry.ip)
+        ? null
+        : { path: ['ip'], message: 'must be an IP address', input: entry.ip },
+  );
   const ports: ServicePort[] = (spec.ports ?? []).map((p) => ({
     name: p.name ?? '',
     protocol: p.protocol ?? 'TCP',
     port: p.port,
     nodePort: p.nodePort ?? 0,
   }));
-  return {
+  const value: Service = {
     meta: toMeta(raw.metadata, raw.metadata.namespace),
     type: spec.type ?? 'ClusterIP',
     clusterIP: spec.clusterIP ?? '',
     clusterIPs: spec.clusterIPs ?? [],
     ports,
-    externalIPs: spec.externalIPs ?? [],
-    loadBalancerIngress: (raw.status?.loadBalancer?.ingress ?? []).map((ingress) => ({
-      ip: ingress.ip ?? '',
-      hostname: ingress.hostname ?? '',
-      ipMode: ingress.ipMode ?? 'VIP',
+    externalIPs: externalIPs.kept,
+    loadBalancerIngress: ingress.kept.map((entry) => ({
+      ip: entry.ip ?? '',
+      hostname: entry.hostname ?? '',
+      ipMode: entry.ipMode ?? 'VIP',
     })),
-    loadBalancerSourceRanges: spec.loadBalancerSourceRanges ?? [],
+    loadBalancerSourceRanges: sourceRanges.kept,
     externalTrafficPolicy: spec.externalTrafficPolicy ?? 'Cluster',
     internalTrafficPolicy: spec.internalTrafficPolicy ?? 'Cluster',
     sessionAffinity,
@@ -412,6 +485,7 @@ function toService(raw: RawService): Service {
         : 0,
     healthCheckNodePort: spec.healthCheckNodePort ?? 0,
   };
+  return { value, leftOut: [...externalIPs.leftOut, ...sourceRanges.leftOut, ...ingress.leftOut] };
 }
 
 export function parseService(raw: unknown): ParseResult<Service> {
@@ -429,8 +503,8 @@ const endpointSliceSchema = object({
   ports: optional(
     list(
       object({
-        // Absent and "" differ: kube-proxy ignores a port whose name is nil.
-        name: optional(z.union([z.literal(''), dns1123Label()], { error: 'must be "" or a DNS label' })),
+        // The API server defaults an absent name to "", so it matches the unnamed Service port.
+        name: optional(portName()),
         // kube-proxy skips port 0 itself, so it is kept for the brain.
         port: optional(integer(0, 65535)),
         protocol: optional(protocol()),
@@ -456,14 +530,38 @@ const endpointSliceSchema = object({
 
 type RawEndpointSlice = z.infer<typeof endpointSliceSchema>;
 
-function toEndpointSlice(raw: RawEndpointSlice): EndpointSlice {
+type RawEndpoint = NonNullable<RawEndpointSlice['endpoints']>[number];
+
+/**
+ * Why kube-proxy cannot use an endpoint of an IP slice, or null: it reads only addresses[0], skips an
+ * endpoint without addresses, and in older versions skipped one of the other family (newer ones rely
+ * on the API server, which refuses both, as it refuses an address that does not parse).
+ */
+function endpointProblem(endpoint: RawEndpoint, addressType: 'IPv4' | 'IPv6'): Issue | null {
+  const first = endpoint.addresses?.[0];
+  if (first === undefined) return { path: ['addresses'], message: 'must hold at least one address' };
+  if (parseIP(first)?.family === addressType) return null;
+  return {
+    path: ['addresses', 0],
+    message: `must be an ${addressType} address (addressType ${addressType})`,
+    input: first,
+  };
+}
+
+function toEndpointSlice(raw: RawEndpointSlice): Built<EndpointSlice> {
   const meta = toMeta(raw.metadata, raw.metadata.namespace);
+  const { addressType } = raw;
+  // FQDN slices are ignored whole (the brain says so); their addresses are names.
+  const endpointsUsed =
+    addressType === 'FQDN'
+      ? { kept: raw.endpoints ?? [], leftOut: [] }
+      : keepUsable(raw.endpoints ?? [], ['endpoints'], (e) => endpointProblem(e, addressType));
   const ports: EndpointPort[] = (raw.ports ?? []).map((p) => ({
-    name: p.name ?? null,
+    name: p.name ?? '',
     port: p.port ?? null,
     protocol: p.protocol ?? 'TCP',
   }));
-  const endpoints: SliceEndpoint[] = (raw.endpoints ?? []).map((e) => ({
+  const endpoints: SliceEndpoint[] = endpointsUsed.kept.map((e) => ({
     addresses: e.addresses ?? [],
     conditions: {
       ready: e.conditions?.ready ?? null,
@@ -475,13 +573,14 @@ function toEndpointSlice(raw: RawEndpointSlice): EndpointSlice {
     zoneHints: (e.hints?.forZones ?? []).map((h) => h.name),
     nodeHints: (e.hints?.forNodes ?? []).map((h) => h.name),
   }));
-  return {
+  const value: EndpointSlice = {
     meta,
     serviceName: meta.labels[SERVICE_NAME_LABEL] ?? '',
-    addressType: raw.addressType,
+    addressType,
     ports,
     endpoints,
   };
+  return { value, leftOut: endpointsUsed.leftOut };
 }
 
 export function parseEndpointSlice(raw: unknown): ParseResult<EndpointSlice> {
@@ -509,17 +608,18 @@ const nodeSchema = object({
 
 type RawNode = z.infer<typeof nodeSchema>;
 
-function toNode(raw: RawNode): Node {
+function toNode(raw: RawNode): Built<Node> {
   const spec = raw.spec ?? {};
   // The API server fills podCIDRs from the older single-valued podCIDR.
   const podCIDRs = spec.podCIDRs?.length ? spec.podCIDRs : spec.podCIDR ? [spec.podCIDR] : [];
-  return {
+  const value: Node = {
     meta: toMeta(raw.metadata, ''),
     podCIDRs,
     addresses: (raw.status?.addresses ?? []).map((a) => ({ type: a.type, address: a.address })),
     taints: (spec.taints ?? []).map((t) => ({ key: t.key, value: t.value ?? '', effect: t.effect })),
     deletionTimestamp: raw.metadata.deletionTimestamp ?? null,
   };
+  return { value, leftOut: [] };
 }
 
 export function parseNode(raw: unknown): ParseResult<Node> {
@@ -566,19 +666,25 @@ export function describeObject(raw: unknown): { namespace: string; name: string 
   return { namespace: shown(namespace), name: shown(name) };
 }
 
-/** Validates the object an event carries; a failure comes back as a located problem. */
+/**
+ * Validates the object an event carries; a failure, or entries left out of a valid object, come
+ * back as a located problem.
+ */
 export function parseEvent(
   event: SourceEvent,
-): { ok: true; object: ParsedObject } | { ok: false; problem: ObjectProblem } {
+): { ok: true; object: ParsedObject; problem?: ObjectProblem } | { ok: false; problem: ObjectProblem } {
   const result = parseObject(event.kind, event.object);
-  if (result.ok) return { ok: true, object: { kind: event.kind, value: result.value } as ParsedObject };
+  const located = { origin: event.origin, kind: event.kind, ...describeObject(event.object) };
+  if (!result.ok) return { ok: false, problem: { ...located, reason: result.reason } };
+  const object = { kind: event.kind, value: result.value } as ParsedObject;
+  if (result.leftOut === undefined) return { ok: true, object };
   return {
-    ok: false,
+    ok: true,
+    object,
     problem: {
-      origin: event.origin,
-      kind: event.kind,
-      ...describeObject(event.object),
-      reason: result.reason,
+      ...located,
+      reason: `${result.leftOut} (left out; the rest of the ${event.kind} is used)`,
+      entriesLeftOut: true,
     },
   };
 }

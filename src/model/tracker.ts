@@ -2,7 +2,8 @@
 // source events to the cluster state, remembers which Services changed since the last sync
 // (partial syncs rewrite only those), counts pending changes for the metrics, and keeps the
 // EndpointSlice trigger times that network-programming latency is measured from.
-// A malformed object is skipped and reported; the last good version of it is kept.
+// A malformed object is skipped and reported; the last good version of it is kept. Entries left
+// out of a valid object are reported too, for as long as that version is current.
 
 import type { SourceEvent } from '../sources/types.js';
 import { describeObject, type ObjectProblem, parseEvent } from './parse.js';
@@ -58,7 +59,7 @@ export class ChangeTracker {
   private readonly services = new Map<string, Service>();
   private readonly endpointSlices = new Map<string, EndpointSlice>();
   private node: Node | null = null;
-  /** Current problems keyed by kind and object key; cleared when a valid version arrives or it is deleted. */
+  /** Current problems keyed by kind and object key; cleared when a clean version arrives or it is deleted. */
   private readonly problems = new Map<string, ObjectProblem>();
   private pending = emptyChanges();
   /** Every change ever applied, for the *_changes_total counters. */
@@ -66,11 +67,17 @@ export class ChangeTracker {
 
   constructor(private readonly nodeName: string) {}
 
-  apply(events: readonly SourceEvent[]): void {
-    for (const event of events) this.applyOne(event);
+  /** Applies a batch; returns the problems it raised that were not already current, to log once. */
+  apply(events: readonly SourceEvent[]): ObjectProblem[] {
+    const raised: ObjectProblem[] = [];
+    for (const event of events) {
+      const problem = this.applyOne(event);
+      if (problem) raised.push(problem);
+    }
+    return raised;
   }
 
-  private applyOne(event: SourceEvent): void {
+  private applyOne(event: SourceEvent): ObjectProblem | null {
     const identity = describeObject(event.object);
     const key = objectKey(identity.namespace, identity.name);
     // Objects without a name cannot be told apart by key: their problems are kept per origin.
@@ -78,14 +85,14 @@ export class ChangeTracker {
     if (event.type === 'delete') {
       this.problems.delete(problemKey);
       this.remove(event.kind, key);
-      return;
+      return null;
     }
     const parsed = parseEvent(event);
-    if (!parsed.ok) {
-      this.problems.set(problemKey, parsed.problem);
-      return;
-    }
-    this.problems.delete(problemKey);
+    const known = this.problems.get(problemKey);
+    const raised = parsed.problem && parsed.problem.reason !== known?.reason ? parsed.problem : null;
+    if (parsed.problem) this.problems.set(problemKey, parsed.problem);
+    else this.problems.delete(problemKey);
+    if (!parsed.ok) return raised;
     const { object } = parsed;
     switch (object.kind) {
       case 'Service':
@@ -99,11 +106,12 @@ export class ChangeTracker {
         break;
       }
       case 'Node':
-        if (object.value.meta.name !== this.nodeName) return;
+        if (object.value.meta.name !== this.nodeName) break;
         if (nodeFactsDiffer(this.node, object.value)) this.pending.nodeChanged = true;
         this.node = object.value;
         break;
     }
+    return raised;
   }
 
   private remove(kind: SourceEvent['kind'], key: string): void {
@@ -159,7 +167,7 @@ export class ChangeTracker {
     return this.node;
   }
 
-  /** Objects currently skipped as malformed. */
+  /** Objects currently skipped as malformed, and objects currently used without some of their entries. */
   skipped(): ObjectProblem[] {
     return [...this.problems.values()];
   }

@@ -54,8 +54,8 @@ export interface Service {
 }
 
 export interface EndpointPort {
-  /** null when the slice port has no name field at all (kube-proxy ignores such ports). */
-  name: string | null;
+  /** "" for the unnamed port; the API server defaults an absent name to "". */
+  name: string;
   /** null when absent. */
   port: number | null;
   protocol: Protocol;

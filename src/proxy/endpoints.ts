@@ -25,8 +25,8 @@ export function mergeSlices(
     .sort((a, b) => (a.meta.name < b.meta.name ? -1 : 1));
   for (const slice of ordered) {
     for (const port of slice.ports) {
-      // kube-proxy ignores ports with a nil name or a nil/zero port number.
-      if (port.name === null || port.port === null || port.port === 0) continue;
+      // kube-proxy ignores ports with a nil or zero port number.
+      if (port.port === null || port.port === 0) continue;
       const key = portKey(port.name, port.protocol);
       let set = byPort.get(key);
       if (!set) {

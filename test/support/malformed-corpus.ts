@@ -153,7 +153,7 @@ const MUTATIONS: Mutation[] = [
   S('spec.sessionAffinityConfig.clientIP.timeoutSeconds', 86401, 'timeoutSeconds: must be an integer 1-86400, got 86401'),
   S('spec.sessionAffinityConfig.clientIP.timeoutSeconds', '60', 'timeoutSeconds: must be an integer 1-86400, got "60"'),
   S('status.loadBalancer.ingress[0].ipMode', 'Tunnel', 'ingress[0].ipMode: must be one of VIP, Proxy, got "Tunnel"'),
-  // bad IPs (by type or size: IP syntax is the brain's), mixed families the API server refuses
+  // bad IPs: ClusterIPs that do not parse, wrong types and sizes, mixed families the API server refuses
   S('spec.clusterIP', 167772161, 'spec.clusterIP: must be a string, got 167772161'),
   S('spec.clusterIP', ['10.96.1.1'], 'spec.clusterIP: must be a string, got a list of 1 items'),
   S('spec.clusterIP', { ip: '10.96.1.1' }, 'spec.clusterIP: must be a string, got an object'),
@@ -162,6 +162,8 @@ const MUTATIONS: Mutation[] = [
   S('spec.clusterIPs', ['10.96.1.1', 'fd00::1', '10.96.1.2'], 'spec.clusterIPs: must hold at most 2 items, got a list of 3 items'),
   S('spec.clusterIPs', ['fd00::1', '10.96.1.1'], 'spec.clusterIPs[0]: must equal spec.clusterIP "10.96.1.1", got "fd00::1"'),
   S('spec.clusterIPs', [123], 'spec.clusterIPs[0]: must be a string, got 123'),
+  S('spec.clusterIP', '10.96.300.1', 'spec.clusterIP: must be an IP address, "None" or "", got "10.96.300.1"'),
+  S('spec.clusterIPs', ['10.96.1.1', 'fd00::zz'], 'spec.clusterIPs[1]: must be an IP address or "None", got "fd00::zz"'),
   S('spec.externalIPs', '192.0.2.1', 'spec.externalIPs: must be a list, got "192.0.2.1"'),
   S('spec.externalIPs', [null], 'spec.externalIPs[0]: must be a string, got null'),
   S('spec.externalIPs', [['192.0.2.1']], 'spec.externalIPs[0]: must be a string, got a list of 1 items'),
@@ -220,7 +222,7 @@ const MUTATIONS: Mutation[] = [
   E('ports[0].port', 70000, 'ports[0].port: must be an integer 0-65535, got 70000'),
   E('ports[0].port', -1, 'ports[0].port: must be an integer 0-65535, got -1'),
   E('ports[0].port', '8080', 'ports[0].port: must be an integer 0-65535, got "8080"'),
-  E('ports[0].name', 80, 'ports[0].name: must be "" or a DNS label, got 80'),
+  E('ports[0].name', 80, 'ports[0].name: must be a string, got 80'),
   E('ports[0].name', 'HTTP', 'ports[0].name: must be a DNS label: lower-case letters, digits and "-", starting and ending alphanumeric, got "HTTP"'),
   E('ports[0].protocol', 'udp', 'ports[0].protocol: must be one of TCP, UDP, SCTP, got "udp"'),
   E('ports', { name: 'http' }, 'ports: must be a list, got an object'),
@@ -270,18 +272,27 @@ const MUTATIONS: Mutation[] = [
   N('kind', 'Nodes', 'unsupported kind'),
 ];
 
-/** Good objects whose addresses are nonsense as IPs: not the parser's business (kube-proxy ignores them). */
-function goodWithBadAddresses(i: number): Raw {
+/**
+ * Objects with entries kube-proxy skips one by one (externalIPs that do not parse, endpoints without a
+ * usable address): used without them, and reported with `leftOut` in the reason.
+ */
+function partlyBad(i: number): { object: Raw; leftOut: string } {
   if (i % 2 === 0) {
     const s = goodService(`badip-${i}`);
-    s.spec.clusterIP = '300.1.1.1';
-    s.spec.clusterIPs = ['300.1.1.1'];
-    s.spec.externalIPs = ['not-an-ip', '010.001.002.003', 'fd00::zz'];
-    return s;
+    s.spec.externalIPs = ['not-an-ip', '010.001.002.003', 'fd00::zz', ' '];
+    return {
+      object: s,
+      leftOut:
+        'spec.externalIPs[0]: must be an IP address, got "not-an-ip"; spec.externalIPs[2]: must be an IP address, got "fd00::zz" (left out; the rest of the Service is used)',
+    };
   }
   const e = goodSlice(`badip-${i}`);
   e.endpoints.push({ addresses: ['fd00::1'] }, { addresses: ['10.0.0.999'] }, { addresses: [] });
-  return e;
+  return {
+    object: e,
+    leftOut:
+      'endpoints[1].addresses[0]: must be an IPv4 address (addressType IPv4), got "fd00::1"; endpoints[2].addresses[0]: must be an IPv4 address (addressType IPv4), got "10.0.0.999"; endpoints[3].addresses: must hold at least one address (left out; the rest of the EndpointSlice is used)',
+  };
 }
 
 /** Deterministic pseudo-random numbers (mulberry32), so a failure reproduces. */
@@ -300,6 +311,8 @@ export interface Planted {
   kind: WatchedKind;
   good: boolean;
   mutation?: Mutation;
+  /** A good object used without some entries: the reason its report must give. */
+  leftOut?: string;
   origin: string;
 }
 
@@ -387,8 +400,10 @@ export function writeMalformedCorpus(root: string): Corpus {
   const kinds: WatchedKind[] = ['Service', 'EndpointSlice', 'Node'];
   for (let i = 0; i < 90; i++) {
     const kind = kinds[i % 3] as WatchedKind;
-    const object = i % 9 === 4 || i % 9 === 5 ? goodWithBadAddresses(i) : BASE[kind](`good-${i}`);
-    objects.push({ object, kind: object.kind as WatchedKind, good: true });
+    if (i % 9 === 4 || i % 9 === 5) {
+      const { object, leftOut } = partlyBad(i);
+      objects.push({ object, kind: object.kind as WatchedKind, good: true, leftOut });
+    } else objects.push({ object: BASE[kind](`good-${i}`), kind, good: true });
   }
   // Shuffle so good and bad objects share files and lists.
   for (let i = objects.length - 1; i > 0; i--) {

@@ -12,7 +12,7 @@ const ctx: TopologyContext = { nodeName: 'test-node', zone: 'zone-a', preferSame
 const names = (eps: Endpoint[]) => eps.map((ep) => ep.endpoint);
 
 describe('EndpointSlice merging', () => {
-  it('matches slice ports by name and protocol, and skips nil names and nil or zero ports', () => {
+  it('matches slice ports by name and protocol, and skips nil or zero ports', () => {
     const s = slice(
       'ns',
       'svc',
@@ -21,7 +21,6 @@ describe('EndpointSlice merging', () => {
       [
         { name: 'p80', port: 80, protocol: 'TCP' },
         { name: 'p80', port: 8080, protocol: 'UDP' },
-        { name: null, port: 81, protocol: 'TCP' },
         { name: 'nil-port', port: null, protocol: 'TCP' },
         { name: 'zero', port: 0, protocol: 'TCP' },
         { name: '', port: 82, protocol: 'TCP' },

@@ -278,10 +278,22 @@ describe('the sync observer', () => {
       name: 'bad',
       reason: 'spec.ports[0].port: too big',
     };
-    observer.synced?.(report(decisions(cluster.services, cluster.slices, ['IPv4'], [invalid])));
+    const partly: ObjectProblem = {
+      origin: 'b.yaml#0',
+      kind: 'EndpointSlice',
+      namespace: 'ns',
+      name: 'web-1',
+      reason:
+        'endpoints[0].addresses: must hold at least one address (left out; the rest of the EndpointSlice is used)',
+      entriesLeftOut: true,
+    };
+    observer.synced?.(report(decisions(cluster.services, cluster.slices, ['IPv4'], [invalid, partly])));
     observer.failed?.({ full: true, error: new Error('restore failed'), durationSeconds: 0.5 });
     const e = await scrape(metrics);
     expect(sampleValue(e, 'kube_bpf_proxy_skipped_objects', { kind: 'Service', reason: 'invalid' })).toBe(1);
+    expect(
+      sampleValue(e, 'kube_bpf_proxy_skipped_objects', { kind: 'EndpointSlice', reason: 'partly_invalid' }),
+    ).toBe(1);
     expect(sampleValue(e, 'kube_bpf_proxy_skipped_objects', { kind: 'Service', reason: 'headless' })).toBe(1);
     expect(
       sampleValue(e, 'kube_bpf_proxy_skipped_objects', { kind: 'Service', reason: 'external_name' }),

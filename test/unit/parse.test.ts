@@ -5,6 +5,7 @@ import {
   describeValue,
   formatPath,
   formatProblem,
+  type ObjectProblem,
   parseEndpointSlice,
   parseEvent,
   parseNode,
@@ -175,23 +176,69 @@ describe('parseService: API server defaulting', () => {
   });
 });
 
-describe('parseService: what the brain decides, not the parser', () => {
-  it('keeps addresses it cannot parse as IPs (kube-proxy parses sloppily per family and ignores bad ones)', () => {
+describe('parseService: addresses, as kube-proxy parses them', () => {
+  it('reads addresses sloppily (leading zeros are decimal) and keeps them as written', () => {
     const svc = accepted(
       parseService(
         service({
           clusterIP: '010.096.000.010',
-          externalIPs: ['999.1.1.1', 'not-an-ip', 'fd00::1'],
-          loadBalancerSourceRanges: ['garbage'],
+          clusterIPs: ['010.096.000.010', 'fd00::a'],
+          externalIPs: ['010.001.002.003', 'fd00::1'],
+          loadBalancerSourceRanges: [' 203.0.113.0/25', '2001:db8::/64 '],
           ports: [{ port: 80 }],
         }),
       ),
     );
     expect(svc.clusterIP).toBe('010.096.000.010');
-    expect(svc.externalIPs).toEqual(['999.1.1.1', 'not-an-ip', 'fd00::1']);
-    expect(svc.loadBalancerSourceRanges).toEqual(['garbage']);
+    expect(svc.externalIPs).toEqual(['010.001.002.003', 'fd00::1']);
+    expect(svc.loadBalancerSourceRanges).toEqual([' 203.0.113.0/25', '2001:db8::/64 ']);
   });
 
+  it('rejects a Service whose ClusterIP does not parse: every rule is keyed on it', () => {
+    expect(reasonOf(parseService(service({ clusterIP: '10.96.300.1', ports: [{ port: 80 }] })))).toBe(
+      'spec.clusterIP: must be an IP address, "None" or "", got "10.96.300.1"',
+    );
+    expect(
+      reasonOf(
+        parseService(
+          service({ clusterIP: '10.96.0.1', clusterIPs: ['10.96.0.1', 'fd00::g'], ports: [{ port: 80 }] }),
+        ),
+      ),
+    ).toBe('spec.clusterIPs[1]: must be an IP address or "None", got "fd00::g"');
+  });
+
+  it('leaves out, and names, the externalIPs, source ranges and LB IPs that do not parse; blank ones silently', () => {
+    const result = parseService({
+      ...service({
+        clusterIP: '10.96.0.1',
+        type: 'LoadBalancer',
+        externalIPs: ['192.0.2.1', '999.1.1.1', '', ' 192.0.2.2'],
+        loadBalancerSourceRanges: ['10.0.0.0/8', 'garbage', '  ', '10.0.0.0/33'],
+        ports: [{ port: 80 }],
+      }),
+      status: {
+        loadBalancer: { ingress: [{ ip: '198.51.100.10' }, { ip: 'lb' }, { hostname: 'lb.example' }] },
+      },
+    });
+    const svc = accepted(result);
+    expect(svc.externalIPs).toEqual(['192.0.2.1']);
+    expect(svc.loadBalancerSourceRanges).toEqual(['10.0.0.0/8']);
+    expect(svc.loadBalancerIngress.map((i) => i.ip || i.hostname)).toEqual(['198.51.100.10', 'lb.example']);
+    expect(result.ok && result.leftOut).toBe(
+      'spec.externalIPs[1]: must be an IP address, got "999.1.1.1"; spec.externalIPs[3]: must be an IP address, got " 192.0.2.2"; ' +
+        'spec.loadBalancerSourceRanges[1]: must be a CIDR, got "garbage" (and 2 more)',
+    );
+  });
+
+  it('says nothing when every address is usable', () => {
+    const result = parseService(
+      service({ clusterIP: '10.96.0.1', externalIPs: ['fd00::1'], ports: [{ port: 80 }] }),
+    );
+    expect(result).toEqual({ ok: true, value: accepted(result) });
+  });
+});
+
+describe('parseService: what the brain decides, not the parser', () => {
   it('accepts headless and ExternalName services without ports (the brain skips them)', () => {
     expect(accepted(parseService(service({ clusterIP: 'None' }))).clusterIP).toBe('None');
     expect(accepted(parseService(service({ type: 'ExternalName', externalName: 'db.example' }))).type).toBe(
@@ -292,6 +339,16 @@ describe('parseService: rejections name the field and the bad value', () => {
       'spec.ports[1].name: is required when the service has several ports',
     ],
     [
+      'an empty name among several',
+      service({
+        ports: [
+          { name: 'http', port: 80 },
+          { name: '', port: 443 },
+        ],
+      }),
+      'spec.ports[1].name: is required when the service has several ports',
+    ],
+    [
       'two ports of one name',
       service({
         ports: [
@@ -373,6 +430,11 @@ describe('parseService: rejections name the field and the bad value', () => {
     expect(reasonOf(parseService(raw))).toBe(reason);
   });
 
+  it('accepts name "" on the only port: the API server allows it, and the port is the unnamed one', () => {
+    const svc = accepted(parseService(service({ clusterIP: '10.96.0.1', ports: [{ name: '', port: 80 }] })));
+    expect(svc.ports).toEqual([{ name: '', protocol: 'TCP', port: 80, nodePort: 0 }]);
+  });
+
   it('accepts the same port number on two protocols (DNS over UDP and TCP)', () => {
     const svc = accepted(
       parseService(
@@ -421,7 +483,7 @@ describe('parseService: rejections name the field and the bad value', () => {
 });
 
 describe('parseEndpointSlice', () => {
-  it('keeps a nil port name apart from an empty one (kube-proxy ignores ports with a nil name)', () => {
+  it('reads an absent or null port name as "", as the API server defaults it', () => {
     const s = accepted(
       parseEndpointSlice(
         slice({
@@ -435,9 +497,9 @@ describe('parseEndpointSlice', () => {
       ),
     );
     expect(s.ports).toEqual([
-      { name: null, port: 8080, protocol: 'TCP' },
+      { name: '', port: 8080, protocol: 'TCP' },
       { name: '', port: 8081, protocol: 'TCP' },
-      { name: null, port: 8082, protocol: 'TCP' },
+      { name: '', port: 8082, protocol: 'TCP' },
       { name: 'http', port: 8083, protocol: 'TCP' },
     ]);
   });
@@ -502,15 +564,39 @@ describe('parseEndpointSlice', () => {
     ]);
   });
 
-  it('keeps endpoints without addresses, addresses of the other family and FQDN slices for the brain', () => {
-    const s = accepted(
-      parseEndpointSlice(slice({ endpoints: [{ addresses: [] }, { addresses: ['fd00::1', '01.2.3.4'] }] })),
+  it('leaves out, and names, endpoints without a usable first address; reads only addresses[0]', () => {
+    const result = parseEndpointSlice(
+      slice({
+        endpoints: [
+          { addresses: ['010.1.2.3', 'not-read'] },
+          { addresses: [] },
+          {},
+          { addresses: ['fd00::1'] },
+          { addresses: ['10.0.0.999'] },
+          { addresses: ['10.0.0.4'] },
+        ],
+      }),
     );
-    expect(s.endpoints.map((e) => e.addresses)).toEqual([[], ['fd00::1', '01.2.3.4']]);
-    expect(
-      accepted(parseEndpointSlice(slice({ addressType: 'FQDN', endpoints: [{ addresses: ['db.example'] }] })))
-        .addressType,
-    ).toBe('FQDN');
+    expect(accepted(result).endpoints.map((e) => e.addresses)).toEqual([
+      ['010.1.2.3', 'not-read'],
+      ['10.0.0.4'],
+    ]);
+    expect(result.ok && result.leftOut).toBe(
+      'endpoints[1].addresses: must hold at least one address; endpoints[2].addresses: must hold at least one address; ' +
+        'endpoints[3].addresses[0]: must be an IPv4 address (addressType IPv4), got "fd00::1" (and 1 more)',
+    );
+    const v6 = parseEndpointSlice(slice({ addressType: 'IPv6', endpoints: [{ addresses: ['10.0.0.1'] }] }));
+    expect(v6.ok && v6.leftOut).toBe(
+      'endpoints[0].addresses[0]: must be an IPv6 address (addressType IPv6), got "10.0.0.1"',
+    );
+  });
+
+  it('keeps FQDN slices as they are (the brain ignores them whole)', () => {
+    const result = parseEndpointSlice(
+      slice({ addressType: 'FQDN', endpoints: [{ addresses: ['db.example'] }] }),
+    );
+    expect(accepted(result).addressType).toBe('FQDN');
+    expect(result.ok && result.leftOut).toBeUndefined();
   });
 
   it('gives a slice without the service-name label an empty serviceName', () => {
@@ -562,7 +648,7 @@ describe('parseEndpointSlice', () => {
     [
       'a numeric port name',
       slice({ ports: [{ name: 80, port: 80 }] }),
-      'ports[0].name: must be "" or a DNS label, got 80',
+      'ports[0].name: must be a string, got 80',
     ],
     [
       'an address that is a list',
@@ -695,6 +781,28 @@ describe('parseObject, parseEvent, problems', () => {
     if (result.ok) return;
     expect(formatProblem(result.problem)).toBe(
       'examples/web.yaml#2 Service demo/web: spec.ports[1].port: must be an integer 1-65535, got 70000',
+    );
+  });
+
+  it('reports the entries left out of a valid object as a problem of the object, and uses the rest', () => {
+    const result = parseEvent({
+      type: 'upsert',
+      kind: 'Service',
+      origin: 'examples/web.yaml#0',
+      object: service({ clusterIP: '10.96.0.1', externalIPs: ['192.0.2.300'], ports: [{ port: 80 }] }),
+    });
+    expect(result.ok && result.object.kind === 'Service' && result.object.value.externalIPs).toEqual([]);
+    expect(result.problem).toEqual({
+      origin: 'examples/web.yaml#0',
+      kind: 'Service',
+      namespace: 'demo',
+      name: 'web',
+      reason:
+        'spec.externalIPs[0]: must be an IP address, got "192.0.2.300" (left out; the rest of the Service is used)',
+      entriesLeftOut: true,
+    });
+    expect(formatProblem(result.problem as ObjectProblem)).toBe(
+      'examples/web.yaml#0 Service demo/web: spec.externalIPs[0]: must be an IP address, got "192.0.2.300" (left out; the rest of the Service is used)',
     );
   });
 

@@ -85,6 +85,41 @@ describe('ChangeTracker', () => {
     expect(tracker.skipped()).toHaveLength(0);
   });
 
+  it('uses a slice without its unusable endpoints and reports them until a clean version arrives', () => {
+    const tracker = new ChangeTracker('test-node');
+    tracker.apply([upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.1', '10.0.0.300']), 'f.yaml#0')]);
+    expect(
+      tracker
+        .state()
+        .endpointSlices.get('ns/a-1')
+        ?.endpoints.map((e) => e.addresses),
+    ).toEqual([['10.0.0.1']]);
+    expect(tracker.skipped()).toEqual([
+      {
+        origin: 'f.yaml#0',
+        kind: 'EndpointSlice',
+        namespace: 'ns',
+        name: 'a-1',
+        reason:
+          'endpoints[1].addresses[0]: must be an IPv4 address (addressType IPv4), got "10.0.0.300" (left out; the rest of the EndpointSlice is used)',
+        entriesLeftOut: true,
+      },
+    ]);
+    tracker.apply([upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.1']), 'f.yaml#0')]);
+    expect(tracker.skipped()).toEqual([]);
+  });
+
+  it('returns each problem from the batch that raised it, once, and again when its reason changes', () => {
+    const tracker = new ChangeTracker('test-node');
+    const bad = (ip: string) => upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.1', ip]), 'f.yaml#0');
+    expect(tracker.apply([bad('10.0.0.300')]).map((p) => p.name)).toEqual(['a-1']);
+    expect(tracker.apply([bad('10.0.0.300')])).toEqual([]);
+    expect(tracker.apply([bad('10.0.0.301')]).map((p) => p.reason)).toEqual([
+      'endpoints[1].addresses[0]: must be an IPv4 address (addressType IPv4), got "10.0.0.301" (left out; the rest of the EndpointSlice is used)',
+    ]);
+    expect(tracker.apply([upsert('Service', rawService('b', 0))]).map((p) => p.name)).toEqual(['b']);
+  });
+
   it('keeps the earliest trigger time per service', () => {
     const tracker = new ChangeTracker('test-node');
     tracker.apply([
