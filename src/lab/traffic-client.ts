@@ -34,13 +34,16 @@ interface Answer {
   bytes?: number;
 }
 
-/** GET /bytes/N, counting what arrives without keeping it; the timer covers the whole transfer. */
+/**
+ * GET /bytes/N, counting what arrives without keeping it; the timer covers the whole transfer, and
+ * a timeout says how far it got (a stall after the first segments points at offloads or MTUs).
+ */
 function download(total: number): Promise<Answer> {
   return new Promise((resolve, reject) => {
+    let bytes = 0;
     const req = request(
       { host, port, path: `/bytes/${total}`, agent: false, localPort: sourcePort },
       (res) => {
-        let bytes = 0;
         res.on('data', (d: Buffer) => {
           bytes += d.length;
         });
@@ -58,7 +61,10 @@ function download(total: number): Promise<Answer> {
         });
       },
     );
-    const timer = setTimeout(() => req.destroy(new Error('timeout')), timeoutMs);
+    const timer = setTimeout(
+      () => req.destroy(new Error(`timeout after ${bytes} of ${total} bytes`)),
+      timeoutMs,
+    );
     req.on('error', (err) => {
       clearTimeout(timer);
       reject(err);
