@@ -29,12 +29,12 @@ const HELM = join(ROOT, '.tools/bin/helm');
 const CHART = join(ROOT, 'charts/kube-bpf-proxy');
 const mainScript = compiledSibling(import.meta.url, '../cli/main.js');
 
-export const CLUSTER_CIDR = '10.244.0.0/16';
+const CLUSTER_CIDR = '10.244.0.0/16';
 const UNDERLAY_GATEWAY = '10.10.0.254';
 /** The outside client, behind the router that joins it to the nodes' underlay. */
 export const CLIENT_IP = '192.0.2.100';
 const CLIENT_GATEWAY = '192.0.2.1';
-export const VXLAN_MTU = 1450;
+const VXLAN_MTU = 1450;
 
 export interface RealNode {
   name: string;
@@ -72,7 +72,6 @@ export interface PodInfo {
   name: string;
   node: string;
   ip: string;
-  ns: string;
   /** The host side of its veth, named by the CNI plugin. */
   hostInterface: string;
 }
@@ -316,7 +315,7 @@ export class RealNodeLab {
     const hostInterface = result.interfaces?.find((i) => !i.sandbox && i.name.startsWith('veth'))?.name;
     if (!ip || !hostInterface)
       throw new Error(`CNI ADD for ${pod.name} gave no address or veth: ${JSON.stringify(result)}`);
-    this.pods.set(pod.name, { name: pod.name, node: pod.node, ip, ns, hostInterface });
+    this.pods.set(pod.name, { name: pod.name, node: pod.node, ip, hostInterface });
     await this.enableOffloads(nodeNs(pod.node), hostInterface);
     await this.enableOffloads(ns, 'eth0');
     await this.lab.startBackend(ns, { name: pod.name, tcpPorts: pod.tcpPorts, udpPorts: pod.udpPorts });
