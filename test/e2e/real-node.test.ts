@@ -13,8 +13,8 @@ import { describeRoot } from '../support/privileges.js';
 // iptables mode is kube-proxy's own rules, so a cell failing there means the lab is wrong.
 //
 // The bpf agents run by default in their own mount namespace without bpffs, as on nodes that do
-// not mount it. Until the agent mounts bpffs itself (issue 10), it cannot start there: set
-// KBP_REAL_NODE_BPFFS=own to give each agent a bpffs of its own and measure the data path anyway.
+// not mount it: the agent mounts it itself. KBP_REAL_NODE_BPFFS=own gives each agent a bpffs
+// mounted for it instead.
 // Needs `npm run build` (agents and backends run dist/) and the CNI plugins of
 // scripts/install-deps.sh.
 
