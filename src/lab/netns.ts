@@ -89,6 +89,23 @@ export class Lab {
     await this.exec(ns, 'ip', ['route', 'add', ...args]);
   }
 
+  /**
+   * `-A FORWARD -m conntrack --ctstate INVALID -j DROP`, as Docker, firewalld, several CNIs and
+   * kube-proxy's iptables mode install it; it also turns netfilter conntrack on in the namespace.
+   */
+  async dropInvalidForwards(ns: string): Promise<void> {
+    await this.exec(ns, 'iptables', [
+      '-A',
+      'FORWARD',
+      '-m',
+      'conntrack',
+      '--ctstate',
+      'INVALID',
+      '-j',
+      'DROP',
+    ]);
+  }
+
   async sysctl(ns: string, key: string, value: string): Promise<void> {
     await this.exec(ns, 'sysctl', ['-qw', `${key}=${value}`]);
   }

@@ -210,18 +210,8 @@ export class RealNodeLab {
     await lab.addRoute(ns, 'default', 'via', UNDERLAY_GATEWAY);
     await this.enableOffloads(ns, 'eth0');
     await this.enableOffloads('wire', wirePort);
-    // As distributions' firewalls and kube-proxy itself do; it also turns netfilter conntrack on
-    // in the namespace (nf_conntrack is built into this kernel, nothing to load).
-    await lab.exec(ns, 'iptables', [
-      '-A',
-      'FORWARD',
-      '-m',
-      'conntrack',
-      '--ctstate',
-      'INVALID',
-      '-j',
-      'DROP',
-    ]);
+    // nf_conntrack is built into this kernel, nothing to load.
+    await lab.dropInvalidForwards(ns);
     for (const args of flannelMasqueradeRules(node)) await lab.exec(ns, 'iptables', ['-t', 'nat', ...args]);
     await lab.exec(ns, 'ip', [
       'link',
