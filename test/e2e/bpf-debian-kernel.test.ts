@@ -15,6 +15,10 @@ const PROGRAMS = [
   'kbp_tc_egress_l3',
   'kbp_xdp_ext',
   'kbp_xdp_tx',
+  'kbp_sock_connect4',
+  'kbp_sock_sendmsg4',
+  'kbp_sock_recvmsg4',
+  'kbp_sock_getpeername4',
 ];
 
 describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {

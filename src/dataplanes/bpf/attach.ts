@@ -13,6 +13,10 @@ import { execFile } from 'node:child_process';
 import { existsSync, readdirSync, unlinkSync } from 'node:fs';
 import { promisify } from 'node:util';
 import {
+  BPF_CGROUP_INET4_CONNECT,
+  BPF_CGROUP_INET4_GETPEERNAME,
+  BPF_CGROUP_UDP4_RECVMSG,
+  BPF_CGROUP_UDP4_SENDMSG,
   BPF_TC_EGRESS,
   BPF_TC_INGRESS,
   BPF_TCX_EGRESS,
@@ -49,6 +53,18 @@ const TC_DIRECTION = {
   'tc-ingress': { tcx: BPF_TCX_INGRESS, clsact: BPF_TC_INGRESS },
   'tc-egress': { tcx: BPF_TCX_EGRESS, clsact: BPF_TC_EGRESS },
 } as const;
+
+/** The cgroup socket hooks of socket-level load balancing, attached to one cgroup v2 directory. */
+export const SOCK_HOOKS = [
+  { hook: 'cgroup-connect4', program: PROGRAMS.sockConnect4, attachType: BPF_CGROUP_INET4_CONNECT },
+  { hook: 'cgroup-sendmsg4', program: PROGRAMS.sockSendmsg4, attachType: BPF_CGROUP_UDP4_SENDMSG },
+  { hook: 'cgroup-recvmsg4', program: PROGRAMS.sockRecvmsg4, attachType: BPF_CGROUP_UDP4_RECVMSG },
+  {
+    hook: 'cgroup-getpeername4',
+    program: PROGRAMS.sockGetpeername4,
+    attachType: BPF_CGROUP_INET4_GETPEERNAME,
+  },
+] as const;
 
 /** cls_bpf filter identity on kernels without tcx ("kb"). */
 export const TC_HANDLE = 0x6b62;
