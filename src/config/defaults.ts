@@ -95,6 +95,8 @@ export const DEFAULT_BPF_CONFIG: BpfConfig = {
   externalInterfaces: [],
   xdpMode: 'off',
   pinPath: '/sys/fs/bpf/kube-bpf-proxy',
+  socketLB: 'host',
+  cgroupPath: '',
   mapSizes: {
     services: 65536,
     backends: 262144,
@@ -118,6 +120,8 @@ function defaultBpf(section: KubeProxyConfigurationFile['bpf']): BpfConfig {
     externalInterfaces: s.externalInterfaces ?? [...d.externalInterfaces],
     xdpMode: s.xdpMode ?? d.xdpMode,
     pinPath: s.pinPath ?? d.pinPath,
+    socketLB: s.socketLB ?? d.socketLB,
+    cgroupPath: s.cgroupPath ?? d.cgroupPath,
     mapSizes: {
       services: sizes.services ?? d.mapSizes.services,
       backends: sizes.backends ?? d.mapSizes.backends,

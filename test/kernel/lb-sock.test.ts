@@ -21,8 +21,9 @@ import {
   possibleCpus,
 } from '../../native/libbpf.js';
 import { closeFd, netnsCookie, O_CLOEXEC, O_RDONLY, openPath } from '../../native/libc.js';
-import { SOCK_HOOKS } from '../../src/dataplanes/bpf/attach.js';
+import { detachAll, SOCK_HOOKS, syncSockHooks } from '../../src/dataplanes/bpf/attach.js';
 import { maglevIndex4 } from '../../src/dataplanes/bpf/flow-hash.js';
+import { listAttachments } from '../../src/dataplanes/bpf/inspect.js';
 import {
   ALGORITHM,
   aff4Key,
@@ -41,6 +42,7 @@ import {
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { findCgroup2Root } from '../../src/host/cgroup.js';
 import { Lab } from '../../src/lab/netns.js';
+import { makePinDir, removePinDir } from '../support/bpffs.js';
 import { inNetns } from '../support/in-netns.js';
 import { type LoadedLb, loadLb, TEST_CONFIG, writeConfig, writeFrontend } from '../support/lb-object.js';
 import { IPPROTO_TCP, IPPROTO_UDP } from '../support/packets.js';
@@ -115,8 +117,8 @@ describeRoot('socket-level load balancing on the cgroup hooks', () => {
   const links: number[] = [];
   const clients = new Set<ChildProcess>();
 
-  /** Runs the client script in namespace `ns`, moved into the test cgroup before it starts. */
-  function request(ns: string, req: ClientRequest): Promise<Answer[]> {
+  /** Runs the client script in namespace `ns`, moved into the cgroup before it starts. */
+  function request(ns: string, req: ClientRequest, inCgroup = cgroup): Promise<Answer[]> {
     return new Promise((resolve, reject) => {
       // The shell joins the cgroup, then becomes the client: every socket is made inside it.
       const child = spawn(
@@ -125,7 +127,7 @@ describeRoot('socket-level load balancing on the cgroup hooks', () => {
           '-c',
           'echo $$ > "$1/cgroup.procs" && exec nsenter --net="/run/netns/$2" -- "$3" --input-type=module -e "$4"',
           'sh',
-          cgroup,
+          inCgroup,
           lab.ns(ns),
           process.execPath,
           CLIENT,
@@ -349,5 +351,53 @@ describeRoot('socket-level load balancing on the cgroup hooks', () => {
     setScope(SOCK_SCOPE.all);
     const [served] = await request('pod', { proto: 'tcp', host: '10.96.0.8', port: 80, count: 1 });
     expect(served).toEqual({ backend: 'a', peer: '10.96.0.8:80', error: null });
+  });
+
+  it("the agent's pinned links: attached, swapped on a restart, listed, and removed by cleanup", async () => {
+    const pinPath = makePinDir('sock');
+    const pinDir = `${pinPath}/v1`;
+    const agentCgroup = `${cgroup}-agent`;
+    mkdirSync(agentCgroup);
+    try {
+      writeFrontend(lb, { svcId: 9, addr: '10.96.0.9', port: 80, proto: IPPROTO_TCP, backends: [B] });
+      const hooks = SOCK_HOOKS.map((h) => h.hook);
+      expect(syncSockHooks(pinDir, lb.prog, agentCgroup)).toEqual({
+        attached: hooks,
+        replaced: [],
+        detached: [],
+      });
+      // A restarted agent swaps its programs into the pinned links.
+      expect(syncSockHooks(pinDir, lb.prog, agentCgroup)).toEqual({
+        attached: [],
+        replaced: hooks,
+        detached: [],
+      });
+      const [answer] = await request(
+        'node',
+        { proto: 'tcp', host: '10.96.0.9', port: 80, count: 1 },
+        agentCgroup,
+      );
+      expect(answer).toEqual({ backend: 'b', peer: '10.96.0.9:80', error: null });
+      const listed = (await listAttachments(pinPath)).filter((a) => a.interface === 'cgroup');
+      expect(listed).toEqual(
+        SOCK_HOOKS.map((h) => ({
+          interface: 'cgroup',
+          hook: h.hook,
+          program: h.program,
+          mechanism: 'cgroup',
+        })),
+      );
+      expect(detachAll(pinDir, []).sort()).toEqual(hooks.map((h) => `${h}@cgroup`).sort());
+      const [after] = await request(
+        'node',
+        { proto: 'tcp', host: '10.96.0.9', port: 80, count: 1 },
+        agentCgroup,
+      );
+      expect(after!.error).toBe('ENETUNREACH');
+    } finally {
+      detachAll(pinDir, []);
+      removePinDir(pinPath);
+      rmdirSync(agentCgroup);
+    }
   });
 });

@@ -201,6 +201,20 @@ describe('defaults without any file', () => {
     expect(config.bpf.xdpMode).toBe('off');
   });
 
+  test('bpf.socketLB: host by default, a bare off is "off", and --bpf-socket-lb sets it', () => {
+    expect(expectOk(loadConfig({ fileText: HEADER, flags: {} })).bpf).toMatchObject({
+      socketLB: 'host',
+      cgroupPath: '',
+    });
+    expect(
+      expectOk(loadConfig({ fileText: `${HEADER}bpf:\n  socketLB: off\n`, flags: {} })).bpf.socketLB,
+    ).toBe('off');
+    expect(
+      expectOk(loadConfig({ fileText: HEADER, flags: { 'bpf-socket-lb': 'all', 'bpf-cgroup-path': '/cg' } }))
+        .bpf,
+    ).toMatchObject({ socketLB: 'all', cgroupPath: '/cg' });
+  });
+
   test('logging.flushFrequency accepts integer nanoseconds and duration strings', () => {
     const ns = expectOk(
       loadConfig({ fileText: `${HEADER}logging:\n  flushFrequency: 2000000000\n`, flags: {} }),
