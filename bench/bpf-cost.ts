@@ -14,6 +14,7 @@ import {
   ACTION,
   ALGORITHM,
   backend4,
+  CT_F,
   config,
   ct4Key,
   ct4Val,
@@ -87,27 +88,43 @@ export function writeServices(lb: Pick<LoadedObject, 'fd'>, from: number, to: nu
   }
 }
 
-/** The two conntrack entries that make CLIENT->VIP:80 and CLIENT->BACKEND:8080 rewrite into each other. */
+/**
+ * Conntrack entries that make a packet rewrite back and forth under BPF_PROG_TEST_RUN's repeats:
+ * forward entries turn CLIENT->VIP:80 and CLIENT->BACKEND:8080 into each other (ingress), reply
+ * entries BACKEND:8080->CLIENT and VIP:80->CLIENT (egress).
+ */
 export function writeTrackedFlow(lb: Pick<LoadedObject, 'fd'>): void {
   const now = process.hrtime.bigint();
-  const entry = (saddr: string, daddr: string, dport: number, to: [string, number]) =>
+  type Endpoint = { addr: string; port: number };
+  const client: Endpoint = { addr: CLIENT, port: 40000 };
+  const vip: Endpoint = { addr: VIP, port: 80 };
+  const backend: Endpoint = { addr: BACKEND, port: 8080 };
+  const entry = (src: Endpoint, dst: Endpoint, xSrc: Endpoint, xDst: Endpoint, flags: number) =>
     mapUpdate(
       lb.fd.ct4Tcp,
-      ct4Key.encode({ saddr, daddr, sport: 40000, dport, proto: IPPROTO_TCP }),
+      ct4Key.encode({
+        saddr: src.addr,
+        daddr: dst.addr,
+        sport: src.port,
+        dport: dst.port,
+        proto: IPPROTO_TCP,
+      }),
       ct4Val.encode({
         lastSeenNs: now,
-        xlateSaddr: saddr,
-        xlateDaddr: to[0],
-        xlateSport: 40000,
-        xlateDport: to[1],
+        xlateSaddr: xSrc.addr,
+        xlateDaddr: xDst.addr,
+        xlateSport: xSrc.port,
+        xlateDport: xDst.port,
         svcId: 1,
         backendId: 1,
-        flags: 0,
+        flags,
         tcpFlags: TCP_FLAG.ACK,
       }),
     );
-  entry(CLIENT, VIP, 80, [BACKEND, 8080]);
-  entry(CLIENT, BACKEND, 8080, [VIP, 80]);
+  entry(client, vip, client, backend, 0);
+  entry(client, backend, client, vip, 0);
+  entry(backend, client, vip, client, CT_F.REPLY);
+  entry(vip, client, backend, client, CT_F.REPLY);
 }
 
 /**

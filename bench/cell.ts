@@ -63,8 +63,6 @@ function agentConfig(mode: BenchMode, pinPath: string): string {
     `mode: ${mode}`,
     `clusterCIDR: ${CLUSTER_CIDR}`,
     'bpf:',
-    '  podInterfaces: ["vethp*"]',
-    '  externalInterfaces: ["eth0"]',
     `  pinPath: ${pinPath}`,
     '',
   ].join('\n');

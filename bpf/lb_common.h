@@ -383,6 +383,22 @@ static __always_inline long kbp_ct_insert(const struct kbp_ct4_key *key,
 	return bpf_map_update_elem(&kbp_ct4any_v1, key, val, flags);
 }
 
+/* The entry for the packet's own tuple, forward or reply. */
+static __always_inline struct kbp_ct4_val *kbp_ct_lookup_pkt(const struct kbp_pkt4 *p) {
+	struct kbp_ct4_key key = {.saddr = p->saddr,
+				  .daddr = p->daddr,
+				  .sport = p->sport,
+				  .dport = p->dport,
+				  .proto = p->proto};
+
+	return kbp_ct_lookup(&key);
+}
+
+/* A reply of an unrouted flow: translated by the egress program only, on its way to the client. */
+static __always_inline bool kbp_ct_egress_reply(const struct kbp_ct4_val *cv) {
+	return (cv->flags & (KBP_CT_F_REPLY | KBP_CT_F_ROUTE)) == KBP_CT_F_REPLY;
+}
+
 /* The tracked backend is still there, unchanged, and not terminating. */
 static __always_inline bool kbp_backend_current(const struct kbp_ct4_val *cv) {
 	__u32 id = cv->backend_id;
@@ -777,7 +793,6 @@ static __always_inline void kbp_ct_touch(struct kbp_ct4_val *ct, const struct kb
 static __always_inline int kbp_lb4(void *ctx, const bool xdp, const bool l3, int role,
 				   __u32 *reason, __u32 *svc_id, struct kbp_hop *hop) {
 	struct kbp_pkt4 p = {};
-	struct kbp_ct4_key key = {};
 	struct kbp_ct4_val *ct, fwd;
 	struct kbp_svc_val sv;
 	__u64 now;
@@ -785,19 +800,14 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, const bool l3, int
 	if (kbp_parse4(ctx, xdp, l3, &p) < 0)
 		return KBP_PASS;
 
-	key.saddr = p.saddr;
-	key.daddr = p.daddr;
-	key.sport = p.sport;
-	key.dport = p.dport;
-	key.proto = p.proto;
 	/* The clock is read only for tracked and new flows: other traffic never pays for it. */
-	ct = kbp_ct_lookup(&key);
+	ct = kbp_ct_lookup_pkt(&p);
 	if (ct) {
 		struct kbp_ct4_val cv = *ct;
 		bool new_syn = p.tcp_flags & KBP_TCP_SYN && !(p.tcp_flags & KBP_TCP_ACK);
 
 		/* The egress program keeps these entries, and counts their packets. */
-		if ((cv.flags & (KBP_CT_F_REPLY | KBP_CT_F_ROUTE)) == KBP_CT_F_REPLY)
+		if (kbp_ct_egress_reply(&cv))
 			return KBP_PASS;
 		now = kbp_now();
 		/* A new connection on a tracked tuple: reuse the backend only if the old flow is
@@ -843,21 +853,15 @@ service:
  */
 static __always_inline void kbp_rev4_egress(struct __sk_buff *skb, const bool l3) {
 	struct kbp_pkt4 p = {};
-	struct kbp_ct4_key key = {};
 	struct kbp_ct4_val *ct, cv;
 
 	if (kbp_parse4(skb, false, l3, &p) < 0)
 		return;
-	key.saddr = p.saddr;
-	key.daddr = p.daddr;
-	key.sport = p.sport;
-	key.dport = p.dport;
-	key.proto = p.proto;
-	ct = kbp_ct_lookup(&key);
+	ct = kbp_ct_lookup_pkt(&p);
 	if (!ct)
 		return;
 	cv = *ct;
-	if ((cv.flags & (KBP_CT_F_REPLY | KBP_CT_F_ROUTE)) != KBP_CT_F_REPLY)
+	if (!kbp_ct_egress_reply(&cv))
 		return;
 	kbp_ct_touch(ct, &cv, &p, kbp_now());
 	kbp_count_traffic(&kbp_svcst_v1, cv.svc_id, p.len, true);

@@ -23,3 +23,21 @@ if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-loc
   npm ci --no-audit --no-fund
 fi
 bash scripts/install-helm.sh
+
+# The CNI reference plugins that wire the pods of the real-node e2e lab (test/e2e/real-node.test.ts)
+# as a cluster's CNI does. Built from the Go module proxy into .tools/cni/bin; skipped when that
+# version is there, or when there is no Go (the Dockerfile's build stage runs no e2e tests).
+cni_version=v1.9.0
+cni_bin=$PWD/.tools/cni/bin
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+if ! command -v go >/dev/null; then
+  echo "no go on PATH: not installing the CNI plugins (the real-node e2e test needs them)"
+else
+  for plugin in main/bridge main/ptp ipam/host-local; do
+    bin=$cni_bin/${plugin#*/}
+    if ! { [[ -x $bin ]] && go version -m "$bin" | grep -qE "^\s+mod\s+github.com/containernetworking/plugins\s+$cni_version\s"; }; then
+      GOFLAGS=-mod=mod CGO_ENABLED=0 GOBIN=$cni_bin go install -trimpath -ldflags "-s -w" \
+        "github.com/containernetworking/plugins/plugins/$plugin@$cni_version"
+    fi
+  done
+fi

@@ -52,8 +52,6 @@ export function demoConfig(mode: ProxyMode, pinPath: string): string {
     'iptables:',
     '  minSyncPeriod: 0s',
     'bpf:',
-    '  podInterfaces: ["vethp*"]',
-    '  externalInterfaces: ["eth0"]',
     `  pinPath: ${pinPath}`,
     '',
   ].join('\n');

@@ -6,6 +6,29 @@ import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import type { Lab } from './netns.js';
 
+export interface AgentStartOptions {
+  /**
+   * The agent's view of bpffs. "host": the lab's own mount namespace (bpffs as the host has it).
+   * "absent": a private mount namespace with /sys/fs/bpf unmounted, as on a node whose init system
+   * does not mount it. "own": a private mount namespace with a fresh bpffs of its own, as on a node
+   * that mounts it, without sharing pins with the host or the other lab nodes. Private mount
+   * namespaces also get their own /run/kube-bpf-proxy, as every real node has; the host's mounts
+   * are never touched.
+   */
+  bpffs?: 'host' | 'absent' | 'own';
+}
+
+// Run by `sh -ec SCRIPT sh MODE AGENT...` inside the private mount namespace. bpffs can be
+// mounted several times over the same point, hence the loop.
+const PRIVATE_MOUNTS = [
+  'while mountpoint -q /sys/fs/bpf; do umount /sys/fs/bpf; done',
+  'if [ "$1" = own ]; then mount -t bpf bpffs /sys/fs/bpf; fi',
+  'mkdir -p /run/kube-bpf-proxy',
+  'mount -t tmpfs kbp-lab-run /run/kube-bpf-proxy',
+  'shift',
+  'exec "$@"',
+].join('\n');
+
 export interface SyncLine {
   /** performance.now() when the line arrived. */
   at: number;
@@ -40,9 +63,27 @@ export class LabAgent {
     });
   }
 
-  static start(lab: Lab, ns: string, cli: string, args: string[]): LabAgent {
+  static start(lab: Lab, ns: string, cli: string, args: string[], opts: AgentStartOptions = {}): LabAgent {
     const startedAt = performance.now();
-    return new LabAgent(lab.spawn(ns, process.execPath, [cli, 'run', ...args]), startedAt);
+    const agent = [process.execPath, cli, 'run', ...args];
+    const bpffs = opts.bpffs ?? 'host';
+    // nsenter --net, then unshare: `ip netns exec` would remount /sys, and with it bpffs.
+    const child =
+      bpffs === 'host'
+        ? lab.spawn(ns, process.execPath, agent.slice(1))
+        : lab.spawn(ns, 'unshare', [
+            '--mount',
+            '--propagation',
+            'private',
+            '--',
+            'sh',
+            '-ec',
+            PRIVATE_MOUNTS,
+            'sh',
+            bpffs,
+            ...agent,
+          ]);
+    return new LabAgent(child, startedAt);
   }
 
   private onLine(text: string): void {

@@ -1,10 +1,12 @@
 // A backend for the namespace lab: answers each HTTP request and each UDP datagram with
 // {"backend": <name>, "client": "<ip>:<port>"}, so a client learns which backend it reached and
-// a test learns which source address the backend saw (masquerade or not).
+// a test learns which source address the backend saw (masquerade or not). GET /bytes/<N> answers
+// with N bytes instead (the same facts in x-backend and x-client headers), for bulk transfers
+// that exercise segmentation offloads and MTUs, which one-line answers never do.
 // Usage: node backend-server.js --name be1 [--tcp 8080[,9100...]] [--udp 5353[,...]]
 
 import { createSocket } from 'node:dgram';
-import { createServer } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import { parseArgs } from 'node:util';
 
 const { values } = parseArgs({
@@ -15,14 +17,43 @@ const pending: Promise<void>[] = [];
 // Dual-stack sockets report IPv4 peers as ::ffff:a.b.c.d; clients compare plain IPv4.
 const plain = (address: string | undefined) => (address ?? '').replace(/^::ffff:/, '');
 
+const CHUNK = Buffer.alloc(64 * 1024, 0x6b);
+
+/** Writes `total` bytes, waiting for the socket to drain so memory stays bounded. */
+function streamBytes(res: ServerResponse, total: number, client: string): void {
+  res.writeHead(200, {
+    'content-type': 'application/octet-stream',
+    'content-length': String(total),
+    'x-backend': name,
+    'x-client': client,
+    connection: 'close',
+  });
+  let left = total;
+  const write = () => {
+    while (left > 0) {
+      const chunk = left >= CHUNK.length ? CHUNK : CHUNK.subarray(0, left);
+      left -= chunk.length;
+      if (!res.write(chunk)) {
+        res.once('drain', write);
+        return;
+      }
+    }
+    res.end();
+  };
+  write();
+}
+
 const ports = (list: string | undefined) => (list ? list.split(',').map(Number) : []);
 
 for (const port of ports(values.tcp)) {
   const server = createServer((req, res) => {
-    const body = JSON.stringify({
-      backend: name,
-      client: `${plain(req.socket.remoteAddress)}:${req.socket.remotePort}`,
-    });
+    const client = `${plain(req.socket.remoteAddress)}:${req.socket.remotePort}`;
+    const bulk = /^\/bytes\/(\d+)$/.exec(req.url ?? '');
+    if (bulk) {
+      streamBytes(res, Number(bulk[1]), client);
+      return;
+    }
+    const body = JSON.stringify({ backend: name, client });
     res.writeHead(200, { 'content-type': 'application/json', connection: 'close' });
     res.end(body);
   });

@@ -89,6 +89,23 @@ export class Lab {
     await this.exec(ns, 'ip', ['route', 'add', ...args]);
   }
 
+  /**
+   * `-A FORWARD -m conntrack --ctstate INVALID -j DROP`, as Docker, firewalld, several CNIs and
+   * kube-proxy's iptables mode install it; it also turns netfilter conntrack on in the namespace.
+   */
+  async dropInvalidForwards(ns: string): Promise<void> {
+    await this.exec(ns, 'iptables', [
+      '-A',
+      'FORWARD',
+      '-m',
+      'conntrack',
+      '--ctstate',
+      'INVALID',
+      '-j',
+      'DROP',
+    ]);
+  }
+
   async sysctl(ns: string, key: string, value: string): Promise<void> {
     await this.exec(ns, 'sysctl', ['-qw', `${key}=${value}`]);
   }
@@ -144,6 +161,7 @@ export class Lab {
   /**
    * Sends `count` requests (a new TCP connection with one HTTP request each, or one UDP datagram
    * each) from a namespace and returns, per request, the answering backend's name or the error.
+   * With downloadBytes, each TCP request fetches that many bytes and timeoutMs bounds the transfer.
    */
   async requests(
     ns: string,
@@ -154,6 +172,7 @@ export class Lab {
       timeoutMs?: number;
       sourcePort?: number;
       sourceAddress?: string;
+      downloadBytes?: number;
     },
   ): Promise<RequestResult[]> {
     const args = [
@@ -169,6 +188,7 @@ export class Lab {
     ];
     if (opts.sourcePort) args.push('--source-port', String(opts.sourcePort));
     if (opts.sourceAddress) args.push('--source-address', opts.sourceAddress);
+    if (opts.downloadBytes !== undefined) args.push('--download', String(opts.downloadBytes));
     const { stdout } = await this.exec(ns, process.execPath, args);
     return stdout
       .split('\n')
@@ -193,6 +213,8 @@ export interface RequestResult {
   seenClient: string | null;
   error: string | null;
   ms: number;
+  /** Downloads only: the bytes that arrived. */
+  bytes?: number;
 }
 
 /** Deletes namespaces left behind by an earlier run that died before destroy() (by prefix). */

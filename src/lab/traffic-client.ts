@@ -1,7 +1,9 @@
 // The lab's traffic client: sends --count requests to --target one after another, each a new
 // TCP connection carrying one HTTP request, or one UDP datagram, and prints one JSON line per
 // request: {"backend", "seenClient", "error", "ms"}. Bounded by count and per-request timeout.
-// Usage: node traffic-client.js --proto tcp|udp --target HOST:PORT --count N [--timeout MS] [--source-port P] [--source-address IP]
+// With --download BYTES each request fetches that many bytes (GET /bytes/BYTES) and its line also
+// has "bytes", the count received; the timeout then bounds the whole transfer.
+// Usage: node traffic-client.js --proto tcp|udp --target HOST:PORT --count N [--timeout MS] [--source-port P] [--source-address IP] [--download BYTES]
 
 import { createSocket } from 'node:dgram';
 import { request } from 'node:http';
@@ -15,6 +17,7 @@ const { values } = parseArgs({
     timeout: { type: 'string', default: '2000' },
     'source-port': { type: 'string' },
     'source-address': { type: 'string' },
+    download: { type: 'string' },
   },
 });
 const target = values.target ?? '';
@@ -28,6 +31,46 @@ const sourceAddress = values['source-address'];
 interface Answer {
   backend: string;
   client: string;
+  bytes?: number;
+}
+
+/**
+ * GET /bytes/N, counting what arrives without keeping it; the timer covers the whole transfer, and
+ * a timeout says how far it got (a stall after the first segments points at offloads or MTUs).
+ */
+function download(total: number): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    let bytes = 0;
+    const req = request(
+      { host, port, path: `/bytes/${total}`, agent: false, localPort: sourcePort },
+      (res) => {
+        res.on('data', (d: Buffer) => {
+          bytes += d.length;
+        });
+        res.on('end', () => {
+          clearTimeout(timer);
+          resolve({
+            backend: String(res.headers['x-backend']),
+            client: String(res.headers['x-client']),
+            bytes,
+          });
+        });
+        res.on('error', (err) => {
+          clearTimeout(timer);
+          reject(err);
+        });
+      },
+    );
+    const timer = setTimeout(
+      () => req.destroy(new Error(`timeout after ${bytes} of ${total} bytes`)),
+      timeoutMs,
+    );
+    req.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    req.end();
+  });
 }
 
 function tcpRequest(): Promise<Answer> {
@@ -82,12 +125,25 @@ function udpRequest(): Promise<Answer> {
 }
 
 const count = Number(values.count);
+const downloadBytes = values.download ? Number(values.download) : undefined;
 for (let i = 0; i < count; i++) {
   const started = performance.now();
   try {
-    const answer = await (values.proto === 'udp' ? udpRequest() : tcpRequest());
+    const answer = await (downloadBytes !== undefined
+      ? download(downloadBytes)
+      : values.proto === 'udp'
+        ? udpRequest()
+        : tcpRequest());
     const ms = performance.now() - started;
-    console.log(JSON.stringify({ backend: answer.backend, seenClient: answer.client, error: null, ms }));
+    console.log(
+      JSON.stringify({
+        backend: answer.backend,
+        seenClient: answer.client,
+        error: null,
+        ms,
+        bytes: answer.bytes,
+      }),
+    );
   } catch (err) {
     const ms = performance.now() - started;
     const e = err as NodeJS.ErrnoException;

@@ -299,8 +299,6 @@ describeRoot('bpf counters of `run --proxy-mode bpf` move with real traffic', ()
         'hostnameOverride: node-a',
         'clusterCIDR: 10.244.0.0/16',
         'bpf:',
-        '  podInterfaces: ["vethp*"]',
-        '  externalInterfaces: ["eth0"]',
         `  pinPath: ${pinPath}`,
         '  metricsMaxBackends: 100',
         '',

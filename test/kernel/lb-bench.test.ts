@@ -6,7 +6,8 @@
 // BPF_PROG_TEST_RUN repeats the program on the same buffer, so a rewrite would turn every later
 // repetition into a miss (reference/libbpf-from-node.md, gotcha 2). Two conntrack entries make
 // the flow ping-pong instead: client->VIP is rewritten to client->backend and client->backend
-// back to client->VIP, so every repetition takes the tracked-flow path.
+// back to client->VIP, so every repetition takes the tracked-flow path; two reply entries do
+// the same for the egress program (backend->client and VIP->client).
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
@@ -44,6 +45,14 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     dport: 80,
     tcpFlags: TCP.ACK,
   });
+  const reply = buildPacket({
+    saddr: BACKEND,
+    daddr: CLIENT,
+    proto: IPPROTO_TCP,
+    sport: 8080,
+    dport: 40000,
+    tcpFlags: TCP.ACK,
+  });
   const miss = buildPacket({
     saddr: CLIENT,
     daddr: '10.244.7.7',
@@ -73,7 +82,9 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
       ['tc tracked flow', PROGRAMS.tcFromPod, frame],
       ['XDP tracked flow', PROGRAMS.xdpFromExternal, frame],
       ['xdp_tx baseline', PROGRAMS.xdpTx, frame],
+      ['tc egress reply', PROGRAMS.tcEgress, reply],
       ['tc not a service', PROGRAMS.tcFromPod, miss],
+      ['tc egress untracked', PROGRAMS.tcEgress, miss],
       ['XDP not a service', PROGRAMS.xdpFromExternal, miss],
     ] as const;
     const rows: string[] = [];
@@ -96,6 +107,9 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     for (const prog of [PROGRAMS.tcFromPod, PROGRAMS.xdpFromExternal]) {
       expect(testRun(lb.prog(prog), { data: frame, repeat: 2 }).dataOut).toEqual(frame);
     }
+    const back = parsePacket(testRun(lb.prog(PROGRAMS.tcEgress), { data: reply }).dataOut);
+    expect(back).toMatchObject({ saddr: VIP, sport: 80, ipChecksumOk: true, l4ChecksumOk: true });
+    expect(testRun(lb.prog(PROGRAMS.tcEgress), { data: reply, repeat: 2 }).dataOut).toEqual(reply);
     measure('tracked-flow path', 1);
   });
 

@@ -71,16 +71,7 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
     await lab.addRoute('pod', 'default', 'via', '10.203.0.1');
     await lab.sysctl('lb', 'net.ipv4.ip_forward', '1');
     await lab.sysctl('lb', 'net.ipv4.conf.all.rp_filter', '1');
-    await lab.exec('lb', 'iptables', [
-      '-A',
-      'FORWARD',
-      '-m',
-      'conntrack',
-      '--ctstate',
-      'INVALID',
-      '-j',
-      'DROP',
-    ]);
+    await lab.dropInvalidForwards('lb');
     // An L3 device: a point-to-point tunnel from tn whose packets carry no Ethernet header.
     await lab.link('tn', 'u0', 'lb', 'u1');
     await lab.addAddress('tn', 'u0', '10.204.0.1/24');

@@ -1,0 +1,489 @@
+// Two nodes shaped like real ones (issue 10), unlike the lab of cluster.ts: an underlay behind a
+// router, a flannel-style vxlan overlay with flannel's masquerade rules, pods wired by the real CNI
+// reference plugins (bridge on node-a, ptp on node-b, host-local IPAM), distributions' kernel
+// settings (rp_filter strict on node-a as RHEL ships it, loose on node-b as Ubuntu does; a
+// conntrack INVALID drop in FORWARD; TSO and GRO on), host-network servers, and agents that run the
+// configuration the Helm chart renders with its default values, by default in a mount namespace
+// without bpffs. Pod addresses come from host-local, so manifests are written once the pods exist.
+
+import { execFile } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { parseAllDocuments } from 'yaml';
+import type { ProxyMode } from '../config/types.js';
+import { type AgentStartOptions, LabAgent } from './agent.js';
+import { compiledSibling, type Lab } from './netns.js';
+
+const execFileAsync = promisify(execFile);
+
+// The checkout's root, from src/lab (vitest) or dist/src/lab (the build).
+const ROOT = fileURLToPath(
+  new URL(import.meta.url.includes('/dist/src/') ? '../../../' : '../../', import.meta.url),
+);
+/** Where scripts/install-deps.sh builds the CNI plugins and scripts/install-helm.sh helm. */
+export const CNI_BIN = join(ROOT, '.tools/cni/bin');
+const HELM = join(ROOT, '.tools/bin/helm');
+const CHART = join(ROOT, 'charts/kube-bpf-proxy');
+const mainScript = compiledSibling(import.meta.url, '../cli/main.js');
+
+const CLUSTER_CIDR = '10.244.0.0/16';
+const UNDERLAY_GATEWAY = '10.10.0.254';
+/** The outside client, behind the router that joins it to the nodes' underlay. */
+export const CLIENT_IP = '192.0.2.100';
+const CLIENT_GATEWAY = '192.0.2.1';
+const VXLAN_MTU = 1450;
+
+export interface RealNode {
+  name: string;
+  ip: string;
+  podCIDR: string;
+  /** flannel.1's address: the pod CIDR's network address, as flannel assigns it. */
+  vtep: string;
+  cni: 'bridge' | 'ptp';
+  /** net.ipv4.conf.{all,default}.rp_filter. */
+  rpFilter: 1 | 2;
+}
+
+export const REAL_NODES: RealNode[] = [
+  {
+    name: 'node-a',
+    ip: '10.10.0.1',
+    podCIDR: '10.244.1.0/24',
+    vtep: '10.244.1.0',
+    cni: 'bridge',
+    rpFilter: 1,
+  },
+  { name: 'node-b', ip: '10.10.0.2', podCIDR: '10.244.2.0/24', vtep: '10.244.2.0', cni: 'ptp', rpFilter: 2 },
+];
+
+export interface RealNodeSpec {
+  /** Pods by name, each on a node, serving HTTP on tcpPorts and UDP echo on udpPorts. */
+  pods: { name: string; node: string; tcpPorts: number[]; udpPorts: number[] }[];
+  /** Servers in the nodes' own network namespaces (host network), e.g. an API server on 6443. */
+  hostServers: { name: string; node: string; port: number }[];
+  /** LoadBalancer IPs and the node the router sends each to (as a BGP or L2 announcement would). */
+  loadBalancerRoutes: { ip: string; node: string }[];
+}
+
+export interface PodInfo {
+  name: string;
+  node: string;
+  ip: string;
+  /** The host side of its veth, named by the CNI plugin. */
+  hostInterface: string;
+}
+
+const nodeNs = (node: string) => `n-${node}`;
+const podNs = (pod: string) => `p-${pod}`;
+const CLIENT_NS = 'client';
+
+function nodeOf(name: string): RealNode {
+  const node = REAL_NODES.find((n) => n.name === name);
+  if (!node) throw new Error(`no node ${name}`);
+  return node;
+}
+
+/** flannel's nat rules (its iptables trafficmngr) for one node, as `iptables -t nat` argument lists. */
+function flannelMasqueradeRules(node: RealNode): string[][] {
+  const rule = (...spec: string[]) => [
+    '-A',
+    'FLANNEL-POSTRTG',
+    ...spec,
+    '-m',
+    'comment',
+    '--comment',
+    'flanneld masq',
+  ];
+  return [
+    ['-N', 'FLANNEL-POSTRTG'],
+    ['-A', 'POSTROUTING', '-m', 'comment', '--comment', 'flanneld masq', '-j', 'FLANNEL-POSTRTG'],
+    // kube-proxy's masquerade mark: kube-proxy masquerades those itself.
+    rule('-m', 'mark', '--mark', '0x4000/0x4000', '-j', 'RETURN'),
+    rule('-s', node.podCIDR, '-d', CLUSTER_CIDR, '-j', 'RETURN'),
+    rule('-s', CLUSTER_CIDR, '-d', node.podCIDR, '-j', 'RETURN'),
+    rule('!', '-s', CLUSTER_CIDR, '-d', node.podCIDR, '-j', 'RETURN'),
+    rule('-s', CLUSTER_CIDR, '!', '-d', '224.0.0.0/4', '-j', 'MASQUERADE', '--random-fully'),
+    rule('!', '-s', CLUSTER_CIDR, '-d', CLUSTER_CIDR, '-j', 'MASQUERADE', '--random-fully'),
+  ];
+}
+
+/** The netconf flannel's CNI plugin delegates to bridge (kube-flannel.yml's delegate), or ptp. */
+function cniConfig(node: RealNode, dataDir: string): Record<string, unknown> {
+  const ipam = {
+    type: 'host-local',
+    subnet: node.podCIDR,
+    dataDir,
+    routes: [{ dst: node.cni === 'bridge' ? CLUSTER_CIDR : '0.0.0.0/0' }],
+  };
+  const common = { cniVersion: '1.0.0', name: 'cbr0', mtu: VXLAN_MTU, ipMasq: false, ipam };
+  return node.cni === 'bridge'
+    ? {
+        ...common,
+        type: 'bridge',
+        bridge: 'cni0',
+        isGateway: true,
+        isDefaultGateway: true,
+        hairpinMode: true,
+      }
+    : { ...common, type: 'ptp' };
+}
+
+interface CniResult {
+  interfaces?: { name: string; sandbox?: string }[];
+  ips?: { address: string; interface?: number }[];
+}
+
+export class RealNodeLab {
+  readonly pods = new Map<string, PodInfo>();
+  readonly agents = new Map<string, LabAgent>();
+  /** Temporary files: host-local's leases, the manifests, the agents' config. */
+  readonly workDir = mkdtempSync(join(tmpdir(), 'kbp-real-node-'));
+  readonly manifestsDir = join(this.workDir, 'manifests');
+
+  constructor(readonly lab: Lab) {
+    mkdirSync(this.manifestsDir);
+  }
+
+  nodeNs(node: string): string {
+    return nodeNs(node);
+  }
+
+  podNs(pod: string): string {
+    return podNs(pod);
+  }
+
+  get clientNs(): string {
+    return CLIENT_NS;
+  }
+
+  pod(name: string): PodInfo {
+    const pod = this.pods.get(name);
+    if (!pod) throw new Error(`no pod ${name}`);
+    return pod;
+  }
+
+  async build(spec: RealNodeSpec): Promise<void> {
+    const { lab } = this;
+    // The router: the nodes' L2 segment (br0, the nodes' default gateway) and the client's link.
+    await lab.addNamespace('wire');
+    await lab.sysctl('wire', 'net.ipv4.ip_forward', '1');
+    await lab.exec('wire', 'ip', ['link', 'add', 'br0', 'type', 'bridge']);
+    await lab.exec('wire', 'ip', ['link', 'set', 'br0', 'up']);
+    await lab.addAddress('wire', 'br0', `${UNDERLAY_GATEWAY}/24`);
+
+    for (const [index, node] of REAL_NODES.entries()) await this.buildNode(node, `w${index}`);
+    await this.joinOverlay();
+
+    await lab.addNamespace(CLIENT_NS);
+    await lab.link(CLIENT_NS, 'eth0', 'wire', 'wc');
+    await lab.addAddress('wire', 'wc', `${CLIENT_GATEWAY}/24`);
+    await lab.addAddress(CLIENT_NS, 'eth0', `${CLIENT_IP}/24`);
+    await lab.addRoute(CLIENT_NS, 'default', 'via', CLIENT_GATEWAY);
+    await this.enableOffloads(CLIENT_NS, 'eth0');
+    await this.enableOffloads('wire', 'wc');
+    for (const { ip, node } of spec.loadBalancerRoutes)
+      await lab.addRoute('wire', `${ip}/32`, 'via', nodeOf(node).ip);
+
+    for (const pod of spec.pods) await this.addPod(pod);
+    for (const server of spec.hostServers) {
+      await lab.startBackend(nodeNs(server.node), { name: server.name, tcpPorts: [server.port] });
+    }
+  }
+
+  private async buildNode(node: RealNode, wirePort: string): Promise<void> {
+    const { lab } = this;
+    const ns = nodeNs(node.name);
+    await lab.addNamespace(ns);
+    // The effective rp_filter of an interface is max(all, itself); new interfaces take default.
+    for (const scope of ['all', 'default']) {
+      await lab.sysctl(ns, `net.ipv4.conf.${scope}.rp_filter`, String(node.rpFilter));
+    }
+    await lab.sysctl(ns, 'net.ipv4.ip_forward', '1');
+    // kubeadm's preflight demands it wherever pods share a bridge (node-a's cni0).
+    await lab.sysctl(ns, 'net.bridge.bridge-nf-call-iptables', '1');
+    await lab.link(ns, 'eth0', 'wire', wirePort);
+    await lab.exec('wire', 'ip', ['link', 'set', wirePort, 'master', 'br0']);
+    await lab.addAddress(ns, 'eth0', `${node.ip}/24`);
+    await lab.addRoute(ns, 'default', 'via', UNDERLAY_GATEWAY);
+    await this.enableOffloads(ns, 'eth0');
+    await this.enableOffloads('wire', wirePort);
+    // nf_conntrack is built into this kernel, nothing to load.
+    await lab.dropInvalidForwards(ns);
+    for (const args of flannelMasqueradeRules(node)) await lab.exec(ns, 'iptables', ['-t', 'nat', ...args]);
+    await lab.exec(ns, 'ip', [
+      'link',
+      'add',
+      'flannel.1',
+      'type',
+      'vxlan',
+      'id',
+      '1',
+      'local',
+      node.ip,
+      'dev',
+      'eth0',
+      'dstport',
+      '8472',
+      'nolearning',
+    ]);
+    await lab.exec(ns, 'ip', ['link', 'set', 'flannel.1', 'mtu', String(VXLAN_MTU), 'up']);
+    await lab.addAddress(ns, 'flannel.1', `${node.vtep}/32`);
+  }
+
+  /** What flanneld programs for each remote lease: route, permanent neighbour, FDB entry. */
+  private async joinOverlay(): Promise<void> {
+    const macs = new Map<string, string>();
+    for (const node of REAL_NODES) {
+      const { stdout } = await this.lab.exec(nodeNs(node.name), 'ip', ['-j', 'link', 'show', 'flannel.1']);
+      macs.set(node.name, (JSON.parse(stdout) as { address: string }[])[0]?.address ?? '');
+    }
+    for (const node of REAL_NODES) {
+      const ns = nodeNs(node.name);
+      for (const remote of REAL_NODES) {
+        if (remote === node) continue;
+        const mac = macs.get(remote.name) ?? '';
+        await this.lab.addRoute(ns, remote.podCIDR, 'via', remote.vtep, 'dev', 'flannel.1', 'onlink');
+        await this.lab.exec(ns, 'ip', [
+          'neigh',
+          'replace',
+          remote.vtep,
+          'lladdr',
+          mac,
+          'dev',
+          'flannel.1',
+          'nud',
+          'permanent',
+        ]);
+        await this.lab.exec(ns, 'bridge', [
+          'fdb',
+          'append',
+          mac,
+          'dev',
+          'flannel.1',
+          'dst',
+          remote.ip,
+          'self',
+          'permanent',
+        ]);
+      }
+    }
+  }
+
+  /** veths come with TSO on and GRO off; real NICs have both on. */
+  private async enableOffloads(ns: string, ifname: string): Promise<void> {
+    await this.lab.exec(ns, 'ethtool', ['-K', ifname, 'tso', 'on', 'gso', 'on', 'gro', 'on']);
+  }
+
+  /** Runs a CNI plugin the way the container runtime does: env, netconf on stdin, in the node's netns. */
+  private async cni(command: 'ADD' | 'DEL', pod: { name: string; node: string }): Promise<CniResult> {
+    const node = nodeOf(pod.node);
+    const conf = cniConfig(node, join(this.workDir, 'cni', node.name));
+    const { stdout } = await this.lab.exec(
+      nodeNs(node.name),
+      'env',
+      [
+        `CNI_COMMAND=${command}`,
+        `CNI_CONTAINERID=${this.lab.prefix}-${pod.name}`,
+        `CNI_NETNS=/run/netns/${this.lab.ns(podNs(pod.name))}`,
+        'CNI_IFNAME=eth0',
+        `CNI_PATH=${CNI_BIN}`,
+        join(CNI_BIN, conf.type as string),
+      ],
+      { input: JSON.stringify(conf) },
+    );
+    return command === 'ADD' ? (JSON.parse(stdout) as CniResult) : {};
+  }
+
+  private async addPod(pod: RealNodeSpec['pods'][number]): Promise<void> {
+    const ns = podNs(pod.name);
+    await this.lab.addNamespace(ns);
+    const result = await this.cni('ADD', pod);
+    const ip = result.ips?.[0]?.address.split('/')[0];
+    const hostInterface = result.interfaces?.find((i) => !i.sandbox && i.name.startsWith('veth'))?.name;
+    if (!ip || !hostInterface)
+      throw new Error(`CNI ADD for ${pod.name} gave no address or veth: ${JSON.stringify(result)}`);
+    this.pods.set(pod.name, { name: pod.name, node: pod.node, ip, hostInterface });
+    await this.enableOffloads(nodeNs(pod.node), hostInterface);
+    await this.enableOffloads(ns, 'eth0');
+    await this.lab.startBackend(ns, { name: pod.name, tcpPorts: pod.tcpPorts, udpPorts: pod.udpPorts });
+  }
+
+  /**
+   * Writes the manifests every agent watches: the Nodes, and each Service with one EndpointSlice of
+   * ready endpoints (pods by name, host-network servers by node), as the controllers make them.
+   */
+  writeManifests(services: LabService[]): void {
+    const items = [...REAL_NODES.map(nodeObject), ...services.flatMap((svc) => this.serviceObjects(svc))];
+    writeFileSync(
+      join(this.manifestsDir, 'cluster.json'),
+      JSON.stringify({ apiVersion: 'v1', kind: 'List', items }),
+    );
+  }
+
+  /**
+   * Starts one agent per node with what the chart renders for `mode` (default values otherwise):
+   * the ConfigMap's config.conf and the DaemonSet's container args, with the API server replaced by
+   * --manifests. Waits for each agent's first sync.
+   */
+  async startAgents(mode: ProxyMode, opts: AgentStartOptions = { bpffs: 'absent' }): Promise<void> {
+    const rendered = await renderChart(mode, this.workDir);
+    for (const node of REAL_NODES) {
+      const configDir = join(this.workDir, 'agent', node.name);
+      mkdirSync(configDir, { recursive: true });
+      writeFileSync(join(configDir, 'config.conf'), rendered.config);
+      const [command, ...args] = rendered.args.map((arg) =>
+        arg.replaceAll('$(NODE_NAME)', node.name).replace(rendered.configMountPath, configDir),
+      );
+      if (command !== 'run') throw new Error(`the chart's agent runs "${command}", not run`);
+      const agent = LabAgent.start(
+        this.lab,
+        nodeNs(node.name),
+        mainScript,
+        [...args, '--manifests', this.manifestsDir],
+        opts,
+      );
+      this.agents.set(node.name, agent);
+    }
+    for (const agent of this.agents.values()) await agent.waitForSync(1, 60_000);
+  }
+
+  /** Stops the agents, releases the pods' addresses with CNI DEL and deletes every namespace. */
+  async destroy(): Promise<void> {
+    for (const agent of this.agents.values()) await agent.stop();
+    for (const pod of this.pods.values()) await this.cni('DEL', pod).catch(() => {});
+    await this.lab.destroy();
+    rmSync(this.workDir, { recursive: true, force: true });
+  }
+
+  private serviceObjects(svc: LabService): unknown[] {
+    const metadata = { name: svc.name, namespace: 'default' };
+    const service = {
+      apiVersion: 'v1',
+      kind: 'Service',
+      metadata,
+      spec: {
+        type: svc.type,
+        clusterIP: svc.clusterIP,
+        clusterIPs: [svc.clusterIP],
+        ipFamilies: ['IPv4'],
+        ipFamilyPolicy: 'SingleStack',
+        ports: svc.ports,
+        ...(svc.type === 'ClusterIP'
+          ? {}
+          : { externalTrafficPolicy: svc.externalTrafficPolicy ?? 'Cluster' }),
+        ...(svc.healthCheckNodePort ? { healthCheckNodePort: svc.healthCheckNodePort } : {}),
+      },
+      status: svc.loadBalancerIP
+        ? { loadBalancer: { ingress: [{ ip: svc.loadBalancerIP, ipMode: 'VIP' }] } }
+        : {},
+    };
+    const endpoints = svc.endpoints.map((endpoint) => {
+      const conditions = { ready: true, serving: true, terminating: false };
+      if ('hostNode' in endpoint) {
+        return { addresses: [nodeOf(endpoint.hostNode).ip], conditions, nodeName: endpoint.hostNode };
+      }
+      const pod = this.pod(endpoint.pod);
+      return {
+        addresses: [pod.ip],
+        conditions,
+        nodeName: pod.node,
+        targetRef: { kind: 'Pod', namespace: 'default', name: pod.name },
+      };
+    });
+    const slice = {
+      apiVersion: 'discovery.k8s.io/v1',
+      kind: 'EndpointSlice',
+      metadata: {
+        name: `${svc.name}-lab`,
+        namespace: 'default',
+        labels: { 'kubernetes.io/service-name': svc.name },
+      },
+      addressType: 'IPv4',
+      ports: svc.ports.map((p) => ({ name: p.name, protocol: p.protocol, port: p.targetPort })),
+      endpoints,
+    };
+    return [service, slice];
+  }
+}
+
+export interface LabService {
+  name: string;
+  type: 'ClusterIP' | 'NodePort' | 'LoadBalancer';
+  clusterIP: string;
+  ports: { name: string; protocol: 'TCP' | 'UDP'; port: number; targetPort: number; nodePort?: number }[];
+  externalTrafficPolicy?: 'Cluster' | 'Local';
+  healthCheckNodePort?: number;
+  /** status.loadBalancer.ingress, as the cloud or MetalLB writes it. */
+  loadBalancerIP?: string;
+  /** Pods by name; host-network servers by their node. */
+  endpoints: ({ pod: string } | { hostNode: string })[];
+}
+
+function nodeObject(node: RealNode): Record<string, unknown> {
+  return {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {
+      name: node.name,
+      labels: { 'kubernetes.io/hostname': node.name, 'kubernetes.io/os': 'linux' },
+    },
+    spec: { podCIDR: node.podCIDR, podCIDRs: [node.podCIDR] },
+    status: {
+      addresses: [
+        { type: 'InternalIP', address: node.ip },
+        { type: 'Hostname', address: node.name },
+      ],
+    },
+  };
+}
+
+interface RenderedAgent {
+  config: string;
+  args: string[];
+  /** Where the DaemonSet mounts the ConfigMap. */
+  configMountPath: string;
+}
+
+/** `helm template` of the chart with its defaults (plus the required API server address and the mode). */
+export async function renderChart(mode: ProxyMode, workDir: string): Promise<RenderedAgent> {
+  const home = join(workDir, 'helm');
+  const { stdout } = await execFileAsync(
+    HELM,
+    [
+      'template',
+      'kbp',
+      CHART,
+      '-n',
+      'kube-system',
+      '--set',
+      'k8sServiceHost=10.10.0.1',
+      '--set',
+      `proxyMode=${mode}`,
+    ],
+    {
+      env: {
+        PATH: process.env.PATH ?? '',
+        HOME: home,
+        HELM_CACHE_HOME: join(home, 'cache'),
+        HELM_CONFIG_HOME: join(home, 'config'),
+        HELM_DATA_HOME: join(home, 'data'),
+      },
+    },
+  );
+  // biome-ignore lint/suspicious/noExplicitAny: rendered manifests are untyped YAML
+  const objects = parseAllDocuments(stdout).map((doc) => doc.toJS() as any);
+  const configMap = objects.find((o) => o?.kind === 'ConfigMap' && o.data?.['config.conf']);
+  const daemonSet = objects.find((o) => o?.kind === 'DaemonSet');
+  const pod = daemonSet?.spec?.template?.spec;
+  const container = pod?.containers?.find((c: { name: string }) => c.name === 'kube-bpf-proxy');
+  const configVolume = pod?.volumes?.find(
+    (v: { configMap?: { name: string } }) => v.configMap?.name === configMap?.metadata?.name,
+  );
+  const mount = container?.volumeMounts?.find((m: { name: string }) => m.name === configVolume?.name);
+  if (!configMap || !container?.args || !mount)
+    throw new Error('the chart rendered no agent ConfigMap or DaemonSet');
+  return { config: configMap.data['config.conf'], args: container.args, configMountPath: mount.mountPath };
+}

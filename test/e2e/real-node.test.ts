@@ -1,0 +1,367 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { ProxyMode } from '../../src/config/types.js';
+import { deleteStaleNamespaces, Lab, type RequestResult } from '../../src/lab/netns.js';
+import { CLIENT_IP, CNI_BIN, type LabService, REAL_NODES, RealNodeLab } from '../../src/lab/real-node.js';
+import { describeRoot } from '../support/privileges.js';
+
+// Issue 10's matrix on two nodes shaped like real ones (src/lab/real-node.ts): flannel's vxlan
+// overlay and masquerade rules, pods wired by the CNI bridge (node-a) and ptp (node-b) plugins,
+// rp_filter 1 and 2, conntrack's INVALID drop, TSO/GRO on, host-network backends, and agents that
+// run exactly what the Helm chart renders with its default values. The same cells run in each mode:
+// iptables mode is kube-proxy's own rules, so a cell failing there means the lab is wrong.
+//
+// The bpf agents run by default in their own mount namespace without bpffs, as on nodes that do
+// not mount it: the agent mounts it itself. KBP_REAL_NODE_BPFFS=own gives each agent a bpffs
+// mounted for it instead.
+// Needs `npm run build` (agents and backends run dist/) and the CNI plugins of
+// scripts/install-deps.sh.
+
+const MODES: ProxyMode[] = ['bpf', 'iptables'];
+const BPFFS = process.env.KBP_REAL_NODE_BPFFS === 'own' ? 'own' : 'absent';
+const REQUESTS = 20;
+const REQUEST_TIMEOUT_MS = 1000;
+const DOWNLOAD_BYTES = 64 * 1024 * 1024;
+const DOWNLOAD_TIMEOUT_MS = 30_000;
+
+const NODE_A = REAL_NODES[0]!;
+const NODE_B = REAL_NODES[1]!;
+const HTTP = 8080;
+const DNS = 5353;
+const API = 6443;
+
+// a1 and b1 are the client pods (and their own hairpin backends); a2 and b2 serve the rest.
+const PODS = ['a1', 'a2', 'b1', 'b2'].map((name) => ({
+  name,
+  node: name.startsWith('a') ? NODE_A.name : NODE_B.name,
+  tcpPorts: [HTTP],
+  udpPorts: [DNS],
+}));
+
+const http = (port = 80, nodePort?: number) => ({
+  name: 'http',
+  protocol: 'TCP' as const,
+  port,
+  targetPort: HTTP,
+  ...(nodePort ? { nodePort } : {}),
+});
+
+const SERVICES: LabService[] = [
+  {
+    name: 'kubernetes',
+    type: 'ClusterIP',
+    clusterIP: '10.96.0.1',
+    ports: [{ name: 'https', protocol: 'TCP', port: 443, targetPort: API }],
+    endpoints: [{ hostNode: NODE_A.name }],
+  },
+  // node-b's counterpart, so each node has a host-network backend locally and one remotely.
+  {
+    name: 'host-b',
+    type: 'ClusterIP',
+    clusterIP: '10.96.0.2',
+    ports: [{ name: 'https', protocol: 'TCP', port: 443, targetPort: API }],
+    endpoints: [{ hostNode: NODE_B.name }],
+  },
+  { name: 'only-a', type: 'ClusterIP', clusterIP: '10.96.1.1', ports: [http()], endpoints: [{ pod: 'a2' }] },
+  // A NodePort too: the bulk downloads enter at node-b (local backend) and node-a (remote).
+  {
+    name: 'only-b',
+    type: 'NodePort',
+    clusterIP: '10.96.1.2',
+    ports: [http(80, 30082)],
+    endpoints: [{ pod: 'b2' }],
+  },
+  {
+    name: 'both',
+    type: 'ClusterIP',
+    clusterIP: '10.96.1.3',
+    ports: [http(), { name: 'dns', protocol: 'UDP', port: 53, targetPort: DNS }],
+    endpoints: [{ pod: 'a2' }, { pod: 'b2' }],
+  },
+  {
+    name: 'np-cluster',
+    type: 'NodePort',
+    clusterIP: '10.96.1.4',
+    externalTrafficPolicy: 'Cluster',
+    ports: [http(80, 30080)],
+    endpoints: [{ pod: 'a2' }, { pod: 'b2' }],
+  },
+  {
+    name: 'np-local',
+    type: 'NodePort',
+    clusterIP: '10.96.1.5',
+    externalTrafficPolicy: 'Local',
+    healthCheckNodePort: 32001,
+    ports: [http(80, 30081)],
+    endpoints: [{ pod: 'a2' }, { pod: 'b2' }],
+  },
+  {
+    name: 'lb-cluster',
+    type: 'LoadBalancer',
+    clusterIP: '10.96.1.6',
+    externalTrafficPolicy: 'Cluster',
+    loadBalancerIP: '198.51.100.10',
+    ports: [http(80, 30090)],
+    endpoints: [{ pod: 'a2' }, { pod: 'b2' }],
+  },
+  {
+    name: 'lb-local',
+    type: 'LoadBalancer',
+    clusterIP: '10.96.1.7',
+    externalTrafficPolicy: 'Local',
+    healthCheckNodePort: 32002,
+    loadBalancerIP: '198.51.100.11',
+    ports: [http(80, 30091)],
+    endpoints: [{ pod: 'a2' }, { pod: 'b2' }],
+  },
+  { name: 'self-a', type: 'ClusterIP', clusterIP: '10.96.2.1', ports: [http()], endpoints: [{ pod: 'a1' }] },
+  { name: 'self-b', type: 'ClusterIP', clusterIP: '10.96.2.2', ports: [http()], endpoints: [{ pod: 'b1' }] },
+];
+
+// lb-cluster enters at node-a, lb-local at node-b (where it has a local endpoint, as the LB's
+// health checks would choose).
+const LB_ROUTES = [
+  { ip: '198.51.100.10', node: NODE_A.name },
+  { ip: '198.51.100.11', node: NODE_B.name },
+];
+
+interface Cell {
+  name: string;
+  /** A pod's name, or the outside client. */
+  from: string | 'outside';
+  target: string;
+  proto: 'tcp' | 'udp';
+  backends: string[];
+  /**
+   * "preserved": every backend saw the client's own address (eTP Local, ClusterIP from pods).
+   * "any": not asserted (e.g. kube-proxy masquerades eTP Cluster even to a local backend; flannel
+   * masquerades pods' traffic to non-pod addresses).
+   */
+  clientAddress: 'preserved' | 'any';
+  /** Backends that must see another address than the client's (SNAT towards another node). */
+  snatAt?: string[];
+  downloadBytes?: number;
+}
+
+const CLIENT_PODS = [
+  { pod: 'a1', node: NODE_A, cni: 'bridge', peer: NODE_B },
+  { pod: 'b1', node: NODE_B, cni: 'ptp', peer: NODE_A },
+];
+const HOST_SERVICE = { [NODE_A.name]: '10.96.0.1:443', [NODE_B.name]: '10.96.0.2:443' };
+const ONLY = { [NODE_A.name]: ['10.96.1.1:80', 'a2'], [NODE_B.name]: ['10.96.1.2:80', 'b2'] } as const;
+
+const CELLS: Cell[] = [
+  ...CLIENT_PODS.flatMap(({ pod, node, cni, peer }): Cell[] => {
+    const who = `pod on ${node.name} (${cni})`;
+    return [
+      {
+        name: `${who} → ClusterIP, backend on the same node`,
+        from: pod,
+        target: ONLY[node.name]![0],
+        proto: 'tcp',
+        backends: [ONLY[node.name]![1]],
+        clientAddress: 'preserved',
+      },
+      {
+        name: `${who} → ClusterIP, backend on the other node`,
+        from: pod,
+        target: ONLY[peer.name]![0],
+        proto: 'tcp',
+        backends: [ONLY[peer.name]![1]],
+        clientAddress: 'preserved',
+      },
+      {
+        name: `${who} → ClusterIP, backends on both nodes`,
+        from: pod,
+        target: '10.96.1.3:80',
+        proto: 'tcp',
+        backends: ['a2', 'b2'],
+        clientAddress: 'preserved',
+      },
+      {
+        name: `${who} → ClusterIP, host-network backend on the same node`,
+        from: pod,
+        target: HOST_SERVICE[node.name]!,
+        proto: 'tcp',
+        backends: [`host-${node.name}`],
+        clientAddress: 'preserved',
+      },
+      {
+        // flannel masquerades pods' traffic to addresses outside the pod network: the remote
+        // server sees the client's node.
+        name: `${who} → ClusterIP, host-network backend on the other node`,
+        from: pod,
+        target: HOST_SERVICE[peer.name]!,
+        proto: 'tcp',
+        backends: [`host-${peer.name}`],
+        clientAddress: 'any',
+      },
+      {
+        // kube-proxy masquerades hairpin connections, or the backend would answer itself directly.
+        name: `${who} → its own Service (hairpin)`,
+        from: pod,
+        target: pod === 'a1' ? '10.96.2.1:80' : '10.96.2.2:80',
+        proto: 'tcp',
+        backends: [pod],
+        clientAddress: 'any',
+      },
+      {
+        name: `${who} → ClusterIP UDP, backends on both nodes`,
+        from: pod,
+        target: '10.96.1.3:53',
+        proto: 'udp',
+        backends: ['a2', 'b2'],
+        clientAddress: 'preserved',
+      },
+    ];
+  }),
+  ...[NODE_A, NODE_B].flatMap((node): Cell[] => [
+    {
+      name: `outside → NodePort eTP=Cluster on ${node.name}`,
+      from: 'outside',
+      target: `${node.ip}:30080`,
+      proto: 'tcp',
+      backends: ['a2', 'b2'],
+      clientAddress: 'any',
+      snatAt: [node === NODE_A ? 'b2' : 'a2'],
+    },
+    {
+      name: `outside → NodePort eTP=Local on ${node.name}`,
+      from: 'outside',
+      target: `${node.ip}:30081`,
+      proto: 'tcp',
+      backends: [node === NODE_A ? 'a2' : 'b2'],
+      clientAddress: 'preserved',
+    },
+  ]),
+  {
+    name: 'outside → LoadBalancer IP eTP=Cluster (announced by node-a)',
+    from: 'outside',
+    target: '198.51.100.10:80',
+    proto: 'tcp',
+    backends: ['a2', 'b2'],
+    clientAddress: 'any',
+    snatAt: ['b2'],
+  },
+  {
+    name: 'outside → LoadBalancer IP eTP=Local (announced by node-b)',
+    from: 'outside',
+    target: '198.51.100.11:80',
+    proto: 'tcp',
+    backends: ['b2'],
+    clientAddress: 'preserved',
+  },
+  {
+    name: '64 MiB: pod on node-a ← ClusterIP, backend on the same node',
+    from: 'a1',
+    target: '10.96.1.1:80',
+    proto: 'tcp',
+    backends: ['a2'],
+    clientAddress: 'preserved',
+    downloadBytes: DOWNLOAD_BYTES,
+  },
+  {
+    name: '64 MiB across the overlay: pod on node-a ← ClusterIP, backend on node-b',
+    from: 'a1',
+    target: '10.96.1.2:80',
+    proto: 'tcp',
+    backends: ['b2'],
+    clientAddress: 'preserved',
+    downloadBytes: DOWNLOAD_BYTES,
+  },
+  {
+    name: '64 MiB: outside ← NodePort on node-b, local backend',
+    from: 'outside',
+    target: `${NODE_B.ip}:30082`,
+    proto: 'tcp',
+    backends: ['b2'],
+    clientAddress: 'any',
+    downloadBytes: DOWNLOAD_BYTES,
+  },
+  {
+    name: '64 MiB: outside ← NodePort on node-a, remote backend',
+    from: 'outside',
+    target: `${NODE_A.ip}:30082`,
+    proto: 'tcp',
+    backends: ['b2'],
+    clientAddress: 'any',
+    snatAt: ['b2'],
+    downloadBytes: DOWNLOAD_BYTES,
+  },
+];
+
+/** What went wrong in a cell, one line per problem; empty when it passed. */
+function problems(cell: Cell, clientIP: string, results: RequestResult[]): string[] {
+  const out: string[] = [];
+  const errors = new Map<string, number>();
+  for (const r of results) if (r.error) errors.set(r.error, (errors.get(r.error) ?? 0) + 1);
+  if (errors.size)
+    out.push(
+      `${results.length - [...errors.values()].reduce((a, b) => a + b, 0)}/${results.length} succeeded; errors: ${[...errors].map(([e, n]) => `${n}× ${e}`).join(', ')}`,
+    );
+  const answered = [...new Set(results.flatMap((r) => (r.backend ? [r.backend] : [])))].sort();
+  if (answered.join() !== [...cell.backends].sort().join()) {
+    out.push(`backends ${JSON.stringify(answered)}, expected ${JSON.stringify(cell.backends)}`);
+  }
+  for (const r of results) {
+    if (!r.backend || !r.seenClient) continue;
+    const seen = r.seenClient.replace(/:\d+$/, '');
+    if (cell.clientAddress === 'preserved' && seen !== clientIP) {
+      out.push(`${r.backend} saw ${seen}, not the client ${clientIP}`);
+    }
+    if (cell.snatAt?.includes(r.backend) && seen === clientIP) {
+      out.push(
+        `${r.backend} on another node saw the client ${clientIP}: not SNATed, its replies bypass the entry node`,
+      );
+    }
+  }
+  for (const r of results) {
+    if (cell.downloadBytes !== undefined && r.backend && r.bytes !== cell.downloadBytes) {
+      out.push(`${r.bytes} of ${cell.downloadBytes} bytes arrived`);
+    }
+  }
+  return [...new Set(out)];
+}
+
+for (const mode of MODES) {
+  describeRoot(`issue 10 matrix on real-shaped nodes, ${mode} mode`, () => {
+    const lab = new Lab(`kbprn${mode[0]}${process.pid}`);
+    let nodes: RealNodeLab;
+
+    beforeAll(async () => {
+      if (!existsSync(join(CNI_BIN, 'bridge'))) {
+        throw new Error(`no CNI plugins in ${CNI_BIN}: run bash scripts/install-deps.sh`);
+      }
+      await deleteStaleNamespaces(lab.prefix);
+      nodes = new RealNodeLab(lab);
+      await nodes.build({
+        pods: PODS,
+        hostServers: REAL_NODES.map((node) => ({ name: `host-${node.name}`, node: node.name, port: API })),
+        loadBalancerRoutes: LB_ROUTES,
+      });
+      nodes.writeManifests(SERVICES);
+      await nodes.startAgents(mode, { bpffs: mode === 'bpf' ? BPFFS : 'absent' });
+    });
+
+    afterAll(async () => {
+      await nodes?.destroy();
+    });
+
+    for (const cell of CELLS) {
+      it(cell.name, async () => {
+        const outside = cell.from === 'outside';
+        const ns = outside ? nodes.clientNs : nodes.podNs(cell.from);
+        const clientIP = outside ? CLIENT_IP : nodes.pod(cell.from).ip;
+        const download = cell.downloadBytes !== undefined;
+        const results = await lab.requests(ns, cell.target, {
+          proto: cell.proto,
+          count: download ? 1 : REQUESTS,
+          timeoutMs: download ? DOWNLOAD_TIMEOUT_MS : REQUEST_TIMEOUT_MS,
+          downloadBytes: cell.downloadBytes,
+        });
+        expect(problems(cell, clientIP, results)).toEqual([]);
+      });
+    }
+  });
+}
