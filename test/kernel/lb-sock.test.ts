@@ -25,15 +25,19 @@ import { detachAll, SOCK_HOOKS, syncSockHooks } from '../../src/dataplanes/bpf/a
 import { maglevIndex4 } from '../../src/dataplanes/bpf/flow-hash.js';
 import { listAttachments } from '../../src/dataplanes/bpf/inspect.js';
 import {
+  ACTION,
   ALGORITHM,
   aff4Key,
   affMatchKey,
   affVal,
   ip4Codec,
   perCpuValueSize,
+  SCOPE,
   SOCK_SCOPE,
+  SRC_RANGE_ID_BITS,
   SVC_F,
   sockConfig,
+  srcRange4Key,
   sumPerCpu,
   trafficStats,
   u8Codec,
@@ -324,6 +328,59 @@ describeRoot('socket-level load balancing on the cgroup hooks', () => {
       const [answer] = await request('node', { proto: 'tcp', host, port: 30080, count: 1 });
       expect(answer).toEqual({ backend: 'b', peer: `${host}:30080`, error: null });
     }
+  });
+
+  it('traffic policies: the internal scope of a two-scope address, drop with EPERM, source ranges', async () => {
+    // eTP=Local LoadBalancer IP: outside traffic gets the local endpoints (A), a node's own
+    // sockets the internal entry (B), as kube-proxy sends locally originated traffic.
+    const lbFlags = SVC_F.EXTERNAL | SVC_F.LOADBALANCER | SVC_F.TWO_SCOPES;
+    writeFrontend(lb, {
+      svcId: 10,
+      addr: '198.51.100.1',
+      port: 80,
+      proto: IPPROTO_TCP,
+      flags: lbFlags,
+      backends: [A],
+    });
+    writeFrontend(lb, {
+      svcId: 11,
+      addr: '198.51.100.1',
+      port: 80,
+      proto: IPPROTO_TCP,
+      scope: SCOPE.internal,
+      backends: [B],
+    });
+    const internal = await request('node', { proto: 'tcp', host: '198.51.100.1', port: 80, count: 3 });
+    expect(internal.map((a) => a.backend)).toEqual(['b', 'b', 'b']);
+    // iTP=Local without local endpoints: kube-proxy drops; a socket fails at once.
+    writeFrontend(lb, {
+      svcId: 12,
+      addr: '10.96.0.12',
+      port: 80,
+      proto: IPPROTO_TCP,
+      action: ACTION.drop,
+      backends: [],
+    });
+    const [dropped] = await request('node', { proto: 'tcp', host: '10.96.0.12', port: 80, count: 1 });
+    expect(dropped!.error).toBe('EPERM');
+    // loadBalancerSourceRanges: the node's address is the client of an unbound socket.
+    writeFrontend(lb, {
+      svcId: 13,
+      addr: '198.51.100.2',
+      port: 80,
+      proto: IPPROTO_TCP,
+      flags: SVC_F.EXTERNAL | SVC_F.LOADBALANCER | SVC_F.SOURCE_RANGE,
+      backends: [A],
+    });
+    const [denied] = await request('node', { proto: 'tcp', host: '198.51.100.2', port: 80, count: 1 });
+    expect(denied!.error).toBe('EPERM');
+    mapUpdate(
+      lb.fd.srcRange4,
+      srcRange4Key.encode({ prefixlen: SRC_RANGE_ID_BITS + 24, svcId: 13, addr: '10.210.0.0' }),
+      u8Codec.encode(1),
+    );
+    const [allowed] = await request('node', { proto: 'tcp', host: '198.51.100.2', port: 80, count: 1 });
+    expect(allowed).toEqual({ backend: 'a', peer: '198.51.100.2:80', error: null });
   });
 
   it('UDP: each datagram goes to a backend and each reply reads as from the VIP, connected or not', async () => {
