@@ -104,6 +104,9 @@ export const DEFAULT_BPF_CONFIG: BpfConfig = {
     conntrack: 524288,
     affinity: 65536,
     sourceRanges: 16384,
+    // An evicted entry makes replies to an unconnected UDP socket (a resolver) come from the
+    // backend's address, which the socket drops: room for the sockets of a busy node.
+    socketReverse: 131072,
   },
   conntrackGCIntervalSeconds: 30,
   metricsMaxBackends: 1000,
@@ -129,6 +132,7 @@ function defaultBpf(section: KubeProxyConfigurationFile['bpf']): BpfConfig {
       conntrack: sizes.conntrack ?? d.mapSizes.conntrack,
       affinity: sizes.affinity ?? d.mapSizes.affinity,
       sourceRanges: sizes.sourceRanges ?? d.mapSizes.sourceRanges,
+      socketReverse: sizes.socketReverse ?? d.mapSizes.socketReverse,
     },
     conntrackGCIntervalSeconds: s.conntrackGCIntervalSeconds ?? d.conntrackGCIntervalSeconds,
     metricsMaxBackends: s.metricsMaxBackends ?? d.metricsMaxBackends,

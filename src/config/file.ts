@@ -73,6 +73,7 @@ const bpfSection = object({
     conntrack: uint32,
     affinity: uint32,
     sourceRanges: uint32,
+    socketReverse: uint32,
   }),
   conntrackGCIntervalSeconds: uint32,
   metricsMaxBackends: uint32,

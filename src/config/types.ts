@@ -34,6 +34,8 @@ export interface BpfConfig {
     conntrack: number;
     affinity: number;
     sourceRanges: number;
+    /** Sockets the socket hooks translated, per backend (kbp_sockrev4_v1, LRU). */
+    socketReverse: number;
   };
   conntrackGCIntervalSeconds: number;
   /** Per-backend metric series are exported for at most this many backends (0 = none). */

@@ -108,6 +108,7 @@ export function bpfConfig(extra: Partial<BpfConfig> = {}): BpfConfig {
       conntrack: 16384,
       affinity: 4096,
       sourceRanges: 1024,
+      socketReverse: 1024,
     },
     conntrackGCIntervalSeconds: 30,
     metricsMaxBackends: 100,

@@ -144,6 +144,7 @@ describe('the kubeadm config.conf, unchanged', () => {
       conntrack: 524288,
       affinity: 65536,
       sourceRanges: 16384,
+      socketReverse: 131072,
     });
     expect(config.bpf.conntrackGCIntervalSeconds).toBe(30);
     expect(config.bpf.metricsMaxBackends).toBe(1000);

@@ -65,7 +65,7 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
   nodeAddrs6: '',
   ifAddrs4: '',
   sockConfig: '',
-  sockRev4: 'bpf.mapSizes.conntrack',
+  sockRev4: 'bpf.mapSizes.socketReverse',
 };
 
 /** max_entries of every map from bpf.mapSizes; null keeps the object's own value. */
@@ -97,8 +97,7 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
     nodeAddrs6: null,
     ifAddrs4: null,
     sockConfig: null,
-    // One entry per socket and backend it was sent to: as many as tracked flows.
-    sockRev4: sizes.conntrack,
+    sockRev4: sizes.socketReverse,
   };
 }
 
