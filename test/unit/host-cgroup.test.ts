@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { cgroup2MountPoint } from '../../src/host/cgroup.js';
+import { CGROUP2_SUPER_MAGIC, cgroup2MountPoint, resolveCgroup2Dir } from '../../src/host/cgroup.js';
 
 describe('cgroup2MountPoint', () => {
   it('finds the unified layout at /sys/fs/cgroup', () => {
@@ -28,5 +28,35 @@ describe('cgroup2MountPoint', () => {
     expect(cgroup2MountPoint(mountinfo)).toBe('/sys/fs/cgroup');
     expect(cgroup2MountPoint(mountinfo.split('\n').slice(0, 2).join('\n'))).toBe('/host root/sys/fs/cgroup');
     expect(cgroup2MountPoint('22 1 0:21 / /sys rw - sysfs sysfs rw')).toBeNull();
+  });
+});
+
+describe('resolveCgroup2Dir', () => {
+  const TMPFS = 0x01021994;
+  const fs = (types: Record<string, number>) => (path: string) => {
+    const type = types[path];
+    if (type === undefined) throw Object.assign(new Error(`ENOENT ${path}`), { code: 'ENOENT' });
+    return type;
+  };
+
+  it('takes a cgroup2 directory as it is, and the unified subdirectory of a hybrid root', () => {
+    expect(resolveCgroup2Dir('/sys/fs/cgroup', fs({ '/sys/fs/cgroup': CGROUP2_SUPER_MAGIC }))).toBe(
+      '/sys/fs/cgroup',
+    );
+    expect(
+      resolveCgroup2Dir(
+        '/run/kube-bpf-proxy/cgroupv2',
+        fs({
+          '/run/kube-bpf-proxy/cgroupv2': TMPFS,
+          '/run/kube-bpf-proxy/cgroupv2/unified': CGROUP2_SUPER_MAGIC,
+        }),
+      ),
+    ).toBe('/run/kube-bpf-proxy/cgroupv2/unified');
+  });
+
+  it('refuses a directory that is neither', () => {
+    expect(() => resolveCgroup2Dir('/sys/fs/cgroup', fs({ '/sys/fs/cgroup': TMPFS }))).toThrow(
+      '/sys/fs/cgroup is not a cgroup v2 directory, nor is /sys/fs/cgroup/unified',
+    );
   });
 });

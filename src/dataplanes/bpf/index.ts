@@ -10,7 +10,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { netnsCookie } from '../../../native/libc.js';
 import type { ProxyConfig } from '../../config/types.js';
-import { findCgroup2Root } from '../../host/cgroup.js';
+import { findCgroup2Root, resolveCgroup2Dir } from '../../host/cgroup.js';
 import type { Logger } from '../../logger.js';
 import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../../metrics/bpf.js';
 import type { ProxyDecisions } from '../../proxy/types.js';
@@ -259,7 +259,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
           hostNetnsCookie: socketLB === 'host' ? netnsCookie() : 0n,
           scope: SOCK_SCOPE[socketLB],
         });
-        cgroup = cgroupPath || findCgroup2Root();
+        cgroup = resolveCgroup2Dir(cgroupPath || findCgroup2Root());
       } catch (err) {
         this.log.warn(
           { err, socketLB },
