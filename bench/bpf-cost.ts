@@ -151,6 +151,7 @@ export function measureBpfCost(opts: {
       conntrack: 16384,
       affinity: 1024,
       sourceRanges: 1024,
+      socketReverse: 1024,
     },
   });
   const samples: BpfCostSample[] = [];

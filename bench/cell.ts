@@ -3,9 +3,10 @@
 // plane (new connections, first-packet latencies, keep-alive throughput) through the measured
 // ClusterIP, then stops the agent and removes what it programmed.
 
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { cleanupNode } from '../src/cli/cleanup.js';
+import { findCgroup2Root } from '../src/host/cgroup.js';
 import { LabAgent } from '../src/lab/agent.js';
 import type { Lab } from '../src/lab/netns.js';
 import { type BenchMode, endpointInKernel, type ProbeContext } from './kernel-probe.js';
@@ -55,15 +56,16 @@ export interface CellContext {
   step: (text: string) => void;
 }
 
-function agentConfig(mode: BenchMode, pinPath: string): string {
+function agentConfig(mode: BenchMode, pinPath: string, sockCgroup: string | null): string {
   // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s).
   return [
     'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
     'kind: KubeProxyConfiguration',
-    `mode: ${mode}`,
+    `mode: ${mode === 'bpf-sock' ? 'bpf' : mode}`,
     `clusterCIDR: ${CLUSTER_CIDR}`,
     'bpf:',
     `  pinPath: ${pinPath}`,
+    ...(sockCgroup ? ['  socketLB: all', `  cgroupPath: ${sockCgroup}`] : []),
     '',
   ].join('\n');
 }
@@ -84,7 +86,23 @@ export async function runCell(
   const target = measuredService(scenario);
   const pinPath = `/sys/fs/bpf/${lab.prefix}-${mode}`;
   const configPath = join(ctx.workDir, `agent-${mode}.yaml`);
-  writeFileSync(configPath, agentConfig(mode, pinPath));
+  // socketLB all serves every socket under its cgroup: a cgroup of the bench's own, which only the
+  // client's commands join, so nothing else on a shared machine is translated.
+  const sockCgroup = mode === 'bpf-sock' ? `${findCgroup2Root()}/${lab.prefix}-bpf-sock` : null;
+  if (sockCgroup) mkdirSync(sockCgroup, { recursive: true });
+  writeFileSync(configPath, agentConfig(mode, pinPath, sockCgroup));
+  /** Runs a client command in the client pod, inside the socket-LB cgroup when there is one. */
+  const clientExec = (cmd: string, args: string[]) =>
+    sockCgroup
+      ? lab.exec(topology.clientNs, 'sh', [
+          '-c',
+          'echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
+          'sh',
+          sockCgroup,
+          cmd,
+          ...args,
+        ])
+      : lab.exec(topology.clientNs, cmd, args);
   const sliceFile = join(ctx.manifestDir, MEASURED_SLICE_FILE);
   writeFileSync(sliceFile, JSON.stringify(endpointSlice(target.index, scenario)));
   await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
@@ -106,12 +124,11 @@ export async function runCell(
     add('firstSyncMs', first.durationMs);
     add('agentRssMiB', agent.memory().rssMiB);
 
-    const client = topology.clientNs;
     const out = (name: string) => join(ctx.workDir, `${mode}-${scenario.services}-${rep}-${name}.txt`);
     // Warm-up (ARP, the backends' first accept): a failure here means the mode does not carry traffic.
     const warm = parseLoadgen(
       (
-        await lab.exec(client, ctx.tools.loadgen, [
+        await clientExec(ctx.tools.loadgen, [
           'crr',
           target.ip,
           String(SERVICE_TCP_PORT),
@@ -128,7 +145,7 @@ export async function runCell(
     const crrFile = out('crr');
     const crr = parseLoadgen(
       (
-        await lab.exec(client, ctx.tools.loadgen, [
+        await clientExec(ctx.tools.loadgen, [
           'crr',
           target.ip,
           String(SERVICE_TCP_PORT),
@@ -153,7 +170,7 @@ export async function runCell(
     const udpFile = out('udp');
     const udp = parseLoadgen(
       (
-        await lab.exec(client, ctx.tools.loadgen, [
+        await clientExec(ctx.tools.loadgen, [
           'udp',
           target.ip,
           String(SERVICE_UDP_PORT),
@@ -175,7 +192,7 @@ export async function runCell(
     ctx.step('keep-alive HTTP (wrk)');
     const wrk = parseWrk(
       (
-        await lab.exec(client, 'wrk', [
+        await clientExec('wrk', [
           '-t1',
           '-c2',
           `-d${Math.max(1, Math.round(settings.seconds))}s`,
@@ -222,6 +239,8 @@ export async function runCell(
       exec: (cmd, args, opts) => lab.exec(topology.nodeNs, cmd, args, opts),
     });
     await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
+    // Empty once the client's commands have exited.
+    if (sockCgroup) rmdirSync(sockCgroup);
     if (mode === 'iptables' && hintBinary)
       await lab.exec(topology.nodeNs, hintBinary, ['-t', 'mangle', '-X', 'KUBE-IPTABLES-HINT'], {
         allowFailure: true,

@@ -20,7 +20,7 @@ import { manifestFiles, type Scenario } from './scenario.js';
 import { cliEntryPoint, compileTools } from './tools.js';
 import { buildTopology } from './topology.js';
 
-export const ALL_MODES: BenchMode[] = ['bpf', 'iptables', 'nftables', 'ipvs'];
+export const ALL_MODES: BenchMode[] = ['bpf', 'bpf-sock', 'iptables', 'nftables', 'ipvs'];
 
 export interface BenchOptions {
   modes: BenchMode[];

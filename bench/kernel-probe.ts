@@ -11,7 +11,8 @@ import { servicePortEndpointChainNameBase } from '../src/dataplanes/nftables/nam
 import type { Lab } from '../src/lab/netns.js';
 import { NAMESPACE, SERVICE_TCP_PORT, TCP_TARGET_PORT } from './scenario.js';
 
-export type BenchMode = 'bpf' | 'iptables' | 'nftables' | 'ipvs';
+/** "bpf-sock": the bpf mode with bpf.socketLB all, the client pod served at its sockets. */
+export type BenchMode = 'bpf' | 'bpf-sock' | 'iptables' | 'nftables' | 'ipvs';
 
 export interface ProbeContext {
   lab: Lab;
@@ -59,7 +60,8 @@ export async function endpointInKernel(
       );
       return result.code === 0;
     }
-    case 'bpf': {
+    case 'bpf':
+    case 'bpf-sock': {
       const fd = getPinned(mapPinPath(`${ctx.pinPath}/${PIN_LAYOUT_VERSION}`, 'backends4'));
       try {
         const { values } = dumpMap(fd, u32Codec.size, backend4.size);

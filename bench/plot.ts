@@ -18,6 +18,7 @@ export interface Chart {
 
 export const MODE_COLORS: Record<string, string> = {
   bpf: '#1b7837',
+  'bpf-sock': '#5aae61',
   iptables: '#c51b7d',
   nftables: '#2166ac',
   ipvs: '#e08214',

@@ -8,10 +8,12 @@
  *   kbp_tc_egress_l3  the same on external devices without an Ethernet header
  *   kbp_xdp_ext       XDP on external interfaces: the same load balancer before the stack
  *   kbp_xdp_tx        benchmark baseline
+ *   kbp_sock_connect4, kbp_sock_sendmsg4, kbp_sock_recvmsg4, kbp_sock_getpeername4
+ *                     cgroup v2 socket hooks: socket-level load balancing (lb_sock.h)
  * The tc programs return TC_ACT_UNSPEC (= TCX_NEXT) to let the packet continue, so they work
  * under tcx and under clsact/cls_bpf direct-action alike.
  */
-#include "lb_common.h"
+#include "lb_sock.h"
 
 /* Linear bytes the parser wants: Ethernet + the longest IPv4 header + a TCP header. */
 #define KBP_PULL_LEN (sizeof(struct ethhdr) + 60 + sizeof(struct tcphdr))
@@ -219,6 +221,28 @@ int kbp_xdp_tx(struct xdp_md *ctx) {
 	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(eth->h_dest, tmp, ETH_ALEN);
 	return XDP_TX;
+}
+
+SEC("cgroup/connect4")
+int kbp_sock_connect4(struct bpf_sock_addr *ctx) {
+	return kbp_sock_xlate4(ctx, true);
+}
+
+SEC("cgroup/sendmsg4")
+int kbp_sock_sendmsg4(struct bpf_sock_addr *ctx) {
+	return kbp_sock_xlate4(ctx, false);
+}
+
+SEC("cgroup/recvmsg4")
+int kbp_sock_recvmsg4(struct bpf_sock_addr *ctx) {
+	kbp_sock_rev4(ctx);
+	return KBP_SOCK_PROCEED;
+}
+
+SEC("cgroup/getpeername4")
+int kbp_sock_getpeername4(struct bpf_sock_addr *ctx) {
+	kbp_sock_rev4(ctx);
+	return KBP_SOCK_PROCEED;
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

@@ -46,6 +46,9 @@
 enum kbp_role {
 	KBP_ROLE_POD = 0, /* pod-facing interface: traffic from pods ("internal") */
 	KBP_ROLE_EXT = 1, /* external interface: traffic from outside the node */
+	/* a socket hook: a process on the node, "internal" like pods (kube-proxy's OUTPUT chains
+	 * treat locally originated traffic so), and 127.0.0.0/8 reaches NodePorts */
+	KBP_ROLE_HOST = 2,
 };
 
 enum kbp_verdict {
@@ -469,6 +472,33 @@ static __always_inline __u32 kbp_affinity_backend(const struct kbp_svc_val *sv, 
 	return bpf_map_lookup_elem(&kbp_affm_v1, &mk) ? mk.backend_id : 0;
 }
 
+/*
+ * The backend of a new flow from client p->saddr: its ClientIP affinity entry while it lasts,
+ * else the service's algorithm; the choice renews the affinity. NULL when the slot or Maglev
+ * entry names a backend that is not in kbp_be4_v1.
+ */
+static __always_inline struct kbp_backend4 *kbp_select_backend(const struct kbp_svc_val *sv,
+							       const struct kbp_pkt4 *p,
+							       const struct kbp_config *cfg,
+							       __u64 now, __u32 *backend_id) {
+	struct kbp_backend4 *be;
+	__u32 id = 0;
+
+	if (sv->flags & KBP_SVC_F_AFFINITY)
+		id = kbp_affinity_backend(sv, p->saddr, now);
+	if (!id)
+		id = kbp_choose_backend(sv, p, cfg);
+	*backend_id = id;
+	be = bpf_map_lookup_elem(&kbp_be4_v1, &id);
+	if (be && (sv->flags & KBP_SVC_F_AFFINITY)) {
+		struct kbp_aff4_key ak = {.client = p->saddr, .svc_id = sv->svc_id};
+		struct kbp_aff_val av = {.last_used_ns = now, .backend_id = id};
+
+		bpf_map_update_elem(&kbp_aff4_v1, &ak, &av, BPF_ANY);
+	}
+	return be;
+}
+
 /* ---------- service lookup ---------- */
 
 /* Could this destination port be a NodePort? Keeps the node address lookup off the path of
@@ -482,16 +512,21 @@ static __always_inline bool kbp_nodeport_candidate(__be16 dport) {
 	return cfg->nodeport_max == 0 || (port >= cfg->nodeport_min && port <= cfg->nodeport_max);
 }
 
-static __always_inline int kbp_lookup_service(const struct kbp_pkt4 *p, int role,
+/* A local process may reach a NodePort on loopback, as kube-proxy's localhost NodePorts allow. */
+static __always_inline bool kbp_loopback4(__be32 addr) {
+	return (addr & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000);
+}
+
+static __always_inline int kbp_lookup_service(__be32 daddr, __be16 dport, __u8 proto, int role,
 					      struct kbp_svc_val *sv) {
 	struct kbp_svc4_key key = {
-	    .addr = p->daddr, .port = p->dport, .proto = p->proto, .scope = KBP_SCOPE_ALL};
+	    .addr = daddr, .port = dport, .proto = proto, .scope = KBP_SCOPE_ALL};
 	struct kbp_svc_val *found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
 
 	if (!found) {
-		__be32 daddr = p->daddr;
-
-		if (!kbp_nodeport_candidate(p->dport) ||
+		if (!kbp_nodeport_candidate(dport))
+			return -1;
+		if (!(role == KBP_ROLE_HOST && kbp_loopback4(daddr)) &&
 		    !bpf_map_lookup_elem(&kbp_node4_v1, &daddr))
 			return -1;
 		key.addr = 0;
@@ -500,7 +535,7 @@ static __always_inline int kbp_lookup_service(const struct kbp_pkt4 *p, int role
 			return -1;
 	}
 	*sv = *found;
-	if (role == KBP_ROLE_POD && (sv->flags & KBP_SVC_F_TWO_SCOPES)) {
+	if (role != KBP_ROLE_EXT && (sv->flags & KBP_SVC_F_TWO_SCOPES)) {
 		key.scope = KBP_SCOPE_INTERNAL;
 		found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
 		if (found)
@@ -563,11 +598,7 @@ static __always_inline int kbp_new_flow(void *ctx, const bool xdp, const struct 
 		*reason = KBP_DROP_NO_SNAT_ADDR;
 		return KBP_DROP;
 	}
-	if (sv->flags & KBP_SVC_F_AFFINITY)
-		backend_id = kbp_affinity_backend(sv, p->saddr, now);
-	if (!backend_id)
-		backend_id = kbp_choose_backend(sv, p, cfg);
-	be = bpf_map_lookup_elem(&kbp_be4_v1, &backend_id);
+	be = kbp_select_backend(sv, p, cfg, now, &backend_id);
 	if (!be) {
 		*reason = KBP_DROP_BACKEND_MISSING;
 		return KBP_DROP;
@@ -575,12 +606,6 @@ static __always_inline int kbp_new_flow(void *ctx, const bool xdp, const struct 
 	backend_addr = be->addr;
 	backend_port = be->port;
 	be_flags = be->flags;
-	if (sv->flags & KBP_SVC_F_AFFINITY) {
-		struct kbp_aff4_key ak = {.client = p->saddr, .svc_id = sv->svc_id};
-		struct kbp_aff_val av = {.last_used_ns = now, .backend_id = backend_id};
-
-		bpf_map_update_elem(&kbp_aff4_v1, &ak, &av, BPF_ANY);
-	}
 
 	hairpin = backend_addr == p->saddr;
 	snat = hairpin || (role == KBP_ROLE_EXT && !(be_flags & KBP_BE_F_LOCAL));
@@ -796,7 +821,7 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, const bool l3, int
 	}
 
 service:
-	if (kbp_lookup_service(&p, role, &sv) < 0)
+	if (kbp_lookup_service(p.daddr, p.dport, p.proto, role, &sv) < 0)
 		return KBP_PASS;
 	/* ClusterIPs are for pods; from outside they are not ours to translate. */
 	if (role == KBP_ROLE_EXT && !(sv.flags & KBP_SVC_F_EXTERNAL))

@@ -380,6 +380,40 @@ struct kbp_node6_key {
 };
 _Static_assert(sizeof(struct kbp_node6_key) == 16, "kbp_node6_key");
 
+/* ---------- socket load balancing (cgroup socket hooks) ---------- */
+
+/* kbp_sockcfg.scope: whose sockets the socket hooks translate. */
+enum kbp_sock_scope {
+	KBP_SOCK_SCOPE_HOST = 0, /* only the node's own network namespace: pods keep the tc path */
+	KBP_SOCK_SCOPE_ALL = 1,	 /* every socket in the attached cgroup, pods' too */
+};
+
+/* kbp_sockcfg_v1 (ARRAY, one entry), written by the agent before it attaches the programs. */
+struct kbp_sockcfg {
+	__u64 host_netns_cookie; /* the agent's network namespace; 0: not known yet, serve none */
+	__u32 scope;		 /* enum kbp_sock_scope */
+	__u32 pad;
+};
+_Static_assert(sizeof(struct kbp_sockcfg) == 16, "kbp_sockcfg");
+
+/* kbp_sockrev4_v1 (LRU): a socket translated to a backend -> the service address it asked for,
+ * so recvmsg and getpeername show the service address instead of the backend's. */
+struct kbp_sockrev4_key {
+	__u64 cookie; /* bpf_get_socket_cookie */
+	__be32 addr;  /* backend */
+	__be16 port;
+	__u16 pad;
+};
+_Static_assert(sizeof(struct kbp_sockrev4_key) == 16, "kbp_sockrev4_key");
+
+struct kbp_sockrev4_val {
+	__be32 addr; /* service address and port the socket used */
+	__be16 port;
+	__u16 pad;
+	__u32 svc_id;
+};
+_Static_assert(sizeof(struct kbp_sockrev4_val) == 12, "kbp_sockrev4_val");
+
 /* ---------- map definitions ---------- */
 
 /* Default capacities; the agent overrides them from its config before loading. */
@@ -394,6 +428,7 @@ _Static_assert(sizeof(struct kbp_node6_key) == 16, "kbp_node6_key");
 #define KBP_MAX_MAGLEV	  4096
 #define KBP_MAX_NODE_ADDR 256
 #define KBP_MAX_IFADDR	  4096
+#define KBP_MAX_SOCK_REV  131072
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -577,5 +612,19 @@ struct {
 	__type(key, __u32);
 	__type(value, __be32);
 } kbp_ifaddr4_v1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kbp_sockcfg);
+} kbp_sockcfg_v1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KBP_MAX_SOCK_REV);
+	__type(key, struct kbp_sockrev4_key);
+	__type(value, struct kbp_sockrev4_val);
+} kbp_sockrev4_v1 SEC(".maps");
 
 #endif /* KBP_MAPS_H */

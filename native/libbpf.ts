@@ -70,6 +70,7 @@ const f = {
   map_fd_by_id: lib.func('int bpf_map_get_fd_by_id(uint32_t id)'),
   prog_fd_by_id: lib.func('int bpf_prog_get_fd_by_id(uint32_t id)'),
   num_possible_cpus: lib.func('int libbpf_num_possible_cpus(void)'),
+  probe_helper: lib.func('int libbpf_probe_bpf_helper(int prog_type, int helper_id, const void *opts)'),
 };
 
 /** Opaque libbpf handles (koffi 3 hands pointers over as bigint). */
@@ -562,6 +563,20 @@ export function linkCreate(progFd: number, targetFd: number, attachType: number,
   return check('bpf_link_create', f.link_create(progFd, targetFd, attachType, opts) as number);
 }
 
+export const BPF_PROG_TYPE_CGROUP_SOCK_ADDR = 18;
+/** enum bpf_attach_type: the cgroup socket-address hooks (linux/bpf.h). */
+export const BPF_CGROUP_INET4_CONNECT = 10;
+export const BPF_CGROUP_UDP4_SENDMSG = 14;
+export const BPF_CGROUP_UDP4_RECVMSG = 19;
+export const BPF_CGROUP_INET4_GETPEERNAME = 29;
+export const BPF_FUNC_SET_RETVAL = 187;
+
+/** Whether programs of `progType` may call helper `helperId` on this kernel (libbpf loads a probe
+ * program); an error (a kernel without the program type) reads as no. */
+export function helperSupported(progType: number, helperId: number): boolean {
+  return (f.probe_helper(progType, helperId, null) as number) === 1;
+}
+
 export function linkDetach(linkFd: number): void {
   check('bpf_link_detach', f.link_detach(linkFd) as number);
 }
@@ -578,6 +593,10 @@ export interface LinkInfo {
   /** tcx links: the interface (0 once it is gone) and BPF_TCX_INGRESS/EGRESS. */
   ifindex: number;
   attachType: number;
+  /** cgroup links: the cgroup's id (its directory's inode number on cgroup2); the attach type
+   * follows it at 24. */
+  cgroupId: bigint;
+  cgroupAttachType: number;
 }
 
 export function linkInfo(fd: number): LinkInfo {
@@ -590,6 +609,8 @@ export function linkInfo(fd: number): LinkInfo {
     progId: info.readUInt32LE(8),
     ifindex: info.readUInt32LE(16),
     attachType: info.readUInt32LE(20),
+    cgroupId: info.readBigUInt64LE(16),
+    cgroupAttachType: info.readUInt32LE(24),
   };
 }
 

@@ -14,6 +14,10 @@ const c = {
     'int mount(const char *source, const char *target, const char *fstype, unsigned long flags, const void *data)',
   ),
   strerror: libc.func('const char *strerror(int errnum)'),
+  socket: libc.func('int socket(int domain, int type, int protocol)'),
+  getsockopt: libc.func(
+    'int getsockopt(int fd, int level, int name, _Out_ uint8_t *value, _Inout_ uint32_t *len)',
+  ),
 };
 
 export const O_RDONLY = 0;
@@ -65,4 +69,24 @@ export function setns(fd: number, nstype: number): void {
 export function mount(source: string, target: string, fstype: string): void {
   if ((c.mount(source, target, fstype, 0, null) as number) < 0)
     throw new NativeError('mount', lastErrno(), `${fstype} on ${target}`);
+}
+
+const AF_INET = 2;
+const SOCK_DGRAM = 2;
+const SOL_SOCKET = 1;
+const SO_NETNS_COOKIE = 71;
+
+/** The cookie of the calling thread's network namespace, as bpf_get_netns_cookie reports it for
+ * sockets in it (getsockopt SO_NETNS_COOKIE on a throwaway socket: kernel 5.14+). */
+export function netnsCookie(): bigint {
+  const fd = c.socket(AF_INET, SOCK_DGRAM, 0) as number;
+  if (fd < 0) throw new NativeError('socket', lastErrno());
+  try {
+    const value = Buffer.alloc(8);
+    if ((c.getsockopt(fd, SOL_SOCKET, SO_NETNS_COOKIE, value, [8]) as number) < 0)
+      throw new NativeError('getsockopt', lastErrno(), 'SO_NETNS_COOKIE');
+    return value.readBigUInt64LE(0);
+  } finally {
+    closeFd(fd);
+  }
 }

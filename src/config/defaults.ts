@@ -95,6 +95,8 @@ export const DEFAULT_BPF_CONFIG: BpfConfig = {
   externalInterfaces: [],
   xdpMode: 'off',
   pinPath: '/sys/fs/bpf/kube-bpf-proxy',
+  socketLB: 'host',
+  cgroupPath: '',
   mapSizes: {
     services: 65536,
     backends: 262144,
@@ -102,6 +104,9 @@ export const DEFAULT_BPF_CONFIG: BpfConfig = {
     conntrack: 524288,
     affinity: 65536,
     sourceRanges: 16384,
+    // An evicted entry makes replies to an unconnected UDP socket (a resolver) come from the
+    // backend's address, which the socket drops: room for the sockets of a busy node.
+    socketReverse: 131072,
   },
   conntrackGCIntervalSeconds: 30,
   metricsMaxBackends: 1000,
@@ -118,6 +123,8 @@ function defaultBpf(section: KubeProxyConfigurationFile['bpf']): BpfConfig {
     externalInterfaces: s.externalInterfaces ?? [...d.externalInterfaces],
     xdpMode: s.xdpMode ?? d.xdpMode,
     pinPath: s.pinPath ?? d.pinPath,
+    socketLB: s.socketLB ?? d.socketLB,
+    cgroupPath: s.cgroupPath ?? d.cgroupPath,
     mapSizes: {
       services: sizes.services ?? d.mapSizes.services,
       backends: sizes.backends ?? d.mapSizes.backends,
@@ -125,6 +132,7 @@ function defaultBpf(section: KubeProxyConfigurationFile['bpf']): BpfConfig {
       conntrack: sizes.conntrack ?? d.mapSizes.conntrack,
       affinity: sizes.affinity ?? d.mapSizes.affinity,
       sourceRanges: sizes.sourceRanges ?? d.mapSizes.sourceRanges,
+      socketReverse: sizes.socketReverse ?? d.mapSizes.socketReverse,
     },
     conntrackGCIntervalSeconds: s.conntrackGCIntervalSeconds ?? d.conntrackGCIntervalSeconds,
     metricsMaxBackends: s.metricsMaxBackends ?? d.metricsMaxBackends,

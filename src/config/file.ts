@@ -47,11 +47,13 @@ const quantity: Decoder<string> = (value, path, problems) => {
   return undefined;
 };
 
-const XDP_MODES: readonly BpfConfig['xdpMode'][] = ['native', 'generic', 'off'];
-const xdpModeChoice = oneOf(XDP_MODES);
 // Unquoted `off` is the boolean false in YAML 1.1 (the dialect kube-proxy reads), so take it as "off".
-const xdpMode: Decoder<BpfConfig['xdpMode']> = (value, path, problems) =>
-  value === false ? 'off' : xdpModeChoice(value, path, problems);
+function oneOfOrOff<T extends string>(choices: readonly T[]): Decoder<T | 'off'> {
+  const choice = oneOf<T | 'off'>([...choices, 'off']);
+  return (value, path, problems) => (value === false ? 'off' : choice(value, path, problems));
+}
+const xdpMode = oneOfOrOff<BpfConfig['xdpMode']>(['native', 'generic']);
+const socketLB = oneOfOrOff<BpfConfig['socketLB']>(['host', 'all']);
 
 const outputRouting = object({ splitStream: boolean, infoBufferSize: quantity });
 
@@ -62,6 +64,8 @@ const bpfSection = object({
   externalInterfaces: list(string),
   xdpMode,
   pinPath: string,
+  socketLB,
+  cgroupPath: string,
   mapSizes: object({
     services: uint32,
     backends: uint32,
@@ -69,6 +73,7 @@ const bpfSection = object({
     conntrack: uint32,
     affinity: uint32,
     sourceRanges: uint32,
+    socketReverse: uint32,
   }),
   conntrackGCIntervalSeconds: uint32,
   metricsMaxBackends: uint32,

@@ -552,6 +552,25 @@ const FLAG_SPECS: readonly FlagSpec[] = [
       return 'bpf.pinPath';
     },
   ),
+  flag(
+    'bpf-socket-lb',
+    'string',
+    `Socket-level load balancing on the cgroup hooks: host (the node's own network namespace), all (pods too) or off (default ${BPF.socketLB})`,
+    (s, v) => {
+      s.bpf.socketLB = v as BpfConfig['socketLB'];
+      return 'bpf.socketLB';
+    },
+    { choices: ['host', 'all', 'off'] },
+  ),
+  flag(
+    'bpf-cgroup-path',
+    'string',
+    'cgroup v2 directory the socket hooks attach to (default: the cgroup2 root, from /proc/self/mountinfo)',
+    (s, v) => {
+      s.bpf.cgroupPath = v;
+      return 'bpf.cgroupPath';
+    },
+  ),
   ...(Object.keys(BPF.mapSizes) as (keyof BpfConfig['mapSizes'])[]).map((map) =>
     flag(
       `bpf-map-size-${map.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`,

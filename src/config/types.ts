@@ -21,6 +21,12 @@ export interface BpfConfig {
   xdpMode: 'native' | 'generic' | 'off';
   /** bpffs directory under which maps and links are pinned (a versioned subdirectory is added). */
   pinPath: string;
+  /** Socket-level load balancing on the cgroup socket hooks: "host" serves the node's own network
+   * namespace (hostNetwork pods, kubelet, node processes), "all" pods' sockets too, "off" none. */
+  socketLB: 'host' | 'all' | 'off';
+  /** The cgroup v2 directory the socket hooks attach to; "" is the cgroup2 root (found in
+   * /proc/self/mountinfo). */
+  cgroupPath: string;
   mapSizes: {
     services: number;
     backends: number;
@@ -28,6 +34,8 @@ export interface BpfConfig {
     conntrack: number;
     affinity: number;
     sourceRanges: number;
+    /** Sockets the socket hooks translated, per backend (kbp_sockrev4_v1, LRU). */
+    socketReverse: number;
   };
   conntrackGCIntervalSeconds: number;
   /** Per-backend metric series are exported for at most this many backends (0 = none). */

@@ -271,6 +271,8 @@ export function validateSettings(
   interfacePatterns('bpf.externalInterfaces', bpf.externalInterfaces);
   if (!bpf.pinPath.startsWith('/'))
     report('bpf.pinPath', `must be an absolute path, got ${JSON.stringify(bpf.pinPath)}`);
+  if (bpf.cgroupPath !== '' && !bpf.cgroupPath.startsWith('/'))
+    report('bpf.cgroupPath', `must be an absolute path or empty, got ${JSON.stringify(bpf.cgroupPath)}`);
   for (const [map, size] of Object.entries(bpf.mapSizes)) {
     if (size < 1) report(`bpf.mapSizes.${map}`, `must be at least 1, got ${size}`);
   }

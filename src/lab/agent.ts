@@ -4,6 +4,7 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { findCgroup2Root } from '../host/cgroup.js';
 import type { Lab } from './netns.js';
 
 export interface AgentStartOptions {
@@ -12,20 +13,24 @@ export interface AgentStartOptions {
    * "absent": a private mount namespace with /sys/fs/bpf unmounted, as on a node whose init system
    * does not mount it. "own": a private mount namespace with a fresh bpffs of its own, as on a node
    * that mounts it, without sharing pins with the host or the other lab nodes. Private mount
-   * namespaces also get their own /run/kube-bpf-proxy, as every real node has; the host's mounts
-   * are never touched.
+   * namespaces also get their own /run/kube-bpf-proxy, as every real node has, with the host's
+   * cgroup2 root bound read-only at /run/kube-bpf-proxy/cgroupv2, where the Helm chart mounts it
+   * (the chart's bpf.cgroupPath); the host's mounts are never touched.
    */
   bpffs?: 'host' | 'absent' | 'own';
 }
 
-// Run by `sh -ec SCRIPT sh MODE AGENT...` inside the private mount namespace. bpffs can be
-// mounted several times over the same point, hence the loop.
+// Run by `sh -ec SCRIPT sh MODE CGROUP2_ROOT AGENT...` inside the private mount namespace. bpffs
+// can be mounted several times over the same point, hence the loop.
 const PRIVATE_MOUNTS = [
   'while mountpoint -q /sys/fs/bpf; do umount /sys/fs/bpf; done',
   'if [ "$1" = own ]; then mount -t bpf bpffs /sys/fs/bpf; fi',
   'mkdir -p /run/kube-bpf-proxy',
   'mount -t tmpfs kbp-lab-run /run/kube-bpf-proxy',
-  'shift',
+  'mkdir /run/kube-bpf-proxy/cgroupv2',
+  'mount --bind "$2" /run/kube-bpf-proxy/cgroupv2',
+  'mount -o remount,bind,ro /run/kube-bpf-proxy/cgroupv2',
+  'shift 2',
   'exec "$@"',
 ].join('\n');
 
@@ -81,6 +86,7 @@ export class LabAgent {
             PRIVATE_MOUNTS,
             'sh',
             bpffs,
+            findCgroup2Root(),
             ...agent,
           ]);
     return new LabAgent(child, startedAt);

@@ -15,6 +15,10 @@ const PROGRAMS = [
   'kbp_tc_egress_l3',
   'kbp_xdp_ext',
   'kbp_xdp_tx',
+  'kbp_sock_connect4',
+  'kbp_sock_sendmsg4',
+  'kbp_sock_recvmsg4',
+  'kbp_sock_getpeername4',
 ];
 
 describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {
@@ -31,10 +35,16 @@ describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {
 
   it('pass its verifier: every program of bpf/lb.o loads', async () => {
     const libbpf = join(PROJECT_ROOT, 'dist/native/libbpf.js');
+    const layout = join(PROJECT_ROOT, 'dist/src/dataplanes/bpf/layout.js');
     const object = join(PROJECT_ROOT, 'bpf/lb.o');
+    // With the load-time constants the agent picks there: bpf_set_retval as the probe finds it.
     const script = [
       `const l = await import(${JSON.stringify(libbpf)});`,
+      `const { rodata, RODATA_MAP } = await import(${JSON.stringify(layout)});`,
       `const o = l.openObject(${JSON.stringify(object)});`,
+      'const sockSetRetval = l.helperSupported(l.BPF_PROG_TYPE_CGROUP_SOCK_ADDR, l.BPF_FUNC_SET_RETVAL);',
+      'console.log("sockSetRetval", sockSetRetval);',
+      'l.setMapInitialValue(l.findMap(o, RODATA_MAP), rodata.encode({ coarseClock: true, sockSetRetval }));',
       'l.loadObject(o);',
       `for (const p of ${JSON.stringify(PROGRAMS)}) console.log(p, l.programFd(o, p) > 0);`,
       'l.closeObject(o);',
@@ -44,8 +54,10 @@ describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {
     });
     expect(result.stderr).toBe('');
     expect(result.code).toBe(0);
-    const [kernel, ...programs] = result.stdout.trim().split('\n');
+    const [kernel, setRetval, ...programs] = result.stdout.trim().split('\n');
     expect(kernel).toMatch(/^6\.1\./);
+    // 6.1 lets the cgroup socket-address hooks set the syscall's error (ECONNREFUSED).
+    expect(setRetval).toBe('sockSetRetval true');
     expect(programs).toEqual(PROGRAMS.map((name) => `${name} true`));
   });
 });

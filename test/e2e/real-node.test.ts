@@ -128,7 +128,7 @@ const LB_ROUTES = [
 
 interface Cell {
   name: string;
-  /** A pod's name, or the outside client. */
+  /** A pod's name, the outside client, or a node's own network namespace (`host:<node>`). */
   from: string | 'outside';
   target: string;
   proto: 'tcp' | 'udp';
@@ -252,6 +252,26 @@ const CELLS: Cell[] = [
     backends: ['b2'],
     clientAddress: 'preserved',
   },
+  // The node's own network namespace (kubelet, hostNetwork pods): no tc ingress hook on the way
+  // out, so bpf mode serves it with the socket hooks (bpf.socketLB host, the chart's default).
+  ...[
+    ['ClusterIP, backends on both nodes', '10.96.1.3:80', 'tcp', ['a2', 'b2']],
+    ['ClusterIP UDP, backends on both nodes', '10.96.1.3:53', 'udp', ['a2', 'b2']],
+    ['ClusterIP, host-network backend on the other node', '10.96.0.2:443', 'tcp', ['host-node-b']],
+    ['its own NodePort on its node address', `${NODE_A.ip}:30080`, 'tcp', ['a2', 'b2']],
+    ['its own NodePort on 127.0.0.1', '127.0.0.1:30080', 'tcp', ['a2', 'b2']],
+    // Locally originated traffic to an eTP=Local address goes to every endpoint, as from pods.
+    ['LoadBalancer IP eTP=Local', '198.51.100.11:80', 'tcp', ['a2', 'b2']],
+  ].map(
+    ([what, target, proto, backends]): Cell => ({
+      name: `host network of node-a → ${what}`,
+      from: `host:${NODE_A.name}`,
+      target: target as string,
+      proto: proto as 'tcp' | 'udp',
+      backends: backends as string[],
+      clientAddress: 'any',
+    }),
+  ),
   {
     name: '64 MiB: pod on node-a ← ClusterIP, backend on the same node',
     from: 'a1',
@@ -351,8 +371,13 @@ for (const mode of MODES) {
     for (const cell of CELLS) {
       it(cell.name, async () => {
         const outside = cell.from === 'outside';
-        const ns = outside ? nodes.clientNs : nodes.podNs(cell.from);
-        const clientIP = outside ? CLIENT_IP : nodes.pod(cell.from).ip;
+        const host = cell.from.startsWith('host:') ? cell.from.slice('host:'.length) : null;
+        const ns = outside ? nodes.clientNs : host ? nodes.nodeNs(host) : nodes.podNs(cell.from);
+        const clientIP = outside
+          ? CLIENT_IP
+          : host
+            ? REAL_NODES.find((n) => n.name === host)!.ip
+            : nodes.pod(cell.from).ip;
         const download = cell.downloadBytes !== undefined;
         const results = await lab.requests(ns, cell.target, {
           proto: cell.proto,

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -15,6 +15,7 @@ import { BpfDataplane } from '../../src/dataplanes/bpf/index.js';
 import type { AttachmentView } from '../../src/dataplanes/bpf/inspect.js';
 import { ip4Codec } from '../../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
+import { findCgroup2Root } from '../../src/host/cgroup.js';
 import { bpfConfig, decisions } from '../support/bpf-fixtures.js';
 import { keepIproute2LayoutAsFound } from '../support/bpffs.js';
 import { enterNetns, inNetns } from '../support/in-netns.js';
@@ -33,6 +34,8 @@ const mapSizes = { ...bpfConfig().mapSizes, conntrack: 1024, affinity: 1024 };
 const auto = { podInterfaces: [], externalInterfaces: [] };
 
 const namesDir = mkdtempSync(join(tmpdir(), 'kbp-attach-'));
+// The socket hooks go on a cgroup of this test's own, never the machine's root.
+const cgroup = `${findCgroup2Root()}/kbp-test-attach-${process.pid}`;
 const ip = (...args: string[]) => execFileSync('ip', ['-n', ns, ...args], { encoding: 'utf8' });
 const tc = (...args: string[]) => execFileSync('tc', ['-n', ns, ...args], { encoding: 'utf8' });
 
@@ -89,7 +92,9 @@ function agentConfig(pin: string): ProxyConfig {
   // The defaults as shipped: no interface names.
   expect(loaded.config.bpf.podInterfaces).toEqual([]);
   expect(loaded.config.bpf.externalInterfaces).toEqual([]);
-  return { ...loaded.config, bpf: { ...loaded.config.bpf, pinPath: pin, mapSizes } };
+  // The default socketLB (host) attaches the socket hooks too.
+  expect(loaded.config.bpf.socketLB).toBe('host');
+  return { ...loaded.config, bpf: { ...loaded.config.bpf, pinPath: pin, mapSizes, cgroupPath: cgroup } };
 }
 
 describeRoot('attaching the programs to the interfaces found', () => {
@@ -98,6 +103,7 @@ describeRoot('attaching the programs to the interfaces found', () => {
   beforeAll(() => {
     restoreIproute2Layout = keepIproute2LayoutAsFound();
     for (const n of [ns, lan, pod]) execFileSync('ip', ['netns', 'add', n]);
+    mkdirSync(cgroup);
     // The uplink is a veth, as in labs and some VMs: the node IP and the default route make it external.
     ip('link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'up0', 'netns', lan);
     ip('link', 'set', 'eth0', 'up');
@@ -127,6 +133,7 @@ describeRoot('attaching the programs to the interfaces found', () => {
       rmSync(pinPath, { recursive: true, force: true });
       rmSync(namesDir, { recursive: true, force: true });
       for (const n of [ns, lan, pod]) execFileSync('ip', ['netns', 'del', n]);
+      rmdirSync(cgroup);
       restoreIproute2Layout();
     }
   });
@@ -223,6 +230,10 @@ describeRoot('attaching the programs to the interfaces found', () => {
       });
       // Before the first sync the node IP is unknown: eth0 is external by its default route.
       expect(pinned(pinDir)).toEqual([
+        'cgroup-connect4@cgroup kbp_sock_connec',
+        'cgroup-getpeername4@cgroup kbp_sock_getpee',
+        'cgroup-recvmsg4@cgroup kbp_sock_recvms',
+        'cgroup-sendmsg4@cgroup kbp_sock_sendms',
         'tc-egress@eth0 kbp_tc_egress',
         'tc-egress@flannel.1 kbp_tc_egress',
         'tc-egress@tun0 kbp_tc_egress_l',
@@ -253,6 +264,14 @@ describeRoot('attaching the programs to the interfaces found', () => {
       expect(attachments.filter((a) => a.interface === 'vethnew')).toEqual([
         { interface: 'vethnew', hook: 'tc-ingress', program: 'kbp_tc_pod', mechanism: 'tcx' },
         { interface: 'vethnew', hook: 'tc-egress', program: 'kbp_tc_egress', mechanism: 'tcx' },
+      ]);
+      expect(
+        attachments.filter((a) => a.interface === 'cgroup').map((a) => `${a.hook} ${a.program}`),
+      ).toEqual([
+        'cgroup-connect4 kbp_sock_connect4',
+        'cgroup-sendmsg4 kbp_sock_sendmsg4',
+        'cgroup-recvmsg4 kbp_sock_recvmsg4',
+        'cgroup-getpeername4 kbp_sock_getpeername4',
       ]);
       expect(attachments.find((a) => a.interface === 'tun0' && a.hook === 'tc-egress')?.program).toBe(
         'kbp_tc_egress_l3',

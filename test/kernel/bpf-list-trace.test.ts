@@ -37,6 +37,7 @@ function config(): ProxyConfig {
       conntrack: 1024,
       affinity: 256,
       sourceRanges: 64,
+      socketReverse: 64,
     },
   };
   return c;

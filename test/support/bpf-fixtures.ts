@@ -98,6 +98,9 @@ export function bpfConfig(extra: Partial<BpfConfig> = {}): BpfConfig {
     externalInterfaces: [],
     xdpMode: 'off',
     pinPath: '/sys/fs/bpf/kube-bpf-proxy',
+    // Tests that want the socket hooks attach them to a cgroup of their own, never the machine's root.
+    socketLB: 'off',
+    cgroupPath: '',
     mapSizes: {
       services: 1024,
       backends: 4096,
@@ -105,6 +108,7 @@ export function bpfConfig(extra: Partial<BpfConfig> = {}): BpfConfig {
       conntrack: 16384,
       affinity: 4096,
       sourceRanges: 1024,
+      socketReverse: 1024,
     },
     conntrackGCIntervalSeconds: 30,
     metricsMaxBackends: 100,

@@ -3,9 +3,12 @@
 
 import { fileURLToPath } from 'node:url';
 import {
+  BPF_FUNC_SET_RETVAL,
+  BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
   type BpfObject,
   closeObject,
   findMap,
+  helperSupported,
   loadObject,
   mapFd,
   mapUpdate,
@@ -42,6 +45,8 @@ type MapName = keyof typeof MAPS;
 export interface LoadedLb {
   obj: BpfObject;
   fd: Record<MapName, number>;
+  /** The load-time constants it was loaded with. */
+  constants: DatapathRodata;
   prog(name: string): number;
   close(): void;
 }
@@ -55,11 +60,15 @@ const TEST_CAPACITY: Partial<Record<MapName, number>> = {
   backends6: 1024,
   affinity6: 1024,
   srcRange6: 1024,
+  sockRev4: 4096,
 };
 
 export function loadLb(
   capacity: Partial<Record<MapName, number>> = {},
-  constants: DatapathRodata = { coarseClock: true },
+  constants: DatapathRodata = {
+    coarseClock: true,
+    sockSetRetval: helperSupported(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_FUNC_SET_RETVAL),
+  },
 ): LoadedLb {
   const obj = openObject(LB_OBJECT_PATH);
   try {
@@ -75,7 +84,7 @@ export function loadLb(
   const fd = Object.fromEntries(
     Object.entries(MAPS).map(([key, layout]) => [key, mapFd(findMap(obj, layout.name))]),
   ) as Record<MapName, number>;
-  return { obj, fd, prog: (name) => programFd(obj, name), close: () => closeObject(obj) };
+  return { obj, fd, constants, prog: (name) => programFd(obj, name), close: () => closeObject(obj) };
 }
 
 // ---------- writing map entries through the codecs (what the control plane's writer does) ----------

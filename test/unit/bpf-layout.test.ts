@@ -47,6 +47,9 @@ const C_SIZES: Record<string, number> = {
   kbp_svc_drop_key: 8,
   kbp_config: 36,
   kbp_node6_key: 16,
+  kbp_sockcfg: 16,
+  kbp_sockrev4_key: 16,
+  kbp_sockrev4_val: 12,
 };
 
 describe('bpf map layouts', () => {

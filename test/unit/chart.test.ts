@@ -451,7 +451,11 @@ describe('defaults', () => {
       tcpEstablishedTimeout: '0s',
       tcpCloseWaitTimeout: '0s',
     });
-    expect(config.bpf).toEqual({ scheduler: 'random', maglevTableSize: 16381 });
+    expect(config.bpf).toEqual({
+      scheduler: 'random',
+      maglevTableSize: 16381,
+      cgroupPath: '/run/kube-bpf-proxy/cgroupv2',
+    });
   });
 
   it('rolls the agents when config.conf changes', async () => {
@@ -722,6 +726,7 @@ describe('bpf settings', () => {
       xdpMode: 'off',
       mapSizes: { services: 131072, conntrack: 1048576 },
       metricsMaxBackends: 0,
+      cgroupPath: '/run/kube-bpf-proxy/cgroupv2',
     });
     // YAML 1.1 readers take a bare off for false: it must stay a quoted string.
     expect(find(objects, 'ConfigMap').data['config.conf']).toContain('xdpMode: "off"');

@@ -144,6 +144,7 @@ describe('the kubeadm config.conf, unchanged', () => {
       conntrack: 524288,
       affinity: 65536,
       sourceRanges: 16384,
+      socketReverse: 131072,
     });
     expect(config.bpf.conntrackGCIntervalSeconds).toBe(30);
     expect(config.bpf.metricsMaxBackends).toBe(1000);
@@ -199,6 +200,20 @@ describe('defaults without any file', () => {
     );
     expect(config.masqueradeAll).toBe(true);
     expect(config.bpf.xdpMode).toBe('off');
+  });
+
+  test('bpf.socketLB: host by default, a bare off is "off", and --bpf-socket-lb sets it', () => {
+    expect(expectOk(loadConfig({ fileText: HEADER, flags: {} })).bpf).toMatchObject({
+      socketLB: 'host',
+      cgroupPath: '',
+    });
+    expect(
+      expectOk(loadConfig({ fileText: `${HEADER}bpf:\n  socketLB: off\n`, flags: {} })).bpf.socketLB,
+    ).toBe('off');
+    expect(
+      expectOk(loadConfig({ fileText: HEADER, flags: { 'bpf-socket-lb': 'all', 'bpf-cgroup-path': '/cg' } }))
+        .bpf,
+    ).toMatchObject({ socketLB: 'all', cgroupPath: '/cg' });
   });
 
   test('logging.flushFrequency accepts integer nanoseconds and duration strings', () => {

@@ -161,6 +161,11 @@ describe('our bpf: section', () => {
     ['bpf:\n  conntrackGCIntervalSeconds: 0\n', 'bpf.conntrackGCIntervalSeconds: must be at least 1, got 0'],
     ['bpf:\n  scheduler: wrr\n', 'bpf.scheduler: must be one of random, rr, maglev; got string "wrr"'],
     ['bpf:\n  xdpMode: on\n', 'bpf.xdpMode: must be one of native, generic, off; got boolean true'],
+    ['bpf:\n  socketLB: pods\n', 'bpf.socketLB: must be one of host, all, off; got string "pods"'],
+    [
+      'bpf:\n  cgroupPath: sys/fs/cgroup\n',
+      'bpf.cgroupPath: must be an absolute path or empty, got "sys/fs/cgroup"',
+    ],
   ])('%j', (body, problem) => {
     expect(problemsOf(body)).toEqual([problem]);
   });

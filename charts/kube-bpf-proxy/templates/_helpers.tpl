@@ -104,8 +104,15 @@ NET_RAW.
 {{- $_ := unset $section "mapSizes" }}
 {{- end }}
 {{- /* A bare `off` in a values file is YAML 1.1's false. */}}
-{{- if and (hasKey $section "xdpMode") (kindIs "bool" $section.xdpMode) }}
-{{- $_ := set $section "xdpMode" "off" }}
+{{- range $key := list "xdpMode" "socketLB" }}
+{{- if and (hasKey $section $key) (kindIs "bool" (get $section $key)) }}
+{{- $_ := set $section $key "off" }}
+{{- end }}
+{{- end }}
+{{- /* The socket hooks attach to the host's cgroup2 root, mounted at this path in the pod (the
+container's own /sys/fs/cgroup is its cgroup namespace, a leaf of the node's hierarchy). */}}
+{{- if not (hasKey $section "cgroupPath") }}
+{{- $_ := set $section "cgroupPath" "/run/kube-bpf-proxy/cgroupv2" }}
 {{- end }}
 {{- toYaml $section }}
 {{- end }}

@@ -8,11 +8,18 @@
 // uses an XDP link. Links are pinned as <pinDir>/links/<hook>@<interface> (a "." written %2e),
 // so they outlive the agent: a restarted agent swaps the new program into the existing link (bpf_link_update, atomic)
 // and traffic never runs without a program; so does an interface whose program changes.
+// The socket hooks (bpf.socketLB) are cgroup links on one cgroup v2 directory, pinned as
+// <pinDir>/links/<hook>@cgroup and swapped the same way, so connect() never misses a program
+// while the agent restarts.
 
 import { execFile } from 'node:child_process';
-import { existsSync, readdirSync, unlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, statSync, unlinkSync } from 'node:fs';
 import { promisify } from 'node:util';
 import {
+  BPF_CGROUP_INET4_CONNECT,
+  BPF_CGROUP_INET4_GETPEERNAME,
+  BPF_CGROUP_UDP4_RECVMSG,
+  BPF_CGROUP_UDP4_SENDMSG,
   BPF_TC_EGRESS,
   BPF_TC_INGRESS,
   BPF_TCX_EGRESS,
@@ -32,7 +39,7 @@ import {
   XDP_FLAGS_DRV_MODE,
   XDP_FLAGS_SKB_MODE,
 } from '../../../native/libbpf.js';
-import { closeFd, NativeError } from '../../../native/libc.js';
+import { closeFd, NativeError, O_CLOEXEC, O_RDONLY, openPath } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
 import { makeBpffsDir } from '../../host/bpffs.js';
 import type { Logger } from '../../logger.js';
@@ -43,12 +50,32 @@ import { PIN_LAYOUT_VERSION } from './object.js';
 /** Where a program runs on an interface; also the first part of its pin name. */
 export type Hook = 'tc-ingress' | 'tc-egress' | 'xdp';
 export const HOOKS: readonly Hook[] = ['tc-ingress', 'tc-egress', 'xdp'];
-export type Mechanism = 'tcx' | 'clsact' | 'xdp-drv' | 'xdp-generic';
+export type Mechanism = 'tcx' | 'clsact' | 'xdp-drv' | 'xdp-generic' | 'cgroup';
 
 const TC_DIRECTION = {
   'tc-ingress': { tcx: BPF_TCX_INGRESS, clsact: BPF_TC_INGRESS },
   'tc-egress': { tcx: BPF_TCX_EGRESS, clsact: BPF_TC_EGRESS },
 } as const;
+
+/** The cgroup socket hooks of socket-level load balancing, attached to one cgroup v2 directory. */
+export const SOCK_HOOKS = [
+  { hook: 'cgroup-connect4', program: PROGRAMS.sockConnect4, attachType: BPF_CGROUP_INET4_CONNECT },
+  { hook: 'cgroup-sendmsg4', program: PROGRAMS.sockSendmsg4, attachType: BPF_CGROUP_UDP4_SENDMSG },
+  { hook: 'cgroup-recvmsg4', program: PROGRAMS.sockRecvmsg4, attachType: BPF_CGROUP_UDP4_RECVMSG },
+  {
+    hook: 'cgroup-getpeername4',
+    program: PROGRAMS.sockGetpeername4,
+    attachType: BPF_CGROUP_INET4_GETPEERNAME,
+  },
+] as const;
+export type SockHook = (typeof SOCK_HOOKS)[number]['hook'];
+
+/** The pin name of a socket hook's link. */
+export const sockLinkName = (hook: SockHook) => `${hook}@cgroup`;
+/** The socket hook a link name stands for; null for the others. */
+export function parseSockLinkName(name: string): SockHook | null {
+  return SOCK_HOOKS.find((h) => sockLinkName(h.hook) === name)?.hook ?? null;
+}
 
 /** cls_bpf filter identity on kernels without tcx ("kb"). */
 export const TC_HANDLE = 0x6b62;
@@ -160,7 +187,8 @@ export class Attacher {
     // its tcx/XDP attachment with it; the pin is all that is left).
     for (const file of readdirSync(this.linkDir)) {
       const name = linkNameOfPin(file);
-      if (wantedNames.has(name)) continue;
+      // The socket hooks are syncSockHooks' business.
+      if (wantedNames.has(name) || parseSockLinkName(name)) continue;
       unpinLink(`${this.linkDir}/${file}`);
       this.current.delete(name);
       report.detached.push(name);
@@ -230,6 +258,58 @@ export class Attacher {
     });
     return { mechanism: 'clsact', replaced: false };
   }
+}
+
+export interface SockAttachReport {
+  /** The socket hooks attached anew, swapped into their existing links, and released. */
+  attached: SockHook[];
+  replaced: SockHook[];
+  detached: SockHook[];
+}
+
+/**
+ * Brings the socket hooks' links under <pinDir>/links to `cgroupPath`: a pinned link on that
+ * cgroup gets the new program (bpf_link_update, atomic), one on another cgroup is replaced, and
+ * with cgroupPath null (bpf.socketLB off) they are all released.
+ */
+export function syncSockHooks(
+  pinDir: string,
+  prog: (name: string) => number,
+  cgroupPath: string | null,
+): SockAttachReport {
+  const report: SockAttachReport = { attached: [], replaced: [], detached: [] };
+  const linkDir = `${pinDir}/links`;
+  // On cgroup2 a cgroup's id is its directory's inode number.
+  const cgroupId = cgroupPath === null ? null : statSync(cgroupPath, { bigint: true }).ino;
+  if (cgroupId !== null) mkdirSync(linkDir, { recursive: true });
+  for (const h of SOCK_HOOKS) {
+    const path = `${linkDir}/${sockLinkName(h.hook)}`;
+    if (existsSync(path)) {
+      if (cgroupId !== null) {
+        const fd = getPinned(path);
+        try {
+          if (linkInfo(fd).cgroupId === cgroupId) {
+            linkUpdate(fd, prog(h.program));
+            report.replaced.push(h.hook);
+            continue;
+          }
+        } finally {
+          closeFd(fd);
+        }
+      }
+      unpinLink(path);
+      if (cgroupId === null) report.detached.push(h.hook);
+    }
+    if (cgroupPath === null) continue;
+    const cgroupFd = openPath(cgroupPath, O_RDONLY | O_CLOEXEC);
+    try {
+      pinLink(path, linkCreate(prog(h.program), cgroupFd, h.attachType));
+    } finally {
+      closeFd(cgroupFd);
+    }
+    report.attached.push(h.hook);
+  }
+  return report;
 }
 
 function pinLink(path: string, fd: number): void {

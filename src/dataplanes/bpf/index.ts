@@ -8,12 +8,14 @@
 
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { netnsCookie } from '../../../native/libc.js';
 import type { ProxyConfig } from '../../config/types.js';
+import { findCgroup2Root, resolveCgroup2Dir } from '../../host/cgroup.js';
 import type { Logger } from '../../logger.js';
 import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../../metrics/bpf.js';
 import type { ProxyDecisions } from '../../proxy/types.js';
 import type { ChangeSet, Dataplane, SyncResult } from '../types.js';
-import { Attacher, type AttachReport } from './attach.js';
+import { Attacher, type AttachReport, syncSockHooks } from './attach.js';
 import {
   type ConntrackGcStats,
   collectConntrack,
@@ -23,7 +25,7 @@ import {
 import { discoverInterfaces, type IpLink, probeHostNetwork } from './discover.js';
 import { IdAllocator } from './ids.js';
 import { IPPROTO, KernelStore } from './kernel-store.js';
-import { DROP_REASON, MAPS, type TrafficStats } from './layout.js';
+import { DROP_REASON, MAPS, SOCK_SCOPE, type TrafficStats } from './layout.js';
 import { LinkWatch } from './link-watch.js';
 import { MAGLEV_HASH_SEED, maglevTableSizeProblem } from './maglev.js';
 import { type LoadedObject, loadPinnedObject } from './object.js';
@@ -197,6 +199,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const attacher = new Attacher(lb.pinDir, lb.prog, bpf, log);
     const dp = new BpfDataplane(lb, store, writer, attacher, config, log, options);
     dp.restoreIds();
+    dp.attachSockHooks();
     log.info(
       {
         pinDir: lb.pinDir,
@@ -240,6 +243,40 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
         this.ids.backendIds.quarantine(r.backendId, until);
       }
     }
+  }
+
+  /**
+   * The socket hooks of bpf.socketLB on the configured cgroup (the cgroup2 root by default), or
+   * none when it is off. Scope "host" needs this namespace's cookie (SO_NETNS_COOKIE, kernel
+   * 5.14+): without it the hooks stay off and host clients keep only what tc gives them.
+   */
+  private attachSockHooks(): void {
+    const { socketLB, cgroupPath } = this.config.bpf;
+    let cgroup: string | null = null;
+    if (socketLB !== 'off') {
+      try {
+        this.store.writeSockConfig({
+          hostNetnsCookie: socketLB === 'host' ? netnsCookie() : 0n,
+          scope: SOCK_SCOPE[socketLB],
+        });
+        cgroup = resolveCgroup2Dir(cgroupPath || findCgroup2Root());
+      } catch (err) {
+        this.log.warn(
+          { err, socketLB },
+          'socket-level load balancing unavailable: host-namespace clients of services are not balanced',
+        );
+      }
+    }
+    let report: ReturnType<typeof syncSockHooks>;
+    try {
+      report = syncSockHooks(this.lb.pinDir, this.lb.prog, cgroup);
+    } catch (err) {
+      this.log.error({ err, cgroup }, 'attaching the socket hooks failed');
+      return;
+    }
+    for (const hook of report.attached) this.log.info({ hook, cgroup }, 'bpf program attached');
+    for (const hook of report.replaced) this.log.info({ hook, cgroup }, 'bpf program swapped in');
+    for (const hook of report.detached) this.log.info({ hook }, 'bpf program detached');
   }
 
   private every(ms: number, task: () => Promise<unknown>): void {

@@ -26,6 +26,9 @@ import {
   linkNameOfPin,
   type Mechanism,
   parseLinkName,
+  parseSockLinkName,
+  SOCK_HOOKS,
+  type SockHook,
   TC_HANDLE,
   TC_PRIORITY,
 } from './attach.js';
@@ -149,11 +152,14 @@ export interface BackendView {
 }
 
 export interface AttachmentView {
+  /** The interface; "cgroup" for the socket hooks. */
   interface: string;
-  hook: Hook;
+  hook: Hook | SockHook;
   program: string;
   mechanism: Mechanism;
 }
+
+const HOOK_ORDER: readonly (Hook | SockHook)[] = [...HOOKS, ...SOCK_HOOKS.map((h) => h.hook)];
 
 /** The kernel keeps the first 15 characters of a program's name: back to the full name. */
 function programName(id: number): string {
@@ -169,8 +175,10 @@ export async function listAttachments(pinPath: string): Promise<AttachmentView[]
   const views: AttachmentView[] = [];
   const linkDir = `${pinPath}/${PIN_LAYOUT_VERSION}/links`;
   for (const file of existsSync(linkDir) ? readdirSync(linkDir) : []) {
-    const at = parseLinkName(linkNameOfPin(file));
-    if (!at) continue;
+    const name = linkNameOfPin(file);
+    const sock = parseSockLinkName(name);
+    const at = parseLinkName(name);
+    if (!at && !sock) continue;
     const fd = getPinned(`${linkDir}/${file}`);
     let link: ReturnType<typeof linkInfo>;
     try {
@@ -178,8 +186,19 @@ export async function listAttachments(pinPath: string): Promise<AttachmentView[]
     } finally {
       closeFd(fd);
     }
+    if (sock) {
+      // A link whose cgroup is gone runs nowhere.
+      if (link.cgroupId !== 0n)
+        views.push({
+          interface: 'cgroup',
+          hook: sock,
+          program: programName(link.progId),
+          mechanism: 'cgroup',
+        });
+      continue;
+    }
     // A link whose interface is gone runs nowhere; the agent removes its pin.
-    if (link.ifindex === 0) continue;
+    if (!at || link.ifindex === 0) continue;
     let mechanism: Mechanism = 'tcx';
     if (at.hook === 'xdp')
       mechanism = xdpQueryId(link.ifindex, XDP_FLAGS_DRV_MODE) === link.progId ? 'xdp-drv' : 'xdp-generic';
@@ -198,7 +217,7 @@ export async function listAttachments(pinPath: string): Promise<AttachmentView[]
   return views.sort(
     (a, b) =>
       a.interface.localeCompare(b.interface, 'en', { numeric: true }) ||
-      HOOKS.indexOf(a.hook) - HOOKS.indexOf(b.hook),
+      HOOK_ORDER.indexOf(a.hook) - HOOK_ORDER.indexOf(b.hook),
   );
 }
 

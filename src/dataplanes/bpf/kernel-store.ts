@@ -35,10 +35,12 @@ import {
   MAPS,
   perCpuValueSize,
   SCOPE,
+  type SockConfig,
   SRC_RANGE_ID_BITS,
   SVC_F,
   type SvcVal,
   slotKey,
+  sockConfig,
   srcRange4Key,
   sumPerCpu,
   svc4Key,
@@ -426,6 +428,11 @@ export class KernelStore implements MapStore {
 
   writeConfig(value: BpfConfigValue): void {
     mapUpdate(this.fd.config, u32Codec.encode(0), configCodec.encode(value));
+  }
+
+  /** Whose sockets the socket hooks serve; written before they are attached. */
+  writeSockConfig(value: SockConfig): void {
+    mapUpdate(this.fd.sockConfig, u32Codec.encode(0), sockConfig.encode(value));
   }
 }
 

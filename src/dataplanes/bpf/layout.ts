@@ -333,6 +333,24 @@ export const config = new StructCodec('kbp_config', 36, {
   nodeportMax: u16(34),
 });
 export const node6Key = new StructCodec('kbp_node6_key', 16, { addr: ip6(0) });
+export const sockConfig = new StructCodec(
+  'kbp_sockcfg',
+  16,
+  { hostNetnsCookie: u64(0), scope: u32(8) },
+  { pad: 12 },
+);
+export const sockRev4Key = new StructCodec(
+  'kbp_sockrev4_key',
+  16,
+  { cookie: u64(0), addr: ip4(8), port: port(12) },
+  { pad: 14 },
+);
+export const sockRev4Val = new StructCodec(
+  'kbp_sockrev4_val',
+  12,
+  { addr: ip4(0), port: port(4), svcId: u32(8) },
+  { pad: 6 },
+);
 
 export type Svc4Key = StructValue<typeof svc4Key.fields>;
 export type Svc6Key = StructValue<typeof svc6Key.fields>;
@@ -354,6 +372,9 @@ export type TrafficStats = StructValue<typeof trafficStats.fields>;
 export type DropStats = StructValue<typeof dropStats.fields>;
 export type SvcDropKey = StructValue<typeof svcDropKey.fields>;
 export type BpfConfigValue = StructValue<typeof config.fields>;
+export type SockConfig = StructValue<typeof sockConfig.fields>;
+export type SockRev4Key = StructValue<typeof sockRev4Key.fields>;
+export type SockRev4Val = StructValue<typeof sockRev4Val.fields>;
 
 export const STRUCTS: readonly StructCodec<Fields>[] = [
   svc4Key,
@@ -378,6 +399,9 @@ export const STRUCTS: readonly StructCodec<Fields>[] = [
   svcDropKey,
   config,
   node6Key,
+  sockConfig,
+  sockRev4Key,
+  sockRev4Val,
 ] as unknown as readonly StructCodec<Fields>[];
 
 // ---------- maps ----------
@@ -422,6 +446,10 @@ export const MAPS = {
   nodeAddrs6: mapLayout('kbp_node6_v1', node6Key, u32Codec),
   /** ifindex -> the interface's primary IPv4 address: the SNAT source through it. */
   ifAddrs4: mapLayout('kbp_ifaddr4_v1', u32Codec, ip4Codec),
+  /** Whose sockets the socket hooks serve (one entry, written before they are attached). */
+  sockConfig: mapLayout('kbp_sockcfg_v1', u32Codec, sockConfig),
+  /** LRU: {socket cookie, backend} -> the service address the socket asked for. */
+  sockRev4: mapLayout('kbp_sockrev4_v1', sockRev4Key, sockRev4Val),
 } as const satisfies Record<string, MapLayout>;
 
 /** The programs in bpf/lb.o. */
@@ -440,7 +468,18 @@ export const PROGRAMS = {
   xdpFromExternal: 'kbp_xdp_ext',
   /** Benchmark baseline: swap MACs, XDP_TX. */
   xdpTx: 'kbp_xdp_tx',
+  /** cgroup connect4: TCP and UDP connect() to a service address goes to a backend. */
+  sockConnect4: 'kbp_sock_connect4',
+  /** cgroup sendmsg4: each unconnected UDP datagram to a service address goes to a backend. */
+  sockSendmsg4: 'kbp_sock_sendmsg4',
+  /** cgroup recvmsg4: UDP replies from a backend read as from the service address. */
+  sockRecvmsg4: 'kbp_sock_recvmsg4',
+  /** cgroup getpeername4: a translated socket's peer reads as the service address. */
+  sockGetpeername4: 'kbp_sock_getpeername4',
 } as const;
+
+/** kbp_sockcfg.scope */
+export const SOCK_SCOPE = { host: 0, all: 1 } as const;
 
 // ---------- load-time constants (.rodata) ----------
 
@@ -451,13 +490,17 @@ export const RODATA_MAP = '.rodata';
 export interface DatapathRodata {
   /** bpf_ktime_get_coarse_ns (kernel >= 5.11); false falls back to bpf_ktime_get_ns (5.10). */
   coarseClock: boolean;
+  /** bpf_set_retval is callable from the cgroup socket-address hooks (probed): a connect() to a
+   * service without endpoints then fails with ECONNREFUSED instead of EPERM. */
+  sockSetRetval: boolean;
 }
 
 export const rodata = {
-  size: 4,
+  size: 8,
   encode(value: DatapathRodata): Buffer {
-    const buf = Buffer.alloc(4);
+    const buf = Buffer.alloc(8);
     buf.writeUInt32LE(value.coarseClock ? 1 : 0, 0);
+    buf.writeUInt32LE(value.sockSetRetval ? 1 : 0, 4);
     return buf;
   },
 };

@@ -6,10 +6,13 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { release } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import {
+  BPF_FUNC_SET_RETVAL,
+  BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
   type BpfObject,
   closeObject,
   findMap,
   getPinned,
+  helperSupported,
   loadObject,
   mapFd,
   mapInfo,
@@ -61,6 +64,8 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
   nodeAddrs4: '',
   nodeAddrs6: '',
   ifAddrs4: '',
+  sockConfig: '',
+  sockRev4: 'bpf.mapSizes.socketReverse',
 };
 
 /** max_entries of every map from bpf.mapSizes; null keeps the object's own value. */
@@ -91,6 +96,8 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
     nodeAddrs4: null,
     nodeAddrs6: null,
     ifAddrs4: null,
+    sockConfig: null,
+    sockRev4: sizes.socketReverse,
   };
 }
 
@@ -143,7 +150,13 @@ export function loadPinnedObject(options: LoadOptions): LoadedObject {
   const reused: LoadedObject['reused'] = [];
   try {
     // bpf_ktime_get_coarse_ns arrived in 5.11; on 5.10 the programs read the precise clock.
-    setMapInitialValue(findMap(obj, RODATA_MAP), rodata.encode({ coarseClock: kernelAtLeast(5, 11) }));
+    setMapInitialValue(
+      findMap(obj, RODATA_MAP),
+      rodata.encode({
+        coarseClock: kernelAtLeast(5, 11),
+        sockSetRetval: helperSupported(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_FUNC_SET_RETVAL),
+      }),
+    );
     for (const name of Object.keys(MAPS) as MapName[]) {
       const map = findMap(obj, MAPS[name].name);
       const path = mapPinPath(pinDir, name);
