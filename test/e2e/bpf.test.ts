@@ -9,7 +9,7 @@ import { describeRoot } from '../support/privileges.js';
 
 // The bpf data plane driven by real agents (`run --proxy-mode bpf --manifests DIR`) on the demo's
 // two-node cluster: the semantics the demo does not show, an endpoint removed under traffic, and
-// an agent restart under traffic. Needs `npm run build` (agents run dist/).
+// an agent restart under traffic (pod clients on the tc path, node clients on the socket hooks). Needs `npm run build` (agents run dist/).
 
 const PREFIX = `kbpbpf${process.pid}`;
 const POD_A = 'pod-10.244.1.30';
@@ -109,12 +109,14 @@ describeRoot('bpf data plane under real agents', () => {
     expect(backendsOf(after)).toEqual(new Set(['pod-10.244.1.10', 'pod-10.244.1.11']));
   });
 
-  it('the agent restarted under continuous traffic: zero failed requests', async () => {
+  it('the agent restarted under continuous traffic, from a pod (tc) and from the node itself (socket hooks): zero failed requests', async () => {
     const from = demo.cluster.podNs(POD_A);
+    const host = demo.cluster.nodeNs('node-a');
     let trafficEnded = 0;
     const traffic = Promise.all([
       lab.requests(from, '10.96.0.53:53', { proto: 'udp', count: 6000, timeoutMs: 3000 }),
       lab.requests(from, '10.96.0.10:80', { proto: 'tcp', count: 2500, timeoutMs: 3000 }),
+      lab.requests(host, '10.96.0.10:80', { proto: 'tcp', count: 2500, timeoutMs: 3000 }),
     ]).finally(() => {
       trafficEnded = Date.now();
     });
@@ -122,12 +124,14 @@ describeRoot('bpf data plane under real agents', () => {
     await demo.agents.get('node-a')!.stop();
     await demo.startAgent('node-a');
     const restarted = Date.now();
-    const [udp, tcp] = await traffic;
+    const [udp, tcp, fromHost] = await traffic;
     // The restart happened while traffic was flowing.
     expect(trafficEnded === 0 || trafficEnded > restarted).toBe(true);
     expect(failures(udp)).toEqual([]);
     expect(failures(tcp)).toEqual([]);
+    expect(failures(fromHost)).toEqual([]);
     expect(udp).toHaveLength(6000);
     expect(tcp).toHaveLength(2500);
+    expect(fromHost).toHaveLength(2500);
   });
 });
