@@ -7,7 +7,9 @@ import type { BpfStatsProvider } from '../metrics/bpf.js';
 import type { RuleModeStatsProvider } from '../metrics/kube-proxy.js';
 import type { NodeEnv } from '../proxy/types.js';
 import { openBpfDataplane } from './bpf/index.js';
+import { ConntrackReconciler, withConntrackCleanup } from './conntrack.js';
 import { createIptablesDataplane } from './iptables/applier.js';
+import { runOnHost } from './iptables/backend.js';
 import { createIpvsDataplane } from './ipvs/applier.js';
 import { NftablesDataplane } from './nftables/applier.js';
 import type { Dataplane } from './types.js';
@@ -24,6 +26,10 @@ export interface OpenedDataplane {
 
 type Opener = (config: ProxyConfig, log: Logger) => Promise<OpenedDataplane>;
 
+/** The rule modes leave stale UDP flows to netfilter's conntrack, so they reconcile it after syncs. */
+const reconciled = (dataplane: Dataplane, log: Logger): Dataplane =>
+  withConntrackCleanup(dataplane, new ConntrackReconciler({ exec: runOnHost, log }));
+
 const OPENERS: Partial<Record<ProxyMode, Opener>> = {
   bpf: async (config, log) => {
     const dataplane = await openBpfDataplane(config, log);
@@ -33,7 +39,7 @@ const OPENERS: Partial<Record<ProxyMode, Opener>> = {
   iptables: async (config, log) => {
     const dataplane = await createIptablesDataplane({ config });
     log.info({ backend: dataplane.backend, ...dataplane.capabilities }, 'iptables backend chosen');
-    return { dataplane, iptables: dataplane.capabilities, ruleStats: dataplane };
+    return { dataplane: reconciled(dataplane, log), iptables: dataplane.capabilities, ruleStats: dataplane };
   },
   ipvs: async (config, log) => {
     const dataplane = await createIpvsDataplane({ config });
@@ -41,12 +47,16 @@ const OPENERS: Partial<Record<ProxyMode, Opener>> = {
       { backend: dataplane.backend, ...dataplane.capabilities },
       'iptables backend chosen for the ipvs companion rules',
     );
-    return { dataplane, iptables: dataplane.capabilities };
+    return { dataplane: reconciled(dataplane, log), iptables: dataplane.capabilities };
   },
-  nftables: async () => {
+  nftables: async (_config, log) => {
     const dataplane = new NftablesDataplane();
     // nftables mode masquerades fully-random and has no nfacct counters, whatever iptables can do.
-    return { dataplane, iptables: { randomFully: true, nfacct: false }, ruleStats: dataplane };
+    return {
+      dataplane: reconciled(dataplane, log),
+      iptables: { randomFully: true, nfacct: false },
+      ruleStats: dataplane,
+    };
   },
 };
 

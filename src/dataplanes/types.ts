@@ -1,6 +1,7 @@
 // The contract between the sync runner (proxy/runner.ts) and every data plane.
 
 import type { ProxyMode } from '../config/types.js';
+import type { IPFamily } from '../model/types.js';
 import type { FamilyDecisions, ProxyDecisions } from '../proxy/types.js';
 
 /** What changed since the last successful sync; partial syncs rewrite only these services. */
@@ -14,6 +15,19 @@ export interface ChangeSet {
 export interface SyncResult {
   /** True when this sync rewrote everything (for the full/partial duration metrics). */
   full: boolean;
+  /** Rule modes: the conntrack reconciles that followed the sync (dataplanes/conntrack.ts). */
+  conntrack?: ConntrackReconcileReport[];
+}
+
+/** One family's conntrack reconcile (kubeproxy_conntrack_reconciler_* metrics). */
+export interface ConntrackReconcileReport {
+  family: IPFamily;
+  /** False when the entries could not be listed: kube-proxy then observes nothing. */
+  listed: boolean;
+  durationSeconds: number;
+  deleted: number;
+  /** Null when the listing and every deletion succeeded. */
+  error: string | null;
 }
 
 export interface Dataplane {

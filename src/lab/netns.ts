@@ -196,6 +196,39 @@ export class Lab {
       .map((line) => JSON.parse(line) as RequestResult);
   }
 
+  /**
+   * Starts a UDP client that keeps sending from one connected socket (traffic-client --interval)
+   * and collects its answers and errors as they come; stop() ends it.
+   */
+  udpStream(
+    ns: string,
+    target: string,
+    opts: { intervalMs: number; count: number; sourcePort?: number },
+  ): UdpStream {
+    const child = this.spawn(ns, process.execPath, [
+      clientScript,
+      '--proto',
+      'udp',
+      '--target',
+      target,
+      '--count',
+      String(opts.count),
+      '--interval',
+      String(opts.intervalMs),
+      '--timeout',
+      '500',
+      ...(opts.sourcePort ? ['--source-port', String(opts.sourcePort)] : []),
+    ]);
+    const events: UdpStreamEvent[] = [];
+    let partial = '';
+    child.stdout?.on('data', (d: Buffer) => {
+      const lines = (partial + d.toString()).split('\n');
+      partial = lines.pop() ?? '';
+      for (const line of lines) if (line.trim() !== '') events.push(JSON.parse(line) as UdpStreamEvent);
+    });
+    return { events, stop: () => void child.kill('SIGKILL') };
+  }
+
   async destroy(): Promise<void> {
     for (const child of this.processes) child.kill('SIGKILL');
     this.processes.clear();
@@ -204,6 +237,19 @@ export class Lab {
     }
     this.namespaces.clear();
   }
+}
+
+export interface UdpStreamEvent {
+  backend: string | null;
+  error: string | null;
+  /** Date.now() when the answer or error arrived. */
+  at: number;
+}
+
+export interface UdpStream {
+  /** Grows as answers and errors arrive. */
+  readonly events: UdpStreamEvent[];
+  stop(): void;
 }
 
 export interface RequestResult {

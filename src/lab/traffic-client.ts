@@ -3,7 +3,11 @@
 // request: {"backend", "seenClient", "error", "ms"}. Bounded by count and per-request timeout.
 // With --download BYTES each request fetches that many bytes (GET /bytes/BYTES) and its line also
 // has "bytes", the count received; the timeout then bounds the whole transfer.
-// Usage: node traffic-client.js --proto tcp|udp --target HOST:PORT --count N [--timeout MS] [--source-port P] [--source-address IP] [--download BYTES]
+// With --interval MS (UDP), one connected socket sends a datagram every MS, --count times, as a
+// DNS client or a statsd sender does, and prints {"backend", "error", "at"} (Date.now()) for each
+// answer or socket error as it comes: one conntrack flow whose fate a test can follow
+// (--source-port fixes its tuple).
+// Usage: node traffic-client.js --proto tcp|udp --target HOST:PORT --count N [--timeout MS] [--source-port P] [--source-address IP] [--download BYTES] [--interval MS]
 
 import { createSocket } from 'node:dgram';
 import { request } from 'node:http';
@@ -18,6 +22,7 @@ const { values } = parseArgs({
     'source-port': { type: 'string' },
     'source-address': { type: 'string' },
     download: { type: 'string' },
+    interval: { type: 'string' },
   },
 });
 const target = values.target ?? '';
@@ -124,7 +129,44 @@ function udpRequest(): Promise<Answer> {
   });
 }
 
+/** --interval: answers and errors (an ICMP error turns into ECONNREFUSED) as they come. */
+function udpStream(count: number, intervalMs: number): Promise<void> {
+  const socket = createSocket(host.includes(':') ? 'udp6' : 'udp4');
+  const print = (backend: string | null, error: string | null) =>
+    console.log(JSON.stringify({ backend, error, at: Date.now() }));
+  socket.on('message', (msg) => {
+    try {
+      print((JSON.parse(msg.toString()) as Answer).backend, null);
+    } catch {
+      print(null, `bad answer: ${msg}`);
+    }
+  });
+  socket.on('error', (err: NodeJS.ErrnoException) => print(null, err.code ?? err.message));
+  return new Promise((resolve) => {
+    const connect = () =>
+      socket.connect(port, host, () => {
+        let sent = 0;
+        const timer = setInterval(() => {
+          if (sent++ === count) {
+            clearInterval(timer);
+            setTimeout(() => socket.close(resolve), timeoutMs);
+            return;
+          }
+          socket.send('ping', (err) => {
+            if (err) print(null, (err as NodeJS.ErrnoException).code ?? err.message);
+          });
+        }, intervalMs);
+      });
+    if (sourcePort) socket.bind({ port: sourcePort }, connect);
+    else connect();
+  });
+}
+
 const count = Number(values.count);
+if (values.interval) {
+  await udpStream(count, Number(values.interval));
+  process.exit(0);
+}
 const downloadBytes = values.download ? Number(values.download) : undefined;
 for (let i = 0; i < count; i++) {
   const started = performance.now();

@@ -1,6 +1,6 @@
 // kube-proxy's own metrics (pkg/proxy/metrics/metrics.go, 1.33): the same names, types, help,
 // labels and buckets, so the kubernetes-mixin "Proxy" dashboard and clusterloader2 keep working.
-// Values are set by the sync observer (metrics/sync-observer.ts), read from the change tracker
+// Values are set by the sync observer (metrics/registry.ts), read from the change tracker
 // and the rule-mode data planes at scrape time, and counted by the health servers.
 
 import { Counter, exponentialBuckets, Gauge, Histogram, linearBuckets, type Registry } from 'prom-client';
@@ -200,6 +200,17 @@ export function createKubeProxyMetrics(registry: Registry, sources: KubeProxyMet
       'Cumulative proxy nftables cleanup failures',
       (stats) => stats.nftablesCleanupFailures,
     ),
+    conntrackReconcileDuration: histogram(
+      'kubeproxy_conntrack_reconciler_sync_duration_seconds',
+      'ReconcileConntrackFlowsLatency latency in seconds',
+      SYNC_DURATION_BUCKETS,
+    ),
+    conntrackDeletedEntries: new Counter({
+      name: 'kubeproxy_conntrack_reconciler_deleted_entries_total',
+      help: 'Cumulative conntrack flows deleted by conntrack reconciler',
+      labelNames: IP_FAMILY,
+      registers,
+    }),
     healthzTotal: new Counter({
       name: 'kubeproxy_proxy_healthz_total',
       help: 'Cumulative proxy healthz HTTP status',

@@ -88,6 +88,7 @@ export class ProxyMetrics {
   readonly kubeProxy: KubeProxyMetrics;
   private readonly skippedObjects: Gauge<'kind' | 'reason'>;
   private readonly syncFailures: Counter<'mode'>;
+  private readonly conntrackFailures: Counter<'ip_family'>;
   private readonly bpf: BpfMetrics | null;
   /** Families synced so far, in order of appearance. */
   private readonly families: IPFamily[] = [];
@@ -115,6 +116,12 @@ export class ProxyMetrics {
       registers,
     });
     this.syncFailures.inc({ mode: options.mode }, 0);
+    this.conntrackFailures = new Counter({
+      name: 'kube_bpf_proxy_conntrack_reconciler_failures_total',
+      help: 'Rule modes: conntrack reconciles that failed to list or delete entries (logged; retried after the next sync)',
+      labelNames: ['ip_family'] as const,
+      registers,
+    });
     const log = options.log ?? silentLogger;
     this.bpf = options.bpfStats ? new BpfMetrics(options.bpfStats, options.maxBackends ?? 0, log) : null;
     if (options.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
@@ -171,10 +178,22 @@ export class ProxyMetrics {
       m.noLocalEndpoints.set({ ip_family, traffic_policy: 'external' }, noLocal.external);
     }
     this.observeProgrammingLatencies(report);
+    this.observeConntrackReconciles(report);
     this.skippedObjects.reset();
     for (const [key, count] of skippedObjectCounts(report.decisions)) {
       const [kind, reason] = key.split('\u0000') as [string, string];
       this.skippedObjects.set({ kind, reason }, count);
+    }
+  }
+
+  /** As kube-proxy: a reconcile that could not list its entries observes no duration. */
+  private observeConntrackReconciles(report: SyncReport): void {
+    for (const { family: ip_family, listed, durationSeconds, deleted, error } of report.conntrack) {
+      if (listed) {
+        this.kubeProxy.conntrackReconcileDuration.observe({ ip_family }, durationSeconds);
+        this.kubeProxy.conntrackDeletedEntries.inc({ ip_family }, deleted);
+      }
+      if (error !== null) this.conntrackFailures.inc({ ip_family });
     }
   }
 

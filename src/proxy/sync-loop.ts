@@ -3,7 +3,7 @@
 // happen first, after any failure, after node label changes and every fullSyncPeriod; the others
 // are partial. A failed sync puts its changes back and asks the runner for a retry.
 
-import type { Dataplane } from '../dataplanes/types.js';
+import type { ConntrackReconcileReport, Dataplane } from '../dataplanes/types.js';
 import type { ChangeTracker, PendingChanges } from '../model/tracker.js';
 import { type BrainConfig, decide } from './decide.js';
 import type { NodeEnv, ProxyDecisions } from './types.js';
@@ -17,6 +17,8 @@ export interface SyncReport {
   changes: PendingChanges;
   /** Seconds from each changed Service's EndpointSlice trigger time to now (network programming latency). */
   programmingLatenciesSeconds: number[];
+  /** Rule modes: the conntrack reconciles run after the write, per family. */
+  conntrack: readonly ConntrackReconcileReport[];
 }
 
 /** Who wants to know about syncs: metrics, health, logs. */
@@ -77,6 +79,7 @@ export class SyncLoop {
         programmingLatenciesSeconds: [...changes.triggerTimes.values()].map((t) =>
           Math.max(0, (finished - t) / 1000),
         ),
+        conntrack: result.conntrack ?? [],
       };
       for (const observer of observers) observer.synced?.(report);
       return true;

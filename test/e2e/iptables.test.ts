@@ -28,6 +28,11 @@ import { silentLogger } from '../../src/logger.js';
 import type { EndpointSlice, Service } from '../../src/model/types.js';
 import { decide } from '../../src/proxy/decide.js';
 import type { IpAddrInterface, NodeEnv, ProxyDecisions } from '../../src/proxy/types.js';
+import {
+  type ConntrackLab,
+  noEndpointsThenEndpointsScenario,
+  staleEndpointScenario,
+} from '../support/conntrack-scenarios.js';
 import { brainConfig, endpoint, node, service, slice } from '../support/model-fixtures.js';
 import { describeRoot } from '../support/privileges.js';
 
@@ -52,7 +57,11 @@ const servicePorts: Service['ports'] = [
   { name: 'dns', protocol: 'UDP', port: 53, nodePort: 0 },
 ];
 
-function cluster(webEndpoints: string[]): { services: Service[]; slices: EndpointSlice[] } {
+/** emptyEndpoints: the empty Service's endpoints (on node-a), or null to leave that Service out. */
+function cluster(
+  webEndpoints: string[],
+  emptyEndpoints: string[] | null = [],
+): { services: Service[]; slices: EndpointSlice[] } {
   const both = [endpoint(POD2, local), endpoint(POD3, remote)];
   const services = [
     service(NS, 'web', {
@@ -86,7 +95,9 @@ function cluster(webEndpoints: string[]): { services: Service[]; slices: Endpoin
       sessionAffinityTimeoutSeconds: 10800,
       ports: servicePorts,
     }),
-    service(NS, 'empty', { clusterIP: '10.96.0.80', ports: servicePorts }),
+    ...(emptyEndpoints === null
+      ? []
+      : [service(NS, 'empty', { clusterIP: '10.96.0.80', ports: servicePorts })]),
   ];
   const slices = [
     slice(
@@ -97,14 +108,28 @@ function cluster(webEndpoints: string[]): { services: Service[]; slices: Endpoin
       ports,
     ),
     ...['np', 'local', 'ext', 'lb', 'itp', 'sticky'].map((name) => slice(NS, name, `${name}-1`, both, ports)),
-    slice(NS, 'empty', 'empty-1', [], ports),
+    ...(emptyEndpoints === null
+      ? []
+      : [
+          slice(
+            NS,
+            'empty',
+            'empty-1',
+            emptyEndpoints.map((ip) => endpoint(ip, local)),
+            ports,
+          ),
+        ]),
     slice(NS, 'web', 'web-v6', [endpoint(POD2_V6, local), endpoint(POD3_V6, remote)], ports, 'IPv6'),
   ];
   return { services, slices };
 }
 
-function decisionsFor(webEndpoints: string[], env: NodeEnv): ProxyDecisions {
-  const { services, slices } = cluster(webEndpoints);
+function decisionsFor(
+  webEndpoints: string[],
+  env: NodeEnv,
+  emptyEndpoints: string[] | null = [],
+): ProxyDecisions {
+  const { services, slices } = cluster(webEndpoints, emptyEndpoints);
   return decide(
     {
       services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
@@ -377,6 +402,23 @@ describeRoot('iptables mode in network namespaces', () => {
     const results = await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 20 });
     expect(backends(results)).toEqual(new Set(['pod2', 'pod3']));
   });
+
+  const conntrackLab = (): ConntrackLab => ({
+    lab,
+    onNode,
+    dataplane,
+    decisions: (web, empty) => decisionsFor(web, env, empty),
+    client: 'pod1',
+    clientIP: '10.244.1.2',
+    backends: { pod2: POD2, pod3: POD3 },
+    namespace: NS,
+  });
+
+  it('conntrack: a UDP flow whose endpoint goes away reaches the remaining one after the sync', () =>
+    staleEndpointScenario(conntrackLab()));
+
+  it('conntrack: an un-NATed UDP flow, kept while its Service has no endpoints, is answered once it has some', () =>
+    noEndpointsThenEndpointsScenario(conntrackLab()));
 
   it('cleanup removes every KUBE-* chain and jump, ipvs-mode ipsets, the nftables tables and the bpf pins', async () => {
     const svc = servicePortChains(`${NS}/web:http`, 'TCP').cluster;

@@ -135,6 +135,8 @@ function describeMode(mode: 'iptables' | 'nftables'): void {
         kubeproxy_sync_proxy_rules_no_local_endpoints_total: 'gauge',
         kubeproxy_proxy_healthz_total: 'counter',
         kubeproxy_proxy_livez_total: 'counter',
+        kubeproxy_conntrack_reconciler_sync_duration_seconds: 'histogram',
+        kubeproxy_conntrack_reconciler_deleted_entries_total: 'counter',
         kube_bpf_proxy_skipped_objects: 'gauge',
         kube_bpf_proxy_sync_failures_total: 'counter',
         process_cpu_user_seconds_total: 'counter',
@@ -164,6 +166,11 @@ function describeMode(mode: 'iptables' | 'nftables'): void {
       }
       expect(samplesOf(e, 'kubeproxy_proxy_healthz_total', { code: '200' })).toHaveLength(1);
       expect(sampleValue(e, 'kube_bpf_proxy_sync_failures_total', { mode })).toBe(0);
+      // The first sync changed every Service, demo/dns's UDP port among them: conntrack was reconciled.
+      expect(
+        sampleValue(e, 'kubeproxy_conntrack_reconciler_sync_duration_seconds_count', { ip_family: 'IPv4' }),
+      ).toBeGreaterThanOrEqual(1);
+      expect(samplesOf(e, 'kube_bpf_proxy_conntrack_reconciler_failures_total')).toEqual([]);
 
       const proxyMode = await get('http://127.0.0.1:10249/proxyMode');
       expect(proxyMode.body).toBe(mode);

@@ -18,6 +18,11 @@ import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
 import type { EndpointSlice, Service } from '../../src/model/types.js';
 import { decide } from '../../src/proxy/decide.js';
 import type { IpAddrInterface, NodeEnv, ProxyDecisions, ServicePortDecision } from '../../src/proxy/types.js';
+import {
+  type ConntrackLab,
+  noEndpointsThenEndpointsScenario,
+  staleEndpointScenario,
+} from '../support/conntrack-scenarios.js';
 import { brainConfig, endpoint, node, service, slice } from '../support/model-fixtures.js';
 import { describeRoot } from '../support/privileges.js';
 
@@ -44,7 +49,11 @@ const servicePorts: Service['ports'] = [
   { name: 'dns', protocol: 'UDP', port: 53, nodePort: 0 },
 ];
 
-function cluster(webEndpoints: string[]): { services: Service[]; slices: EndpointSlice[] } {
+/** emptyEndpoints: the empty Service's endpoints (on node-a), or null to leave that Service out. */
+function cluster(
+  webEndpoints: string[],
+  emptyEndpoints: string[] | null = [],
+): { services: Service[]; slices: EndpointSlice[] } {
   const both = [endpoint(POD2, local), endpoint(POD3, remote)];
   const services = [
     service(NS, 'web', { clusterIP: '10.96.0.10', ports: servicePorts }),
@@ -74,7 +83,9 @@ function cluster(webEndpoints: string[]): { services: Service[]; slices: Endpoin
       sessionAffinityTimeoutSeconds: 10800,
       ports: servicePorts,
     }),
-    service(NS, 'empty', { clusterIP: '10.96.0.80', ports: servicePorts }),
+    ...(emptyEndpoints === null
+      ? []
+      : [service(NS, 'empty', { clusterIP: '10.96.0.80', ports: servicePorts })]),
     service(NS, 'web6', {
       type: 'NodePort',
       clusterIP: 'fd00:96::10',
@@ -94,14 +105,28 @@ function cluster(webEndpoints: string[]): { services: Service[]; slices: Endpoin
       ports,
     ),
     ...['np', 'local', 'ext', 'lb', 'itp', 'sticky'].map((name) => slice(NS, name, `${name}-1`, both, ports)),
-    slice(NS, 'empty', 'empty-1', [], ports),
+    ...(emptyEndpoints === null
+      ? []
+      : [
+          slice(
+            NS,
+            'empty',
+            'empty-1',
+            emptyEndpoints.map((ip) => endpoint(ip, local)),
+            ports,
+          ),
+        ]),
     slice(NS, 'web6', 'web6-1', [endpoint(POD2_V6, local), endpoint(POD3_V6, remote)], ports, 'IPv6'),
   ];
   return { services, slices };
 }
 
-function decisionsFor(webEndpoints: string[], env: NodeEnv): ProxyDecisions {
-  const { services, slices } = cluster(webEndpoints);
+function decisionsFor(
+  webEndpoints: string[],
+  env: NodeEnv,
+  emptyEndpoints: string[] | null = [],
+): ProxyDecisions {
+  const { services, slices } = cluster(webEndpoints, emptyEndpoints);
   return decide(
     {
       services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
@@ -435,6 +460,32 @@ describeRoot('nftables mode in network namespaces', () => {
     expect(retry.full).toBe(true);
     const results = await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 20 });
     expect(backends(results)).toEqual(new Set(['pod2', 'pod3']));
+  });
+
+  const conntrackLab = (): ConntrackLab => ({
+    lab,
+    onNode,
+    dataplane,
+    decisions: (web, empty) => decisionsFor(web, env, empty),
+    client: 'pod1',
+    clientIP: '10.244.1.2',
+    backends: { pod2: POD2, pod3: POD3 },
+    namespace: NS,
+  });
+
+  it('conntrack: a UDP flow whose endpoint goes away reaches the remaining one after the sync', () =>
+    staleEndpointScenario(conntrackLab()));
+
+  it('conntrack: an un-NATed UDP flow, kept while its Service has no endpoints, is answered once it has some', async () => {
+    await noEndpointsThenEndpointsScenario(conntrackLab());
+    // The empty Service's chains were flushed when it lost its endpoints again; a sync after the
+    // delay deletes them, so the restart test below finds only its own leftover.
+    await new Promise((resolve) => setTimeout(resolve, STALE_CHAIN_DELAY_MS + 100));
+    await dataplane.sync(decisionsFor([POD2, POD3], env), {
+      changedServices: new Set(),
+      fullSyncRequired: false,
+    });
+    expect(dataplane.pendingStaleChains('IPv4')).toEqual([]);
   });
 
   it('a restarted agent finds the chains an earlier process left and removes them', async () => {

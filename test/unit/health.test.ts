@@ -58,6 +58,7 @@ function report(d: ProxyDecisions): SyncReport {
       triggerTimes: new Map(),
     },
     programmingLatenciesSeconds: [],
+    conntrack: [],
   };
 }
 

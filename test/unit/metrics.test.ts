@@ -63,6 +63,7 @@ function report(d: ProxyDecisions, extra: Partial<SyncReport> = {}): SyncReport 
       triggerTimes: new Map(),
     },
     programmingLatenciesSeconds: [],
+    conntrack: [],
     ...extra,
   };
 }
@@ -122,6 +123,8 @@ describe("kube-proxy's metrics: names, types, labels, buckets (reference §5.3)"
     ['kubeproxy_sync_proxy_rules_nftables_cleanup_failures_total', 'counter', ['ip_family']],
     ['kubeproxy_proxy_healthz_total', 'counter', ['code']],
     ['kubeproxy_proxy_livez_total', 'counter', ['code']],
+    ['kubeproxy_conntrack_reconciler_sync_duration_seconds', 'histogram', ['ip_family']],
+    ['kubeproxy_conntrack_reconciler_deleted_entries_total', 'counter', ['ip_family']],
   ];
 
   it.each(expected)('%s is a %s labelled %j', async (name, type, labelNames) => {
@@ -134,15 +137,17 @@ describe("kube-proxy's metrics: names, types, labels, buckets (reference §5.3)"
     expect([...declared].sort()).toEqual(labelNames);
   });
 
-  it('sync durations use ExponentialBuckets(0.001, 2, 15): 1 ms to 16.384 s', async () => {
+  it('sync and conntrack reconcile durations use ExponentialBuckets(0.001, 2, 15): 1 ms to 16.384 s', async () => {
     const expectedBounds = [
       0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1.024, 2.048, 4.096, 8.192,
       16.384,
     ];
+    metrics.kubeProxy.conntrackReconcileDuration.observe({ ip_family: 'IPv4' }, 0.01);
     const exposition = await scrape(metrics);
     for (const name of [
       'kubeproxy_sync_proxy_rules_duration_seconds',
       'kubeproxy_sync_full_proxy_rules_duration_seconds',
+      'kubeproxy_conntrack_reconciler_sync_duration_seconds',
     ]) {
       const bounds = samplesOf(exposition, `${name}_bucket`, { ip_family: 'IPv4' }).map((s) => s.labels.le);
       expect(bounds).toEqual([...expectedBounds.map(String), '+Inf']);
@@ -176,6 +181,12 @@ describe("kube-proxy's metrics: names, types, labels, buckets (reference §5.3)"
     );
     expect(exposition.help.get('kubeproxy_sync_proxy_rules_no_local_endpoints_total')).toBe(
       'Number of services with a Local traffic policy and no endpoints',
+    );
+    expect(exposition.help.get('kubeproxy_conntrack_reconciler_sync_duration_seconds')).toBe(
+      'ReconcileConntrackFlowsLatency latency in seconds',
+    );
+    expect(exposition.help.get('kubeproxy_conntrack_reconciler_deleted_entries_total')).toBe(
+      'Cumulative conntrack flows deleted by conntrack reconciler',
     );
   });
 
@@ -648,5 +659,44 @@ describe('the status servers `run` starts', () => {
     } finally {
       await new Promise<void>((resolve) => squatter.close(() => resolve()));
     }
+  });
+});
+
+describe('conntrack reconciles (kubeproxy_conntrack_reconciler_*)', () => {
+  it('observe the duration and add the deletions; a failed listing observes nothing, any failure counts', async () => {
+    const metrics = new ProxyMetrics({ mode: 'iptables', processMetrics: false });
+    const d = decisions(cluster.services, cluster.slices, ['IPv4', 'IPv6']);
+    metrics.syncObserver().synced?.(
+      report(d, {
+        conntrack: [
+          { family: 'IPv4', listed: true, durationSeconds: 0.003, deleted: 2, error: null },
+          {
+            family: 'IPv6',
+            listed: false,
+            durationSeconds: 0.001,
+            deleted: 0,
+            error: 'conntrack -L failed (1)',
+          },
+        ],
+      }),
+    );
+    metrics.syncObserver().synced?.(
+      report(d, {
+        conntrack: [
+          { family: 'IPv4', listed: true, durationSeconds: 0.02, deleted: 1, error: 'conntrack -D failed' },
+        ],
+      }),
+    );
+    const e = await scrape(metrics);
+    const v4 = { ip_family: 'IPv4' };
+    const v6 = { ip_family: 'IPv6' };
+    expect(sampleValue(e, 'kubeproxy_conntrack_reconciler_sync_duration_seconds_count', v4)).toBe(2);
+    expect(
+      sampleValue(e, 'kubeproxy_conntrack_reconciler_sync_duration_seconds_bucket', { ...v4, le: '0.004' }),
+    ).toBe(1);
+    expect(sampleValue(e, 'kubeproxy_conntrack_reconciler_deleted_entries_total', v4)).toBe(3);
+    expect(samplesOf(e, 'kubeproxy_conntrack_reconciler_sync_duration_seconds_count', v6)).toEqual([]);
+    expect(sampleValue(e, 'kube_bpf_proxy_conntrack_reconciler_failures_total', v4)).toBe(1);
+    expect(sampleValue(e, 'kube_bpf_proxy_conntrack_reconciler_failures_total', v6)).toBe(1);
   });
 });
