@@ -375,6 +375,7 @@ export class RealNodeLab {
           ? {}
           : { externalTrafficPolicy: svc.externalTrafficPolicy ?? 'Cluster' }),
         ...(svc.healthCheckNodePort ? { healthCheckNodePort: svc.healthCheckNodePort } : {}),
+        ...(svc.externalIPs ? { externalIPs: svc.externalIPs } : {}),
       },
       status: svc.loadBalancerIP
         ? { loadBalancer: { ingress: [{ ip: svc.loadBalancerIP, ipMode: 'VIP' }] } }
@@ -418,6 +419,8 @@ export interface LabService {
   healthCheckNodePort?: number;
   /** status.loadBalancer.ingress, as the cloud or MetalLB writes it. */
   loadBalancerIP?: string;
+  /** spec.externalIPs: addresses the cluster's network routes to some node. */
+  externalIPs?: string[];
   /** Pods by name; host-network servers by their node. */
   endpoints: ({ pod: string } | { hostNode: string })[];
 }

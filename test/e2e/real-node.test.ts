@@ -115,6 +115,14 @@ const SERVICES: LabService[] = [
     ports: [http(80, 30091)],
     endpoints: [{ pod: 'a2' }, { pod: 'b2' }],
   },
+  {
+    name: 'ext-ip',
+    type: 'ClusterIP',
+    clusterIP: '10.96.1.8',
+    externalIPs: ['198.51.100.20'],
+    ports: [http()],
+    endpoints: [{ pod: 'a2' }, { pod: 'b2' }],
+  },
   { name: 'self-a', type: 'ClusterIP', clusterIP: '10.96.2.1', ports: [http()], endpoints: [{ pod: 'a1' }] },
   { name: 'self-b', type: 'ClusterIP', clusterIP: '10.96.2.2', ports: [http()], endpoints: [{ pod: 'b1' }] },
 ];
@@ -124,6 +132,7 @@ const SERVICES: LabService[] = [
 const LB_ROUTES = [
   { ip: '198.51.100.10', node: NODE_A.name },
   { ip: '198.51.100.11', node: NODE_B.name },
+  { ip: '198.51.100.20', node: NODE_A.name },
 ];
 
 interface Cell {
@@ -245,6 +254,15 @@ const CELLS: Cell[] = [
     snatAt: ['b2'],
   },
   {
+    name: 'outside → externalIP (routed to node-a)',
+    from: 'outside',
+    target: '198.51.100.20:80',
+    proto: 'tcp',
+    backends: ['a2', 'b2'],
+    clientAddress: 'any',
+    snatAt: ['b2'],
+  },
+  {
     name: 'outside → LoadBalancer IP eTP=Local (announced by node-b)',
     from: 'outside',
     target: '198.51.100.11:80',
@@ -255,9 +273,13 @@ const CELLS: Cell[] = [
   // The node's own network namespace (kubelet, hostNetwork pods): no tc ingress hook on the way
   // out, so bpf mode serves it with the socket hooks (bpf.socketLB host, the chart's default).
   ...[
+    ['ClusterIP, backend on the same node', '10.96.1.1:80', 'tcp', ['a2']],
+    ['ClusterIP, backend on the other node', '10.96.1.2:80', 'tcp', ['b2']],
     ['ClusterIP, backends on both nodes', '10.96.1.3:80', 'tcp', ['a2', 'b2']],
     ['ClusterIP UDP, backends on both nodes', '10.96.1.3:53', 'udp', ['a2', 'b2']],
+    ['ClusterIP, host-network backend on the same node', '10.96.0.1:443', 'tcp', ['host-node-a']],
     ['ClusterIP, host-network backend on the other node', '10.96.0.2:443', 'tcp', ['host-node-b']],
+    ['externalIP', '198.51.100.20:80', 'tcp', ['a2', 'b2']],
     ['its own NodePort on its node address', `${NODE_A.ip}:30080`, 'tcp', ['a2', 'b2']],
     ['its own NodePort on 127.0.0.1', '127.0.0.1:30080', 'tcp', ['a2', 'b2']],
     // Locally originated traffic to an eTP=Local address goes to every endpoint, as from pods.
