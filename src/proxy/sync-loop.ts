@@ -52,6 +52,11 @@ export class SyncLoop {
     for (const observer of this.opts.observers) observer.queued?.(at);
   }
 
+  /** Makes the next sync a full one (the bench times both kinds of sync for the same change). */
+  requestFullSync(): void {
+    this.needFullSync = true;
+  }
+
   /** Runs one sync. Returns false when the data plane failed (the caller schedules a retry). */
   async syncOnce(): Promise<boolean> {
     const { tracker, dataplane, observers } = this.opts;
