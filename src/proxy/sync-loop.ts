@@ -5,7 +5,7 @@
 
 import type { Dataplane } from '../dataplanes/types.js';
 import type { ChangeTracker, PendingChanges } from '../model/tracker.js';
-import { type BrainConfig, decide } from './decide.js';
+import { type BrainConfig, Decider } from './decide.js';
 import type { NodeEnv, ProxyDecisions } from './types.js';
 
 export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
@@ -40,6 +40,7 @@ export interface SyncLoopOptions {
 export class SyncLoop {
   private lastFullSyncAt = Number.NEGATIVE_INFINITY;
   private needFullSync = true;
+  private readonly decider = new Decider();
   private readonly now: () => number;
 
   constructor(private readonly opts: SyncLoopOptions) {
@@ -66,7 +67,13 @@ export class SyncLoop {
       this.needFullSync || changes.nodeChanged || started - this.lastFullSyncAt >= FULL_SYNC_PERIOD_MS;
     try {
       const env = await this.opts.nodeEnv();
-      const decisions = decide(tracker.state(), env, this.opts.config, { skipped: tracker.skipped() });
+      const decisions = this.decider.decide(
+        tracker.state(),
+        env,
+        this.opts.config,
+        { changedServices: changes.changedServices, full },
+        { skipped: tracker.skipped() },
+      );
       const result = await dataplane.sync(decisions, {
         changedServices: changes.changedServices,
         fullSyncRequired: full,
