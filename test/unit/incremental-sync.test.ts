@@ -3,9 +3,13 @@
 // incremental path keeps must equal what a computation from scratch gives.
 
 import { describe, expect, it } from 'vitest';
+import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
+import { type BpfPlan, BpfPlanner, type PlanOptions, planBpf } from '../../src/dataplanes/bpf/plan.js';
+import { MapWriter } from '../../src/dataplanes/bpf/writer.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
 import { Decider, decide } from '../../src/proxy/decide.js';
 import type { SourceEvent } from '../../src/sources/types.js';
+import { MemoryStore } from '../support/memory-store.js';
 import { brainConfig, nodeEnv } from '../support/model-fixtures.js';
 
 /** mulberry32: a small seeded generator, so a failing sequence can be replayed from its seed. */
@@ -33,7 +37,10 @@ function eventSource(seed: number) {
     const type = pick(['ClusterIP', 'ClusterIP', 'NodePort', 'LoadBalancer'] as const);
     const ports = [{ name: 'http', port: pick([80, 8080]), protocol: 'TCP', targetPort: 8080 }];
     if (chance(0.4)) ports.push({ name: 'dns', port: 53, protocol: pick(['UDP', 'TCP']), targetPort: 53 });
-    const clusterIP = `10.96.0.${pick([1, 2, 3, 10, 11, 12, 13])}`;
+    // Each Service has addresses and ports of its own, and now and then one another Service uses
+    // too: a shared frontend, which only a plan of everything in order decides.
+    const own = (base: number) => (chance(0.05) ? base : base + 1 + SERVICES.indexOf(name));
+    const clusterIP = `10.96.0.${own(10)}`;
     return {
       apiVersion: 'v1',
       kind: 'Service',
@@ -47,17 +54,14 @@ function eventSource(seed: number) {
         clusterIP,
         clusterIPs: [clusterIP],
         ipFamilies: ['IPv4'],
-        ports: ports.map((p, i) =>
-          type === 'ClusterIP' ? p : { ...p, nodePort: 30000 + i + pick([0, 10]) },
-        ),
-        externalIPs: chance(0.2) ? [`192.0.2.${pick([1, 2])}`] : [],
+        ports: ports.map((p, i) => (type === 'ClusterIP' ? p : { ...p, nodePort: own(30000 + 10 * i) })),
+        externalIPs: chance(0.2) ? [`192.0.2.${own(0)}`] : [],
         externalTrafficPolicy: type !== 'ClusterIP' && chance(0.4) ? 'Local' : 'Cluster',
         internalTrafficPolicy: chance(0.2) ? 'Local' : 'Cluster',
         sessionAffinity: chance(0.2) ? 'ClientIP' : 'None',
         loadBalancerSourceRanges: type === 'LoadBalancer' && chance(0.3) ? ['203.0.113.0/24'] : [],
       },
-      status:
-        type === 'LoadBalancer' ? { loadBalancer: { ingress: [{ ip: `198.51.100.${pick([1, 2])}` }] } } : {},
+      status: type === 'LoadBalancer' ? { loadBalancer: { ingress: [{ ip: `198.51.100.${own(0)}` }] } } : {},
     };
   };
   const sliceObject = (service: string, index: number) => ({
@@ -114,6 +118,113 @@ describe('the brain, memoised per Service, against decide() from scratch', () =>
         });
         expect(incremental, `step ${step}`).toEqual(decide(tracker.state(), env, config));
       }
+    });
+  }
+});
+
+const OPTIONS: PlanOptions = {
+  defaultScheduler: 'random',
+  families: ['IPv4'],
+  capacity: { frontends: 1000, backends: 1000, slots: 10_000, sourceRanges: 1000 },
+  nowMs: 0,
+};
+
+const allocators = () => ({
+  serviceIds: new IdAllocator('service', 1, 100_000, 0),
+  backendIds: new IdAllocator('backend', 1, 100_000, 0),
+});
+
+/** A plan with its ids replaced by the names they stand for: ids differ between an incremental
+ * plan and one from scratch, what they name must not. */
+function planByName(plan: BpfPlan) {
+  const backendName = new Map(plan.backends.map((b) => [b.id, b.name]));
+  return {
+    frontends: plan.frontends.map(({ serviceId: _, backendIds, ...f }) => ({
+      ...f,
+      backends: backendIds.map((id) => backendName.get(id)),
+    })),
+    backends: plan.backends.map(({ id: _, ...b }) => b).sort((a, b) => (a.name < b.name ? -1 : 1)),
+    problems: [...plan.problems].sort((a, b) => (JSON.stringify(a) < JSON.stringify(b) ? -1 : 1)),
+  };
+}
+
+/** The maps' contents by name, as the datapath resolves them: every entry must be reachable. */
+function mapsByName(store: MemoryStore) {
+  const backendName = (id: number) => {
+    const b = store.backends.get(id);
+    return b
+      ? `${b.address}:${b.port}${b.isLocal ? ' local' : ''}${b.terminating ? ' terminating' : ''}`
+      : `missing ${id}`;
+  };
+  const frontendOf = new Map([...store.frontends.values()].map((f) => [f.value.serviceId, f]));
+  const name = (serviceId: number) => {
+    const f = frontendOf.get(serviceId);
+    return f ? `${f.key.protocol}/${f.key.address}:${f.key.port}/${f.key.scope}` : `orphan ${serviceId}`;
+  };
+  const sorted = (xs: string[]) => xs.sort();
+  return {
+    frontends: sorted(
+      [...store.frontends.values()].map((f) => {
+        const { serviceId, gen, ...value } = f.value;
+        const slots = Array.from({ length: value.count }, (_, slot) => {
+          const s = store.slots.get(`${serviceId}/${gen}/${slot}`);
+          return s ? backendName(s.backendId) : 'missing slot';
+        });
+        return JSON.stringify([name(serviceId), value, slots]);
+      }),
+    ),
+    slots: store.slots.size,
+    backends: sorted([...store.backends.values()].map((b) => backendName(b.id))),
+    maglev: sorted(
+      [...store.maglev.values()].map(
+        (m) => `${name(m.key.serviceId)} ${sorted([...new Set(m.table)].map(backendName)).join()}`,
+      ),
+    ),
+    affinityMatches: sorted(
+      [...store.matches.values()].map((m) => `${name(m.serviceId)} ${backendName(m.backendId)}`),
+    ),
+    sourceRanges: sorted([...store.ranges.values()].map((r) => `${name(r.serviceId)} ${r.cidr}`)),
+  };
+}
+
+const writerOptions = { maglevTableSize: 251, graceMs: 0, now: () => 0, sleep: async () => {} };
+
+describe('the bpf plan and maps, changed per Service, against a plan and maps from scratch', () => {
+  for (const seed of [11, 12, 13]) {
+    it(`${STEPS} random changes, seed ${seed}`, async () => {
+      const next = eventSource(seed);
+      const tracker = new ChangeTracker(NODE);
+      const env = nodeEnv({ nodeName: NODE });
+      const config = brainConfig();
+      const ids = allocators();
+      const planner = new BpfPlanner(ids);
+      const store = new MemoryStore();
+      const writer = new MapWriter(store, writerOptions);
+      let scoped = 0;
+      for (let step = 0; step < STEPS; step++) {
+        tracker.apply(Array.from({ length: 1 + (step % 3) }, next));
+        const changes = tracker.takePending();
+        const decisions = decide(tracker.state(), env, config);
+        const { plan, scope } = planner.plan(decisions, OPTIONS, step === 0 ? null : changes.changedServices);
+        if (scope) scoped++;
+        await writer.apply(plan, scope);
+        writer.flushDeferred(true);
+
+        const fromScratch = planBpf(decisions, OPTIONS, allocators());
+        expect(planByName(plan), `plan, step ${step}`).toEqual(planByName(fromScratch));
+        expect([...ids.serviceIds.entries()].map(([k]) => k).sort(), `service ids, step ${step}`).toEqual(
+          plan.frontends.map((f) => f.name).sort(),
+        );
+        expect([...ids.backendIds.entries()].map(([k]) => k).sort(), `backend ids, step ${step}`).toEqual(
+          plan.backends.map((b) => b.name).sort(),
+        );
+        const scratchStore = new MemoryStore();
+        await new MapWriter(scratchStore, writerOptions).apply(fromScratch);
+        expect(mapsByName(store), `maps, step ${step}`).toEqual(mapsByName(scratchStore));
+        expect(store.readerErrors, `step ${step}`).toEqual([]);
+      }
+      // Most steps must have taken the incremental path, or this test proves little.
+      expect(scoped).toBeGreaterThan(STEPS / 2);
     });
   }
 });

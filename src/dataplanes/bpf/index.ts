@@ -27,7 +27,7 @@ import { DROP_REASON, MAPS, type TrafficStats } from './layout.js';
 import { LinkWatch } from './link-watch.js';
 import { MAGLEV_HASH_SEED, maglevTableSizeProblem } from './maglev.js';
 import { type LoadedObject, loadPinnedObject } from './object.js';
-import { ANY_ADDRESS, type BpfPlan, type PlanProblem, planBpf } from './plan.js';
+import { ANY_ADDRESS, type BpfPlan, BpfPlanner, type PlanProblem } from './plan.js';
 import { MapWriter } from './writer.js';
 
 /** SNAT source ports: above Linux's default ephemeral range (32768-60999), so the node's own
@@ -133,7 +133,8 @@ export function nodeAddresses(interfaces: readonly Pick<IpLink, 'ifname' | 'addr
 
 export class BpfDataplane implements Dataplane, BpfStatsProvider {
   readonly mode = 'bpf' as const;
-  private ids: { serviceIds: IdAllocator; backendIds: IdAllocator };
+  private readonly ids: { serviceIds: IdAllocator; backendIds: IdAllocator };
+  private readonly planner: BpfPlanner;
   private plan: BpfPlan | null = null;
   private problems = new Set<string>();
   private udpPairs = new Set<string>();
@@ -143,7 +144,8 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private readonly backendCounters = new MonotonicCounters();
   private readonly gc = { runs: 0, scanned: 0, deleted: 0, seconds: 0, entries: { ct4Tcp: 0, ct4Any: 0 } };
   private closed = false;
-  private namesWritten = '';
+  /** What the names file holds, by frontend name; null until it is written. */
+  private namesWritten: Map<string, string> | null = null;
   /** The node's IPs from the last sync's decisions: devices holding them are external. */
   private nodeIPs: string[] = [];
   private watch: LinkWatch | null = null;
@@ -164,6 +166,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       serviceIds: new IdAllocator('service', 1, lb.capacity.svcStats - 1, ID_QUARANTINE_MS),
       backendIds: new IdAllocator('backend', 1, lb.capacity.backendStats - 1, ID_QUARANTINE_MS),
     };
+    this.planner = new BpfPlanner(this.ids);
   }
 
   static async open(
@@ -252,7 +255,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
 
   async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
     const bpf = this.config.bpf;
-    const plan = planBpf(
+    const { plan, scope } = this.planner.plan(
       decisions,
       {
         defaultScheduler: bpf.scheduler,
@@ -266,20 +269,19 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
         },
         nowMs: Date.now(),
       },
-      this.ids,
+      changes.fullSyncRequired ? null : changes.changedServices,
     );
     this.writeConfig(decisions, plan);
     this.noteNodeIPs(decisions);
     if (changes.fullSyncRequired) this.writer.resync();
-    const result = await this.writer.apply(plan);
-    this.ids = plan;
+    const result = await this.writer.apply(plan, scope);
     this.plan = plan;
     this.reportProblems([
       ...plan.problems,
       ...result.failures.map((f) => ({ servicePortName: f.servicePortName, reason: f.error })),
       ...result.degraded.map((f) => ({ servicePortName: f.servicePortName, reason: f.error })),
     ]);
-    this.writeNames(plan);
+    this.writeNames(plan, scope);
     this.cleanStaleUdp(plan);
     this.scheduleFlush();
     this.log.debug(
@@ -335,7 +337,16 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     this.problems = now;
   }
 
-  private writeNames(plan: BpfPlan): void {
+  /** Rewrites the names file when a frontend's name, id or kind changed: a change of endpoints
+   * alone (most changes) leaves it as it is. */
+  private writeNames(plan: BpfPlan, scope: ReadonlySet<string> | null): void {
+    const named = (f: BpfPlan['frontends'][number]) =>
+      `${f.serviceId}\u0000${f.servicePortName}\u0000${f.kind}`;
+    const written = this.namesWritten;
+    if (scope && written) {
+      const now = new Map(plan.frontends.filter((f) => scope.has(f.name)).map((f) => [f.name, named(f)]));
+      if ([...scope].every((name) => written.get(name) === now.get(name))) return;
+    }
     const names: FrontendNames = {
       frontends: plan.frontends.map((f) => ({
         serviceId: f.serviceId,
@@ -344,13 +355,12 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       })),
     };
     const path = this.options.namesFile ?? namesFilePath(this.config.bpf.pinPath);
-    const text = `${JSON.stringify(names)}\n`;
-    if (text === this.namesWritten) return;
     try {
       mkdirSync(dirname(path), { recursive: true });
-      writeFileSync(path, text);
-      this.namesWritten = text;
+      writeFileSync(path, `${JSON.stringify(names)}\n`);
+      this.namesWritten = new Map(plan.frontends.map((f) => [f.name, named(f)]));
     } catch (err) {
+      this.namesWritten = null;
       this.log.debug({ err, path }, 'could not write frontend names for list/trace');
     }
   }
