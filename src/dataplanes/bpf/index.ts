@@ -152,6 +152,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private refreshTimer: NodeJS.Timeout | null = null;
   /** Passes run one after the other, so an older snapshot never overwrites a newer one. */
   private refreshQueue: Promise<unknown> = Promise.resolve();
+  private gcQueue: Promise<unknown> = Promise.resolve();
 
   private constructor(
     readonly lb: LoadedObject,
@@ -218,9 +219,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       dp.every(INTERFACE_RESYNC_MS, async () => dp.requestRefresh());
     }
     if (options.conntrackGC ?? true) {
-      dp.every(bpf.conntrackGCIntervalSeconds * 1000, async () => {
-        dp.collectConntrack();
-      });
+      dp.every(bpf.conntrackGCIntervalSeconds * 1000, () => dp.collectConntrack());
     }
     return dp;
   }
@@ -374,14 +373,28 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const lost = [...this.udpPairs].some((p) => !pairs.has(p));
     this.udpPairs = pairs;
     if (!lost) return;
-    const stats = collectConntrack(
-      this.lb.fd.ct4Any,
-      DEFAULT_CONNTRACK_TIMEOUTS,
-      (r) => r.proto === IPPROTO.UDP && !pairs.has(`${r.svcId}/${r.backendId}`),
+    // In the background, as a GC pass: the sync does not wait for a walk of the conntrack map.
+    this.queueGc(() =>
+      collectConntrack(
+        this.lb.fd.ct4Any,
+        DEFAULT_CONNTRACK_TIMEOUTS,
+        (r) => r.proto === IPPROTO.UDP && !pairs.has(`${r.svcId}/${r.backendId}`),
+      ),
+    ).then(
+      (stats) => {
+        this.countGc(stats);
+        if (stats.staleUdp)
+          this.log.debug({ flows: stats.staleUdp }, 'deleted UDP conntrack entries of removed backends');
+      },
+      (err: unknown) => this.log.error({ err }, 'deleting UDP conntrack entries of removed backends failed'),
     );
-    this.countGc(stats);
-    if (stats.staleUdp)
-      this.log.debug({ flows: stats.staleUdp }, 'deleted UDP conntrack entries of removed backends');
+  }
+
+  /** GC passes run one after the other (each in slices, between which syncs run). */
+  private queueGc<T>(pass: () => Promise<T>): Promise<T> {
+    const queued = this.gcQueue.then(pass);
+    this.gcQueue = queued.catch(() => {});
+    return queued;
   }
 
   private scheduleFlush(): void {
@@ -473,15 +486,18 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     return report;
   }
 
-  /** One GC pass over both conntrack maps. */
-  collectConntrack(): ConntrackGcStats[] {
-    const passes = (['ct4Tcp', 'ct4Any'] as const).map((map) => {
-      const pass = collectConntrack(this.lb.fd[map]);
-      this.countGc(pass);
-      this.gc.entries[map] = pass.scanned - pass.deletedEntries;
-      return pass;
+  /** One GC pass over both conntrack maps, after any pass already under way. */
+  collectConntrack(): Promise<ConntrackGcStats[]> {
+    return this.queueGc(async () => {
+      const passes: ConntrackGcStats[] = [];
+      for (const map of ['ct4Tcp', 'ct4Any'] as const) {
+        const pass = await collectConntrack(this.lb.fd[map]);
+        this.countGc(pass);
+        this.gc.entries[map] = pass.scanned - pass.deletedEntries;
+        passes.push(pass);
+      }
+      return passes;
     });
-    return passes;
   }
 
   private countGc(stats: ConntrackGcStats): void {
@@ -562,6 +578,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     this.refreshTimer = null;
     // A pass under way still uses the programs: it finishes before they are closed.
     await this.refreshQueue;
+    await this.gcQueue;
     try {
       this.writer.flushDeferred(true);
     } finally {
