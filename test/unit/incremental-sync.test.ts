@@ -194,8 +194,18 @@ describe('the bpf plan and maps, changed per Service, against a plan and maps fr
     it(`${STEPS} random changes, seed ${seed}`, async () => {
       const next = eventSource(seed);
       const tracker = new ChangeTracker(NODE);
-      const env = nodeEnv({ nodeName: NODE });
-      const config = brainConfig();
+      // NodePorts on the node's addresses, which move now and then: every NodePort frontend moves.
+      const envs = [
+        nodeEnv({ nodeName: NODE }),
+        nodeEnv({
+          nodeName: NODE,
+          nodeIPs: ['192.168.0.3'],
+          interfaces: [
+            { ifname: 'eth0', addr_info: [{ family: 'inet', local: '192.168.0.3', prefixlen: 24 }] },
+          ],
+        }),
+      ];
+      const config = brainConfig({ nodePortAddresses: ['192.168.0.0/24'] });
       const ids = allocators();
       const planner = new BpfPlanner(ids);
       const store = new MemoryStore();
@@ -204,7 +214,7 @@ describe('the bpf plan and maps, changed per Service, against a plan and maps fr
       for (let step = 0; step < STEPS; step++) {
         tracker.apply(Array.from({ length: 1 + (step % 3) }, next));
         const changes = tracker.takePending();
-        const decisions = decide(tracker.state(), env, config);
+        const decisions = decide(tracker.state(), envs[Math.floor(step / 50) % 2]!, config);
         const { plan, scope } = planner.plan(decisions, OPTIONS, step === 0 ? null : changes.changedServices);
         if (scope) scoped++;
         await writer.apply(plan, scope);

@@ -530,6 +530,9 @@ export function planBpf(
  */
 export class BpfPlanner {
   private state: PlanState | null = null;
+  /** What every Service's frontends depend on besides the Service (node IPs, NodePort addresses,
+   * the options): when it changes, every frontend is planned again. */
+  private context = '';
 
   constructor(private readonly allocators: { serviceIds: IdAllocator; backendIds: IdAllocator }) {}
 
@@ -542,8 +545,14 @@ export class BpfPlanner {
     options: PlanOptions,
     changed: ReadonlySet<string> | null,
   ): { plan: BpfPlan; scope: Set<string> | null } {
+    const context = JSON.stringify([
+      decisions.families.map((f) => [f.family, f.nodeIP, f.nodePortAddresses]),
+      { ...options, nowMs: 0 },
+    ]);
     const state = this.state;
-    if (changed === null || state === null || state.orderDependent > 0)
+    const sameContext = context === this.context;
+    this.context = context;
+    if (changed === null || state === null || state.orderDependent > 0 || !sameContext)
       return this.planWhole(decisions, options);
     const scope = new Set<string>();
     const unused: string[] = [];
