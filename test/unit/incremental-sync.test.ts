@@ -7,7 +7,7 @@ import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
 import { type BpfPlan, BpfPlanner, type PlanOptions, planBpf } from '../../src/dataplanes/bpf/plan.js';
 import { MapWriter } from '../../src/dataplanes/bpf/writer.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
-import { Decider, decide } from '../../src/proxy/decide.js';
+import { Decider, decide, ZONE_LABEL } from '../../src/proxy/decide.js';
 import type { SourceEvent } from '../../src/sources/types.js';
 import { MemoryStore } from '../support/memory-store.js';
 import { brainConfig, nodeEnv } from '../support/model-fixtures.js';
@@ -83,6 +83,8 @@ function eventSource(seed: number) {
         addresses: [`10.244.${pick([0, 1])}.${1 + Math.floor(rnd() * 8)}`],
         conditions: { ready, serving: ready || chance(0.5), terminating: !ready && chance(0.5) },
         nodeName: pick([NODE, 'other-node']),
+        zone: pick(['z1', 'z2']),
+        hints: chance(0.7) ? { forZones: [{ name: pick(['z1', 'z2']) }] } : undefined,
       };
     }),
   });
@@ -106,10 +108,11 @@ describe('the brain, memoised per Service, against decide() from scratch', () =>
     it(`${STEPS} random changes, seed ${seed}`, () => {
       const next = eventSource(seed);
       const tracker = new ChangeTracker(NODE);
-      const env = nodeEnv({ nodeName: NODE });
       const config = brainConfig();
       const decider = new Decider();
       for (let step = 0; step < STEPS; step++) {
+        // The node changes zone now and then: topology hints then change every Service's endpoints.
+        const env = nodeEnv({ nodeName: NODE, nodeLabels: { [ZONE_LABEL]: step % 70 < 35 ? 'z1' : 'z2' } });
         tracker.apply(Array.from({ length: 1 + (step % 3) }, next));
         const changes = tracker.takePending();
         const incremental = decider.decide(tracker.state(), env, config, {
