@@ -211,6 +211,7 @@ export class Decider {
     this.context = context;
     if (full) this.sorted = new Map();
     const changed = full ? new Set(state.services.keys()) : changes.changedServices;
+    const isChanged = inServices(changed);
     const slices = slicesByService(
       full
         ? state.endpointSlices.values()
@@ -219,9 +220,7 @@ export class Decider {
     return {
       nodeName: env.nodeName,
       families: families.map((family) => {
-        const kept = full
-          ? []
-          : (this.sorted.get(family) ?? []).filter((sp) => !changed.has(`${sp.namespace}/${sp.name}`));
+        const kept = full ? [] : (this.sorted.get(family) ?? []).filter((sp) => !isChanged(sp));
         for (const key of changed) {
           const service = state.services.get(key);
           if (service) kept.push(...decideService(service, slices.get(key) ?? [], family, topology));
@@ -235,6 +234,18 @@ export class Decider {
       ignored: ignoredObjects(state),
     };
   }
+}
+
+/**
+ * Whether a service port belongs to one of the Services ("namespace/name"). Asked for every port of
+ * every Service on each incremental sync: the bare name is checked first, so most ports cost a
+ * set lookup and no string.
+ */
+export function inServices(
+  keys: ReadonlySet<string>,
+): (sp: Pick<ServicePortDecision, 'namespace' | 'name'>) => boolean {
+  const names = new Set([...keys].map((key) => key.slice(key.indexOf('/') + 1)));
+  return (sp) => names.has(sp.name) && keys.has(`${sp.namespace}/${sp.name}`);
 }
 
 function sliceKey(slice: EndpointSlice): string {

@@ -7,6 +7,7 @@
 
 import type { BpfScheduler } from '../../config/types.js';
 import type { IPFamily, Protocol } from '../../model/types.js';
+import { inServices } from '../../proxy/decide.js';
 import { cidrContains, joinHostPort, parseCIDR, parseIP } from '../../proxy/ip.js';
 import type { Endpoint, FamilyDecisions, ProxyDecisions, ServicePortDecision } from '../../proxy/types.js';
 import type { IdAllocator } from './ids.js';
@@ -322,25 +323,28 @@ function addBackendRef(state: PlanState, id: number, family: IPFamily, e: Endpoi
   state.backends.set(e.endpoint, use);
 }
 
-/** Takes a Service's frontends and backend references out of the plan; returns the backends left
- * without any reference. */
-function removeService(state: PlanState, key: string): string[] {
+/** Takes a Service's frontends and backend references out of the plan; returns them, the backends
+ * as they were (some of them may now have no reference left). */
+function removeService(
+  state: PlanState,
+  key: string,
+): { frontends: PlannedFrontend[]; backends: PlannedBackend[] } {
   const c = state.services.get(key);
-  if (!c) return [];
+  if (!c) return { frontends: [], backends: [] };
   state.services.delete(key);
-  const unused: string[] = [];
+  const backends: PlannedBackend[] = [];
   for (const f of c.frontends) {
     state.frontends.delete(f.name);
     state.owners.delete(f.name);
   }
   for (const r of c.refs) {
     const use = state.backends.get(r.name)!;
+    backends.push(use.backend);
     use.refs--;
     if (r.isLocal) use.localRefs--;
     if (!r.terminating) use.liveRefs--;
     if (use.refs === 0) {
       state.backends.delete(r.name);
-      unused.push(r.name);
     } else {
       use.backend = { ...use.backend, isLocal: use.localRefs > 0, terminating: use.liveRefs === 0 };
     }
@@ -348,7 +352,7 @@ function removeService(state: PlanState, key: string): string[] {
   state.slotCount -= c.slots;
   state.sourceRangeCount -= c.ranges;
   if (c.orderDependent) state.orderDependent--;
-  return unused;
+  return { frontends: c.frontends, backends };
 }
 
 /** Adds one service port's frontends to the plan, or the problem that keeps them out. */
@@ -489,10 +493,56 @@ function planServicePort(
   state.sourceRangeCount += ranges;
 }
 
-function planOf(state: PlanState): BpfPlan {
+const byName = (a: PlannedFrontend, b: PlannedFrontend) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+const byId = (a: PlannedBackend, b: PlannedBackend) => a.id - b.id;
+
+/** Where `x` goes in `list` (sorted by `compare`): the first entry not before it. */
+function lowerBound<T>(list: readonly T[], x: T, compare: (a: T, b: T) => number): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (compare(list[mid]!, x) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** A copy of a sorted list without the entries equal to `remove`'s and with `add`'s in place. */
+function patchSorted<T>(
+  list: readonly T[],
+  remove: Iterable<T>,
+  add: Iterable<T>,
+  compare: (a: T, b: T) => number,
+): T[] {
+  const out = list.slice();
+  for (const x of remove) {
+    const i = lowerBound(out, x, compare);
+    if (i < out.length && compare(out[i]!, x) === 0) out.splice(i, 1);
+  }
+  for (const x of add) out.splice(lowerBound(out, x, compare), 0, x);
+  return out;
+}
+
+/** The plan's lists, sorted; with `patch`, the last plan's lists with the entries that changed
+ * replaced (a change costs a few binary searches, not a sort of every frontend and backend). */
+function planOf(
+  state: PlanState,
+  patch?: {
+    last: BpfPlan;
+    frontends: { removed: PlannedFrontend[]; added: PlannedFrontend[] };
+    backends: { removed: PlannedBackend[]; added: PlannedBackend[] };
+  },
+): BpfPlan {
+  const frontends = patch
+    ? patchSorted(patch.last.frontends, patch.frontends.removed, patch.frontends.added, byName)
+    : [...state.frontends.values()].sort(byName);
+  const backends = patch
+    ? patchSorted(patch.last.backends, patch.backends.removed, patch.backends.added, byId)
+    : [...state.backends.values()].map((u) => u.backend).sort(byId);
   return {
-    frontends: [...state.frontends.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)),
-    backends: [...state.backends.values()].map((u) => u.backend).sort((a, b) => a.id - b.id),
+    frontends,
+    backends,
     problems: [...state.services.values()].flatMap((c) => c.problems),
     serviceIds: state.serviceIds,
     backendIds: state.backendIds,
@@ -530,6 +580,7 @@ export function planBpf(
  */
 export class BpfPlanner {
   private state: PlanState | null = null;
+  private last: BpfPlan | null = null;
   /** What every Service's frontends depend on besides the Service (node IPs, NodePort addresses,
    * the options): when it changes, every frontend is planned again. */
   private context = '';
@@ -552,28 +603,48 @@ export class BpfPlanner {
     const state = this.state;
     const sameContext = context === this.context;
     this.context = context;
-    if (changed === null || state === null || state.orderDependent > 0 || !sameContext)
+    const last = this.last;
+    if (changed === null || state === null || last === null || state.orderDependent > 0 || !sameContext)
       return this.planWhole(decisions, options);
     const scope = new Set<string>();
-    const unused: string[] = [];
+    const removed = { frontends: [] as PlannedFrontend[], backends: new Map<number, PlannedBackend>() };
     for (const key of changed) {
-      for (const f of state.services.get(key)?.frontends ?? []) scope.add(f.name);
-      unused.push(...removeService(state, key));
+      const out = removeService(state, key);
+      for (const f of out.frontends) scope.add(f.name);
+      removed.frontends.push(...out.frontends);
+      for (const b of out.backends) removed.backends.set(b.id, b);
     }
+    const isChanged = inServices(changed);
     for (const fam of decisions.families)
-      for (const sp of fam.servicePorts)
-        if (changed.has(serviceKeyOf(sp))) planServicePort(state, sp, fam, options);
+      for (const sp of fam.servicePorts) if (isChanged(sp)) planServicePort(state, sp, fam, options);
     if (state.orderDependent > 0) return this.planWhole(decisions, options);
-    for (const key of changed) for (const f of state.services.get(key)?.frontends ?? []) scope.add(f.name);
+    const added = { frontends: [] as PlannedFrontend[], backends: new Set<string>() };
+    for (const key of changed) {
+      const c = state.services.get(key);
+      for (const f of c?.frontends ?? []) scope.add(f.name);
+      added.frontends.push(...(c?.frontends ?? []));
+      for (const r of c?.refs ?? []) added.backends.add(r.name);
+    }
+    // A backend still named elsewhere comes back with its flags as they are now.
+    for (const b of removed.backends.values()) if (state.backends.has(b.name)) added.backends.add(b.name);
     for (const name of scope) if (!state.frontends.has(name)) state.serviceIds.release(name, options.nowMs);
-    for (const name of unused) if (!state.backends.has(name)) state.backendIds.release(name, options.nowMs);
-    return { plan: planOf(state), scope };
+    for (const b of removed.backends.values())
+      if (!state.backends.has(b.name)) state.backendIds.release(b.name, options.nowMs);
+    const addedBackends = [...added.backends].map((name) => state.backends.get(name)!.backend);
+    this.last = planOf(state, {
+      last,
+      frontends: { removed: removed.frontends, added: added.frontends },
+      // A backend the changed Services now name may be in the last plan already (others name it).
+      backends: { removed: [...removed.backends.values(), ...addedBackends], added: addedBackends },
+    });
+    return { plan: this.last, scope };
   }
 
   private planWhole(decisions: ProxyDecisions, options: PlanOptions): { plan: BpfPlan; scope: null } {
     const state = emptyState(this.allocators);
     planAll(decisions, options, state);
     this.state = state;
-    return { plan: planOf(state), scope: null };
+    this.last = planOf(state);
+    return { plan: this.last, scope: null };
   }
 }
