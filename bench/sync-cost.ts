@@ -3,9 +3,12 @@
 // data plane into a freshly loaded object pinned in a private bpffs directory; then one
 // EndpointSlice changes at a time and each sync is timed twice: as the incremental sync the runner
 // makes after a change, and as the full recompute (start, hourly, after a failure) of the same
-// change. Run as a script: `node dist/bench/sync-cost.js [services] [endpoints] [changes] [profile]`;
-// with a profile path, the change syncs are CPU-profiled into it (a .cpuprofile for Chrome's
-// DevTools). `node --cpu-prof` cannot be used: its SIGPROF interrupts the verifier at load (EAGAIN).
+// change. Run as a script:
+//   node dist/bench/sync-cost.js [services] [endpoints] [changes] [profile] [--distinct]
+// With a profile path, the change syncs are CPU-profiled into it (a .cpuprofile for Chrome's
+// DevTools); `node --cpu-prof` cannot be used: its SIGPROF interrupts the verifier at load (EAGAIN).
+// The bench's manifests give every Service the same E pods; --distinct gives each Service E
+// addresses of its own (N × E backends), as a real cluster has.
 
 import { rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
@@ -47,12 +50,25 @@ const NODE_ENV: NodeEnv = {
   iptables: { randomFully: true, nfacct: true },
 };
 
-function events(scenario: Scenario): SourceEvent[] {
+/** Service i's slice with E addresses of its own, from 10.100.0.0 on. */
+function withOwnAddresses(slice: object, i: number): object {
+  const s = slice as { endpoints: { addresses: string[] }[] };
+  const ip = (k: number) => {
+    const n = i * s.endpoints.length + k;
+    return `10.${100 + (n >> 16)}.${(n >> 8) & 0xff}.${n & 0xff}`;
+  };
+  return { ...s, endpoints: s.endpoints.map((e, k) => ({ ...e, addresses: [ip(k)] })) };
+}
+
+function events(scenario: Scenario, distinct: boolean): SourceEvent[] {
   const files = manifestFiles(scenario);
   const items = (text: string) => (JSON.parse(text) as { items: object[] }).items;
   return [
     ...items(files['services.json']).map((object) => ({ kind: 'Service' as const, object })),
-    ...items(files['slices.json']).map((object) => ({ kind: 'EndpointSlice' as const, object })),
+    ...items(files['slices.json']).map((object, i) => ({
+      kind: 'EndpointSlice' as const,
+      object: distinct ? withOwnAddresses(object, i) : object,
+    })),
     { kind: 'EndpointSlice' as const, object: JSON.parse(files['measured-slice.json']) as object },
   ].map((e) => ({ ...e, type: 'upsert' as const, origin: 'sync-cost' }));
 }
@@ -60,8 +76,9 @@ function events(scenario: Scenario): SourceEvent[] {
 export async function measureSyncCost(
   scenario: Scenario,
   changes: number,
-  profileFile?: string,
+  opts: { profileFile?: string; distinctEndpoints?: boolean } = {},
 ): Promise<SyncCost> {
+  const { profileFile } = opts;
   const pinPath = join(BPFFS_ROOT, `kbp-sync-cost-${process.pid}`);
   const namesFile = `/tmp/kbp-sync-cost-${process.pid}.names.json`;
   rmSync(pinPath, { recursive: true, force: true });
@@ -86,7 +103,7 @@ export async function measureSyncCost(
       if (!(await loop.syncOnce())) throw new Error('sync failed');
       return performance.now() - t;
     };
-    tracker.apply(events(scenario));
+    tracker.apply(events(scenario, opts.distinctEndpoints ?? false));
     const coldSyncMs = await timed(true);
     const result: SyncCost = { scenario, openMs, coldSyncMs, incrementalMs: [], fullMs: [] };
     const measured = scenario.services - 1;
@@ -117,11 +134,17 @@ export async function measureSyncCost(
 }
 
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
-  const [services = '10000', endpoints = '10', changes = '5', profile] = process.argv.slice(2);
+  const args = process.argv.slice(2);
+  const [services = '10000', endpoints = '10', changes = '5', profileFile] = args.filter(
+    (a) => a !== '--distinct',
+  );
   const cost = await measureSyncCost(
     { services: Number(services), endpoints: Number(endpoints) },
     Number(changes),
-    profile,
+    {
+      profileFile,
+      distinctEndpoints: args.includes('--distinct'),
+    },
   );
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
   console.log(
