@@ -92,6 +92,9 @@ export async function measureSyncCost(
     conntrackGC: false,
     graceMs: 0,
     namesFile,
+  }).catch((err: unknown) => {
+    rmSync(pinPath, { recursive: true, force: true });
+    throw err;
   });
   const openMs = performance.now() - started;
   try {
