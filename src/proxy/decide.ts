@@ -2,7 +2,13 @@
 // config. Pure; every data plane renders its output.
 
 import type { ProxyConfig } from '../config/types.js';
-import { type ClusterState, type EndpointSlice, IP_FAMILIES, type IPFamily } from '../model/types.js';
+import {
+  type ClusterState,
+  type EndpointSlice,
+  IP_FAMILIES,
+  type IPFamily,
+  type Service,
+} from '../model/types.js';
 import { categorizeEndpoints, mergeSlices, portKey, type TopologyContext } from './endpoints.js';
 import { localDetectorFor, masqueradeMark, primaryNodeIP, resolveNodePortAddresses } from './node.js';
 import { servicePortsForFamily, skipReason } from './service-ports.js';
@@ -35,7 +41,7 @@ export function slicesByService(slices: Iterable<EndpointSlice>): Map<string, En
   const grouped = new Map<string, EndpointSlice[]>();
   for (const slice of slices) {
     if (slice.serviceName === '') continue;
-    const key = `${slice.meta.namespace}/${slice.serviceName}`;
+    const key = sliceKey(slice);
     const list = grouped.get(key);
     if (list) list.push(slice);
     else grouped.set(key, [slice]);
@@ -49,46 +55,49 @@ export function nodeFamilies(env: NodeEnv, state: ClusterState): IPFamily[] {
   return families.length > 0 ? families : ['IPv4'];
 }
 
-export function decideFamily(
-  state: ClusterState,
-  env: NodeEnv,
-  config: BrainConfig,
-  family: IPFamily,
-): FamilyDecisions {
+function topologyOf(state: ClusterState, env: NodeEnv, config: BrainConfig): TopologyContext {
   const nodeLabels = state.node?.meta.labels ?? env.nodeLabels;
-  const topology: TopologyContext = {
+  return {
     nodeName: env.nodeName,
     zone: nodeLabels[ZONE_LABEL] ?? '',
     preferSameTrafficDistribution: config.featureGates[PREFER_SAME_TRAFFIC_DISTRIBUTION_GATE] === true,
   };
-  const slices = slicesByService(state.endpointSlices.values());
-  const servicePorts: ServicePortDecision[] = [];
-  for (const [key, service] of state.services) {
-    const ports = servicePortsForFamily(service, family);
-    if (ports.length === 0) continue;
-    const endpointsByPort = mergeSlices(slices.get(key) ?? [], family, env.nodeName);
-    for (const info of ports) {
-      const endpoints = endpointsByPort.get(portKey(info.portName, info.protocol)) ?? [];
-      const categorized = categorizeEndpoints(endpoints, info, topology);
-      servicePorts.push({
-        ...info,
-        endpoints,
-        ...categorized,
-        localReadyEndpoints: endpoints.filter((ep) => ep.isLocal && ep.ready).length,
-      });
-    }
-  }
-  servicePorts.sort((a, b) =>
-    a.servicePortName !== b.servicePortName
-      ? a.servicePortName < b.servicePortName
-        ? -1
-        : 1
-      : a.protocol < b.protocol
-        ? -1
-        : a.protocol > b.protocol
-          ? 1
-          : 0,
-  );
+}
+
+/** One Service's port decisions in one family: a function of the Service and its slices alone. */
+function decideService(
+  service: Service,
+  slices: EndpointSlice[],
+  family: IPFamily,
+  topology: TopologyContext,
+): ServicePortDecision[] {
+  const ports = servicePortsForFamily(service, family);
+  if (ports.length === 0) return [];
+  const endpointsByPort = mergeSlices(slices, family, topology.nodeName);
+  return ports.map((info) => {
+    const endpoints = endpointsByPort.get(portKey(info.portName, info.protocol)) ?? [];
+    return {
+      ...info,
+      endpoints,
+      ...categorizeEndpoints(endpoints, info, topology),
+      localReadyEndpoints: endpoints.filter((ep) => ep.isLocal && ep.ready).length,
+    };
+  });
+}
+
+function compareServicePorts(a: ServicePortDecision, b: ServicePortDecision): number {
+  if (a.servicePortName !== b.servicePortName) return a.servicePortName < b.servicePortName ? -1 : 1;
+  return a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0;
+}
+
+/** A family's decisions around its (sorted) service ports: the node-wide facts. */
+function familyDecisions(
+  state: ClusterState,
+  env: NodeEnv,
+  config: BrainConfig,
+  family: IPFamily,
+  servicePorts: ServicePortDecision[],
+): FamilyDecisions {
   const nodeIP = primaryNodeIP(env.nodeIPs, state.node, family);
   const localhostNodePorts = family === 'IPv4' && config.localhostNodePorts;
   return {
@@ -113,6 +122,20 @@ export function decideFamily(
     masqueradeAll: config.masqueradeAll,
     localhostNodePorts,
   };
+}
+
+export function decideFamily(
+  state: ClusterState,
+  env: NodeEnv,
+  config: BrainConfig,
+  family: IPFamily,
+): FamilyDecisions {
+  const topology = topologyOf(state, env, config);
+  const slices = slicesByService(state.endpointSlices.values());
+  const servicePorts: ServicePortDecision[] = [];
+  for (const [key, service] of state.services)
+    servicePorts.push(...decideService(service, slices.get(key) ?? [], family, topology));
+  return familyDecisions(state, env, config, family, servicePorts.sort(compareServicePorts));
 }
 
 /** Objects kube-proxy deliberately leaves alone, with the reason (not errors). */
@@ -161,4 +184,70 @@ export function decide(
     skipped: opts.skipped ?? [],
     ignored: ignoredObjects(state),
   };
+}
+
+/**
+ * decide() for a sync loop: each Service's port decisions are kept and only those of the Services
+ * a change names are computed again, so a change costs in proportion to the change. A full sync
+ * (`full`) computes everything, as does any change of what every Service's decisions depend on
+ * (the node's name and zone, the feature gates, the families). Same output as decide().
+ */
+export class Decider {
+  /** family → its service ports, sorted, as last decided. */
+  private sorted = new Map<IPFamily, ServicePortDecision[]>();
+  private context = '';
+
+  decide(
+    state: ClusterState,
+    env: NodeEnv,
+    config: BrainConfig,
+    changes: { changedServices: ReadonlySet<string>; full: boolean },
+    opts: { skipped?: SkippedObject[] } = {},
+  ): ProxyDecisions {
+    const families = nodeFamilies(env, state);
+    const topology = topologyOf(state, env, config);
+    const context = JSON.stringify([topology, families]);
+    const full = changes.full || context !== this.context;
+    this.context = context;
+    if (full) this.sorted = new Map();
+    const changed = full ? new Set(state.services.keys()) : changes.changedServices;
+    const isChanged = inServices(changed);
+    const slices = slicesByService(
+      full
+        ? state.endpointSlices.values()
+        : [...state.endpointSlices.values()].filter((s) => changed.has(sliceKey(s))),
+    );
+    return {
+      nodeName: env.nodeName,
+      families: families.map((family) => {
+        const kept = full ? [] : (this.sorted.get(family) ?? []).filter((sp) => !isChanged(sp));
+        for (const key of changed) {
+          const service = state.services.get(key);
+          if (service) kept.push(...decideService(service, slices.get(key) ?? [], family, topology));
+        }
+        // Mostly sorted already: the sort only places the changed Services' ports.
+        const servicePorts = kept.sort(compareServicePorts);
+        this.sorted.set(family, servicePorts);
+        return familyDecisions(state, env, config, family, servicePorts);
+      }),
+      skipped: opts.skipped ?? [],
+      ignored: ignoredObjects(state),
+    };
+  }
+}
+
+/**
+ * Whether a service port belongs to one of the Services ("namespace/name"). Asked for every port of
+ * every Service on each incremental sync: the bare name is checked first, so most ports cost a
+ * set lookup and no string.
+ */
+export function inServices(
+  keys: ReadonlySet<string>,
+): (sp: Pick<ServicePortDecision, 'namespace' | 'name'>) => boolean {
+  const names = new Set([...keys].map((key) => key.slice(key.indexOf('/') + 1)));
+  return (sp) => names.has(sp.name) && keys.has(`${sp.namespace}/${sp.name}`);
+}
+
+function sliceKey(slice: EndpointSlice): string {
+  return `${slice.meta.namespace}/${slice.serviceName}`;
 }

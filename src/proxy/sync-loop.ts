@@ -5,7 +5,7 @@
 
 import type { ConntrackReconcileReport, Dataplane } from '../dataplanes/types.js';
 import type { ChangeTracker, PendingChanges } from '../model/tracker.js';
-import { type BrainConfig, decide } from './decide.js';
+import { type BrainConfig, Decider } from './decide.js';
 import type { NodeEnv, ProxyDecisions } from './types.js';
 
 export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
@@ -42,6 +42,7 @@ export interface SyncLoopOptions {
 export class SyncLoop {
   private lastFullSyncAt = Number.NEGATIVE_INFINITY;
   private needFullSync = true;
+  private readonly decider = new Decider();
   private readonly now: () => number;
 
   constructor(private readonly opts: SyncLoopOptions) {
@@ -54,6 +55,11 @@ export class SyncLoop {
     for (const observer of this.opts.observers) observer.queued?.(at);
   }
 
+  /** Makes the next sync a full one (the bench times both kinds of sync for the same change). */
+  requestFullSync(): void {
+    this.needFullSync = true;
+  }
+
   /** Runs one sync. Returns false when the data plane failed (the caller schedules a retry). */
   async syncOnce(): Promise<boolean> {
     const { tracker, dataplane, observers } = this.opts;
@@ -63,7 +69,13 @@ export class SyncLoop {
       this.needFullSync || changes.nodeChanged || started - this.lastFullSyncAt >= FULL_SYNC_PERIOD_MS;
     try {
       const env = await this.opts.nodeEnv();
-      const decisions = decide(tracker.state(), env, this.opts.config, { skipped: tracker.skipped() });
+      const decisions = this.decider.decide(
+        tracker.state(),
+        env,
+        this.opts.config,
+        { changedServices: changes.changedServices, full },
+        { skipped: tracker.skipped() },
+      );
       const result = await dataplane.sync(decisions, {
         changedServices: changes.changedServices,
         fullSyncRequired: full,

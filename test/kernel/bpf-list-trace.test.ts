@@ -223,7 +223,7 @@ describeRoot('list and trace on a live data plane', () => {
     for (const sport of [5000, 5001, 5002, 5003]) {
       send(PROGRAMS.tcFromPod, CLIENT, '10.96.0.53', 53, { sport, proto: IPPROTO_UDP });
     }
-    const [tcp, udp] = dp.collectConntrack();
+    const [tcp, udp] = await dp.collectConntrack();
     // Five TCP flows (one rr, four Maglev) and four UDP flows, two entries each.
     expect(tcp!.scanned).toBe(2 * 5);
     expect(udp!.scanned).toBe(2 * 4);
@@ -235,7 +235,7 @@ describeRoot('list and trace on a live data plane', () => {
       changedServices: new Set(['ns/dns']),
       fullSyncRequired: false,
     });
-    const after = dp.collectConntrack()[1]!;
+    const after = (await dp.collectConntrack())[1]!;
     expect(new Set(before).size).toBe(2);
     expect(after.scanned).toBe(2 * before.filter((b) => b === kept).length);
     for (const [i, sport] of [5000, 5001, 5002, 5003].entries()) {

@@ -148,50 +148,73 @@ export function monotonicNs(): bigint {
 
 const CHUNK = 8192;
 
-/** Every entry of a conntrack map, with batched lookups. */
-export function readConntrack(fd: number): CtRecord[] {
-  const records: CtRecord[] = [];
+/** A conntrack map's entries, one batch lookup at a time. */
+function* conntrackBatches(fd: number): Generator<CtRecord[]> {
   const keys = Buffer.alloc(ct4Key.size * CHUNK);
   const values = Buffer.alloc(ct4Val.size * CHUNK);
   let inBatch: Buffer | null = null;
   for (;;) {
     const outBatch = Buffer.alloc(Math.max(ct4Key.size, 8));
     const chunk = mapLookupBatch(fd, inBatch, outBatch, keys, values, CHUNK);
+    const records: CtRecord[] = [];
     for (let i = 0; i < chunk.count; i++)
       records.push(ctRecord(keys, i * ct4Key.size, values, i * ct4Val.size));
-    if (chunk.done) return records;
+    yield records;
+    if (chunk.done) return;
     inBatch = outBatch;
   }
 }
 
+/** Every entry of a conntrack map, with batched lookups. */
+export function readConntrack(fd: number): CtRecord[] {
+  return [...conntrackBatches(fd)].flat();
+}
+
+/** Lets the event loop run (a sync, a scrape, a netlink event) between two slices of a GC pass. */
+export const yieldToEventLoop = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
 /**
  * One GC pass over a conntrack map. `stale` marks entries to delete now (UDP towards removed
  * backends). Expired flows are read again just before the delete and kept if a packet refreshed
- * them in between.
+ * them in between. A pass over hundreds of thousands of entries takes a second or more, so it
+ * runs in slices of one batch (8192 entries) and calls `pause` between them: the agent's syncs
+ * are never queued behind it.
  */
-export function collectConntrack(
+export async function collectConntrack(
   fd: number,
   timeouts: ConntrackTimeouts = DEFAULT_CONNTRACK_TIMEOUTS,
   stale?: (r: CtRecord) => boolean,
   nowNs: () => bigint = monotonicNs,
-): ConntrackGcStats {
+  pause: () => Promise<void> = yieldToEventLoop,
+): Promise<ConntrackGcStats> {
   const started = performance.now();
-  const records = readConntrack(fd);
+  const records: CtRecord[] = [];
+  for (const batch of conntrackBatches(fd)) {
+    records.push(...batch);
+    await pause();
+  }
   const found = expiredFlows(records, nowNs(), timeouts, stale);
+  await pause();
   const value = Buffer.alloc(ct4Val.size);
   const wasRefreshed = (r: CtRecord) =>
     mapLookup(fd, Buffer.from(r.key, 'latin1'), value) && value.readBigUInt64LE(0) !== r.lastSeenNs;
   let refreshed = 0;
   const doomed: CtRecord[] = found.stale.flat();
-  for (const flow of found.expired) {
-    // A packet between the scan and now moved last_seen: the flow lives on, both directions.
-    if (flow.some(wasRefreshed)) {
-      refreshed++;
-      continue;
+  for (let i = 0; i < found.expired.length; i += CHUNK) {
+    for (const flow of found.expired.slice(i, i + CHUNK)) {
+      // A packet between the scan and now moved last_seen: the flow lives on, both directions.
+      if (flow.some(wasRefreshed)) {
+        refreshed++;
+        continue;
+      }
+      doomed.push(...flow);
     }
-    doomed.push(...flow);
+    await pause();
   }
-  deleteEntries(fd, doomed);
+  for (let i = 0; i < doomed.length; i += CHUNK) {
+    deleteEntries(fd, doomed.slice(i, i + CHUNK));
+    await pause();
+  }
   return {
     scanned: records.length,
     expired: found.expired.length - refreshed,

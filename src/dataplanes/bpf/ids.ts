@@ -93,6 +93,15 @@ export class IdAllocator {
     return null;
   }
 
+  /** Releases the key's id, if it has one; the id goes to quarantine. */
+  release(key: string, nowMs: number): void {
+    const id = this.byKey.get(key);
+    if (id === undefined) return;
+    this.byKey.delete(key);
+    this.byId.delete(id);
+    this.quarantined.set(id, nowMs + this.quarantineMs);
+  }
+
   /** Releases every id whose key is not in `keep`; the ids go to quarantine. */
   releaseAllExcept(keep: ReadonlySet<string>, nowMs: number): void {
     for (const [key, id] of [...this.byKey]) {

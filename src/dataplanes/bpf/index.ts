@@ -29,7 +29,7 @@ import { DROP_REASON, MAPS, SOCK_SCOPE, type TrafficStats } from './layout.js';
 import { LinkWatch } from './link-watch.js';
 import { MAGLEV_HASH_SEED, maglevTableSizeProblem } from './maglev.js';
 import { type LoadedObject, loadPinnedObject } from './object.js';
-import { ANY_ADDRESS, type BpfPlan, type PlanProblem, planBpf } from './plan.js';
+import { ANY_ADDRESS, type BpfPlan, BpfPlanner, type PlanProblem } from './plan.js';
 import { MapWriter } from './writer.js';
 
 /** SNAT source ports: above Linux's default ephemeral range (32768-60999), so the node's own
@@ -135,7 +135,8 @@ export function nodeAddresses(interfaces: readonly Pick<IpLink, 'ifname' | 'addr
 
 export class BpfDataplane implements Dataplane, BpfStatsProvider {
   readonly mode = 'bpf' as const;
-  private ids: { serviceIds: IdAllocator; backendIds: IdAllocator };
+  private readonly ids: { serviceIds: IdAllocator; backendIds: IdAllocator };
+  private readonly planner: BpfPlanner;
   private plan: BpfPlan | null = null;
   private problems = new Set<string>();
   private udpPairs = new Set<string>();
@@ -145,13 +146,15 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private readonly backendCounters = new MonotonicCounters();
   private readonly gc = { runs: 0, scanned: 0, deleted: 0, seconds: 0, entries: { ct4Tcp: 0, ct4Any: 0 } };
   private closed = false;
-  private namesWritten = '';
+  /** What the names file holds, by frontend name; null until it is written. */
+  private namesWritten: Map<string, string> | null = null;
   /** The node's IPs from the last sync's decisions: devices holding them are external. */
   private nodeIPs: string[] = [];
   private watch: LinkWatch | null = null;
   private refreshTimer: NodeJS.Timeout | null = null;
   /** Passes run one after the other, so an older snapshot never overwrites a newer one. */
   private refreshQueue: Promise<unknown> = Promise.resolve();
+  private gcQueue: Promise<unknown> = Promise.resolve();
 
   private constructor(
     readonly lb: LoadedObject,
@@ -166,6 +169,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       serviceIds: new IdAllocator('service', 1, lb.capacity.svcStats - 1, ID_QUARANTINE_MS),
       backendIds: new IdAllocator('backend', 1, lb.capacity.backendStats - 1, ID_QUARANTINE_MS),
     };
+    this.planner = new BpfPlanner(this.ids);
   }
 
   static async open(
@@ -218,9 +222,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       dp.every(INTERFACE_RESYNC_MS, async () => dp.requestRefresh());
     }
     if (options.conntrackGC ?? true) {
-      dp.every(bpf.conntrackGCIntervalSeconds * 1000, async () => {
-        dp.collectConntrack();
-      });
+      dp.every(bpf.conntrackGCIntervalSeconds * 1000, () => dp.collectConntrack());
     }
     return dp;
   }
@@ -289,7 +291,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
 
   async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
     const bpf = this.config.bpf;
-    const plan = planBpf(
+    const { plan, scope } = this.planner.plan(
       decisions,
       {
         defaultScheduler: bpf.scheduler,
@@ -303,20 +305,19 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
         },
         nowMs: Date.now(),
       },
-      this.ids,
+      changes.fullSyncRequired ? null : changes.changedServices,
     );
     this.writeConfig(decisions, plan);
     this.noteNodeIPs(decisions);
     if (changes.fullSyncRequired) this.writer.resync();
-    const result = await this.writer.apply(plan);
-    this.ids = plan;
+    const result = await this.writer.apply(plan, scope);
     this.plan = plan;
     this.reportProblems([
       ...plan.problems,
       ...result.failures.map((f) => ({ servicePortName: f.servicePortName, reason: f.error })),
       ...result.degraded.map((f) => ({ servicePortName: f.servicePortName, reason: f.error })),
     ]);
-    this.writeNames(plan);
+    this.writeNames(plan, scope);
     this.cleanStaleUdp(plan);
     this.scheduleFlush();
     this.log.debug(
@@ -372,7 +373,16 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     this.problems = now;
   }
 
-  private writeNames(plan: BpfPlan): void {
+  /** Rewrites the names file when a frontend's name, id or kind changed: a change of endpoints
+   * alone (most changes) leaves it as it is. */
+  private writeNames(plan: BpfPlan, scope: ReadonlySet<string> | null): void {
+    const named = (f: BpfPlan['frontends'][number]) =>
+      `${f.serviceId}\u0000${f.servicePortName}\u0000${f.kind}`;
+    const written = this.namesWritten;
+    if (scope && written) {
+      const now = new Map(plan.frontends.filter((f) => scope.has(f.name)).map((f) => [f.name, named(f)]));
+      if ([...scope].every((name) => written.get(name) === now.get(name))) return;
+    }
     const names: FrontendNames = {
       frontends: plan.frontends.map((f) => ({
         serviceId: f.serviceId,
@@ -381,13 +391,12 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       })),
     };
     const path = this.options.namesFile ?? namesFilePath(this.config.bpf.pinPath);
-    const text = `${JSON.stringify(names)}\n`;
-    if (text === this.namesWritten) return;
     try {
       mkdirSync(dirname(path), { recursive: true });
-      writeFileSync(path, text);
-      this.namesWritten = text;
+      writeFileSync(path, `${JSON.stringify(names)}\n`);
+      this.namesWritten = new Map(plan.frontends.map((f) => [f.name, named(f)]));
     } catch (err) {
+      this.namesWritten = null;
       this.log.debug({ err, path }, 'could not write frontend names for list/trace');
     }
   }
@@ -401,14 +410,28 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const lost = [...this.udpPairs].some((p) => !pairs.has(p));
     this.udpPairs = pairs;
     if (!lost) return;
-    const stats = collectConntrack(
-      this.lb.fd.ct4Any,
-      DEFAULT_CONNTRACK_TIMEOUTS,
-      (r) => r.proto === IPPROTO.UDP && !pairs.has(`${r.svcId}/${r.backendId}`),
+    // In the background, as a GC pass: the sync does not wait for a walk of the conntrack map.
+    this.queueGc(() =>
+      collectConntrack(
+        this.lb.fd.ct4Any,
+        DEFAULT_CONNTRACK_TIMEOUTS,
+        (r) => r.proto === IPPROTO.UDP && !pairs.has(`${r.svcId}/${r.backendId}`),
+      ),
+    ).then(
+      (stats) => {
+        this.countGc(stats);
+        if (stats.staleUdp)
+          this.log.debug({ flows: stats.staleUdp }, 'deleted UDP conntrack entries of removed backends');
+      },
+      (err: unknown) => this.log.error({ err }, 'deleting UDP conntrack entries of removed backends failed'),
     );
-    this.countGc(stats);
-    if (stats.staleUdp)
-      this.log.debug({ flows: stats.staleUdp }, 'deleted UDP conntrack entries of removed backends');
+  }
+
+  /** GC passes run one after the other (each in slices, between which syncs run). */
+  private queueGc<T>(pass: () => Promise<T>): Promise<T> {
+    const queued = this.gcQueue.then(pass);
+    this.gcQueue = queued.catch(() => {});
+    return queued;
   }
 
   private scheduleFlush(): void {
@@ -500,15 +523,18 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     return report;
   }
 
-  /** One GC pass over both conntrack maps. */
-  collectConntrack(): ConntrackGcStats[] {
-    const passes = (['ct4Tcp', 'ct4Any'] as const).map((map) => {
-      const pass = collectConntrack(this.lb.fd[map]);
-      this.countGc(pass);
-      this.gc.entries[map] = pass.scanned - pass.deletedEntries;
-      return pass;
+  /** One GC pass over both conntrack maps, after any pass already under way. */
+  collectConntrack(): Promise<ConntrackGcStats[]> {
+    return this.queueGc(async () => {
+      const passes: ConntrackGcStats[] = [];
+      for (const map of ['ct4Tcp', 'ct4Any'] as const) {
+        const pass = await collectConntrack(this.lb.fd[map]);
+        this.countGc(pass);
+        this.gc.entries[map] = pass.scanned - pass.deletedEntries;
+        passes.push(pass);
+      }
+      return passes;
     });
-    return passes;
   }
 
   private countGc(stats: ConntrackGcStats): void {
@@ -589,6 +615,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     this.refreshTimer = null;
     // A pass under way still uses the programs: it finishes before they are closed.
     await this.refreshQueue;
+    await this.gcQueue;
     try {
       this.writer.flushDeferred(true);
     } finally {

@@ -7,6 +7,7 @@
 
 import type { BpfScheduler } from '../../config/types.js';
 import type { IPFamily, Protocol } from '../../model/types.js';
+import { inServices } from '../../proxy/decide.js';
 import { cidrContains, joinHostPort, parseCIDR, parseIP } from '../../proxy/ip.js';
 import type { Endpoint, FamilyDecisions, ProxyDecisions, ServicePortDecision } from '../../proxy/types.js';
 import type { IdAllocator } from './ids.js';
@@ -106,7 +107,7 @@ export interface BpfPlan {
   /** Sorted by id. */
   backends: PlannedBackend[];
   problems: PlanProblem[];
-  /** The allocators after this plan (the inputs are left untouched). */
+  /** The allocators after this plan. */
   serviceIds: IdAllocator;
   backendIds: IdAllocator;
 }
@@ -241,165 +242,409 @@ function capacityProblem(
   };
 }
 
+/** A backend with the endpoints that name it: shared by frontends, dropped when none does. */
+interface BackendUse {
+  backend: PlannedBackend;
+  refs: number;
+  /** References from a local endpoint, and from one that is not terminating. */
+  localRefs: number;
+  liveRefs: number;
+}
+
+/** What one Service's ports put in the plan, so an incremental plan can take it out again. */
+interface ServiceContribution {
+  frontends: PlannedFrontend[];
+  /** One entry per backend reference (slot), with the flags of the endpoint behind it. */
+  refs: { name: string; isLocal: boolean; terminating: boolean }[];
+  slots: number;
+  ranges: number;
+  problems: PlanProblem[];
+  /** A problem whose outcome depends on the other Services (a shared frontend, a full map). */
+  orderDependent: boolean;
+}
+
+/** The plan under construction, held between syncs by BpfPlanner. */
+interface PlanState {
+  serviceIds: IdAllocator;
+  backendIds: IdAllocator;
+  frontends: Map<string, PlannedFrontend>;
+  /** Frontend name → the service port that holds it. */
+  owners: Map<string, string>;
+  backends: Map<string, BackendUse>;
+  /** By Service key, in the order the Services were planned. */
+  services: Map<string, ServiceContribution>;
+  slotCount: number;
+  sourceRangeCount: number;
+  orderDependent: number;
+}
+
+function emptyState(allocators: { serviceIds: IdAllocator; backendIds: IdAllocator }): PlanState {
+  return {
+    serviceIds: allocators.serviceIds,
+    backendIds: allocators.backendIds,
+    frontends: new Map(),
+    owners: new Map(),
+    backends: new Map(),
+    services: new Map(),
+    slotCount: 0,
+    sourceRangeCount: 0,
+    orderDependent: 0,
+  };
+}
+
+const serviceKeyOf = (sp: Pick<ServicePortDecision, 'namespace' | 'name'>) => `${sp.namespace}/${sp.name}`;
+
+function contributionOf(state: PlanState, key: string): ServiceContribution {
+  const known = state.services.get(key);
+  if (known) return known;
+  const fresh: ServiceContribution = {
+    frontends: [],
+    refs: [],
+    slots: 0,
+    ranges: 0,
+    problems: [],
+    orderDependent: false,
+  };
+  state.services.set(key, fresh);
+  return fresh;
+}
+
+function addBackendRef(state: PlanState, id: number, family: IPFamily, e: Endpoint): void {
+  const use = state.backends.get(e.endpoint) ?? {
+    backend: { id, family, address: e.ip, port: e.port, name: e.endpoint, isLocal: false, terminating: true },
+    refs: 0,
+    localRefs: 0,
+    liveRefs: 0,
+  };
+  use.refs++;
+  if (e.isLocal) use.localRefs++;
+  if (!e.terminating) use.liveRefs++;
+  use.backend = { ...use.backend, isLocal: use.localRefs > 0, terminating: use.liveRefs === 0 };
+  state.backends.set(e.endpoint, use);
+}
+
+/** Takes a Service's frontends and backend references out of the plan; returns them, the backends
+ * as they were (some of them may now have no reference left). */
+function removeService(
+  state: PlanState,
+  key: string,
+): { frontends: PlannedFrontend[]; backends: PlannedBackend[] } {
+  const c = state.services.get(key);
+  if (!c) return { frontends: [], backends: [] };
+  state.services.delete(key);
+  const backends: PlannedBackend[] = [];
+  for (const f of c.frontends) {
+    state.frontends.delete(f.name);
+    state.owners.delete(f.name);
+  }
+  for (const r of c.refs) {
+    const use = state.backends.get(r.name)!;
+    backends.push(use.backend);
+    use.refs--;
+    if (r.isLocal) use.localRefs--;
+    if (!r.terminating) use.liveRefs--;
+    if (use.refs === 0) {
+      state.backends.delete(r.name);
+    } else {
+      use.backend = { ...use.backend, isLocal: use.localRefs > 0, terminating: use.liveRefs === 0 };
+    }
+  }
+  state.slotCount -= c.slots;
+  state.sourceRangeCount -= c.ranges;
+  if (c.orderDependent) state.orderDependent--;
+  return { frontends: c.frontends, backends };
+}
+
+/** Adds one service port's frontends to the plan, or the problem that keeps them out. */
+function planServicePort(
+  state: PlanState,
+  sp: ServicePortDecision,
+  fam: FamilyDecisions,
+  options: PlanOptions,
+): void {
+  const c = contributionOf(state, serviceKeyOf(sp));
+  const { capacity, nowMs } = options;
+  const { serviceIds, backendIds } = state;
+  const orderDependent = (problem: PlanProblem) => {
+    c.problems.push(problem);
+    if (!c.orderDependent) state.orderDependent++;
+    c.orderDependent = true;
+  };
+  if (!options.families.includes(sp.family)) {
+    c.problems.push({
+      servicePortName: sp.servicePortName,
+      reason: `not programmed: the bpf data plane handles ${options.families.join(', ') || 'no family'}, not ${sp.family}`,
+    });
+    return;
+  }
+  if (sp.protocol === 'SCTP') {
+    c.problems.push({
+      servicePortName: sp.servicePortName,
+      reason: 'not programmed: the bpf data plane handles TCP and UDP, not SCTP',
+    });
+    return;
+  }
+  const { scheduler, problem } = resolveScheduler(sp, options.defaultScheduler);
+  if (problem) c.problems.push(problem);
+
+  const drafts: FrontendDraft[] = [];
+  for (const draft of draftFrontends(sp, fam)) {
+    const owner = state.owners.get(draft.name);
+    if (owner === undefined) {
+      drafts.push(draft);
+      state.owners.set(draft.name, sp.servicePortName);
+    } else if (owner !== sp.servicePortName) {
+      orderDependent({
+        servicePortName: sp.servicePortName,
+        reason: `${draft.kind} frontend ${draft.name} not programmed: ${owner} already uses it`,
+      });
+    }
+  }
+
+  const newBackends = new Set<string>();
+  for (const d of drafts)
+    for (const e of d.endpoints) if (!state.backends.has(e.endpoint)) newBackends.add(e.endpoint);
+  const slots = drafts.reduce((n, d) => n + d.endpoints.length, 0);
+  const ranges = drafts.reduce((n, d) => n + d.sourceRanges.length, 0);
+  const largest = Math.max(0, ...drafts.map((d) => d.endpoints.length));
+  const full =
+    largest > MAX_BACKENDS_PER_FRONTEND
+      ? {
+          servicePortName: sp.servicePortName,
+          reason: `not programmed: ${largest} endpoints, more than the ${MAX_BACKENDS_PER_FRONTEND} a frontend can hold`,
+        }
+      : state.frontends.size + drafts.length > capacity.frontends
+        ? capacityProblem(sp.servicePortName, 'services', capacity.frontends, 'services')
+        : state.backends.size + newBackends.size > capacity.backends
+          ? capacityProblem(sp.servicePortName, 'backends', capacity.backends, 'backends')
+          : state.slotCount + slots > capacity.slots
+            ? capacityProblem(sp.servicePortName, 'backend slots', capacity.slots, 'backendSlots')
+            : state.sourceRangeCount + ranges > capacity.sourceRanges
+              ? capacityProblem(sp.servicePortName, 'source ranges', capacity.sourceRanges, 'sourceRanges')
+              : null;
+  if (full) {
+    for (const d of drafts) state.owners.delete(d.name);
+    orderDependent(full);
+    return;
+  }
+
+  const planned: PlannedFrontend[] = [];
+  const refs: { id: number; e: Endpoint }[] = [];
+  let exhausted: PlanProblem | null = null;
+  for (const d of drafts) {
+    const serviceId = serviceIds.allocate(d.name, nowMs);
+    if (serviceId === null) {
+      exhausted = {
+        servicePortName: sp.servicePortName,
+        reason: `not programmed: no free service id (ids ${serviceIds.min}-${serviceIds.max} in use or in quarantine); raise bpf.mapSizes.services`,
+      };
+      break;
+    }
+    const ids: number[] = [];
+    for (const e of d.endpoints) {
+      const id = backendIds.allocate(e.endpoint, nowMs);
+      if (id === null) {
+        exhausted = {
+          servicePortName: sp.servicePortName,
+          reason: `not programmed: no free backend id (ids ${backendIds.min}-${backendIds.max} in use or in quarantine); raise bpf.mapSizes.backends`,
+        };
+        break;
+      }
+      ids.push(id);
+      refs.push({ id, e });
+    }
+    if (exhausted) break;
+    planned.push({
+      key: d.key,
+      name: d.name,
+      serviceId,
+      kind: d.kind,
+      servicePortName: sp.servicePortName,
+      namespace: sp.namespace,
+      serviceName: sp.name,
+      portName: sp.portName,
+      scheduler,
+      action: d.action,
+      backendIds: ids,
+      localCount: d.endpoints.filter((e) => e.isLocal).length,
+      localOnly: d.localOnly,
+      hasInternalScope: d.hasInternalScope,
+      affinityTimeoutSeconds: sp.sessionAffinityTimeoutSeconds,
+      sourceRanges: d.sourceRanges,
+    });
+  }
+  if (exhausted) {
+    // Ids handed out to this service port stay allocated until released as unused.
+    for (const d of drafts) state.owners.delete(d.name);
+    orderDependent(exhausted);
+    return;
+  }
+  for (const f of planned) {
+    state.frontends.set(f.name, f);
+    c.frontends.push(f);
+  }
+  for (const { id, e } of refs) {
+    addBackendRef(state, id, sp.family, e);
+    c.refs.push({ name: e.endpoint, isLocal: e.isLocal, terminating: e.terminating });
+  }
+  c.slots += slots;
+  c.ranges += ranges;
+  state.slotCount += slots;
+  state.sourceRangeCount += ranges;
+}
+
+const byName = (a: PlannedFrontend, b: PlannedFrontend) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
+const byId = (a: PlannedBackend, b: PlannedBackend) => a.id - b.id;
+
+/** Where `x` goes in `list` (sorted by `compare`): the first entry not before it. */
+function lowerBound<T>(list: readonly T[], x: T, compare: (a: T, b: T) => number): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (compare(list[mid]!, x) < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** A copy of a sorted list without the entries equal to `remove`'s and with `add`'s in place. */
+function patchSorted<T>(
+  list: readonly T[],
+  remove: Iterable<T>,
+  add: Iterable<T>,
+  compare: (a: T, b: T) => number,
+): T[] {
+  const out = list.slice();
+  for (const x of remove) {
+    const i = lowerBound(out, x, compare);
+    if (i < out.length && compare(out[i]!, x) === 0) out.splice(i, 1);
+  }
+  for (const x of add) out.splice(lowerBound(out, x, compare), 0, x);
+  return out;
+}
+
+/** The plan's lists, sorted; with `patch`, the last plan's lists with the entries that changed
+ * replaced (a change costs a few binary searches, not a sort of every frontend and backend). */
+function planOf(
+  state: PlanState,
+  patch?: {
+    last: BpfPlan;
+    frontends: { removed: PlannedFrontend[]; added: PlannedFrontend[] };
+    backends: { removed: PlannedBackend[]; added: PlannedBackend[] };
+  },
+): BpfPlan {
+  const frontends = patch
+    ? patchSorted(patch.last.frontends, patch.frontends.removed, patch.frontends.added, byName)
+    : [...state.frontends.values()].sort(byName);
+  const backends = patch
+    ? patchSorted(patch.last.backends, patch.backends.removed, patch.backends.added, byId)
+    : [...state.backends.values()].map((u) => u.backend).sort(byId);
+  return {
+    frontends,
+    backends,
+    problems: [...state.services.values()].flatMap((c) => c.problems),
+    serviceIds: state.serviceIds,
+    backendIds: state.backendIds,
+  };
+}
+
+function planAll(decisions: ProxyDecisions, options: PlanOptions, state: PlanState): void {
+  for (const fam of decisions.families)
+    for (const sp of fam.servicePorts) planServicePort(state, sp, fam, options);
+  // Ids handed out to a service port that then did not fit are released here too.
+  state.serviceIds.releaseAllExcept(new Set(state.frontends.keys()), options.nowMs);
+  state.backendIds.releaseAllExcept(new Set(state.backends.keys()), options.nowMs);
+}
+
+/** The whole plan from scratch. Pure: the allocators given are left untouched. */
 export function planBpf(
   decisions: ProxyDecisions,
   options: PlanOptions,
   allocators: { serviceIds: IdAllocator; backendIds: IdAllocator },
 ): BpfPlan {
-  const serviceIds = allocators.serviceIds.clone();
-  const backendIds = allocators.backendIds.clone();
-  const problems: PlanProblem[] = [];
-  const frontends = new Map<string, PlannedFrontend>();
-  const owners = new Map<string, string>();
-  const backends = new Map<string, PlannedBackend>();
-  let slotCount = 0;
-  let sourceRangeCount = 0;
-  const { capacity, nowMs } = options;
+  const state = emptyState({
+    serviceIds: allocators.serviceIds.clone(),
+    backendIds: allocators.backendIds.clone(),
+  });
+  planAll(decisions, options, state);
+  return planOf(state);
+}
 
-  for (const fam of decisions.families) {
-    for (const sp of fam.servicePorts) {
-      if (!options.families.includes(sp.family)) {
-        problems.push({
-          servicePortName: sp.servicePortName,
-          reason: `not programmed: the bpf data plane handles ${options.families.join(', ') || 'no family'}, not ${sp.family}`,
-        });
-        continue;
-      }
-      if (sp.protocol === 'SCTP') {
-        problems.push({
-          servicePortName: sp.servicePortName,
-          reason: 'not programmed: the bpf data plane handles TCP and UDP, not SCTP',
-        });
-        continue;
-      }
-      const { scheduler, problem } = resolveScheduler(sp, options.defaultScheduler);
-      if (problem) problems.push(problem);
+/**
+ * The plan kept between syncs, changed in proportion to a change: the frontends and backend
+ * references of the changed Services are taken out and planned again, with the allocators of the
+ * data plane itself (no copies). Whole plans are made when asked (full syncs), and whenever a
+ * problem depends on the order Services are planned in (two Services on one frontend, a full map),
+ * since only planning everything in order gives the same answer.
+ */
+export class BpfPlanner {
+  private state: PlanState | null = null;
+  private last: BpfPlan | null = null;
+  /** What every Service's frontends depend on besides the Service (node IPs, NodePort addresses,
+   * the options): when it changes, every frontend is planned again. */
+  private context = '';
 
-      const drafts: FrontendDraft[] = [];
-      for (const draft of draftFrontends(sp, fam)) {
-        const owner = owners.get(draft.name);
-        if (owner === undefined) {
-          drafts.push(draft);
-          owners.set(draft.name, sp.servicePortName);
-        } else if (owner !== sp.servicePortName) {
-          problems.push({
-            servicePortName: sp.servicePortName,
-            reason: `${draft.kind} frontend ${draft.name} not programmed: ${owner} already uses it`,
-          });
-        }
-      }
+  constructor(private readonly allocators: { serviceIds: IdAllocator; backendIds: IdAllocator }) {}
 
-      const newBackends = new Set<string>();
-      for (const d of drafts)
-        for (const e of d.endpoints) if (!backends.has(e.endpoint)) newBackends.add(e.endpoint);
-      const slots = drafts.reduce((n, d) => n + d.endpoints.length, 0);
-      const ranges = drafts.reduce((n, d) => n + d.sourceRanges.length, 0);
-      const largest = Math.max(0, ...drafts.map((d) => d.endpoints.length));
-      const full =
-        largest > MAX_BACKENDS_PER_FRONTEND
-          ? {
-              servicePortName: sp.servicePortName,
-              reason: `not programmed: ${largest} endpoints, more than the ${MAX_BACKENDS_PER_FRONTEND} a frontend can hold`,
-            }
-          : frontends.size + drafts.length > capacity.frontends
-            ? capacityProblem(sp.servicePortName, 'services', capacity.frontends, 'services')
-            : backends.size + newBackends.size > capacity.backends
-              ? capacityProblem(sp.servicePortName, 'backends', capacity.backends, 'backends')
-              : slotCount + slots > capacity.slots
-                ? capacityProblem(sp.servicePortName, 'backend slots', capacity.slots, 'backendSlots')
-                : sourceRangeCount + ranges > capacity.sourceRanges
-                  ? capacityProblem(
-                      sp.servicePortName,
-                      'source ranges',
-                      capacity.sourceRanges,
-                      'sourceRanges',
-                    )
-                  : null;
-      if (full) {
-        for (const d of drafts) owners.delete(d.name);
-        problems.push(full);
-        continue;
-      }
-
-      const planned: PlannedFrontend[] = [];
-      let exhausted: PlanProblem | null = null;
-      for (const d of drafts) {
-        const serviceId = serviceIds.allocate(d.name, nowMs);
-        if (serviceId === null) {
-          exhausted = {
-            servicePortName: sp.servicePortName,
-            reason: `not programmed: no free service id (ids ${serviceIds.min}-${serviceIds.max} in use or in quarantine); raise bpf.mapSizes.services`,
-          };
-          break;
-        }
-        const ids: number[] = [];
-        for (const e of d.endpoints) {
-          const id = backendIds.allocate(e.endpoint, nowMs);
-          if (id === null) {
-            exhausted = {
-              servicePortName: sp.servicePortName,
-              reason: `not programmed: no free backend id (ids ${backendIds.min}-${backendIds.max} in use or in quarantine); raise bpf.mapSizes.backends`,
-            };
-            break;
-          }
-          ids.push(id);
-          const known = backends.get(e.endpoint);
-          backends.set(e.endpoint, {
-            id,
-            family: sp.family,
-            address: e.ip,
-            port: e.port,
-            name: e.endpoint,
-            isLocal: (known?.isLocal ?? false) || e.isLocal,
-            terminating: (known?.terminating ?? true) && e.terminating,
-          });
-        }
-        if (exhausted) break;
-        planned.push({
-          key: d.key,
-          name: d.name,
-          serviceId,
-          kind: d.kind,
-          servicePortName: sp.servicePortName,
-          namespace: sp.namespace,
-          serviceName: sp.name,
-          portName: sp.portName,
-          scheduler,
-          action: d.action,
-          backendIds: ids,
-          localCount: d.endpoints.filter((e) => e.isLocal).length,
-          localOnly: d.localOnly,
-          hasInternalScope: d.hasInternalScope,
-          affinityTimeoutSeconds: sp.sessionAffinityTimeoutSeconds,
-          sourceRanges: d.sourceRanges,
-        });
-      }
-      if (exhausted) {
-        // Ids handed out to this service port stay allocated until the release below, which frees
-        // them again because no planned frontend or backend keeps them.
-        for (const d of drafts) owners.delete(d.name);
-        problems.push(exhausted);
-        continue;
-      }
-      for (const f of planned) frontends.set(f.name, f);
-      slotCount += slots;
-      sourceRangeCount += ranges;
+  /**
+   * `changed`: the Service keys whose decisions changed, or null for a whole plan. Returns the plan
+   * and the frontend names it may have changed (null: any of them).
+   */
+  plan(
+    decisions: ProxyDecisions,
+    options: PlanOptions,
+    changed: ReadonlySet<string> | null,
+  ): { plan: BpfPlan; scope: Set<string> | null } {
+    const context = JSON.stringify([
+      decisions.families.map((f) => [f.family, f.nodeIP, f.nodePortAddresses]),
+      { ...options, nowMs: 0 },
+    ]);
+    const state = this.state;
+    const sameContext = context === this.context;
+    this.context = context;
+    const last = this.last;
+    if (changed === null || state === null || last === null || state.orderDependent > 0 || !sameContext)
+      return this.planWhole(decisions, options);
+    const scope = new Set<string>();
+    const removed = { frontends: [] as PlannedFrontend[], backends: new Map<number, PlannedBackend>() };
+    for (const key of changed) {
+      const out = removeService(state, key);
+      for (const f of out.frontends) scope.add(f.name);
+      removed.frontends.push(...out.frontends);
+      for (const b of out.backends) removed.backends.set(b.id, b);
     }
+    const isChanged = inServices(changed);
+    for (const fam of decisions.families)
+      for (const sp of fam.servicePorts) if (isChanged(sp)) planServicePort(state, sp, fam, options);
+    if (state.orderDependent > 0) return this.planWhole(decisions, options);
+    const added = { frontends: [] as PlannedFrontend[], backends: new Set<string>() };
+    for (const key of changed) {
+      const c = state.services.get(key);
+      for (const f of c?.frontends ?? []) scope.add(f.name);
+      added.frontends.push(...(c?.frontends ?? []));
+      for (const r of c?.refs ?? []) added.backends.add(r.name);
+    }
+    // A backend still named elsewhere comes back with its flags as they are now.
+    for (const b of removed.backends.values()) if (state.backends.has(b.name)) added.backends.add(b.name);
+    for (const name of scope) if (!state.frontends.has(name)) state.serviceIds.release(name, options.nowMs);
+    for (const b of removed.backends.values())
+      if (!state.backends.has(b.name)) state.backendIds.release(b.name, options.nowMs);
+    const addedBackends = [...added.backends].map((name) => state.backends.get(name)!.backend);
+    this.last = planOf(state, {
+      last,
+      frontends: { removed: removed.frontends, added: added.frontends },
+      // A backend the changed Services now name may be in the last plan already (others name it).
+      backends: { removed: [...removed.backends.values(), ...addedBackends], added: addedBackends },
+    });
+    return { plan: this.last, scope };
   }
 
-  // Backends only referenced by a service port that did not fit were added above; drop them.
-  const referenced = new Set<number>();
-  for (const f of frontends.values()) for (const id of f.backendIds) referenced.add(id);
-  for (const [name, b] of [...backends]) if (!referenced.has(b.id)) backends.delete(name);
-
-  serviceIds.releaseAllExcept(new Set(frontends.keys()), nowMs);
-  backendIds.releaseAllExcept(new Set(backends.keys()), nowMs);
-
-  return {
-    frontends: [...frontends.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)),
-    backends: [...backends.values()].sort((a, b) => a.id - b.id),
-    problems,
-    serviceIds,
-    backendIds,
-  };
+  private planWhole(decisions: ProxyDecisions, options: PlanOptions): { plan: BpfPlan; scope: null } {
+    const state = emptyState(this.allocators);
+    planAll(decisions, options, state);
+    this.state = state;
+    this.last = planOf(state);
+    return { plan: this.last, scope: null };
+  }
 }

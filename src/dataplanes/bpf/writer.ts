@@ -53,14 +53,60 @@ export interface ApplyResult {
   degraded: ServiceFailure[];
 }
 
+/** A map's entries by their id, with each service id's entries at hand: a write scoped to a few
+ * frontends finds what they hold without a walk over every entry. */
+class ByService<K extends { serviceId: number }, V extends K> {
+  private readonly all = new Map<string, V>();
+  private readonly index = new Map<number, Set<string>>();
+
+  constructor(
+    private readonly idOf: (k: K) => string,
+    entries: Iterable<V>,
+  ) {
+    for (const v of entries) this.set(v);
+  }
+
+  get(k: K): V | undefined {
+    return this.all.get(this.idOf(k));
+  }
+
+  has(k: K): boolean {
+    return this.all.has(this.idOf(k));
+  }
+
+  set(v: V): void {
+    const id = this.idOf(v);
+    this.all.set(id, v);
+    const ids = this.index.get(v.serviceId) ?? new Set<string>();
+    ids.add(id);
+    this.index.set(v.serviceId, ids);
+  }
+
+  delete(k: K): void {
+    const id = this.idOf(k);
+    this.all.delete(id);
+    const ids = this.index.get(k.serviceId);
+    ids?.delete(id);
+    if (ids?.size === 0) this.index.delete(k.serviceId);
+  }
+
+  values(): IterableIterator<V> {
+    return this.all.values();
+  }
+
+  ofService(serviceId: number): V[] {
+    return [...(this.index.get(serviceId) ?? [])].map((id) => this.all.get(id)!);
+  }
+}
+
 /** The exact contents of the maps the writer owns. */
 interface Mirror {
   frontends: Map<string, FrontendEntry>;
-  slots: Map<string, SlotEntry>;
+  slots: ByService<SlotKey, SlotEntry>;
   backends: Map<number, BackendEntry>;
   maglev: Map<string, { key: MaglevKey; signature: string }>;
-  affinityMatches: Map<string, AffinityMatch>;
-  sourceRanges: Map<string, SourceRange>;
+  affinityMatches: ByService<AffinityMatch, AffinityMatch>;
+  sourceRanges: ByService<SourceRange, SourceRange>;
 }
 
 interface Deferred {
@@ -163,13 +209,13 @@ export class MapWriter {
       }
       // Slots and tables first, backends last: nothing may name a backend that is gone.
       if (d.slots.length) this.store.deleteSlots(d.slots);
-      for (const k of d.slots) mirror.slots.delete(slotId(k));
+      for (const k of d.slots) mirror.slots.delete(k);
       if (d.maglev.length) this.store.deleteMaglev(d.maglev);
       for (const k of d.maglev) mirror.maglev.delete(maglevId(k));
       if (d.affinityMatches.length) this.store.deleteAffinityMatches(d.affinityMatches);
-      for (const m of d.affinityMatches) mirror.affinityMatches.delete(affinityId(m));
+      for (const m of d.affinityMatches) mirror.affinityMatches.delete(m);
       if (d.sourceRanges.length) this.store.deleteSourceRanges(d.sourceRanges);
-      for (const r of d.sourceRanges) mirror.sourceRanges.delete(rangeId(r));
+      for (const r of d.sourceRanges) mirror.sourceRanges.delete(r);
       if (d.backends.length) this.store.deleteBackends(d.backends);
       for (const b of d.backends) mirror.backends.delete(b.id);
       deleted +=
@@ -197,7 +243,9 @@ export class MapWriter {
    * Brings the maps to the plan. Throws on a failure other than a full map; the mirror is then
    * read back from the maps before the next apply.
    */
-  async apply(plan: BpfPlan): Promise<ApplyResult> {
+  async apply(plan: BpfPlan, scope: ReadonlySet<string> | null = null): Promise<ApplyResult> {
+    // A mirror read back now may hold anything: only a write of every frontend brings it to the plan.
+    const whole = scope === null || !this.mirror || this.stale;
     if (!this.mirror || this.stale) this.restore();
     // Entries deleted by the previous apply must be gone before generations flip again.
     const due = this.nextDeferredDue();
@@ -205,7 +253,7 @@ export class MapWriter {
     const result: ApplyResult = { written: 0, deleted: 0, maglevTables: 0, failures: [], degraded: [] };
     try {
       result.deleted = this.flushDeferred(true);
-      this.write(plan, result);
+      this.write(plan, whole ? null : scope, result);
     } catch (err) {
       this.mirror = null;
       throw err;
@@ -215,10 +263,16 @@ export class MapWriter {
     return result;
   }
 
-  private write(plan: BpfPlan, result: ApplyResult): void {
+  /** `scope`: the only frontends (by name) that may differ from the mirror; null for all of them. */
+  private write(plan: BpfPlan, scope: ReadonlySet<string> | null, result: ApplyResult): void {
     const mirror = this.mirror!;
     const backendsById = new Map(plan.backends.map((b) => [b.id, b]));
-    const wanted = plan.frontends.map((f) => this.entriesOf(f, mirror, backendsById));
+    const inScope = scope ? plan.frontends.filter((f) => scope.has(f.name)) : plan.frontends;
+    const wanted = inScope.map((f) => this.entriesOf(f, mirror, backendsById));
+    // The service ids the scoped frontends held before this write: their old entries may go.
+    const scopedIds = scope
+      ? new Set([...scope].flatMap((name) => mirror.frontends.get(name)?.value.serviceId ?? []))
+      : null;
     const failed = new Set<number>();
     const fail = (e: FrontendEntries, err: unknown) => {
       if (!(err instanceof MapFullError)) throw err;
@@ -230,7 +284,24 @@ export class MapWriter {
     };
     const live = () => wanted.filter((e) => !failed.has(e.planned.serviceId));
 
-    // 1. Backends.
+    // 1. Backends. A backend's flags (local, terminating) sum up every frontend naming it: a
+    // scoped write also refreshes those the scoped frontends stopped naming but others still do.
+    if (scopedIds) {
+      const shared = [...scopedIds]
+        .flatMap((id) => mirror.slots.ofService(id))
+        .flatMap((s): BackendEntry[] => {
+          const b = backendsById.get(s.backendId);
+          const known = mirror.backends.get(s.backendId);
+          return b && known && !sameBackend(known, b)
+            ? [{ ...known, isLocal: b.isLocal, terminating: b.terminating }]
+            : [];
+        });
+      if (shared.length) {
+        this.store.upsertBackends(shared);
+        for (const b of shared) mirror.backends.set(b.id, b);
+        result.written += shared.length;
+      }
+    }
     this.inBatches(live(), fail, (group) => {
       const changed = new Map<number, BackendEntry>();
       for (const e of group) {
@@ -261,10 +332,10 @@ export class MapWriter {
     this.inBatches(live(), fail, (group) => {
       const entries = group
         .flatMap((e) => e.slots)
-        .filter((s) => mirror.slots.get(slotId(s))?.backendId !== s.backendId);
+        .filter((s) => mirror.slots.get(s)?.backendId !== s.backendId);
       if (entries.length === 0) return;
       this.store.upsertSlots(entries);
-      for (const s of entries) mirror.slots.set(slotId(s), s);
+      for (const s of entries) mirror.slots.set(s);
       result.written += entries.length;
     });
 
@@ -299,14 +370,12 @@ export class MapWriter {
 
     // 4. Affinity matches and source ranges that are new.
     this.inBatches(live(), fail, (group) => {
-      const matches = group
-        .flatMap((e) => e.affinityMatches)
-        .filter((m) => !mirror.affinityMatches.has(affinityId(m)));
+      const matches = group.flatMap((e) => e.affinityMatches).filter((m) => !mirror.affinityMatches.has(m));
       if (matches.length) this.store.upsertAffinityMatches(matches);
-      for (const m of matches) mirror.affinityMatches.set(affinityId(m), m);
-      const ranges = group.flatMap((e) => e.sourceRanges).filter((r) => !mirror.sourceRanges.has(rangeId(r)));
+      for (const m of matches) mirror.affinityMatches.set(m);
+      const ranges = group.flatMap((e) => e.sourceRanges).filter((r) => !mirror.sourceRanges.has(r));
       if (ranges.length) this.store.upsertSourceRanges(ranges);
-      for (const r of ranges) mirror.sourceRanges.set(rangeId(r), r);
+      for (const r of ranges) mirror.sourceRanges.set(r);
       result.written += matches.length + ranges.length;
     });
 
@@ -329,9 +398,13 @@ export class MapWriter {
     });
     const entries = live();
     const planned = new Set(entries.map((e) => e.planned.name));
-    const gone = [...mirror.frontends.entries()].filter(
-      ([name, f]) => !planned.has(name) && !failed.has(f.value.serviceId),
-    );
+    const candidates = scope
+      ? [...scope].flatMap((name): [string, FrontendEntry][] => {
+          const f = mirror.frontends.get(name);
+          return f ? [[name, f]] : [];
+        })
+      : [...mirror.frontends.entries()];
+    const gone = candidates.filter(([name, f]) => !planned.has(name) && !failed.has(f.value.serviceId));
     if (gone.length) {
       this.store.deleteFrontends(gone.map(([, f]) => f.key));
       for (const [name] of gone) mirror.frontends.delete(name);
@@ -339,28 +412,37 @@ export class MapWriter {
     }
 
     // 6. After the grace period, everything no frontend needs any more. A frontend that failed
-    // keeps all it had.
+    // keeps all it had. A scoped write looks only at the entries of the scoped frontends' service
+    // ids; a backend goes when the plan (which counts every frontend's references) has dropped it.
     const wantedSlots = new Set(entries.flatMap((e) => e.slots.map(slotId)));
     const wantedMaglev = new Set(entries.flatMap((e) => (e.maglev ? [maglevId(e.maglev.key)] : [])));
     const wantedMatches = new Set(entries.flatMap((e) => e.affinityMatches.map(affinityId)));
     const wantedRanges = new Set(entries.flatMap((e) => e.sourceRanges.map(rangeId)));
-    const wantedBackends = new Set(entries.flatMap((e) => e.planned.backendIds));
-    for (const s of mirror.slots.values()) if (failed.has(s.serviceId)) wantedBackends.add(s.backendId);
     const unused = (serviceId: number, id: string, wantedIds: Set<string>) =>
       !wantedIds.has(id) && !failed.has(serviceId);
+    if (scopedIds) for (const e of entries) scopedIds.add(e.planned.serviceId);
+    const ofScope = <K extends { serviceId: number }, V extends K>(m: ByService<K, V>): V[] =>
+      scopedIds ? [...scopedIds].flatMap((id) => m.ofService(id)) : [...m.values()];
+    const slots = ofScope(mirror.slots);
+    const failedBackends = new Set(slots.filter((s) => failed.has(s.serviceId)).map((s) => s.backendId));
+    const plannedBackends: ReadonlySet<number> | ReadonlyMap<number, unknown> = scopedIds
+      ? backendsById
+      : new Set(entries.flatMap((e) => e.planned.backendIds));
+    const backends = scopedIds
+      ? [...new Set(slots.map((s) => s.backendId))].flatMap((id) => mirror.backends.get(id) ?? [])
+      : [...mirror.backends.values()];
+    const maglev = scopedIds
+      ? [...scopedIds].flatMap((id) => mirror.maglev.get(maglevId({ serviceId: id })) ?? [])
+      : [...mirror.maglev.values()];
     this.deferred.push({
       dueMs: this.now() + this.options.graceMs,
-      slots: [...mirror.slots.values()].filter((s) => unused(s.serviceId, slotId(s), wantedSlots)),
-      maglev: [...mirror.maglev.values()]
-        .map((m) => m.key)
-        .filter((k) => unused(k.serviceId, maglevId(k), wantedMaglev)),
-      affinityMatches: [...mirror.affinityMatches.values()].filter((m) =>
+      slots: slots.filter((s) => unused(s.serviceId, slotId(s), wantedSlots)),
+      maglev: maglev.map((m) => m.key).filter((k) => unused(k.serviceId, maglevId(k), wantedMaglev)),
+      affinityMatches: ofScope(mirror.affinityMatches).filter((m) =>
         unused(m.serviceId, affinityId(m), wantedMatches),
       ),
-      sourceRanges: [...mirror.sourceRanges.values()].filter((r) =>
-        unused(r.serviceId, rangeId(r), wantedRanges),
-      ),
-      backends: [...mirror.backends.values()].filter((b) => !wantedBackends.has(b.id)),
+      sourceRanges: ofScope(mirror.sourceRanges).filter((r) => unused(r.serviceId, rangeId(r), wantedRanges)),
+      backends: backends.filter((b) => !plannedBackends.has(b.id) && !failedBackends.has(b.id)),
     });
   }
 
@@ -396,8 +478,8 @@ export class MapWriter {
     const current = mirror.frontends.get(planned.name)?.value;
     const sameId = current?.serviceId === serviceId;
     const holds = (gen: number) =>
-      backendIds.every((id, slot) => mirror.slots.get(slotId({ serviceId, gen, slot }))?.backendId === id) &&
-      !mirror.slots.has(slotId({ serviceId, gen, slot: backendIds.length }));
+      backendIds.every((id, slot) => mirror.slots.get({ serviceId, gen, slot })?.backendId === id) &&
+      !mirror.slots.has({ serviceId, gen, slot: backendIds.length });
     const gen = !sameId ? 0 : holds(current.gen) ? current.gen : current.gen ^ 1;
     const frontend: FrontendEntry = {
       key: planned.key,
@@ -434,7 +516,7 @@ export class MapWriter {
 function mirrorOf(state: StoredState, maglevTableSize: number): Mirror {
   return {
     frontends: new Map(state.frontends.map((f) => [frontendName(f.key), f])),
-    slots: new Map(state.slots.map((s) => [slotId(s), s])),
+    slots: new ByService(slotId, state.slots),
     backends: new Map(state.backends.map((b) => [b.id, b])),
     maglev: new Map(
       state.maglev.map((m) => [
@@ -443,7 +525,7 @@ function mirrorOf(state: StoredState, maglevTableSize: number): Mirror {
         { key: m.key, signature: maglevSignature(m.size === maglevTableSize ? m.size : -1, m.backendIds) },
       ]),
     ),
-    affinityMatches: new Map(state.affinityMatches.map((m) => [affinityId(m), m])),
-    sourceRanges: new Map(state.sourceRanges.map((r) => [rangeId(r), r])),
+    affinityMatches: new ByService(affinityId, state.affinityMatches),
+    sourceRanges: new ByService(rangeId, state.sourceRanges),
   };
 }
