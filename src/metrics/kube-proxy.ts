@@ -39,8 +39,16 @@ export interface RuleModeStats {
   nftablesCleanupFailures?: number;
 }
 
+/** iptables mode: the packets kube-proxy's nfacct counters saw (absent: no such counter). */
+export interface NfacctPackets {
+  ctStateInvalidDropped?: number | undefined;
+  localhostNodePortsAccepted?: number | undefined;
+}
+
 export interface RuleModeStatsProvider {
   stats(family: IPFamily): RuleModeStats | undefined;
+  /** iptables mode only, as kube-proxy registers these metrics only there. */
+  nfacctPackets?(): Promise<NfacctPackets>;
 }
 
 export interface KubeProxyMetricsSources {
@@ -95,6 +103,32 @@ export function createKubeProxyMetrics(registry: Registry, sources: KubeProxyMet
         }
       },
     });
+
+  // iptables mode: kube-proxy's nfacct collectors (the agent creates both counters where the
+  // nfacct match works, as kube-proxy does).
+  const nfacctPackets = sources.ruleStats?.nfacctPackets?.bind(sources.ruleStats);
+  const nfacctCounter = (name: string, help: string, read: (p: NfacctPackets) => number | undefined) =>
+    nfacctPackets &&
+    new Counter({
+      name,
+      help,
+      registers,
+      async collect() {
+        this.reset();
+        const packets = read(await nfacctPackets());
+        if (packets !== undefined) this.inc(packets);
+      },
+    });
+  nfacctCounter(
+    'kubeproxy_iptables_ct_state_invalid_dropped_packets_total',
+    'packets dropped by iptables to work around conntrack problems',
+    (p) => p.ctStateInvalidDropped,
+  );
+  nfacctCounter(
+    'kubeproxy_iptables_localhost_nodeports_accepted_packets_total',
+    'Number of packets accepted on nodeports of loopback interface',
+    (p) => p.localhostNodePortsAccepted,
+  );
 
   const { changes } = sources;
   return {

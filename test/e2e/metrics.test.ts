@@ -163,6 +163,14 @@ function describeMode(mode: 'iptables' | 'nftables'): void {
         expect(
           sampleValue(e, 'kubeproxy_sync_proxy_rules_iptables_total', { ip_family: 'IPv4', table: 'nat' }),
         ).toBeGreaterThan(10);
+        // kube-proxy's nfacct counters, created by the agent and read from the kernel.
+        expect(e.types.get('kubeproxy_iptables_ct_state_invalid_dropped_packets_total')).toBe('counter');
+        expect(
+          sampleValue(e, 'kubeproxy_iptables_ct_state_invalid_dropped_packets_total'),
+        ).toBeGreaterThanOrEqual(0);
+        expect(e.types.get('kubeproxy_iptables_localhost_nodeports_accepted_packets_total')).toBe('counter');
+      } else {
+        expect(e.types.get('kubeproxy_iptables_ct_state_invalid_dropped_packets_total')).toBeUndefined();
       }
       expect(samplesOf(e, 'kubeproxy_proxy_healthz_total', { code: '200' })).toHaveLength(1);
       expect(sampleValue(e, 'kube_bpf_proxy_sync_failures_total', { mode })).toBe(0);

@@ -5,7 +5,7 @@ import type { ProxyConfig } from '../../src/config/types.js';
 import type { BoundServer } from '../../src/health/http.js';
 import { silentLogger } from '../../src/logger.js';
 import type { BpfStats, BpfStatsProvider } from '../../src/metrics/bpf.js';
-import type { RuleModeStats } from '../../src/metrics/kube-proxy.js';
+import type { NfacctPackets, RuleModeStats } from '../../src/metrics/kube-proxy.js';
 import { ignoredReasonClass, ProxyMetrics, skippedObjectCounts } from '../../src/metrics/registry.js';
 import { startMetricsServer } from '../../src/metrics/server.js';
 import { startStatusServers } from '../../src/metrics/status-servers.js';
@@ -411,6 +411,32 @@ describe('the sync observer', () => {
     stats.IPv4 = { ...stats.IPv4, restoreFailures: 3 };
     e = await scrape(metrics);
     expect(sampleValue(e, 'kubeproxy_sync_proxy_rules_iptables_restore_failures_total', v4)).toBe(3);
+  });
+
+  it("iptables mode reads kube-proxy's nfacct counters at scrape time; other modes have no such series", async () => {
+    let packets: NfacctPackets = { ctStateInvalidDropped: 5 };
+    const metrics = new ProxyMetrics({
+      mode: 'iptables',
+      processMetrics: false,
+      ruleStats: { stats: () => undefined, nfacctPackets: async () => packets },
+    });
+    let e = await scrape(metrics);
+    expect(sampleValue(e, 'kubeproxy_iptables_ct_state_invalid_dropped_packets_total', {})).toBe(5);
+    // The agent creates both counters where the nfacct match works; one it cannot read stays 0.
+    expect(sampleValue(e, 'kubeproxy_iptables_localhost_nodeports_accepted_packets_total', {})).toBe(0);
+    packets = { ctStateInvalidDropped: 9, localhostNodePortsAccepted: 2 };
+    e = await scrape(metrics);
+    expect(sampleValue(e, 'kubeproxy_iptables_ct_state_invalid_dropped_packets_total', {})).toBe(9);
+    expect(sampleValue(e, 'kubeproxy_iptables_localhost_nodeports_accepted_packets_total', {})).toBe(2);
+
+    const nft = new ProxyMetrics({
+      mode: 'nftables',
+      processMetrics: false,
+      ruleStats: { stats: () => undefined },
+    });
+    expect(samplesOf(await scrape(nft), 'kubeproxy_iptables_ct_state_invalid_dropped_packets_total')).toEqual(
+      [],
+    );
   });
 
   it('healthz and livez answers are counted by code', async () => {

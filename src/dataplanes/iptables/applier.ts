@@ -4,6 +4,7 @@
 // is full.
 
 import type { ProxyConfig } from '../../config/types.js';
+import type { NfacctPackets } from '../../metrics/kube-proxy.js';
 import type { IPFamily } from '../../model/types.js';
 import type { FamilyDecisions, ProxyDecisions } from '../../proxy/types.js';
 import { type ChangeSet, type Dataplane, type SyncResult, syncEachFamily } from '../types.js';
@@ -14,10 +15,19 @@ import {
   type IptablesCapabilities,
   iptablesBinary,
   probeIptablesCapabilities,
+  readNfacctCounters,
   runOnHost,
   waitFlags,
 } from './backend.js';
-import { isServiceChainName, JUMP_RULES, type JumpRule, jumpRuleArgs, KUBE_PROXY_CANARY } from './names.js';
+import {
+  isServiceChainName,
+  JUMP_RULES,
+  type JumpRule,
+  jumpRuleArgs,
+  KUBE_PROXY_CANARY,
+  NFACCT_CT_STATE_INVALID_DROPPED,
+  NFACCT_LOCALHOST_NODEPORTS_ACCEPTED,
+} from './names.js';
 import {
   activeNatChains,
   assembleRestoreInput,
@@ -92,6 +102,16 @@ export class IptablesDataplane implements Dataplane {
 
   stats(family: IPFamily): IptablesFamilyStats | undefined {
     return this.families.get(family)?.stats;
+  }
+
+  /** Packets counted by kube-proxy's nfacct counters; none where the host has no nfacct match. */
+  async nfacctPackets(): Promise<NfacctPackets> {
+    if (!this.capabilities.nfacct) return {};
+    const counters = await readNfacctCounters(this.options.exec);
+    return {
+      ctStateInvalidDropped: counters.get(NFACCT_CT_STATE_INVALID_DROPPED),
+      localhostNodePortsAccepted: counters.get(NFACCT_LOCALHOST_NODEPORTS_ACCEPTED),
+    };
   }
 
   async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
