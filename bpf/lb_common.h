@@ -109,6 +109,13 @@ static __always_inline void *kbp_data_end(void *ctx, const bool xdp) {
 	return (void *)(long)((struct __sk_buff *)ctx)->data_end;
 }
 
+/* The interface the packet arrived on (tc runs at ingress here). */
+static __always_inline __u32 kbp_ingress_ifindex(void *ctx, const bool xdp) {
+	if (xdp)
+		return ((struct xdp_md *)ctx)->ingress_ifindex;
+	return ((struct __sk_buff *)ctx)->ifindex;
+}
+
 static __always_inline __u32 kbp_frame_len(void *ctx, const bool xdp) {
 	if (xdp)
 		return (__u32)(kbp_data_end(ctx, xdp) - kbp_data(ctx, xdp));
@@ -550,6 +557,29 @@ static __always_inline bool kbp_source_allowed(const struct kbp_svc_val *sv, __b
 	return bpf_map_lookup_elem(&kbp_srcr4_v1, &key) != NULL;
 }
 
+/*
+ * What a new flow from saddr to the service gets before any backend is chosen: KBP_PASS to
+ * choose one, KBP_DROP (source outside loadBalancerSourceRanges, or endpoints exist but the
+ * traffic policy allows none here) or KBP_REJECT (no endpoints at all), with *reason set.
+ * The tc path and the socket hooks decide alike.
+ */
+static __always_inline int kbp_service_policy(const struct kbp_svc_val *sv, __be32 saddr,
+					      __u32 *reason) {
+	if ((sv->flags & KBP_SVC_F_SOURCE_RANGE) && !kbp_source_allowed(sv, saddr)) {
+		*reason = KBP_DROP_SOURCE_RANGE;
+		return KBP_DROP;
+	}
+	if (sv->action == KBP_ACTION_REJECT) {
+		*reason = KBP_DROP_NO_ENDPOINTS;
+		return KBP_REJECT;
+	}
+	if (sv->action != KBP_ACTION_FORWARD || sv->count == 0) {
+		*reason = KBP_DROP_NO_LOCAL_ENDPOINTS;
+		return KBP_DROP;
+	}
+	return KBP_PASS;
+}
+
 /* ---------- the load balancer ---------- */
 
 /*
@@ -564,8 +594,7 @@ static __always_inline __be32 kbp_snat_source4(void *ctx, const bool xdp, __be32
 	long rc;
 
 	fib.family = KBP_AF_INET;
-	fib.ifindex =
-	    xdp ? ((struct xdp_md *)ctx)->ingress_ifindex : ((struct __sk_buff *)ctx)->ifindex;
+	fib.ifindex = kbp_ingress_ifindex(ctx, xdp);
 	fib.ipv4_dst = backend;
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
@@ -705,8 +734,7 @@ static __always_inline int kbp_route4(void *ctx, const bool xdp, const bool l3,
 				      const struct kbp_pkt4 *p, const struct kbp_ct4_val *t,
 				      struct kbp_hop *hop, __u32 *reason) {
 	struct bpf_fib_lookup fib = {};
-	__u32 in_ifindex =
-	    xdp ? ((struct xdp_md *)ctx)->ingress_ifindex : ((struct __sk_buff *)ctx)->ifindex;
+	__u32 in_ifindex = kbp_ingress_ifindex(ctx, xdp);
 	long rc;
 
 	if (p->ttl <= 1)
@@ -795,6 +823,7 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, const bool l3, int
 	struct kbp_pkt4 p = {};
 	struct kbp_ct4_val *ct, fwd;
 	struct kbp_svc_val sv;
+	int verdict;
 	__u64 now;
 
 	if (kbp_parse4(ctx, xdp, l3, &p) < 0)
@@ -827,18 +856,9 @@ service:
 	if (role == KBP_ROLE_EXT && !(sv.flags & KBP_SVC_F_EXTERNAL))
 		return KBP_PASS;
 	*svc_id = sv.svc_id;
-	if ((sv.flags & KBP_SVC_F_SOURCE_RANGE) && !kbp_source_allowed(&sv, p.saddr)) {
-		*reason = KBP_DROP_SOURCE_RANGE;
-		return KBP_DROP;
-	}
-	if (sv.action == KBP_ACTION_REJECT) {
-		*reason = KBP_DROP_NO_ENDPOINTS;
-		return KBP_REJECT;
-	}
-	if (sv.action != KBP_ACTION_FORWARD || sv.count == 0) {
-		*reason = KBP_DROP_NO_LOCAL_ENDPOINTS;
-		return KBP_DROP;
-	}
+	verdict = kbp_service_policy(&sv, p.saddr, reason);
+	if (verdict != KBP_PASS)
+		return verdict;
 	now = kbp_now();
 	if (kbp_new_flow(ctx, xdp, &p, role, &sv, now, &fwd, reason) != KBP_PASS)
 		return KBP_DROP;

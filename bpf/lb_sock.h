@@ -57,8 +57,9 @@ static __always_inline int kbp_sock_xlate4(struct bpf_sock_addr *ctx, bool conne
 	struct kbp_backend4 *be;
 	struct kbp_config *cfg;
 	struct bpf_sock *sk;
-	__u32 zero = 0, backend_id = 0;
+	__u32 zero = 0, backend_id = 0, reason = KBP_DROP_NONE;
 	__u32 proto = ctx->protocol;
+	int verdict;
 
 	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
 		return KBP_SOCK_PROCEED;
@@ -83,18 +84,11 @@ static __always_inline int kbp_sock_xlate4(struct bpf_sock_addr *ctx, bool conne
 	if (!p.sport)
 		p.sport = (__be16)bpf_get_prandom_u32();
 
-	if ((sv.flags & KBP_SVC_F_SOURCE_RANGE) && !kbp_source_allowed(&sv, p.saddr)) {
-		kbp_count_drop(KBP_DROP_SOURCE_RANGE, sv.svc_id, 0);
-		return KBP_SOCK_REJECT;
-	}
-	if (sv.action == KBP_ACTION_REJECT) {
-		kbp_count_drop(KBP_DROP_NO_ENDPOINTS, sv.svc_id, 0);
-		if (kbp_sock_set_retval)
+	verdict = kbp_service_policy(&sv, p.saddr, &reason);
+	if (verdict != KBP_PASS) {
+		kbp_count_drop(reason, sv.svc_id, 0);
+		if (verdict == KBP_REJECT && kbp_sock_set_retval)
 			bpf_set_retval(-KBP_ECONNREFUSED);
-		return KBP_SOCK_REJECT;
-	}
-	if (sv.action != KBP_ACTION_FORWARD || sv.count == 0) {
-		kbp_count_drop(KBP_DROP_NO_LOCAL_ENDPOINTS, sv.svc_id, 0);
 		return KBP_SOCK_REJECT;
 	}
 	be = kbp_select_backend(&sv, &p, cfg, kbp_now(), &backend_id);
