@@ -152,9 +152,8 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private nodeIPs: string[] = [];
   private watch: LinkWatch | null = null;
   private refreshTimer: NodeJS.Timeout | null = null;
-  /** Passes run one after the other, so an older snapshot never overwrites a newer one. */
-  private refreshQueue: Promise<unknown> = Promise.resolve();
-  private gcQueue: Promise<unknown> = Promise.resolve();
+  private readonly refreshQueue = new SerialQueue();
+  private readonly gcQueue = new SerialQueue();
 
   private constructor(
     readonly lb: LoadedObject,
@@ -411,27 +410,23 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     this.udpPairs = pairs;
     if (!lost) return;
     // In the background, as a GC pass: the sync does not wait for a walk of the conntrack map.
-    this.queueGc(() =>
-      collectConntrack(
-        this.lb.fd.ct4Any,
-        DEFAULT_CONNTRACK_TIMEOUTS,
-        (r) => r.proto === IPPROTO.UDP && !pairs.has(`${r.svcId}/${r.backendId}`),
-      ),
-    ).then(
-      (stats) => {
-        this.countGc(stats);
-        if (stats.staleUdp)
-          this.log.debug({ flows: stats.staleUdp }, 'deleted UDP conntrack entries of removed backends');
-      },
-      (err: unknown) => this.log.error({ err }, 'deleting UDP conntrack entries of removed backends failed'),
-    );
-  }
-
-  /** GC passes run one after the other (each in slices, between which syncs run). */
-  private queueGc<T>(pass: () => Promise<T>): Promise<T> {
-    const queued = this.gcQueue.then(pass);
-    this.gcQueue = queued.catch(() => {});
-    return queued;
+    this.gcQueue
+      .run(() =>
+        collectConntrack(
+          this.lb.fd.ct4Any,
+          DEFAULT_CONNTRACK_TIMEOUTS,
+          (r) => r.proto === IPPROTO.UDP && !pairs.has(`${r.svcId}/${r.backendId}`),
+        ),
+      )
+      .then(
+        (stats) => {
+          this.countGc(stats);
+          if (stats.staleUdp)
+            this.log.debug({ flows: stats.staleUdp }, 'deleted UDP conntrack entries of removed backends');
+        },
+        (err: unknown) =>
+          this.log.error({ err }, 'deleting UDP conntrack entries of removed backends failed'),
+      );
   }
 
   private scheduleFlush(): void {
@@ -475,9 +470,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
 
   /** One discovery pass: attach to the interfaces found, release gone ones, refresh the node's addresses. */
   refreshInterfaces(): Promise<AttachReport> {
-    const pass = this.refreshQueue.then(() => this.refreshOnce());
-    this.refreshQueue = pass.catch(() => {});
-    return pass;
+    return this.refreshQueue.run(() => this.refreshOnce());
   }
 
   private async refreshOnce(): Promise<AttachReport> {
@@ -525,7 +518,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
 
   /** One GC pass over both conntrack maps, after any pass already under way. */
   collectConntrack(): Promise<ConntrackGcStats[]> {
-    return this.queueGc(async () => {
+    return this.gcQueue.run(async () => {
       const passes: ConntrackGcStats[] = [];
       for (const map of ['ct4Tcp', 'ct4Any'] as const) {
         const pass = await collectConntrack(this.lb.fd[map]);
@@ -614,8 +607,8 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     if (this.refreshTimer) clearTimeout(this.refreshTimer);
     this.refreshTimer = null;
     // A pass under way still uses the programs: it finishes before they are closed.
-    await this.refreshQueue;
-    await this.gcQueue;
+    await this.refreshQueue.idle();
+    await this.gcQueue.idle();
     try {
       this.writer.flushDeferred(true);
     } finally {
@@ -630,4 +623,21 @@ export function openBpfDataplane(
   options: BpfDataplaneOptions = {},
 ): Promise<BpfDataplane> {
   return BpfDataplane.open(config, log, options);
+}
+
+/** Runs tasks one after the other: discovery passes never overwrite a newer snapshot with an
+ * older one, and GC passes (each in slices, between which syncs run) never overlap. */
+class SerialQueue {
+  private tail: Promise<unknown> = Promise.resolve();
+
+  run<T>(task: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(task);
+    this.tail = result.catch(() => {});
+    return result;
+  }
+
+  /** Resolves when every task queued so far has settled. */
+  async idle(): Promise<void> {
+    await this.tail;
+  }
 }
