@@ -28,6 +28,7 @@ import {
   EINVAL,
   ENOENT,
   getPinned,
+  type LinkInfo,
   linkCreate,
   linkDetach,
   linkInfo,
@@ -219,18 +220,9 @@ export class Attacher {
     const progFd = this.prog(a.program);
     const path = `${this.linkDir}/${pinFileName(linkName(a))}`;
     const xdpMechanism: Mechanism = this.config.xdpMode === 'generic' ? 'xdp-generic' : 'xdp-drv';
-    if (existsSync(path)) {
-      const fd = getPinned(path);
-      try {
-        if (linkInfo(fd).ifindex === a.ifindex) {
-          linkUpdate(fd, progFd);
-          return { mechanism: a.hook === 'xdp' ? xdpMechanism : 'tcx', replaced: true };
-        }
-      } finally {
-        closeFd(fd);
-      }
-      // The interface was replaced by another of the same name: the old link is defunct.
-      unlinkSync(path);
+    // A link on another interface of the same name (the old one was replaced) is released.
+    if (swapIntoPinnedLink(path, progFd, (info) => info.ifindex === a.ifindex)) {
+      return { mechanism: a.hook === 'xdp' ? xdpMechanism : 'tcx', replaced: true };
     }
     if (a.hook === 'xdp') {
       const mode = xdpMechanism === 'xdp-generic' ? XDP_FLAGS_SKB_MODE : XDP_FLAGS_DRV_MODE;
@@ -284,23 +276,18 @@ export function syncSockHooks(
   if (cgroupId !== null) mkdirSync(linkDir, { recursive: true });
   for (const h of SOCK_HOOKS) {
     const path = `${linkDir}/${sockLinkName(h.hook)}`;
-    if (existsSync(path)) {
-      if (cgroupId !== null) {
-        const fd = getPinned(path);
-        try {
-          if (linkInfo(fd).cgroupId === cgroupId) {
-            linkUpdate(fd, prog(h.program));
-            report.replaced.push(h.hook);
-            continue;
-          }
-        } finally {
-          closeFd(fd);
-        }
+    if (cgroupPath === null || cgroupId === null) {
+      if (existsSync(path)) {
+        unpinLink(path);
+        report.detached.push(h.hook);
       }
-      unpinLink(path);
-      if (cgroupId === null) report.detached.push(h.hook);
+      continue;
     }
-    if (cgroupPath === null) continue;
+    // A link on another cgroup is released and made anew on this one.
+    if (swapIntoPinnedLink(path, prog(h.program), (info) => info.cgroupId === cgroupId)) {
+      report.replaced.push(h.hook);
+      continue;
+    }
     const cgroupFd = openPath(cgroupPath, O_RDONLY | O_CLOEXEC);
     try {
       pinLink(path, linkCreate(prog(h.program), cgroupFd, h.attachType));
@@ -310,6 +297,26 @@ export function syncSockHooks(
     report.attached.push(h.hook);
   }
   return report;
+}
+
+/**
+ * Swaps the program into the link pinned at `path` (bpf_link_update: traffic never runs without
+ * a program) when that link still targets what `sameTarget` accepts; true then. A pin there
+ * whose target is another is released; false then, and the caller attaches anew.
+ */
+function swapIntoPinnedLink(path: string, progFd: number, sameTarget: (info: LinkInfo) => boolean): boolean {
+  if (!existsSync(path)) return false;
+  const fd = getPinned(path);
+  try {
+    if (sameTarget(linkInfo(fd))) {
+      linkUpdate(fd, progFd);
+      return true;
+    }
+  } finally {
+    closeFd(fd);
+  }
+  unpinLink(path);
+  return false;
 }
 
 function pinLink(path: string, fd: number): void {
