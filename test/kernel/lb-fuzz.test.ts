@@ -7,6 +7,7 @@ import { BE_F, PROGRAMS, SVC_F } from '../../src/dataplanes/bpf/layout.js';
 import { type LoadedLb, loadLb, run, writeConfig, writeFrontend } from '../support/lb-object.js';
 import { buildPacket, ETH_HLEN, IPPROTO_TCP, IPPROTO_UDP, onesSum, parsePacket } from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
+import { mulberry32 } from '../support/random.js';
 
 const TC_ACT_UNSPEC = -1;
 const XDP_PASS = 2;
@@ -49,18 +50,6 @@ const TARGETS: Target[] = [
     },
   },
 ];
-
-/** mulberry32: a small seeded PRNG, so a failure can be replayed. */
-function prng(seed: number) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** The parser's contract (bpf/lb_common.h kbp_parse4): which frames may be rewritten at all. */
 function wellFormed(f: Buffer): boolean {
@@ -149,7 +138,7 @@ describeRoot('bpf/lb.o fuzz', () => {
   });
 
   it(`never rewrites wrongly: ${PACKETS} random, mutated and truncated packets`, () => {
-    const rand = prng(SEED);
+    const rand = mulberry32(SEED);
     const int = (n: number) => Math.floor(rand() * n);
     const tally = { rewritten: 0, untouched: 0, malformed: 0, refusedByTestRun: 0 };
     for (let n = 0; n < PACKETS; n++) {

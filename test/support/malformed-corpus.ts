@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { describeValue, type ObjectProblem, parseObject } from '../../src/model/parse.js';
 import type { WatchedKind } from '../../src/sources/types.js';
+import { mulberry32 } from './random.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: the mutations reach anywhere into raw JSON, typed or not
 export type Raw = Record<string, any>;
@@ -295,17 +296,6 @@ function partlyBad(i: number): { object: Raw; leftOut: string } {
   };
 }
 
-/** Deterministic pseudo-random numbers (mulberry32), so a failure reproduces. */
-function random(seed: number): () => number {
-  let a = seed;
-  return () => {
-    a = (a + 0x6d2b79f5) | 0;
-    let t = Math.imul(a ^ (a >>> 15), 1 | a);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 export interface Planted {
   object: Raw;
   kind: WatchedKind;
@@ -385,7 +375,7 @@ export interface Corpus {
 
 /** Generates the corpus (deterministically) and writes it under `root`. */
 export function writeMalformedCorpus(root: string): Corpus {
-  const next = random(20250101);
+  const next = mulberry32(20250101);
   const objects: Omit<Planted, 'origin'>[] = [];
   let id = 0;
   // Every mutation twice, so each lands in two differently shaped files.

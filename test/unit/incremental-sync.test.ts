@@ -11,18 +11,7 @@ import { Decider, decide, ZONE_LABEL } from '../../src/proxy/decide.js';
 import type { SourceEvent } from '../../src/sources/types.js';
 import { MemoryStore } from '../support/memory-store.js';
 import { brainConfig, nodeEnv } from '../support/model-fixtures.js';
-
-/** mulberry32: a small seeded generator, so a failing sequence can be replayed from its seed. */
-function random(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { mulberry32 } from '../support/random.js';
 
 const NODE = 'test-node';
 const SERVICES = ['a', 'b', 'c', 'd', 'e', 'f'];
@@ -30,7 +19,7 @@ const SERVICES = ['a', 'b', 'c', 'd', 'e', 'f'];
 /** Random Service and EndpointSlice events over a small set of names, so objects are updated and
  * deleted often, ports and addresses collide, and endpoints move between Services. */
 function eventSource(seed: number) {
-  const rnd = random(seed);
+  const rnd = mulberry32(seed);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
   const chance = (p: number) => rnd() < p;
   const serviceObject = (name: string) => {
