@@ -20,6 +20,7 @@ import { bpfConfig, decisions } from '../support/bpf-fixtures.js';
 import { keepIproute2LayoutAsFound } from '../support/bpffs.js';
 import { enterNetns, inNetns } from '../support/in-netns.js';
 import { describeRoot } from '../support/privileges.js';
+import { until } from '../support/until.js';
 
 const silentLogger = pino({ level: 'silent' });
 
@@ -76,15 +77,6 @@ const pinnedLink = (lb: LoadedObject, name: string) => {
     closeFd(fd);
   }
 };
-
-async function until(what: string, check: () => boolean, ms: number): Promise<number> {
-  const started = Date.now();
-  while (!check()) {
-    if (Date.now() - started > ms) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return Date.now() - started;
-}
 
 function agentConfig(pin: string): ProxyConfig {
   const loaded = loadConfig({ flags: {} });

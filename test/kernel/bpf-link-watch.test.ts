@@ -4,6 +4,7 @@ import { LinkWatch, MONITOR_RESTART_MS } from '../../src/dataplanes/bpf/link-wat
 import { silentLogger } from '../../src/logger.js';
 import { enterNetns } from '../support/in-netns.js';
 import { describeRoot } from '../support/privileges.js';
+import { until } from '../support/until.js';
 
 const ns = `kbpt-watch-${process.pid}`;
 const ip = (...args: string[]) => execFileSync('ip', ['-n', ns, ...args], { encoding: 'utf8' });
@@ -14,14 +15,6 @@ const monitors = () =>
     .split('\n')
     .filter((l) => l.includes('ip monitor'))
     .map((l) => Number.parseInt(l, 10));
-
-async function until(what: string, check: () => boolean, ms: number): Promise<void> {
-  const started = Date.now();
-  while (!check()) {
-    if (Date.now() - started > ms) throw new Error(`not within ${ms} ms: ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 describeRoot('following links through ip monitor', () => {
   beforeAll(() => execFileSync('ip', ['netns', 'add', ns]));

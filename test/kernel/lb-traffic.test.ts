@@ -28,19 +28,12 @@ import { inNetns } from '../support/in-netns.js';
 import { type LoadedLb, loadLb, writeConfig, writeFrontend } from '../support/lb-object.js';
 import { IPPROTO_TCP, IPPROTO_UDP } from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
+import { until } from '../support/until.js';
 
 const NODE_IPS = ['10.201.0.2', '10.202.0.1', '10.203.0.1', '10.205.0.2'];
 const REMOTE = { id: 1, addr: '10.202.0.2', port: 8080 };
 const LOCAL = { id: 2, addr: '10.203.0.2', port: 8080, flags: BE_F.LOCAL };
 const REMOTE_UDP = { id: 3, addr: '10.202.0.2', port: 5353 };
-
-async function waitFor(cond: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await cond())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
-}
 
 describeRoot('bpf/lb.o with real traffic between namespaces', () => {
   const lab = new Lab(`kbptr${process.pid}`);
@@ -84,8 +77,10 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
         `UDP-DATAGRAM:${peer}:5555,bind=${local}:5555`,
         `TUN:${addr},tun-name=${dev},tun-type=tun,iff-no-pi,iff-up`,
       ]);
-      await waitFor(
+      await until(
+        `${dev} in ${ns}`,
         async () => (await lab.exec(ns, 'ip', ['link', 'show', dev], { allowFailure: true })).code === 0,
+        5000,
       );
     }
     await lab.addRoute('tn', '10.201.0.0/16', 'via', '10.205.0.2');

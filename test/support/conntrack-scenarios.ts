@@ -15,6 +15,7 @@ import type { Lab, UdpStream, UdpStreamEvent } from '../../src/lab/netns.js';
 import { silentLogger } from '../../src/logger.js';
 import type { ConntrackEntry } from '../../src/proxy/conntrack.js';
 import type { ProxyDecisions } from '../../src/proxy/types.js';
+import { until } from './until.js';
 
 export interface ConntrackLab {
   lab: Lab;
@@ -37,18 +38,6 @@ const MOVE_WITHIN_MS = 2000;
 const STREAM = { intervalMs: 100, count: 600 };
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function until(
-  what: string,
-  check: () => boolean | Promise<boolean>,
-  timeoutMs: number,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
-    await sleep(50);
-  }
-}
 
 const answersSince = (stream: UdpStream, since: number): UdpStreamEvent[] =>
   stream.events.filter((e) => e.at >= since && e.backend !== null);
