@@ -28,7 +28,7 @@ import {
 } from '../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../src/dataplanes/bpf/object.js';
 import type { Logger } from '../src/logger.js';
-import { buildPacket, IPPROTO_TCP, TCP } from '../test/support/packets.js';
+import { buildPacket, IPPROTO_TCP, TCP } from '../src/net/packets.js';
 import type { BpfCostSample } from './measures.js';
 
 export const CLIENT = '10.244.1.10';

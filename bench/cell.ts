@@ -5,7 +5,7 @@
 
 import { mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { cleanupNode } from '../src/cli/cleanup.js';
+import { cleanupNode } from '../src/dataplanes/cleanup.js';
 import { findCgroup2Root } from '../src/host/cgroup.js';
 import { LabAgent } from '../src/lab/agent.js';
 import type { Lab } from '../src/lab/netns.js';

@@ -7,7 +7,8 @@ import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { BPFFS_ROOT, ensureBpffs } from '../src/host/bpffs.js';
-import { deleteStaleNamespaces, Lab, run } from '../src/lab/netns.js';
+import { runCommand } from '../src/host/command.js';
+import { deleteStaleNamespaces, Lab } from '../src/lab/netns.js';
 import { createLogger } from '../src/logger.js';
 import { measureBpfCost } from './bpf-cost.js';
 import { type CellSettings, runCell } from './cell.js';
@@ -326,5 +327,5 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
 async function writePlot(dir: string, name: string, svg: string): Promise<void> {
   const svgPath = join(dir, 'plots', `${name}.svg`);
   writeFileSync(svgPath, svg);
-  await run('rsvg-convert', ['-o', join(dir, 'plots', `${name}.png`), svgPath]);
+  await runCommand('rsvg-convert', ['-o', join(dir, 'plots', `${name}.png`), svgPath]);
 }

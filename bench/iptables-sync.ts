@@ -5,13 +5,14 @@
 // Prints one JSON line per size, then a Markdown table (docs/iptables.md records the figures).
 
 import { parseArgs } from 'node:util';
+import { type BrainConfig, decide } from '../src/brain/decide.js';
+import type { NodeEnv, ProxyDecisions } from '../src/brain/types.js';
 import { createIptablesDataplane } from '../src/dataplanes/iptables/applier.js';
-import type { CommandRunner, IptablesBackend } from '../src/dataplanes/iptables/backend.js';
+import type { IptablesBackend } from '../src/dataplanes/iptables/backend.js';
 import { assembleRestoreInput, buildIptablesRuleset } from '../src/dataplanes/iptables/render.js';
+import type { CommandRunner } from '../src/host/command.js';
 import { deleteStaleNamespaces, Lab } from '../src/lab/netns.js';
 import type { ClusterState, EndpointSlice, Service } from '../src/model/types.js';
-import { type BrainConfig, decide } from '../src/proxy/decide.js';
-import type { NodeEnv, ProxyDecisions } from '../src/proxy/types.js';
 
 const { values } = parseArgs({
   options: {

@@ -9,7 +9,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { run } from '../src/lab/netns.js';
+import { runCommand } from '../src/host/command.js';
 import type { BenchOptions } from './harness.js';
 import { cliEntryPoint } from './tools.js';
 
@@ -53,7 +53,7 @@ export async function runIpvsLab(options: BenchOptions): Promise<string> {
   const say = options.progress;
   const root = repoRoot();
   say("IPVS lab: building (cached in .cache/ipvs-lab; the first build downloads Debian's kernel package)");
-  await run('bash', [join(root, 'scripts', 'build-ipvs-lab.sh')]);
+  await runCommand('bash', [join(root, 'scripts', 'build-ipvs-lab.sh')]);
   const io = resolve(options.out, 'ipvs-lab');
   mkdirSync(io, { recursive: true });
   const quote = (s: string) => `'${s.replace(/'/g, "'\\''")}'`;

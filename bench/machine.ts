@@ -4,7 +4,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { cpus, release, totalmem, version } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import { run } from '../src/lab/netns.js';
+import { runCommand } from '../src/host/command.js';
 import { parseWrkVersion } from './tools.js';
 
 export interface MachineInfo {
@@ -26,14 +26,14 @@ export interface MachineInfo {
 }
 
 async function firstLine(cmd: string, args: string[]): Promise<string> {
-  const result = await run(cmd, args, { allowFailure: true });
+  const result = await runCommand(cmd, args, { allowFailure: true });
   return (result.stdout || result.stderr).split('\n')[0]?.trim() || 'unknown';
 }
 
 /** IPVS needs CONFIG_IP_VS: built in (/proc/net/ip_vs exists) or loadable (modprobe ip_vs). */
 export async function probeIpvs(): Promise<{ available: boolean; reason: string }> {
   if (existsSync('/proc/net/ip_vs')) return { available: true, reason: 'IPVS present (/proc/net/ip_vs)' };
-  const modprobe = await run('modprobe', ['ip_vs'], { allowFailure: true });
+  const modprobe = await runCommand('modprobe', ['ip_vs'], { allowFailure: true });
   if (modprobe.code === 0 && existsSync('/proc/net/ip_vs'))
     return { available: true, reason: 'IPVS loaded (modprobe ip_vs)' };
   return {
@@ -62,7 +62,7 @@ export async function machineInfo(): Promise<MachineInfo> {
     clang: await firstLine('clang', ['--version']),
     gitCommit: await firstLine('git', ['-C', repoRoot, 'rev-parse', '--short=12', 'HEAD']),
     gitChanges: (
-      await run('git', ['-C', repoRoot, 'status', '--porcelain', '--untracked-files=no'], {
+      await runCommand('git', ['-C', repoRoot, 'status', '--porcelain', '--untracked-files=no'], {
         allowFailure: true,
       })
     ).stdout

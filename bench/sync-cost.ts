@@ -14,14 +14,14 @@ import { rmSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { SyncLoop } from '../src/brain/sync-loop.js';
+import type { NodeEnv } from '../src/brain/types.js';
 import { loadConfig } from '../src/config/load.js';
 import { BpfDataplane } from '../src/dataplanes/bpf/index.js';
 import { BPFFS_ROOT, makeBpffsDir } from '../src/host/bpffs.js';
 import { silentLogger } from '../src/logger.js';
+import type { SourceEvent } from '../src/model/events.js';
 import { ChangeTracker } from '../src/model/tracker.js';
-import { SyncLoop } from '../src/proxy/sync-loop.js';
-import type { NodeEnv } from '../src/proxy/types.js';
-import type { SourceEvent } from '../src/sources/types.js';
 import {
   changedEndpointIP,
   endpointSlice,

@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { run } from '../src/lab/netns.js';
+import { runCommand } from '../src/host/command.js';
 
 /** A path under the package root, from bench/ (vitest) or from dist/bench/ (built). */
 function fromRoot(relative: string): string {
@@ -31,7 +31,7 @@ export async function compileTools(workDir: string): Promise<Tools> {
     ['backend.c', tools.backend],
     ['loadgen.c', tools.loadgen],
   ] as const) {
-    await run('clang', ['-O2', '-Wall', '-Wextra', '-Werror', '-o', out, fromRoot(`bench/c/${name}`)]);
+    await runCommand('clang', ['-O2', '-Wall', '-Wextra', '-Werror', '-o', out, fromRoot(`bench/c/${name}`)]);
   }
   return tools;
 }

@@ -3,6 +3,8 @@
 // (--proxy-mode iptables: the iptables-restore input).
 
 import { type Command, Option } from 'commander';
+import { decide } from '../brain/decide.js';
+import type { Endpoint, NodeEnv, ProxyDecisions, ServicePortDecision } from '../brain/types.js';
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig, ProxyMode } from '../config/types.js';
@@ -12,8 +14,6 @@ import { renderNftablesText } from '../dataplanes/nftables/render.js';
 import { formatProblem, type ObjectProblem } from '../model/parse.js';
 import { ChangeTracker } from '../model/tracker.js';
 import type { IPFamily } from '../model/types.js';
-import { decide } from '../proxy/decide.js';
-import type { Endpoint, NodeEnv, ProxyDecisions, ServicePortDecision } from '../proxy/types.js';
 import { nodeIPsFromNode, readNodeEnvFile, resolveNodeName } from '../sources/host.js';
 import { readManifests } from '../sources/manifests.js';
 

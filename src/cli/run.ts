@@ -2,6 +2,8 @@
 // → change tracker → bounded-frequency runner → the brain → the data plane of --proxy-mode.
 
 import type { Command } from 'commander';
+import { BoundedFrequencyRunner } from '../brain/runner.js';
+import { SyncLoop, type SyncObserver } from '../brain/sync-loop.js';
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig } from '../config/types.js';
@@ -10,8 +12,6 @@ import { createLogger, type Logger } from '../logger.js';
 import { startStatusServers } from '../metrics/status-servers.js';
 import { formatProblem } from '../model/parse.js';
 import { ChangeTracker } from '../model/tracker.js';
-import { BoundedFrequencyRunner } from '../proxy/runner.js';
-import { SyncLoop, type SyncObserver } from '../proxy/sync-loop.js';
 import { probeNodeEnv, resolveNodeName } from '../sources/host.js';
 import { KubeSource } from '../sources/kube.js';
 import { ManifestSource } from '../sources/manifests.js';

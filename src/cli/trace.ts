@@ -4,7 +4,6 @@
 // decided in advance and which are chosen per flow).
 
 import type { Command } from 'commander';
-import { splitHostPort } from '../config/address.js';
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import {
@@ -15,7 +14,8 @@ import {
   type TraceResult,
   traceFlow,
 } from '../dataplanes/bpf/inspect.js';
-import { canonicalIPOfFamily } from '../proxy/ip.js';
+import { splitHostPort } from '../net/host-port.js';
+import { canonicalIPOfFamily } from '../net/ip.js';
 
 export interface TraceOptions {
   pinPath: string;

@@ -2,10 +2,10 @@
 // nulls, zero durations, zero numbers and empty strings take kube-proxy's defaults, exactly where
 // kube-proxy applies them. Our `bpf:` section is defaulted field by field where absent or null.
 
-import { DEFAULT_MAGLEV_TABLE_SIZE } from '../dataplanes/bpf/maglev.js';
-import { parseIP } from '../proxy/ip.js';
-import { appendPortIfNeeded } from './address.js';
+import { appendPortIfNeeded } from '../net/host-port.js';
+import { parseIP } from '../net/ip.js';
 import type { KubeProxyConfigurationFile } from './file.js';
+import { DEFAULT_MAGLEV_TABLE_SIZE } from './maglev-table-size.js';
 import type { BpfConfig } from './types.js';
 
 /** The file after defaulting, durations in seconds; flags are applied to this, then it is validated. */

@@ -5,7 +5,7 @@
 // with every other problem instead of aborting the command line.
 
 import { type Command, Option } from 'commander';
-import { appendPortIfNeeded } from './address.js';
+import { appendPortIfNeeded } from '../net/host-port.js';
 import { childPath, type Problem } from './decode.js';
 import {
   DEFAULT_BPF_CONFIG,

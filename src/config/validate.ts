@@ -2,12 +2,12 @@
 // the flags applied, plus the checks of our `bpf:` section. Every problem is reported, each with
 // the path of the field in the file; a value that came from a flag says which flag.
 
-import { maglevTableSizeProblem } from '../dataplanes/bpf/maglev.js';
-import { parseCIDR, parseIP } from '../proxy/ip.js';
-import { splitHostPort } from './address.js';
+import { splitHostPort } from '../net/host-port.js';
+import { parseCIDR, parseIP } from '../net/ip.js';
 import type { Problem } from './decode.js';
 import type { KubeProxySettings } from './defaults.js';
 import { formatGoDuration } from './duration.js';
+import { maglevTableSizeProblem } from './maglev-table-size.js';
 import { effectiveMode, periodSectionOf } from './mode.js';
 import { PROXY_MODES } from './types.js';
 

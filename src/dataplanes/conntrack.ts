@@ -4,19 +4,14 @@
 // delete them with one `conntrack -D` per filter. A failure is logged and reported, never thrown:
 // the rules are already in place, and the next sync tries again.
 
+import { type ConntrackEntry, type ConntrackFilter, staleConntrackFilters } from '../brain/conntrack.js';
+import type { ChangeSet, ConntrackReconcileReport, Dataplane, SyncResult } from '../brain/dataplane.js';
+import type { FamilyDecisions } from '../brain/types.js';
+import type { CommandRunner } from '../host/command.js';
 import type { Logger } from '../logger.js';
 import type { IPFamily } from '../model/types.js';
-import { type ConntrackEntry, type ConntrackFilter, staleConntrackFilters } from '../proxy/conntrack.js';
-import { canonicalIP } from '../proxy/ip.js';
-import type { FamilyDecisions } from '../proxy/types.js';
-import type { CommandRunner } from './iptables/backend.js';
-import {
-  type ChangeSet,
-  type ConntrackReconcileReport,
-  type Dataplane,
-  type SyncResult,
-  serviceKey,
-} from './types.js';
+import { canonicalIP } from '../net/ip.js';
+import { serviceKey } from './types.js';
 
 const familyArg = (family: IPFamily) => (family === 'IPv4' ? 'ipv4' : 'ipv6');
 

@@ -1,18 +1,17 @@
 // Opens the data plane that --proxy-mode names. Modes arrive one by one; until a mode exists,
 // `run` refuses it with a clear message instead of pretending.
 
+import type { Dataplane } from '../brain/dataplane.js';
+import type { NodeEnv } from '../brain/types.js';
 import type { ProxyConfig, ProxyMode } from '../config/types.js';
+import { runCommand } from '../host/command.js';
 import type { Logger } from '../logger.js';
-import type { BpfStatsProvider } from '../metrics/bpf.js';
-import type { RuleModeStatsProvider } from '../metrics/kube-proxy.js';
-import type { NodeEnv } from '../proxy/types.js';
 import { openBpfDataplane } from './bpf/index.js';
 import { ConntrackReconciler, withConntrackCleanup } from './conntrack.js';
 import { createIptablesDataplane } from './iptables/applier.js';
-import { runOnHost } from './iptables/backend.js';
 import { createIpvsDataplane } from './ipvs/applier.js';
 import { NftablesDataplane } from './nftables/applier.js';
-import type { Dataplane } from './types.js';
+import type { BpfStatsProvider, RuleModeStatsProvider } from './stats.js';
 
 export interface OpenedDataplane {
   dataplane: Dataplane;
@@ -28,7 +27,7 @@ type Opener = (config: ProxyConfig, log: Logger) => Promise<OpenedDataplane>;
 
 /** The rule modes leave stale UDP flows to netfilter's conntrack, so they reconcile it after syncs. */
 const reconciled = (dataplane: Dataplane, log: Logger): Dataplane =>
-  withConntrackCleanup(dataplane, new ConntrackReconciler({ exec: runOnHost, log }));
+  withConntrackCleanup(dataplane, new ConntrackReconciler({ exec: runCommand, log }));
 
 const OPENERS: Partial<Record<ProxyMode, Opener>> = {
   bpf: async (config, log) => {

@@ -3,7 +3,7 @@
 
 import { createServer, type RequestListener, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { splitHostPort } from '../config/address.js';
+import { splitHostPort } from '../net/host-port.js';
 
 export interface BoundServer {
   /** The port actually bound (the one asked for, or the kernel's choice for 0). */

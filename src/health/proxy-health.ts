@@ -3,8 +3,8 @@
 // update has been waiting. A family is unhealthy once a queued update has waited 2 × syncPeriod.
 // /healthz adds node eligibility; /livez and the healthCheckNodePort servers do not.
 
+import type { SyncObserver } from '../brain/sync-loop.js';
 import type { IPFamily } from '../model/types.js';
-import type { SyncObserver } from '../proxy/sync-loop.js';
 
 export interface FamilyHealth {
   /** ms since the epoch. */

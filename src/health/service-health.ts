@@ -5,9 +5,9 @@
 // path answers. Servers follow the decisions: opened, moved and closed on every sync.
 
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { SyncObserver } from '../brain/sync-loop.js';
+import type { ProxyDecisions } from '../brain/types.js';
 import type { Logger } from '../logger.js';
-import type { SyncObserver } from '../proxy/sync-loop.js';
-import type { ProxyDecisions } from '../proxy/types.js';
 import { type BoundServer, listenHttp } from './http.js';
 
 export interface HealthCheckService {

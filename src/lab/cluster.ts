@@ -5,7 +5,7 @@
 // node. Each pod runs a backend answering on the ports its EndpointSlices name.
 
 import type { ClusterState } from '../model/types.js';
-import { formatIP, parseCIDR } from '../proxy/ip.js';
+import { formatIP, parseCIDR } from '../net/ip.js';
 import type { Lab } from './netns.js';
 
 export interface NodeSpec {

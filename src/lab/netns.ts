@@ -3,17 +3,9 @@
 // their topologies with it, so every namespace it creates carries the lab's prefix and is
 // deleted by destroy(), also after a failure.
 
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
-
-const execFileAsync = promisify(execFile);
-
-export interface ExecResult {
-  stdout: string;
-  stderr: string;
-  code: number;
-}
+import { type ExecResult, runCommand } from '../host/command.js';
 
 export interface BackendOptions {
   /** Name the server answers with, so clients can tell backends apart. */
@@ -55,7 +47,7 @@ export class Lab {
 
   async addNamespace(name: string): Promise<string> {
     const full = this.ns(name);
-    await run('ip', ['netns', 'add', full]);
+    await runCommand('ip', ['netns', 'add', full]);
     this.namespaces.add(full);
     await this.exec(name, 'ip', ['link', 'set', 'lo', 'up']);
     return full;
@@ -63,7 +55,7 @@ export class Lab {
 
   /** A veth pair with one end in each namespace (both ends are brought up). */
   async link(nsA: string, ifA: string, nsB: string, ifB: string): Promise<void> {
-    await run('ip', [
+    await runCommand('ip', [
       'link',
       'add',
       ifA,
@@ -135,7 +127,7 @@ export class Lab {
     args: string[],
     opts: { allowFailure?: boolean; input?: string } = {},
   ): Promise<ExecResult> {
-    return run('nsenter', [`--net=${NETNS_DIR}/${this.ns(ns)}`, '--', cmd, ...args], opts);
+    return runCommand('nsenter', [`--net=${NETNS_DIR}/${this.ns(ns)}`, '--', cmd, ...args], opts);
   }
 
   /** Starts a long-running process inside a namespace; destroy() kills it. */
@@ -233,7 +225,7 @@ export class Lab {
     for (const child of this.processes) child.kill('SIGKILL');
     this.processes.clear();
     for (const full of this.namespaces) {
-      await run('ip', ['netns', 'del', full], { allowFailure: true });
+      await runCommand('ip', ['netns', 'del', full], { allowFailure: true });
     }
     this.namespaces.clear();
   }
@@ -265,62 +257,12 @@ export interface RequestResult {
 
 /** Deletes namespaces left behind by an earlier run that died before destroy() (by prefix). */
 export async function deleteStaleNamespaces(prefix: string): Promise<void> {
-  const { stdout } = await run('ip', ['netns', 'list'], { allowFailure: true });
+  const { stdout } = await runCommand('ip', ['netns', 'list'], { allowFailure: true });
   for (const line of stdout.split('\n')) {
     const name = line.split(' ')[0];
-    if (name?.startsWith(`${prefix}-`)) await run('ip', ['netns', 'del', name], { allowFailure: true });
+    if (name?.startsWith(`${prefix}-`))
+      await runCommand('ip', ['netns', 'del', name], { allowFailure: true });
   }
-}
-
-export async function run(
-  cmd: string,
-  args: string[],
-  opts: { allowFailure?: boolean; input?: string } = {},
-): Promise<ExecResult> {
-  try {
-    if (opts.input !== undefined)
-      return await runWithInput(cmd, args, opts.input, opts.allowFailure ?? false);
-    const { stdout, stderr } = await execFileAsync(cmd, args, { maxBuffer: 256 * 1024 * 1024 });
-    return { stdout, stderr, code: 0 };
-  } catch (err) {
-    const e = err as { stdout?: string; stderr?: string; code?: number | string };
-    const result = {
-      stdout: e.stdout ?? '',
-      stderr: e.stderr ?? String(err),
-      code: typeof e.code === 'number' ? e.code : 1,
-    };
-    if (opts.allowFailure) return result;
-    throw new Error(`${cmd} ${args.join(' ')} failed (${result.code}): ${result.stderr.trim()}`);
-  }
-}
-
-function runWithInput(
-  cmd: string,
-  args: string[],
-  input: string,
-  allowFailure: boolean,
-): Promise<ExecResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d) => {
-      stdout += d;
-    });
-    child.stderr.on('data', (d) => {
-      stderr += d;
-    });
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const result = { stdout, stderr, code: code ?? 1 };
-      if (result.code !== 0 && !allowFailure) {
-        reject(new Error(`${cmd} ${args.join(' ')} failed (${result.code}): ${stderr.trim()}`));
-      } else {
-        resolve(result);
-      }
-    });
-    child.stdin.end(input);
-  });
 }
 
 function waitForLine(child: ChildProcess, needle: string, timeoutMs: number): Promise<void> {

@@ -6,59 +6,14 @@
 // The series are written straight in the text format: with 10,000 services prom-client's
 // per-series bookkeeping cost about a second per scrape on the event loop that also runs syncs.
 
+import type {
+  BackendTraffic,
+  BpfStats,
+  BpfStatsProvider,
+  CounterValue,
+  TrafficCounters,
+} from '../dataplanes/stats.js';
 import type { Logger } from '../logger.js';
-import type { IPFamily, Protocol } from '../model/types.js';
-
-/** Counters arrive as the maps hold them (u64 as bigint) or already converted. */
-export type CounterValue = number | bigint;
-
-export interface TrafficCounters {
-  newConnections: CounterValue;
-  forwardPackets: CounterValue;
-  forwardBytes: CounterValue;
-  replyPackets: CounterValue;
-  replyBytes: CounterValue;
-  /** Packets to this service (or backend) dropped or rejected, for any reason. */
-  droppedPackets: CounterValue;
-}
-
-export interface ServiceTraffic extends TrafficCounters {
-  namespace: string;
-  name: string;
-  /** "" for an unnamed port. */
-  portName: string;
-  protocol: Protocol;
-  family: IPFamily;
-  /** Which entry the packets matched: ClusterIP, NodePort, LoadBalancer or ExternalIP. */
-  frontend: string;
-}
-
-export interface BackendTraffic extends TrafficCounters {
-  family: IPFamily;
-  /** "ip:port" ("[ip6]:port"); backends are shared by every service port that selects them. */
-  backend: string;
-}
-
-export interface BpfStats {
-  services: ServiceTraffic[];
-  backends: BackendTraffic[];
-  /** kbp_drops_v1, by reason name (e.g. "no_endpoints", "source_range"). */
-  drops: { reason: string; packets: CounterValue; bytes: CounterValue }[];
-  /** Every map the data plane owns, by pinned name. */
-  maps: { name: string; entries: number; capacity: number }[];
-  conntrackEntries: { family: IPFamily; entries: number }[];
-  conntrackGC: {
-    runs: CounterValue;
-    scannedEntries: CounterValue;
-    deletedEntries: CounterValue;
-    seconds: number;
-  };
-}
-
-export interface BpfStatsProvider {
-  /** Called once per scrape. */
-  read(): BpfStats | Promise<BpfStats>;
-}
 
 /** At most `max` backends, chosen by name so the exported set is stable from scrape to scrape. */
 export function backendsToExport(backends: readonly BackendTraffic[], max: number): BackendTraffic[] {

@@ -4,6 +4,7 @@
 // and the rule-mode data planes at scrape time, and counted by the health servers.
 
 import { Counter, exponentialBuckets, Gauge, Histogram, linearBuckets, type Registry } from 'prom-client';
+import type { NfacctPackets, RuleModeStats, RuleModeStatsProvider } from '../dataplanes/stats.js';
 import type { IPFamily } from '../model/types.js';
 
 /** ExponentialBuckets(0.001, 2, 15): 1 ms … 16.384 s. */
@@ -22,33 +23,6 @@ export const NETWORK_PROGRAMMING_BUCKETS: readonly number[] = [
 export interface ChangeCounts {
   readonly totals: { readonly serviceChanges: number; readonly endpointChanges: number };
   peekPending(): { readonly serviceChanges: number; readonly endpointChanges: number };
-}
-
-/**
- * Per-family counters a rule-mode data plane keeps (iptables: IptablesDataplane.stats). They are
- * read at scrape time; the data plane keeps them monotonic for the life of the process.
- */
-export interface RuleModeStats {
-  restoreFailures?: number;
-  partialRestoreFailures?: number;
-  /** Rules owned per table after the last successful sync. */
-  rulesTotal?: { filter: number; nat: number };
-  /** Rules written per table by the last successful sync. */
-  rulesLast?: { filter: number; nat: number };
-  nftablesSyncFailures?: number;
-  nftablesCleanupFailures?: number;
-}
-
-/** iptables mode: the packets kube-proxy's nfacct counters saw (absent: no such counter). */
-export interface NfacctPackets {
-  ctStateInvalidDropped?: number | undefined;
-  localhostNodePortsAccepted?: number | undefined;
-}
-
-export interface RuleModeStatsProvider {
-  stats(family: IPFamily): RuleModeStats | undefined;
-  /** iptables mode only, as kube-proxy registers these metrics only there. */
-  nfacctPackets?(): Promise<NfacctPackets>;
 }
 
 export interface KubeProxyMetricsSources {

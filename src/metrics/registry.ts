@@ -4,19 +4,15 @@
 // update their metrics, once per IP family the node runs.
 
 import { Counter, collectDefaultMetrics, Gauge, Registry } from 'prom-client';
+import type { SyncObserver, SyncReport } from '../brain/sync-loop.js';
+import type { FamilyDecisions, ProxyDecisions, SkippedObject } from '../brain/types.js';
 import type { ProxyMode } from '../config/types.js';
+import type { BpfStatsProvider, RuleModeStatsProvider } from '../dataplanes/stats.js';
 import { serviceKey } from '../dataplanes/types.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { IPFamily } from '../model/types.js';
-import type { SyncObserver, SyncReport } from '../proxy/sync-loop.js';
-import type { FamilyDecisions, ProxyDecisions, SkippedObject } from '../proxy/types.js';
-import { BpfMetrics, type BpfStatsProvider } from './bpf.js';
-import {
-  type ChangeCounts,
-  createKubeProxyMetrics,
-  type KubeProxyMetrics,
-  type RuleModeStatsProvider,
-} from './kube-proxy.js';
+import { BpfMetrics } from './bpf.js';
+import { type ChangeCounts, createKubeProxyMetrics, type KubeProxyMetrics } from './kube-proxy.js';
 
 export interface ProxyMetricsOptions {
   mode: ProxyMode;

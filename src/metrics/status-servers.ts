@@ -3,17 +3,17 @@
 // A bind failure stops the agent with bindAddressHardFail; otherwise it is logged and retried
 // every 5 s, as kube-proxy does.
 
+import { nodeEligible } from '../brain/node.js';
+import type { SyncObserver } from '../brain/sync-loop.js';
 import type { ProxyConfig } from '../config/types.js';
+import type { BpfStatsProvider, RuleModeStatsProvider } from '../dataplanes/stats.js';
 import type { BoundServer } from '../health/http.js';
 import { ProxyHealth } from '../health/proxy-health.js';
 import { startHealthServer } from '../health/server.js';
 import { ServiceHealthServers } from '../health/service-health.js';
 import type { Logger } from '../logger.js';
 import type { Node } from '../model/types.js';
-import { nodeEligible } from '../proxy/node.js';
-import type { SyncObserver } from '../proxy/sync-loop.js';
-import type { BpfStatsProvider } from './bpf.js';
-import type { ChangeCounts, RuleModeStatsProvider } from './kube-proxy.js';
+import type { ChangeCounts } from './kube-proxy.js';
 import { ProxyMetrics } from './registry.js';
 import { startMetricsServer } from './server.js';
 

@@ -7,8 +7,8 @@
 // brain sorts them into families.
 
 import { z } from 'zod';
-import { parseCIDR, parseIP } from '../proxy/ip.js';
-import type { SourceEvent, WatchedKind } from '../sources/types.js';
+import { parseCIDR, parseIP } from '../net/ip.js';
+import type { SourceEvent, WatchedKind } from './events.js';
 import {
   type EndpointPort,
   type EndpointSlice,

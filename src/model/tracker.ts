@@ -5,7 +5,7 @@
 // A malformed object is skipped and reported; the last good version of it is kept. Entries left
 // out of a valid object are reported too, for as long as that version is current.
 
-import type { SourceEvent } from '../sources/types.js';
+import type { SourceEvent } from './events.js';
 import { describeObject, type ObjectProblem, parseEvent } from './parse.js';
 import {
   type ClusterState,

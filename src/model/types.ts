@@ -2,8 +2,7 @@
 // Only the fields kube-proxy's semantics depend on are kept. Addresses stay as the API gave them
 // (strings); the brain parses them sloppily, as kube-proxy does, per IP family.
 
-export type IPFamily = 'IPv4' | 'IPv6';
-export const IP_FAMILIES: readonly IPFamily[] = ['IPv4', 'IPv6'];
+export { IP_FAMILIES, type IPFamily } from '../net/ip.js';
 
 export type Protocol = 'TCP' | 'UDP' | 'SCTP';
 export type ServiceType = 'ClusterIP' | 'NodePort' | 'LoadBalancer' | 'ExternalName';

@@ -7,11 +7,12 @@ import { existsSync } from 'node:fs';
 import { KubeConfig } from '@kubernetes/client-node';
 import type { ProxyConfig } from '../config/types.js';
 import { type Logger, silentLogger } from '../logger.js';
+import type { SourceEvent } from '../model/events.js';
 import { KUBE_PROXY_LABEL_SELECTOR } from '../model/types.js';
 import { ApiTransport } from './api-transport.js';
 import { type BackoffPolicy, DEFAULT_BACKOFF, RequestRateLimiter } from './flow-control.js';
 import { Reflector, type WatchedResource } from './reflector.js';
-import type { Source, SourceEvent } from './types.js';
+import type { Source } from './types.js';
 
 const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
 

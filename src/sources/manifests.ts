@@ -6,10 +6,11 @@
 import { type FSWatcher, readdirSync, readFileSync, realpathSync, statSync, watch } from 'node:fs';
 import { basename, dirname, extname, join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
+import type { SourceEvent, WatchedKind } from '../model/events.js';
 import { describeObject, describeValue, type ObjectProblem } from '../model/parse.js';
 import { matchesKubeProxySelector } from '../model/selector.js';
 import { HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL } from '../model/types.js';
-import type { Source, SourceEvent, WatchedKind } from './types.js';
+import type { Source } from './types.js';
 
 export interface ManifestOptions {
   /** Only the Node of this name is delivered (kube-proxy watches its own Node only). Unset: every Node. */

@@ -6,9 +6,9 @@
 import type http from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
+import type { SourceEvent, WatchedKind } from '../model/events.js';
 import { ApiError, type ApiStatus, type ApiTransport } from './api-transport.js';
 import { type BackoffPolicy, backoffDelayMs } from './flow-control.js';
-import type { SourceEvent, WatchedKind } from './types.js';
 
 export interface WatchedResource {
   kind: WatchedKind;

@@ -1,17 +1,6 @@
-// What every source (the Kubernetes API, manifest files) delivers to the change trackers in model/:
-// raw objects as the API serialises them, not yet validated. model/parse.ts validates them, so a
-// malformed object is skipped and counted in one place whatever its source.
+// A source feeds the change trackers in model/ with SourceEvents (model/events.ts).
 
-export type WatchedKind = 'Service' | 'EndpointSlice' | 'Node';
-
-export interface SourceEvent {
-  type: 'upsert' | 'delete';
-  kind: WatchedKind;
-  /** The object as JSON-decoded from the API or a manifest. */
-  object: unknown;
-  /** Where it came from, for error messages: "api", or "examples/web.yaml#2" (file and document index). */
-  origin: string;
-}
+import type { SourceEvent } from '../model/events.js';
 
 export interface Source {
   /** Resolves once the initial list of every kind has been delivered (kube-proxy waits for this before its first sync). */

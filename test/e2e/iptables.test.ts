@@ -11,10 +11,11 @@ import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { cleanupNode } from '../../src/cli/cleanup.js';
+import { decide } from '../../src/brain/decide.js';
+import type { NodeEnv, ProxyDecisions } from '../../src/brain/types.js';
 import { PIN_LAYOUT_VERSION } from '../../src/dataplanes/bpf/object.js';
+import { cleanupNode } from '../../src/dataplanes/cleanup.js';
 import { createIptablesDataplane, type IptablesDataplane } from '../../src/dataplanes/iptables/applier.js';
-import type { CommandRunner } from '../../src/dataplanes/iptables/backend.js';
 import {
   detectIptablesBackend,
   probeIptablesCapabilities,
@@ -22,12 +23,11 @@ import {
 } from '../../src/dataplanes/iptables/backend.js';
 import { endpointChain, servicePortChains } from '../../src/dataplanes/iptables/names.js';
 import { BPFFS_ROOT, makeBpffsDir } from '../../src/host/bpffs.js';
-import type { ExecResult } from '../../src/lab/netns.js';
+import type { CommandRunner, ExecResult } from '../../src/host/command.js';
+import type { IpAddrInterface } from '../../src/host/interfaces.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
 import { silentLogger } from '../../src/logger.js';
 import type { EndpointSlice, Service } from '../../src/model/types.js';
-import { decide } from '../../src/proxy/decide.js';
-import type { IpAddrInterface, NodeEnv, ProxyDecisions } from '../../src/proxy/types.js';
 import {
   type ConntrackLab,
   noEndpointsThenEndpointsScenario,

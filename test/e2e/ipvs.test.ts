@@ -11,13 +11,13 @@
 
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { cleanupNode } from '../../src/cli/cleanup.js';
+import { decide } from '../../src/brain/decide.js';
+import type { ProxyDecisions } from '../../src/brain/types.js';
+import { cleanupNode } from '../../src/dataplanes/cleanup.js';
 import { ConntrackReconciler, withConntrackCleanup } from '../../src/dataplanes/conntrack.js';
 import { createIpvsDataplane, type IpvsDataplane } from '../../src/dataplanes/ipvs/applier.js';
 import { silentLogger } from '../../src/logger.js';
 import type { EndpointSlice, Service, SliceEndpoint } from '../../src/model/types.js';
-import { decide } from '../../src/proxy/decide.js';
-import type { ProxyDecisions } from '../../src/proxy/types.js';
 import { buildIpvsLab, IpvsLabGuest, PROJECT_ROOT } from '../support/ipvs-lab.js';
 import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 import { describeRoot } from '../support/privileges.js';

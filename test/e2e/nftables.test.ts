@@ -9,15 +9,16 @@
 // IPv6 family runs its own table with one service, web6.
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import type { CommandRunner } from '../../src/dataplanes/iptables/backend.js';
+import { decide } from '../../src/brain/decide.js';
+import type { NodeEnv, ProxyDecisions, ServicePortDecision } from '../../src/brain/types.js';
 import { NftablesDataplane, STALE_CHAIN_DELAY_MS } from '../../src/dataplanes/nftables/applier.js';
 import { cleanupNftables } from '../../src/dataplanes/nftables/cleanup.js';
 import { endpointObjectNames, servicePortChainNames } from '../../src/dataplanes/nftables/names.js';
 import { renderNftablesText } from '../../src/dataplanes/nftables/render.js';
+import type { CommandRunner } from '../../src/host/command.js';
+import type { IpAddrInterface } from '../../src/host/interfaces.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
 import type { EndpointSlice, Service } from '../../src/model/types.js';
-import { decide } from '../../src/proxy/decide.js';
-import type { IpAddrInterface, NodeEnv, ProxyDecisions, ServicePortDecision } from '../../src/proxy/types.js';
 import {
   type ConntrackLab,
   noEndpointsThenEndpointsScenario,

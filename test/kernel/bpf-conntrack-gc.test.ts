@@ -7,9 +7,9 @@ import { loadConfig } from '../../src/config/load.js';
 import { BpfDataplane } from '../../src/dataplanes/bpf/index.js';
 import { ct4Key, ct4Val } from '../../src/dataplanes/bpf/layout.js';
 import { silentLogger } from '../../src/logger.js';
+import { IPPROTO_TCP } from '../../src/net/packets.js';
 import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
 import { makePinDir, removePinDir } from '../support/bpffs.js';
-import { IPPROTO_TCP } from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
 
 const FLOWS = 200_000;

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { testRun } from '../../native/libbpf.js';
+import type { ServicePortDecision } from '../../src/brain/types.js';
 import { listCommand } from '../../src/cli/list.js';
 import { formatTrace, parseTraceInput, traceCommand } from '../../src/cli/trace.js';
 import { loadConfig } from '../../src/config/load.js';
@@ -11,9 +12,8 @@ import { BpfDataplane } from '../../src/dataplanes/bpf/index.js';
 import type { FrontendView } from '../../src/dataplanes/bpf/inspect.js';
 import { PROGRAMS } from '../../src/dataplanes/bpf/layout.js';
 import { silentLogger } from '../../src/logger.js';
-import type { ServicePortDecision } from '../../src/proxy/types.js';
+import { buildPacket, IPPROTO_TCP, IPPROTO_UDP, parsePacket, TCP } from '../../src/net/packets.js';
 import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
-import { buildPacket, IPPROTO_TCP, IPPROTO_UDP, parsePacket, TCP } from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
 
 const pinPath = `/sys/fs/bpf/kbp-test-list-${process.pid}`;

@@ -1,6 +1,7 @@
 import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { dumpMap } from '../../native/libbpf.js';
+import type { ProxyDecisions } from '../../src/brain/types.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
 import { KernelStore, readMaglevTable } from '../../src/dataplanes/bpf/kernel-store.js';
 import { MAPS, svc4Key, svcVal, u32Codec } from '../../src/dataplanes/bpf/layout.js';
@@ -9,7 +10,6 @@ import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/ob
 import { type BpfPlan, planBpf } from '../../src/dataplanes/bpf/plan.js';
 import { MapWriter } from '../../src/dataplanes/bpf/writer.js';
 import { silentLogger } from '../../src/logger.js';
-import type { ProxyDecisions } from '../../src/proxy/types.js';
 import { bpfConfig, decisions, ep, servicePort } from '../support/bpf-fixtures.js';
 import { describeRoot } from '../support/privileges.js';
 

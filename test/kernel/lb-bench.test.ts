@@ -21,8 +21,8 @@ import {
 } from '../../bench/bpf-cost.js';
 import { testRun } from '../../native/libbpf.js';
 import { PROGRAMS } from '../../src/dataplanes/bpf/layout.js';
+import { buildPacket, IPPROTO_TCP, parsePacket, TCP } from '../../src/net/packets.js';
 import { type LoadedLb, loadLb, writeConfig } from '../support/lb-object.js';
-import { buildPacket, IPPROTO_TCP, parsePacket, TCP } from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
 
 const SERVICES = 100_000;

@@ -42,6 +42,16 @@ import {
 } from '../../src/dataplanes/bpf/layout.js';
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { Lab } from '../../src/lab/netns.js';
+import {
+  buildPacket,
+  ETH_HLEN,
+  IPPROTO_ICMP,
+  IPPROTO_TCP,
+  IPPROTO_UDP,
+  parsePacket,
+  replyTo,
+  TCP,
+} from '../../src/net/packets.js';
 import { enterNetns } from '../support/in-netns.js';
 import {
   type LoadedLb,
@@ -52,16 +62,6 @@ import {
   writeConfig,
   writeFrontend,
 } from '../support/lb-object.js';
-import {
-  buildPacket,
-  ETH_HLEN,
-  IPPROTO_ICMP,
-  IPPROTO_TCP,
-  IPPROTO_UDP,
-  parsePacket,
-  replyTo,
-  TCP,
-} from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
 
 const TC_ACT_UNSPEC = -1;

@@ -4,8 +4,15 @@
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { BE_F, PROGRAMS, SVC_F } from '../../src/dataplanes/bpf/layout.js';
+import {
+  buildPacket,
+  ETH_HLEN,
+  IPPROTO_TCP,
+  IPPROTO_UDP,
+  onesSum,
+  parsePacket,
+} from '../../src/net/packets.js';
 import { type LoadedLb, loadLb, run, writeConfig, writeFrontend } from '../support/lb-object.js';
-import { buildPacket, ETH_HLEN, IPPROTO_TCP, IPPROTO_UDP, onesSum, parsePacket } from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
 import { mulberry32 } from '../support/random.js';
 

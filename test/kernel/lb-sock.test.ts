@@ -46,10 +46,10 @@ import {
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { findCgroup2Root } from '../../src/host/cgroup.js';
 import { Lab } from '../../src/lab/netns.js';
+import { IPPROTO_TCP, IPPROTO_UDP } from '../../src/net/packets.js';
 import { makePinDir, removePinDir } from '../support/bpffs.js';
 import { inNetns } from '../support/in-netns.js';
 import { type LoadedLb, loadLb, TEST_CONFIG, writeConfig, writeFrontend } from '../support/lb-object.js';
-import { IPPROTO_TCP, IPPROTO_UDP } from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
 
 const NODE_IP = '10.210.0.1';

@@ -24,9 +24,9 @@ import {
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
 import { ACTION, BE_F, ip4Codec, PROGRAMS, SVC_F, u32Codec } from '../../src/dataplanes/bpf/layout.js';
 import { Lab, type RequestResult } from '../../src/lab/netns.js';
+import { IPPROTO_TCP, IPPROTO_UDP } from '../../src/net/packets.js';
 import { inNetns } from '../support/in-netns.js';
 import { type LoadedLb, loadLb, writeConfig, writeFrontend } from '../support/lb-object.js';
-import { IPPROTO_TCP, IPPROTO_UDP } from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
 import { until } from '../support/until.js';
 

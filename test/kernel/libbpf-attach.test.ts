@@ -33,10 +33,10 @@ import {
   u32Codec,
 } from '../../src/dataplanes/bpf/layout.js';
 import { Lab } from '../../src/lab/netns.js';
+import { IPPROTO_UDP } from '../../src/net/packets.js';
 import { makePinDir, removePinDir } from '../support/bpffs.js';
 import { inNetns } from '../support/in-netns.js';
 import { type LoadedLb, loadLb, writeConfig, writeFrontend } from '../support/lb-object.js';
-import { IPPROTO_UDP } from '../support/packets.js';
 import { describeRoot } from '../support/privileges.js';
 
 const VIP = '10.96.0.10';

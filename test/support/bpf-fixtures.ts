@@ -1,13 +1,13 @@
 // Hand-built brain decisions for the bpf data plane's tests: each test states only the fields it
 // is about; the rest are those of a plain ClusterIP service port with no endpoints.
 
-import type { BpfConfig } from '../../src/config/types.js';
 import type {
   Endpoint,
   FamilyDecisions,
   ProxyDecisions,
   ServicePortDecision,
-} from '../../src/proxy/types.js';
+} from '../../src/brain/types.js';
+import type { BpfConfig } from '../../src/config/types.js';
 
 export function ep(ip: string, port: number, extra: Partial<Endpoint> = {}): Endpoint {
   return {

@@ -4,17 +4,17 @@
 // where it was), then that a sync with the reconciler moves the very next datagrams.
 
 import { expect } from 'vitest';
+import type { ConntrackEntry } from '../../src/brain/conntrack.js';
+import type { ChangeSet, ConntrackReconcileReport, Dataplane } from '../../src/brain/dataplane.js';
+import type { ProxyDecisions } from '../../src/brain/types.js';
 import {
   ConntrackReconciler,
   parseConntrackList,
   withConntrackCleanup,
 } from '../../src/dataplanes/conntrack.js';
-import type { CommandRunner } from '../../src/dataplanes/iptables/backend.js';
-import type { ChangeSet, ConntrackReconcileReport, Dataplane } from '../../src/dataplanes/types.js';
+import type { CommandRunner } from '../../src/host/command.js';
 import type { Lab, UdpStream, UdpStreamEvent } from '../../src/lab/netns.js';
 import { silentLogger } from '../../src/logger.js';
-import type { ConntrackEntry } from '../../src/proxy/conntrack.js';
-import type { ProxyDecisions } from '../../src/proxy/types.js';
 import { until } from './until.js';
 
 export interface ConntrackLab {

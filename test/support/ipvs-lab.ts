@@ -8,15 +8,15 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readFile, rename, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import type { CommandRunner } from '../../src/dataplanes/iptables/backend.js';
-import { type ExecResult, run } from '../../src/lab/netns.js';
+import type { CommandRunner } from '../../src/host/command.js';
+import { type ExecResult, runCommand } from '../../src/host/command.js';
 
 export const PROJECT_ROOT = resolve(import.meta.dirname, '../..');
 export const LAB_DIR = join(PROJECT_ROOT, '.cache/ipvs-lab');
 
 /** Runs scripts/build-ipvs-lab.sh (idempotent; installs Debian packages and the kernel once). */
 export async function buildIpvsLab(): Promise<void> {
-  await run('bash', [join(PROJECT_ROOT, 'scripts/build-ipvs-lab.sh'), LAB_DIR]);
+  await runCommand('bash', [join(PROJECT_ROOT, 'scripts/build-ipvs-lab.sh'), LAB_DIR]);
 }
 
 /** Shell single-quoting: the guest runs commands through /bin/sh. */

@@ -1,8 +1,9 @@
 // Builders for typed model objects with the API server's defaults, so brain tests state only
 // what matters to them.
+
+import type { BrainConfig } from '../../src/brain/decide.js';
+import type { NodeEnv } from '../../src/brain/types.js';
 import type { EndpointSlice, Node, ObjectMeta, Service, SliceEndpoint } from '../../src/model/types.js';
-import type { BrainConfig } from '../../src/proxy/decide.js';
-import type { NodeEnv } from '../../src/proxy/types.js';
 
 export function meta(namespace: string, name: string, extra: Partial<ObjectMeta> = {}): ObjectMeta {
   return {

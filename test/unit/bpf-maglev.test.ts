@@ -1,12 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import {
-  buildMaglevTable,
   DEFAULT_MAGLEV_TABLE_SIZE,
   isPrime,
-  type MaglevBackend,
-  maglevPermutation,
   maglevTableSizeProblem,
-} from '../../src/dataplanes/bpf/maglev.js';
+} from '../../src/config/maglev-table-size.js';
+import { buildMaglevTable, type MaglevBackend, maglevPermutation } from '../../src/dataplanes/bpf/maglev.js';
 import { murmur3x64_128 } from '../../src/dataplanes/bpf/murmur3.js';
 
 const hex = (s: string, seed: number) =>

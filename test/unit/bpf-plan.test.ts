@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import type { ProxyDecisions } from '../../src/brain/types.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
 import { type PlanOptions, planBpf, resolveScheduler } from '../../src/dataplanes/bpf/plan.js';
-import type { ProxyDecisions } from '../../src/proxy/types.js';
 import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
 
 const options: PlanOptions = {

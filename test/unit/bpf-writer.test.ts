@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import type { ServicePortDecision } from '../../src/brain/types.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
 import { type BpfPlan, frontendName, planBpf } from '../../src/dataplanes/bpf/plan.js';
 import { MapWriter } from '../../src/dataplanes/bpf/writer.js';
-import type { ServicePortDecision } from '../../src/proxy/types.js';
 import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
 import { MemoryStore } from '../support/memory-store.js';
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { decide } from '../../src/brain/decide.js';
 import type { EndpointSlice, Service } from '../../src/model/types.js';
-import { decide } from '../../src/proxy/decide.js';
 import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 
 const config = brainConfig({ clusterCIDRs: ['10.244.0.0/16', 'fd00:244::/56'] });

@@ -4,8 +4,8 @@ import {
   mergeSlices,
   portKey,
   type TopologyContext,
-} from '../../src/proxy/endpoints.js';
-import type { Endpoint } from '../../src/proxy/types.js';
+} from '../../src/brain/endpoints.js';
+import type { Endpoint } from '../../src/brain/types.js';
 import { endpoint, slice } from '../support/model-fixtures.js';
 
 const ctx: TopologyContext = { nodeName: 'test-node', zone: 'zone-a', preferSameTrafficDistribution: false };

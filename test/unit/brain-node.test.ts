@@ -5,7 +5,7 @@ import {
   nodeEligible,
   primaryNodeIP,
   resolveNodePortAddresses,
-} from '../../src/proxy/node.js';
+} from '../../src/brain/node.js';
 import { node, nodeEnv } from '../support/model-fixtures.js';
 
 const ifaces = nodeEnv().interfaces;

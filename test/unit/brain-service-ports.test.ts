@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { clusterIPForFamily, servicePortsForFamily, skipReason } from '../../src/proxy/service-ports.js';
+import { clusterIPForFamily, servicePortsForFamily, skipReason } from '../../src/brain/service-ports.js';
 import { service } from '../support/model-fixtures.js';
 
 describe('ShouldSkipService', () => {

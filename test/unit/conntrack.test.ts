@@ -1,5 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import {
+  type ConntrackEntry,
+  type ConntrackFilter,
+  staleConntrackFilters,
+} from '../../src/brain/conntrack.js';
+import { decide } from '../../src/brain/decide.js';
+import type { FamilyDecisions } from '../../src/brain/types.js';
+import {
   ConntrackReconciler,
   conntrackCleanupRequired,
   conntrackDeleteArgs,
@@ -7,16 +14,9 @@ import {
   parseConntrackList,
   udpServices,
 } from '../../src/dataplanes/conntrack.js';
-import type { CommandRunner } from '../../src/dataplanes/iptables/backend.js';
+import type { CommandRunner } from '../../src/host/command.js';
 import { silentLogger } from '../../src/logger.js';
 import type { EndpointSlice, IPFamily, Service, SliceEndpoint } from '../../src/model/types.js';
-import {
-  type ConntrackEntry,
-  type ConntrackFilter,
-  staleConntrackFilters,
-} from '../../src/proxy/conntrack.js';
-import { decide } from '../../src/proxy/decide.js';
-import type { FamilyDecisions } from '../../src/proxy/types.js';
 import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 
 // kube-proxy 1.33's pkg/proxy/conntrack/cleanup_test.go, in our terms.

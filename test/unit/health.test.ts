@@ -1,5 +1,9 @@
 import { createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
+import { decide } from '../../src/brain/decide.js';
+import { nodeEligible } from '../../src/brain/node.js';
+import type { SyncReport } from '../../src/brain/sync-loop.js';
+import type { ProxyDecisions } from '../../src/brain/types.js';
 import type { BoundServer } from '../../src/health/http.js';
 import { formatGoTime, ProxyHealth } from '../../src/health/proxy-health.js';
 import { startHealthServer } from '../../src/health/server.js';
@@ -12,10 +16,6 @@ import {
 import { silentLogger } from '../../src/logger.js';
 import { ProxyMetrics } from '../../src/metrics/registry.js';
 import type { EndpointSlice, IPFamily, Node, Service } from '../../src/model/types.js';
-import { decide } from '../../src/proxy/decide.js';
-import { nodeEligible } from '../../src/proxy/node.js';
-import type { SyncReport } from '../../src/proxy/sync-loop.js';
-import type { ProxyDecisions } from '../../src/proxy/types.js';
 import { freePort } from '../support/free-port.js';
 import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 import { parseExposition, sampleValue } from '../support/prom-text.js';

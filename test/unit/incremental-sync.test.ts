@@ -3,12 +3,12 @@
 // incremental path keeps must equal what a computation from scratch gives.
 
 import { describe, expect, it } from 'vitest';
+import { Decider, decide, ZONE_LABEL } from '../../src/brain/decide.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
 import { type BpfPlan, BpfPlanner, type PlanOptions, planBpf } from '../../src/dataplanes/bpf/plan.js';
 import { MapWriter } from '../../src/dataplanes/bpf/writer.js';
+import type { SourceEvent } from '../../src/model/events.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
-import { Decider, decide, ZONE_LABEL } from '../../src/proxy/decide.js';
-import type { SourceEvent } from '../../src/sources/types.js';
 import { MemoryStore } from '../support/memory-store.js';
 import { brainConfig, nodeEnv } from '../support/model-fixtures.js';
 import { mulberry32 } from '../support/random.js';

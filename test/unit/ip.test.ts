@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { canonicalIP, formatCIDR, ipFamilyOf, joinHostPort, parseCIDR } from '../../src/proxy/ip.js';
+import { canonicalIP, formatCIDR, ipFamilyOf, joinHostPort, parseCIDR } from '../../src/net/ip.js';
 
 describe('sloppy IP parsing (ParseIPSloppy) and canonical printing (net.IP.String)', () => {
   it('reads IPv4 leading zeros as decimal', () => {

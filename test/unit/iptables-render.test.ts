@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import type { Endpoint, FamilyDecisions, ServicePortDecision } from '../../src/brain/types.js';
 import {
   endpointChain,
   JUMP_RULES,
@@ -15,8 +16,7 @@ import {
   renderFamily,
   renderIptablesText,
 } from '../../src/dataplanes/iptables/render.js';
-import { joinHostPort } from '../../src/proxy/ip.js';
-import type { Endpoint, FamilyDecisions, ServicePortDecision } from '../../src/proxy/types.js';
+import { joinHostPort } from '../../src/net/ip.js';
 
 const OFF: IptablesRenderOptions = { randomFully: false, nfacct: false, tcpBeLiberal: false };
 

@@ -1,6 +1,8 @@
 // The ipvs renderer against kube-proxy's ipvs proxier (reference/kube-proxy.md §3): decisions come
 // from the brain for small clusters, expectations from the spec.
 import { describe, expect, it } from 'vitest';
+import { type BrainConfig, decide } from '../../src/brain/decide.js';
+import type { FamilyDecisions } from '../../src/brain/types.js';
 import { ipsetName } from '../../src/dataplanes/ipvs/names.js';
 import {
   buildIpvsState,
@@ -12,9 +14,8 @@ import {
   renderIpvsText,
   type VirtualServer,
 } from '../../src/dataplanes/ipvs/render.js';
+import type { IpAddrInterface } from '../../src/host/interfaces.js';
 import type { EndpointSlice, IPFamily, Service, SliceEndpoint } from '../../src/model/types.js';
-import { type BrainConfig, decide } from '../../src/proxy/decide.js';
-import type { FamilyDecisions, IpAddrInterface } from '../../src/proxy/types.js';
 import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 
 const NODE = 'node-a';

@@ -5,10 +5,10 @@
 // is reported when something is left out.
 
 import { describe, expect, it } from 'vitest';
+import { decide } from '../../src/brain/decide.js';
+import type { ProxyDecisions, ServicePortDecision } from '../../src/brain/types.js';
+import type { SourceEvent } from '../../src/model/events.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
-import { decide } from '../../src/proxy/decide.js';
-import type { ProxyDecisions, ServicePortDecision } from '../../src/proxy/types.js';
-import type { SourceEvent } from '../../src/sources/types.js';
 import { brainConfig, nodeEnv } from '../support/model-fixtures.js';
 
 type Raw = Record<string, unknown>;

@@ -4,12 +4,12 @@ import path from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { type Logger, pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import type { SourceEvent } from '../../src/model/events.js';
 import { parseEvent } from '../../src/model/parse.js';
 import { KUBE_PROXY_LABEL_SELECTOR } from '../../src/model/types.js';
 import { backoffDelayMs, RequestRateLimiter } from '../../src/sources/flow-control.js';
 import { KubeSource, loadKubeConfig } from '../../src/sources/kube.js';
 import { diffRelist, isExpired, parseWatchLine } from '../../src/sources/reflector.js';
-import type { SourceEvent } from '../../src/sources/types.js';
 import { FakeApiServer, type FakeObject } from '../support/fake-apiserver.js';
 
 const NODE = 'node-a';

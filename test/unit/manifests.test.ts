@@ -2,6 +2,7 @@ import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, unlinkSync, wr
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import type { SourceEvent } from '../../src/model/events.js';
 import { parseEvent } from '../../src/model/parse.js';
 import {
   ManifestSource,
@@ -10,7 +11,6 @@ import {
   manifestObjects,
   readManifests,
 } from '../../src/sources/manifests.js';
-import type { SourceEvent } from '../../src/sources/types.js';
 
 const root = mkdtempSync(join(tmpdir(), `kbp-manifests-${process.pid}-`));
 afterAll(() => rmSync(root, { recursive: true, force: true }));

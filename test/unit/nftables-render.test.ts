@@ -3,6 +3,8 @@
 // decisions the brain makes from Services and EndpointSlices.
 
 import { describe, expect, it } from 'vitest';
+import { type BrainConfig, decide } from '../../src/brain/decide.js';
+import type { FamilyDecisions, NodeEnv, ServicePortDecision } from '../../src/brain/types.js';
 import { base32Sha256Prefix } from '../../src/dataplanes/iptables/names.js';
 import {
   endpointObjectNames,
@@ -24,8 +26,6 @@ import {
   renderNftablesText,
 } from '../../src/dataplanes/nftables/render.js';
 import type { EndpointSlice, IPFamily, Service } from '../../src/model/types.js';
-import { type BrainConfig, decide } from '../../src/proxy/decide.js';
-import type { FamilyDecisions, NodeEnv, ServicePortDecision } from '../../src/proxy/types.js';
 import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 
 const NODE = 'test-node';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { BoundedFrequencyRunner, type RunnerTimers, TokenBucket } from '../../src/proxy/runner.js';
+import { BoundedFrequencyRunner, type RunnerTimers, TokenBucket } from '../../src/brain/runner.js';
 
 /** A manual clock: timers fire only when the test advances time. */
 class ManualTimers implements RunnerTimers {

@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest';
-import type { ChangeSet, Dataplane } from '../../src/dataplanes/types.js';
+import type { ChangeSet, Dataplane } from '../../src/brain/dataplane.js';
+import { FULL_SYNC_PERIOD_MS, SyncLoop, type SyncReport } from '../../src/brain/sync-loop.js';
+import type { ProxyDecisions } from '../../src/brain/types.js';
+import type { SourceEvent } from '../../src/model/events.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
-import { FULL_SYNC_PERIOD_MS, SyncLoop, type SyncReport } from '../../src/proxy/sync-loop.js';
-import type { ProxyDecisions } from '../../src/proxy/types.js';
-import type { SourceEvent } from '../../src/sources/types.js';
 import { brainConfig, nodeEnv } from '../support/model-fixtures.js';
 
 const rawService = (name: string, port = 80) => ({

@@ -12,9 +12,7 @@
 // <pinDir>/links/<hook>@cgroup and swapped the same way, so connect() never misses a program
 // while the agent restarts.
 
-import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, statSync, unlinkSync } from 'node:fs';
-import { promisify } from 'node:util';
 import {
   BPF_CGROUP_INET4_CONNECT,
   BPF_CGROUP_INET4_GETPEERNAME,
@@ -43,6 +41,7 @@ import {
 import { closeFd, NativeError, O_CLOEXEC, O_RDONLY, openPath } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
 import { makeBpffsDir } from '../../host/bpffs.js';
+import { runCommand } from '../../host/command.js';
 import type { Logger } from '../../logger.js';
 import type { DiscoveredInterface } from './discover.js';
 import { PROGRAMS } from './layout.js';
@@ -374,13 +373,11 @@ export function detachAll(pinDir: string, interfaces: readonly NetInterface[]): 
   return removed;
 }
 
-const execFileAsync = promisify(execFile);
-
 /** The interfaces of the current network namespace that have a clsact qdisc (ours can hold filters). */
 export async function clsactInterfaces(): Promise<NetInterface[]> {
   const [qdiscs, links] = await Promise.all([
-    execFileAsync('tc', ['-j', 'qdisc', 'show']),
-    execFileAsync('ip', ['-j', 'link', 'show']),
+    runCommand('tc', ['-j', 'qdisc', 'show']),
+    runCommand('ip', ['-j', 'link', 'show']),
   ]);
   const clsact = new Set(
     (JSON.parse(qdiscs.stdout) as { kind: string; dev: string }[])

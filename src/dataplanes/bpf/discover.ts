@@ -9,10 +9,9 @@
 // A device without an Ethernet header (wireguard, ipip, gre, tun) is "l3": it takes the L3
 // program variants and never XDP.
 
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import type { BpfConfig } from '../../config/types.js';
-import { canonicalIP } from '../../proxy/ip.js';
+import { runCommand } from '../../host/command.js';
+import { canonicalIP } from '../../net/ip.js';
 
 /** One entry of `ip -j -d addr show`: the link's details and its addresses (fields used here). */
 export interface IpLink {
@@ -127,10 +126,8 @@ export function discoverInterfaces(
   return out;
 }
 
-const execFileAsync = promisify(execFile);
-
 async function ipJson<T>(args: string[]): Promise<T[]> {
-  const { stdout } = await execFileAsync('ip', ['-j', ...args], { maxBuffer: 64 * 1024 * 1024 });
+  const { stdout } = await runCommand('ip', ['-j', ...args]);
   return JSON.parse(stdout) as T[];
 }
 

@@ -3,7 +3,7 @@
 // (saddr, sport << 16 | dport, proto); the destination address is left out so every address of
 // a service picks the same backend.
 
-import { ipBytes } from './layout.js';
+import { ipBytes } from '../../net/ip.js';
 
 function rol32(w: number, s: number): number {
   return ((w << s) | (w >>> (32 - s))) >>> 0;

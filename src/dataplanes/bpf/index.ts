@@ -9,12 +9,13 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { netnsCookie } from '../../../native/libc.js';
+import type { ChangeSet, Dataplane, SyncResult } from '../../brain/dataplane.js';
+import type { ProxyDecisions } from '../../brain/types.js';
+import { maglevTableSizeProblem } from '../../config/maglev-table-size.js';
 import type { ProxyConfig } from '../../config/types.js';
 import { findCgroup2Root, resolveCgroup2Dir } from '../../host/cgroup.js';
 import type { Logger } from '../../logger.js';
-import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../../metrics/bpf.js';
-import type { ProxyDecisions } from '../../proxy/types.js';
-import type { ChangeSet, Dataplane, SyncResult } from '../types.js';
+import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../stats.js';
 import { Attacher, type AttachReport, syncSockHooks } from './attach.js';
 import {
   type ConntrackGcStats,
@@ -27,7 +28,7 @@ import { IdAllocator } from './ids.js';
 import { IPPROTO, KernelStore } from './kernel-store.js';
 import { DROP_REASON, MAPS, SOCK_SCOPE, type TrafficStats } from './layout.js';
 import { LinkWatch } from './link-watch.js';
-import { MAGLEV_HASH_SEED, maglevTableSizeProblem } from './maglev.js';
+import { MAGLEV_HASH_SEED } from './maglev.js';
 import { type LoadedObject, loadPinnedObject } from './object.js';
 import { ANY_ADDRESS, type BpfPlan, BpfPlanner, type PlanProblem } from './plan.js';
 import { MapWriter } from './writer.js';

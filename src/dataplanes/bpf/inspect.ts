@@ -18,7 +18,7 @@ import {
 import { closeFd } from '../../../native/libc.js';
 import { BPFFS_ROOT, notOnBpffs } from '../../host/bpffs.js';
 import type { Protocol } from '../../model/types.js';
-import { joinHostPort } from '../../proxy/ip.js';
+import { joinHostPort } from '../../net/ip.js';
 import {
   clsactInterfaces,
   HOOKS,

@@ -4,7 +4,7 @@
 // packets); ids, counts and flags are numbers; timestamps and counters are bigint.
 
 import { type BpfObject, btfStruct, findMap, mapFd, mapInfo, objectBtf } from '../../../native/libbpf.js';
-import { formatIP, parseIP } from '../../proxy/ip.js';
+import { formatIP, ipBytes } from '../../net/ip.js';
 
 // ---------- field codecs ----------
 
@@ -74,13 +74,6 @@ const ip4 = (offset: number) => ipField(offset, 'IPv4');
 const ip6 = (offset: number) => ipField(offset, 'IPv6');
 
 /** 4 or 16 bytes of an address of the given family; throws on anything else. */
-export function ipBytes(text: string, family: 'IPv4' | 'IPv6'): Uint8Array {
-  const parsed = parseIP(text);
-  if (!parsed || parsed.family !== family)
-    throw new Error(`not an ${family} address: ${JSON.stringify(text)}`);
-  return parsed.bytes;
-}
-
 export class StructCodec<F extends Fields> {
   constructor(
     /** The struct's name in maps.h (and in the object's BTF). */

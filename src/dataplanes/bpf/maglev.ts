@@ -5,34 +5,16 @@
 // The permutation comes from the backend's "ip:port" name, never from node-local ids, and the
 // backends are sorted first: every node builds the same table from the same endpoints.
 
+import { DEFAULT_MAGLEV_TABLE_SIZE, maglevTableSizeProblem } from '../../config/maglev-table-size.js';
 import { murmur3x64_128 } from './murmur3.js';
 
-export const DEFAULT_MAGLEV_TABLE_SIZE = 16381;
 /** Same seed on every node (the tables must agree cluster-wide); changing it reshuffles every table. */
 export const MAGLEV_HASH_SEED = 0x6b627078; // "kbpx"
-/** Above this the build cost and the 4·M bytes per service stop being reasonable. */
-export const MAX_MAGLEV_TABLE_SIZE = 1_048_573;
-
 export interface MaglevBackend {
   /** "ip:port" as the endpoint's net.JoinHostPort form; the permutation is derived from it. */
   name: string;
   /** What the table slot holds: the node-local backend id the datapath resolves. */
   id: number;
-}
-
-export function isPrime(n: number): boolean {
-  if (!Number.isInteger(n) || n < 2) return false;
-  if (n % 2 === 0) return n === 2;
-  for (let d = 3; d * d <= n; d += 2) if (n % d === 0) return false;
-  return true;
-}
-
-/** Why `size` cannot be a Maglev table size, or null when it can. */
-export function maglevTableSizeProblem(size: number): string | null {
-  if (!Number.isInteger(size) || size < 3) return `Maglev table size ${size} must be an integer ≥ 3`;
-  if (size > MAX_MAGLEV_TABLE_SIZE) return `Maglev table size ${size} exceeds ${MAX_MAGLEV_TABLE_SIZE}`;
-  if (!isPrime(size)) return `Maglev table size ${size} is not prime (e.g. 16381, 32749, 65521)`;
-  return null;
 }
 
 const encoder = new TextEncoder();

@@ -5,11 +5,11 @@
 // frontends, and gives both stable numeric ids. Deterministic: the same decisions and allocator
 // state give the same plan.
 
+import { inServices } from '../../brain/decide.js';
+import type { Endpoint, FamilyDecisions, ProxyDecisions, ServicePortDecision } from '../../brain/types.js';
 import type { BpfScheduler } from '../../config/types.js';
 import type { IPFamily, Protocol } from '../../model/types.js';
-import { inServices } from '../../proxy/decide.js';
-import { cidrContains, joinHostPort, parseCIDR, parseIP } from '../../proxy/ip.js';
-import type { Endpoint, FamilyDecisions, ProxyDecisions, ServicePortDecision } from '../../proxy/types.js';
+import { cidrContains, joinHostPort, parseCIDR, parseIP } from '../../net/ip.js';
 import type { IdAllocator } from './ids.js';
 
 export const SCHEDULER_ANNOTATION = 'kube-bpf-proxy.io/scheduler';

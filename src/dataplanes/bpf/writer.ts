@@ -10,7 +10,7 @@
 // or after a failed write) and writes only the difference. A frontend whose entries do not fit
 // (map full) keeps its previous state and is reported; the others are written.
 
-import { joinHostPort } from '../../proxy/ip.js';
+import { joinHostPort } from '../../net/ip.js';
 import { buildMaglevTable, MAGLEV_HASH_SEED } from './maglev.js';
 import type { BpfPlan, PlannedFrontend } from './plan.js';
 import { frontendName } from './plan.js';

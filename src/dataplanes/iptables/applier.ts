@@ -3,20 +3,20 @@
 // atomic, so a failed one leaves the previous rules in place; it is counted and the next sync
 // is full.
 
+import type { ChangeSet, Dataplane, SyncResult } from '../../brain/dataplane.js';
+import type { FamilyDecisions, ProxyDecisions } from '../../brain/types.js';
 import type { ProxyConfig } from '../../config/types.js';
-import type { NfacctPackets } from '../../metrics/kube-proxy.js';
+import { type CommandRunner, runCommand } from '../../host/command.js';
 import type { IPFamily } from '../../model/types.js';
-import type { FamilyDecisions, ProxyDecisions } from '../../proxy/types.js';
-import { type ChangeSet, type Dataplane, type SyncResult, syncEachFamily } from '../types.js';
+import type { NfacctPackets } from '../stats.js';
+import { syncEachFamily } from '../types.js';
 import {
-  type CommandRunner,
   detectIptablesBackend,
   type IptablesBackend,
   type IptablesCapabilities,
   iptablesBinary,
   probeIptablesCapabilities,
   readNfacctCounters,
-  runOnHost,
   waitFlags,
 } from './backend.js';
 import {
@@ -267,7 +267,7 @@ export async function ensureJumps(
 }
 
 export async function createIptablesDataplane(options: IptablesDataplaneOptions): Promise<IptablesDataplane> {
-  const exec = options.exec ?? runOnHost;
+  const exec = options.exec ?? runCommand;
   const backend = options.backend ?? (await detectIptablesBackend(exec));
   const capabilities = options.capabilities ?? (await probeIptablesCapabilities({ exec, backend }));
   return new IptablesDataplane(backend, capabilities, { ...options, exec, now: options.now ?? Date.now });

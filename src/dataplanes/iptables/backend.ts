@@ -3,18 +3,9 @@
 // on a node whose kubelet uses iptables-legacy splits the rules over two tables nobody reads
 // together (kubernetes#71305, #82361).
 
-import { type ExecResult, run } from '../../lab/netns.js';
+import { type CommandRunner, runCommand } from '../../host/command.js';
 import type { IPFamily } from '../../model/types.js';
 import { NFACCT_CT_STATE_INVALID_DROPPED, NFACCT_LOCALHOST_NODEPORTS_ACCEPTED } from './names.js';
-
-/** Runs a command; the applier and cleanup take one so tests can run them inside a namespace. */
-export type CommandRunner = (
-  cmd: string,
-  args: string[],
-  opts?: { input?: string; allowFailure?: boolean },
-) => Promise<ExecResult>;
-
-export const runOnHost: CommandRunner = (cmd, args, opts) => run(cmd, args, opts);
 
 export type IptablesBackend = 'legacy' | 'nft';
 export const IPTABLES_BACKENDS: readonly IptablesBackend[] = ['legacy', 'nft'];
@@ -60,7 +51,7 @@ async function saveAll(exec: CommandRunner, backend: IptablesBackend): Promise<s
   return outputs.join('');
 }
 
-export async function detectIptablesBackend(exec: CommandRunner = runOnHost): Promise<IptablesBackend> {
+export async function detectIptablesBackend(exec: CommandRunner = runCommand): Promise<IptablesBackend> {
   const [legacy, nft] = await Promise.all([saveAll(exec, 'legacy'), saveAll(exec, 'nft')]);
   return chooseIptablesBackend({ legacy, nft });
 }
@@ -96,7 +87,7 @@ export interface IptablesCapabilities {
 export async function probeIptablesCapabilities(
   opts: { exec?: CommandRunner; backend?: IptablesBackend } = {},
 ): Promise<IptablesCapabilities> {
-  const exec = opts.exec ?? runOnHost;
+  const exec = opts.exec ?? runCommand;
   const backend = opts.backend ?? (await detectIptablesBackend(exec));
   const binary = iptablesBinary(backend, 'IPv4', 'iptables');
   const version = await exec(binary, ['--version'], { allowFailure: true });
@@ -118,7 +109,7 @@ async function ensureNfacctCounter(exec: CommandRunner, name: string): Promise<b
 }
 
 /** Packet counts of kube-proxy's nfacct counters (kubeproxy_iptables_*_packets_total), absent ones left out. */
-export async function readNfacctCounters(exec: CommandRunner = runOnHost): Promise<Map<string, number>> {
+export async function readNfacctCounters(exec: CommandRunner = runCommand): Promise<Map<string, number>> {
   const { stdout } = await exec('nfacct', ['list'], { allowFailure: true });
   const counters = new Map<string, number>();
   for (const match of stdout.matchAll(/\{\s*pkts\s*=\s*(\d+),\s*bytes\s*=\s*\d+\s*\}\s*=\s*([^;\s]+);/g)) {

@@ -2,14 +2,8 @@
 // KUBE-* chains, then the chains. Kubelet's own chains stay: its iptables hint names the backend
 // for everyone (backend.ts), and its KUBE-FIREWALL copy guards route_localnet.
 
-import {
-  type CommandRunner,
-  IPTABLES_BACKENDS,
-  type IptablesBackend,
-  iptablesBinary,
-  runOnHost,
-  waitFlags,
-} from './backend.js';
+import { type CommandRunner, runCommand } from '../../host/command.js';
+import { IPTABLES_BACKENDS, type IptablesBackend, iptablesBinary, waitFlags } from './backend.js';
 
 const KUBELET_CHAINS = new Set(['KUBE-IPTABLES-HINT', 'KUBE-KUBELET-CANARY']);
 const KUBELET_FIREWALL = 'KUBE-FIREWALL';
@@ -89,7 +83,7 @@ export interface IptablesCleanupResult {
 }
 
 /** Both backends, both families: whatever any iptables-based proxy mode installed goes. */
-export async function cleanupIptables(exec: CommandRunner = runOnHost): Promise<IptablesCleanupResult> {
+export async function cleanupIptables(exec: CommandRunner = runCommand): Promise<IptablesCleanupResult> {
   const result: IptablesCleanupResult = { removed: [], errors: [] };
   for (const backend of IPTABLES_BACKENDS) {
     for (const family of ['IPv4', 'IPv6'] as const) {

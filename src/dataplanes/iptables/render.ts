@@ -2,15 +2,15 @@
 // decisions (reference/kube-proxy.md §1.13-§2). Pure: the applier decides which per-service nat
 // blocks a partial sync writes and which stale chains to delete, then assembles the text.
 
-import type { IPFamily } from '../../model/types.js';
-import { cidrContains, parseCIDR, parseIP } from '../../proxy/ip.js';
 import type {
   Endpoint,
   FamilyDecisions,
   LocalDetector,
   ProxyDecisions,
   ServicePortDecision,
-} from '../../proxy/types.js';
+} from '../../brain/types.js';
+import type { IPFamily } from '../../model/types.js';
+import { cidrContains, parseCIDR, parseIP } from '../../net/ip.js';
 import { serviceKey } from '../types.js';
 import {
   endpointChain,

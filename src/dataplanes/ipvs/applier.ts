@@ -4,22 +4,23 @@
 // stale addresses. Removed TCP real servers drain: weight 0 until their connections are gone
 // (kube-proxy's graceful termination manager); UDP and SCTP ones go at once.
 
+import type { ChangeSet, Dataplane, SyncResult } from '../../brain/dataplane.js';
+import type { FamilyDecisions, ProxyDecisions } from '../../brain/types.js';
 import type { ProxyConfig } from '../../config/types.js';
+import { type CommandRunner, runCommand } from '../../host/command.js';
+import type { IpAddrInterface } from '../../host/interfaces.js';
+import { parseIpAddrJson } from '../../host/interfaces.js';
 import type { IPFamily } from '../../model/types.js';
-import type { FamilyDecisions, IpAddrInterface, ProxyDecisions } from '../../proxy/types.js';
-import { parseIpAddrJson } from '../../sources/host.js';
 import { ensureJumps } from '../iptables/applier.js';
 import {
-  type CommandRunner,
   detectIptablesBackend,
   type IptablesBackend,
   type IptablesCapabilities,
   iptablesBinary,
   probeIptablesCapabilities,
-  runOnHost,
   waitFlags,
 } from '../iptables/backend.js';
-import { type ChangeSet, type Dataplane, type SyncResult, syncEachFamily } from '../types.js';
+import { syncEachFamily } from '../types.js';
 import {
   diffVirtualServers,
   ipsetRestoreInput,
@@ -259,7 +260,7 @@ export class IpvsDataplane implements Dataplane {
 }
 
 export async function createIpvsDataplane(options: IpvsDataplaneOptions): Promise<IpvsDataplane> {
-  const exec = options.exec ?? runOnHost;
+  const exec = options.exec ?? runCommand;
   const backend = options.backend ?? (await detectIptablesBackend(exec));
   const capabilities = options.capabilities ?? (await probeIptablesCapabilities({ exec, backend }));
   return new IpvsDataplane(backend, capabilities, { ...options, exec });

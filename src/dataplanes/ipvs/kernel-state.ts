@@ -2,7 +2,7 @@
 // from it to the desired state (what the applier then writes in one batch per tool).
 
 import type { IPFamily } from '../../model/types.js';
-import { cidrContains, parseCIDR, parseIP } from '../../proxy/ip.js';
+import { cidrContains, parseCIDR, parseIP } from '../../net/ip.js';
 import {
   type IpsetContent,
   ipsetCreateLine,

@@ -4,6 +4,8 @@
 // kernel. `render --proxy-mode ipvs` prints it in the formats ipvsadm-save, ipset save and
 // iptables-save print, so each section can be fed back to its restore tool.
 
+import type { Endpoint, FamilyDecisions, ProxyDecisions, ServicePortDecision } from '../../brain/types.js';
+import type { IpAddrInterface } from '../../host/interfaces.js';
 import type { IPFamily, Protocol } from '../../model/types.js';
 import {
   canonicalIPOfFamily,
@@ -12,14 +14,7 @@ import {
   joinHostPort,
   parseCIDR,
   parseIP,
-} from '../../proxy/ip.js';
-import type {
-  Endpoint,
-  FamilyDecisions,
-  IpAddrInterface,
-  ProxyDecisions,
-  ServicePortDecision,
-} from '../../proxy/types.js';
+} from '../../net/ip.js';
 import { KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES } from '../iptables/names.js';
 import { detectorArgs, forwardAcceptRules, masqueradeRules } from '../iptables/render.js';
 import {

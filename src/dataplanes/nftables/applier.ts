@@ -6,10 +6,11 @@
 // afterwards: before Linux 6.2 the kernel may still see a just-deleted map element pointing at
 // a chain and refuse to delete the chain (EBUSY).
 
+import type { ChangeSet, Dataplane, SyncResult } from '../../brain/dataplane.js';
+import type { FamilyDecisions, ProxyDecisions } from '../../brain/types.js';
+import { type CommandRunner, runCommand } from '../../host/command.js';
 import type { IPFamily } from '../../model/types.js';
-import type { FamilyDecisions, ProxyDecisions } from '../../proxy/types.js';
-import { type CommandRunner, runOnHost } from '../iptables/backend.js';
-import { type ChangeSet, type Dataplane, type SyncResult, syncEachFamily } from '../types.js';
+import { syncEachFamily } from '../types.js';
 import { isAffinitySetName, isServiceChainName, nftFamily, TABLE } from './names.js';
 import {
   activeObjects,
@@ -84,7 +85,7 @@ export class NftablesDataplane implements Dataplane {
   private readonly renderOptions: NftRenderOptions;
 
   constructor(options: NftablesDataplaneOptions = {}) {
-    this.exec = options.exec ?? runOnHost;
+    this.exec = options.exec ?? runCommand;
     this.now = options.now ?? Date.now;
     this.renderOptions = options.render ?? { serviceCIDRs: [] };
   }

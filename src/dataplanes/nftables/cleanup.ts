@@ -1,7 +1,7 @@
 // Removes what kube-proxy's nftables mode (and ours) leaves behind: it owns the whole
 // `kube-proxy` table of each family, so deleting the tables removes every chain, set and map.
 
-import { type CommandRunner, runOnHost } from '../iptables/backend.js';
+import { type CommandRunner, runCommand } from '../../host/command.js';
 import { TABLE } from './names.js';
 
 export interface NftablesCleanupResult {
@@ -13,7 +13,7 @@ export interface NftablesCleanupResult {
 const TABLES = [`ip ${TABLE}`, `ip6 ${TABLE}`];
 
 /** Deletes `table ip kube-proxy` and `table ip6 kube-proxy` where they exist. */
-export async function cleanupNftables(exec: CommandRunner = runOnHost): Promise<NftablesCleanupResult> {
+export async function cleanupNftables(exec: CommandRunner = runCommand): Promise<NftablesCleanupResult> {
   const result: NftablesCleanupResult = { removed: [], errors: [] };
   const listed = await exec('nft', ['list', 'tables'], { allowFailure: true });
   // Without nft (or nf_tables) there is nothing of ours to remove.

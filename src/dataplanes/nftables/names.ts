@@ -2,8 +2,8 @@
 // whole `kube-proxy` table of each family; per-service-port chains carry a hash of their name so
 // they stay distinct when truncated and differ visibly from their neighbours.
 
+import type { Endpoint, ServicePortDecision } from '../../brain/types.js';
 import type { IPFamily, Protocol } from '../../model/types.js';
-import type { Endpoint, ServicePortDecision } from '../../proxy/types.js';
 import { base32Sha256Prefix } from '../iptables/names.js';
 
 export const TABLE = 'kube-proxy';

@@ -3,15 +3,15 @@
 // reads. Pure: the applier decides which per-service blocks a partial sync writes, which map
 // elements changed and which chains went stale, and assembles the text with assembleTransaction.
 
-import type { IPFamily } from '../../model/types.js';
-import { cidrContains, isLoopback, parseCIDR, parseIP } from '../../proxy/ip.js';
 import type {
   Endpoint,
   FamilyDecisions,
   LocalDetector,
   ProxyDecisions,
   ServicePortDecision,
-} from '../../proxy/types.js';
+} from '../../brain/types.js';
+import type { IPFamily } from '../../model/types.js';
+import { cidrContains, isLoopback, parseCIDR, parseIP } from '../../net/ip.js';
 import { serviceKey } from '../types.js';
 import {
   BASE_CHAINS,

@@ -1,7 +1,7 @@
 // Crafted Ethernet/IPv4/TCP/UDP frames for BPF_PROG_TEST_RUN, with correct checksums, and a
 // reader that checks them. Addresses are dotted strings, ports numbers, as in layout.ts.
 
-import { ipBytes } from '../../src/dataplanes/bpf/layout.js';
+import { ipBytes } from './ip.js';
 
 export const ETH_HLEN = 14;
 export const IPPROTO_ICMP = 1;

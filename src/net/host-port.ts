@@ -1,6 +1,6 @@
 // host:port handling with Go's net.SplitHostPort rules, which kube-proxy uses on its bind addresses.
 
-import { joinHostPort, parseIP } from '../proxy/ip.js';
+import { joinHostPort, parseIP } from './ip.js';
 
 export function splitHostPort(text: string): { host: string; port: string } | null {
   if (text.startsWith('[')) {

@@ -2,7 +2,7 @@
 // (pkg/proxy/topology.go CategorizeEndpoints), per IP family.
 
 import type { EndpointSlice, IPFamily, Protocol } from '../model/types.js';
-import { formatIP, joinHostPort, parseIP } from './ip.js';
+import { formatIP, joinHostPort, parseIP } from '../net/ip.js';
 import type { Endpoint, TopologyMode } from './types.js';
 
 /** Key of a service port inside one service: its port name and protocol. */

@@ -3,8 +3,8 @@
 // happen first, after any failure, after node label changes and every fullSyncPeriod; the others
 // are partial. A failed sync puts its changes back and asks the runner for a retry.
 
-import type { ConntrackReconcileReport, Dataplane } from '../dataplanes/types.js';
 import type { ChangeTracker, PendingChanges } from '../model/tracker.js';
+import type { ConntrackReconcileReport, Dataplane } from './dataplane.js';
 import { type BrainConfig, Decider } from './decide.js';
 import type { NodeEnv, ProxyDecisions } from './types.js';
 

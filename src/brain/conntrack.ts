@@ -4,7 +4,7 @@
 // packet met no DNAT (the Service had no rules yet) stays un-NATed, so both outlive the rules that
 // would now send them elsewhere. TCP is left alone: its connections end by themselves.
 
-import { joinHostPort } from './ip.js';
+import { joinHostPort } from '../net/ip.js';
 import type { FamilyDecisions } from './types.js';
 
 /** The part of a conntrack entry the reconciler reads. IPs are canonical. */

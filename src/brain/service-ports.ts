@@ -3,7 +3,7 @@
 // per-family ClusterIP, family-filtered externalIPs / LB IPs / source ranges, and the policies.
 
 import type { IPFamily, Service } from '../model/types.js';
-import { canonicalIPOfFamily, formatCIDR, parseCIDR } from './ip.js';
+import { canonicalIPOfFamily, formatCIDR, parseCIDR } from '../net/ip.js';
 import type { ServicePortInfo } from './types.js';
 
 export const SCHEDULER_ANNOTATION = 'kube-bpf-proxy.io/scheduler';

@@ -3,6 +3,7 @@
 // `render --output json` prints ProxyDecisions; docs/decisions-json.md documents the format.
 
 import type { DetectLocalMode } from '../config/types.js';
+import type { IpAddrInterface } from '../host/interfaces.js';
 import type { ObjectProblem } from '../model/parse.js';
 import type { IPFamily, Protocol, ServiceType } from '../model/types.js';
 
@@ -116,10 +117,4 @@ export interface NodeEnv {
   interfaces: IpAddrInterface[];
   nodeLabels: Record<string, string>;
   iptables: { randomFully: boolean; nfacct: boolean };
-}
-
-export interface IpAddrInterface {
-  ifname: string;
-  flags?: string[];
-  addr_info: { family: 'inet' | 'inet6'; local: string; prefixlen: number; scope?: string }[];
 }

@@ -3,6 +3,7 @@
 // (pkg/proxy/util/localdetector.go) and the masquerade mark string.
 
 import type { DetectLocalMode } from '../config/types.js';
+import type { IpAddrInterface } from '../host/interfaces.js';
 import type { IPFamily, Node } from '../model/types.js';
 import {
   canonicalIPOfFamily,
@@ -13,8 +14,8 @@ import {
   type ParsedCIDR,
   parseCIDR,
   parseIP,
-} from './ip.js';
-import type { IpAddrInterface, LocalDetector, NodePortAddresses } from './types.js';
+} from '../net/ip.js';
+import type { LocalDetector, NodePortAddresses } from './types.js';
 
 export const NODE_PORT_ADDRESSES_PRIMARY = 'primary';
 

@@ -3,7 +3,8 @@
 // printed canonically the way Go's net.IP.String() prints them. An IPv4-mapped IPv6 address
 // (::ffff:a.b.c.d) is IPv4 for Go, so it is here too.
 
-import type { IPFamily } from '../model/types.js';
+export type IPFamily = 'IPv4' | 'IPv6';
+export const IP_FAMILIES: readonly IPFamily[] = ['IPv4', 'IPv6'];
 
 export interface ParsedIP {
   family: IPFamily;
@@ -171,4 +172,12 @@ export function isLoopback(ip: ParsedIP): boolean {
 /** net.JoinHostPort: brackets around IPv6 literals. */
 export function joinHostPort(ip: string, port: number): string {
   return ip.includes(':') ? `[${ip}]:${port}` : `${ip}:${port}`;
+}
+
+/** The address's bytes, in network order; throws unless it is an address of `family`. */
+export function ipBytes(text: string, family: IPFamily): Uint8Array {
+  const parsed = parseIP(text);
+  if (!parsed || parsed.family !== family)
+    throw new Error(`not an ${family} address: ${JSON.stringify(text)}`);
+  return parsed.bytes;
 }

@@ -1,0 +1,14 @@
+// What every source (the Kubernetes API, manifest files) delivers to the change trackers: raw
+// objects as the API serialises them, not yet validated. parse.ts validates them, so a malformed
+// object is skipped and counted in one place whatever its source.
+
+export type WatchedKind = 'Service' | 'EndpointSlice' | 'Node';
+
+export interface SourceEvent {
+  type: 'upsert' | 'delete';
+  kind: WatchedKind;
+  /** The object as JSON-decoded from the API or a manifest. */
+  object: unknown;
+  /** Where it came from, for error messages: "api", or "examples/web.yaml#2" (file and document index). */
+  origin: string;
+}
