@@ -7,9 +7,9 @@
 import { parseArgs } from 'node:util';
 import { type BrainConfig, decide } from '../src/brain/decide.js';
 import type { NodeEnv, ProxyDecisions } from '../src/brain/types.js';
-import { createIptablesDataplane } from '../src/dataplanes/iptables/applier.js';
 import type { IptablesBackend } from '../src/dataplanes/iptables/backend.js';
-import { assembleRestoreInput, buildIptablesRuleset } from '../src/dataplanes/iptables/render.js';
+import { openIptablesDataplane } from '../src/dataplanes/iptables/dataplane.js';
+import { assembleRestoreInput, buildIptablesRuleset } from '../src/dataplanes/iptables/plan.js';
 import type { CommandRunner } from '../src/host/command.js';
 import { deleteStaleNamespaces, Lab } from '../src/lab/netns.js';
 import type { ClusterState, EndpointSlice, Service } from '../src/model/types.js';
@@ -119,7 +119,7 @@ async function measure(lab: Lab, services: number): Promise<Figures> {
     if (cmd.endsWith('-restore')) restoreTimes.push(performance.now() - started);
     return result;
   };
-  const dataplane = await createIptablesDataplane({
+  const dataplane = await openIptablesDataplane({
     config: { syncPeriodSeconds: 30, conntrack: { tcpBeLiberal: false } },
     exec,
     backend,

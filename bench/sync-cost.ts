@@ -17,7 +17,7 @@ import { pathToFileURL } from 'node:url';
 import { SyncLoop } from '../src/brain/sync-loop.js';
 import type { NodeEnv } from '../src/brain/types.js';
 import { loadConfig } from '../src/config/load.js';
-import { BpfDataplane } from '../src/dataplanes/bpf/index.js';
+import { BpfDataplane } from '../src/dataplanes/bpf/dataplane.js';
 import { BPFFS_ROOT, makeBpffsDir } from '../src/host/bpffs.js';
 import { silentLogger } from '../src/logger.js';
 import type { SourceEvent } from '../src/model/events.js';

@@ -618,7 +618,7 @@ export function linkInfo(fd: number): LinkInfo {
 
 export interface BtfMember {
   name: string;
-  /** Offset in bits (bitfields are not used by maps.h). */
+  /** Offset in bits (bitfields are not used by types.h). */
   bitOffset: number;
   typeId: number;
 }

@@ -8,9 +8,9 @@ import type { Endpoint, NodeEnv, ProxyDecisions, ServicePortDecision } from '../
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig, ProxyMode } from '../config/types.js';
-import { renderIptablesText } from '../dataplanes/iptables/render.js';
-import { renderIpvsText } from '../dataplanes/ipvs/render.js';
-import { renderNftablesText } from '../dataplanes/nftables/render.js';
+import { renderIptablesText } from '../dataplanes/iptables/plan.js';
+import { renderIpvsText } from '../dataplanes/ipvs/plan.js';
+import { renderNftablesText } from '../dataplanes/nftables/plan.js';
 import { formatProblem, type ObjectProblem } from '../model/parse.js';
 import { ChangeTracker } from '../model/tracker.js';
 import type { IPFamily } from '../model/types.js';

@@ -1,16 +1,16 @@
-// Opens the data plane that --proxy-mode names. Modes arrive one by one; until a mode exists,
-// `run` refuses it with a clear message instead of pretending.
+// Opens the data plane that --proxy-mode names: each mode's open<Mode>Dataplane, with what the
+// metrics read from it and the conntrack reconcile the rule modes need.
 
 import type { Dataplane } from '../brain/dataplane.js';
 import type { NodeEnv } from '../brain/types.js';
 import type { ProxyConfig, ProxyMode } from '../config/types.js';
 import { runCommand } from '../host/command.js';
 import type { Logger } from '../logger.js';
-import { openBpfDataplane } from './bpf/index.js';
+import { openBpfDataplane } from './bpf/dataplane.js';
 import { ConntrackReconciler, withConntrackCleanup } from './conntrack.js';
-import { createIptablesDataplane } from './iptables/applier.js';
-import { createIpvsDataplane } from './ipvs/applier.js';
-import { NftablesDataplane } from './nftables/applier.js';
+import { openIptablesDataplane } from './iptables/dataplane.js';
+import { openIpvsDataplane } from './ipvs/dataplane.js';
+import { openNftablesDataplane } from './nftables/dataplane.js';
 import type { BpfStatsProvider, RuleModeStatsProvider } from './stats.js';
 
 export interface OpenedDataplane {
@@ -29,19 +29,19 @@ type Opener = (config: ProxyConfig, log: Logger) => Promise<OpenedDataplane>;
 const reconciled = (dataplane: Dataplane, log: Logger): Dataplane =>
   withConntrackCleanup(dataplane, new ConntrackReconciler({ exec: runCommand, log }));
 
-const OPENERS: Partial<Record<ProxyMode, Opener>> = {
+const OPENERS: Record<ProxyMode, Opener> = {
   bpf: async (config, log) => {
     const dataplane = await openBpfDataplane(config, log);
     // The bpf data plane writes no iptables rules: what the host's iptables can do does not matter.
     return { dataplane, iptables: { randomFully: true, nfacct: false }, bpfStats: dataplane };
   },
   iptables: async (config, log) => {
-    const dataplane = await createIptablesDataplane({ config });
+    const dataplane = await openIptablesDataplane({ config });
     log.info({ backend: dataplane.backend, ...dataplane.capabilities }, 'iptables backend chosen');
     return { dataplane: reconciled(dataplane, log), iptables: dataplane.capabilities, ruleStats: dataplane };
   },
   ipvs: async (config, log) => {
-    const dataplane = await createIpvsDataplane({ config });
+    const dataplane = await openIpvsDataplane({ config });
     log.info(
       { backend: dataplane.backend, ...dataplane.capabilities },
       'iptables backend chosen for the ipvs companion rules',
@@ -49,7 +49,7 @@ const OPENERS: Partial<Record<ProxyMode, Opener>> = {
     return { dataplane: reconciled(dataplane, log), iptables: dataplane.capabilities };
   },
   nftables: async (_config, log) => {
-    const dataplane = new NftablesDataplane();
+    const dataplane = await openNftablesDataplane();
     // nftables mode masquerades fully-random and has no nfacct counters, whatever iptables can do.
     return {
       dataplane: reconciled(dataplane, log),
@@ -60,11 +60,5 @@ const OPENERS: Partial<Record<ProxyMode, Opener>> = {
 };
 
 export async function openDataplane(config: ProxyConfig, log: Logger): Promise<OpenedDataplane> {
-  const open = OPENERS[config.mode];
-  if (!open) {
-    throw new Error(
-      `proxy mode "${config.mode}" is not implemented yet in this build; implemented: ${Object.keys(OPENERS).join(', ') || 'none'}`,
-    );
-  }
-  return open(config, log.child({ dataplane: config.mode }));
+  return OPENERS[config.mode](config, log.child({ dataplane: config.mode }));
 }

@@ -15,12 +15,12 @@ import { decide } from '../../src/brain/decide.js';
 import type { NodeEnv, ProxyDecisions } from '../../src/brain/types.js';
 import { PIN_LAYOUT_VERSION } from '../../src/dataplanes/bpf/object.js';
 import { cleanupNode } from '../../src/dataplanes/cleanup.js';
-import { createIptablesDataplane, type IptablesDataplane } from '../../src/dataplanes/iptables/applier.js';
 import {
   detectIptablesBackend,
   probeIptablesCapabilities,
   readNfacctCounters,
 } from '../../src/dataplanes/iptables/backend.js';
+import { type IptablesDataplane, openIptablesDataplane } from '../../src/dataplanes/iptables/dataplane.js';
 import { endpointChain, servicePortChains } from '../../src/dataplanes/iptables/names.js';
 import { BPFFS_ROOT, makeBpffsDir } from '../../src/host/bpffs.js';
 import type { CommandRunner, ExecResult } from '../../src/host/command.js';
@@ -218,7 +218,7 @@ describeRoot('iptables mode in network namespaces', () => {
       nodeLabels: {},
       iptables: await probeIptablesCapabilities({ exec: onNode }),
     };
-    dataplane = await createIptablesDataplane({
+    dataplane = await openIptablesDataplane({
       config: { syncPeriodSeconds: 30, conntrack: { tcpBeLiberal: false } },
       exec: onNode,
       capabilities: env.iptables,

@@ -15,7 +15,7 @@ import { decide } from '../../src/brain/decide.js';
 import type { ProxyDecisions } from '../../src/brain/types.js';
 import { cleanupNode } from '../../src/dataplanes/cleanup.js';
 import { ConntrackReconciler, withConntrackCleanup } from '../../src/dataplanes/conntrack.js';
-import { createIpvsDataplane, type IpvsDataplane } from '../../src/dataplanes/ipvs/applier.js';
+import { type IpvsDataplane, openIpvsDataplane } from '../../src/dataplanes/ipvs/dataplane.js';
 import { silentLogger } from '../../src/logger.js';
 import type { EndpointSlice, Service, SliceEndpoint } from '../../src/model/types.js';
 import { buildIpvsLab, IpvsLabGuest, PROJECT_ROOT } from '../support/ipvs-lab.js';
@@ -143,7 +143,7 @@ describeRoot('ipvs mode in the IPVS lab (Debian kernel under QEMU)', () => {
       `for i in $(seq 900); do n=$(cat /tmp/be*.log | grep -c listening || true); [ "$n" = 3 ] && exit 0; sleep 0.1; done; cat /tmp/be*.log; exit 1`,
     ];
     await sh(topology.join('\n'));
-    dataplane = await createIpvsDataplane({
+    dataplane = await openIpvsDataplane({
       config: {
         ipvs: {
           scheduler: '',

@@ -11,10 +11,10 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { decide } from '../../src/brain/decide.js';
 import type { NodeEnv, ProxyDecisions, ServicePortDecision } from '../../src/brain/types.js';
-import { NftablesDataplane, STALE_CHAIN_DELAY_MS } from '../../src/dataplanes/nftables/applier.js';
 import { cleanupNftables } from '../../src/dataplanes/nftables/cleanup.js';
+import { NftablesDataplane, STALE_CHAIN_DELAY_MS } from '../../src/dataplanes/nftables/dataplane.js';
 import { endpointObjectNames, servicePortChainNames } from '../../src/dataplanes/nftables/names.js';
-import { renderNftablesText } from '../../src/dataplanes/nftables/render.js';
+import { renderNftablesText } from '../../src/dataplanes/nftables/plan.js';
 import type { CommandRunner } from '../../src/host/command.js';
 import type { IpAddrInterface } from '../../src/host/interfaces.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';

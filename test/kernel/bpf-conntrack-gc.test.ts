@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { mapUpdateBatch } from '../../native/libbpf.js';
 import { loadConfig } from '../../src/config/load.js';
-import { BpfDataplane } from '../../src/dataplanes/bpf/index.js';
+import { BpfDataplane } from '../../src/dataplanes/bpf/dataplane.js';
 import { ct4Key, ct4Val } from '../../src/dataplanes/bpf/layout.js';
 import { silentLogger } from '../../src/logger.js';
 import { IPPROTO_TCP } from '../../src/net/packets.js';

@@ -8,7 +8,7 @@ import { listCommand } from '../../src/cli/list.js';
 import { formatTrace, parseTraceInput, traceCommand } from '../../src/cli/trace.js';
 import { loadConfig } from '../../src/config/load.js';
 import type { ProxyConfig } from '../../src/config/types.js';
-import { BpfDataplane } from '../../src/dataplanes/bpf/index.js';
+import { BpfDataplane } from '../../src/dataplanes/bpf/dataplane.js';
 import type { FrontendView } from '../../src/dataplanes/bpf/inspect.js';
 import { PROGRAMS } from '../../src/dataplanes/bpf/layout.js';
 import { silentLogger } from '../../src/logger.js';

@@ -6,8 +6,8 @@ import {
   pinFileName,
   plannedAttachments,
 } from '../../src/dataplanes/bpf/attach.js';
+import { MonotonicCounters, nodeAddresses } from '../../src/dataplanes/bpf/dataplane.js';
 import type { DiscoveredInterface } from '../../src/dataplanes/bpf/discover.js';
-import { MonotonicCounters, nodeAddresses } from '../../src/dataplanes/bpf/index.js';
 
 const iface = (
   ifname: string,

@@ -95,10 +95,14 @@ describe('import layers', () => {
 
   it('catches imports against the flow', () => {
     expect(layerViolation('src/brain/decide.ts', 'src/dataplanes/types.ts')).toMatch(/may not import/);
-    expect(layerViolation('src/dataplanes/iptables/backend.ts', 'src/lab/netns.ts')).toMatch(/may not import/);
+    expect(layerViolation('src/dataplanes/iptables/backend.ts', 'src/lab/netns.ts')).toMatch(
+      /may not import/,
+    );
     expect(layerViolation('bench/cell.ts', 'src/cli/cleanup.ts')).toMatch(/may not import/);
     expect(layerViolation('bench/bpf-cost.ts', 'test/support/packets.ts')).toMatch(/test code/);
-    expect(layerViolation('src/dataplanes/ipvs/dataplane.ts', 'src/sources/host.ts')).toMatch(/share a layer/);
+    expect(layerViolation('src/dataplanes/ipvs/dataplane.ts', 'src/sources/host.ts')).toMatch(
+      /share a layer/,
+    );
     expect(layerViolation('src/config/validate.ts', 'src/net/ip.ts')).toBeNull();
     expect(layerViolation('src/cli/bench.ts', 'bench/harness.ts')).toBeNull();
     expect(layerViolation('src/dataplanes/bpf/plan.ts', 'src/dataplanes/types.ts')).toBeNull();

@@ -7,7 +7,6 @@ import {
   servicePortChains,
   servicePortHash,
 } from '../../src/dataplanes/iptables/names.js';
-import { formatFixedLikeGo, probability } from '../../src/dataplanes/iptables/probability.js';
 import {
   activeNatChains,
   assembleRestoreInput,
@@ -15,7 +14,8 @@ import {
   type IptablesRenderOptions,
   renderFamily,
   renderIptablesText,
-} from '../../src/dataplanes/iptables/render.js';
+} from '../../src/dataplanes/iptables/plan.js';
+import { formatFixedLikeGo, probability } from '../../src/dataplanes/iptables/probability.js';
 import { joinHostPort } from '../../src/net/ip.js';
 
 const OFF: IptablesRenderOptions = { randomFully: false, nfacct: false, tcpBeLiberal: false };

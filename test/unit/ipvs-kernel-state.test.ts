@@ -8,7 +8,7 @@ import {
   parseIpsetSave,
   parseIpvsadmSave,
 } from '../../src/dataplanes/ipvs/kernel-state.js';
-import type { IpsetContent, VirtualServer } from '../../src/dataplanes/ipvs/render.js';
+import type { IpsetContent, VirtualServer } from '../../src/dataplanes/ipvs/plan.js';
 
 const SAVE = `-A -t 192.168.1.5:30080 -s rr -p 10800
 -a -t 192.168.1.5:30080 -r 10.244.1.10:8080 -m -w 1

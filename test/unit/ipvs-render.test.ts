@@ -13,7 +13,7 @@ import {
   nodeAddressSet,
   renderIpvsText,
   type VirtualServer,
-} from '../../src/dataplanes/ipvs/render.js';
+} from '../../src/dataplanes/ipvs/plan.js';
 import type { IpAddrInterface } from '../../src/host/interfaces.js';
 import type { EndpointSlice, IPFamily, Service, SliceEndpoint } from '../../src/model/types.js';
 import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';

@@ -24,7 +24,7 @@ import {
   type NftRenderOptions,
   renderFamily,
   renderNftablesText,
-} from '../../src/dataplanes/nftables/render.js';
+} from '../../src/dataplanes/nftables/plan.js';
 import type { EndpointSlice, IPFamily, Service } from '../../src/model/types.js';
 import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
 

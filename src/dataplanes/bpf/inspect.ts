@@ -32,8 +32,8 @@ import {
   TC_HANDLE,
   TC_PRIORITY,
 } from './attach.js';
+import { type FrontendNames, namesFilePath } from './dataplane.js';
 import { flowHash4 } from './flow-hash.js';
-import { type FrontendNames, namesFilePath } from './index.js';
 import {
   decodeFrontendValue,
   encodeFrontendKey,

@@ -10,7 +10,7 @@ import {
   ipvsadmService,
   ipvsadmServiceLine,
   type VirtualServer,
-} from './render.js';
+} from './plan.js';
 
 export interface AppliedVirtualServer {
   /** ipvsadm's service argument, e.g. "-t 10.96.0.10:80": the identity of a virtual server. */

@@ -16,7 +16,7 @@ import {
   parseIP,
 } from '../../net/ip.js';
 import { KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES } from '../iptables/names.js';
-import { detectorArgs, forwardAcceptRules, masqueradeRules } from '../iptables/render.js';
+import { detectorArgs, forwardAcceptRules, masqueradeRules } from '../iptables/plan.js';
 import {
   FILTER_CHAINS,
   IPSETS,

@@ -10,6 +10,7 @@ import type { ChangeSet, Dataplane, SyncResult } from '../../brain/dataplane.js'
 import type { FamilyDecisions, ProxyDecisions } from '../../brain/types.js';
 import { type CommandRunner, runCommand } from '../../host/command.js';
 import type { IPFamily } from '../../model/types.js';
+import { PartialSyncState } from '../partial-sync.js';
 import { syncEachFamily } from '../types.js';
 import { isAffinitySetName, isServiceChainName, nftFamily, TABLE } from './names.js';
 import {
@@ -22,10 +23,8 @@ import {
   type NftElement,
   type NftRenderOptions,
   type NftServicePortBlock,
-} from './render.js';
+} from './plan.js';
 
-/** kube-proxy's FullSyncPeriod: partial syncs stop trusting the remembered state after an hour. */
-export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
 /** How long a flushed chain waits before it is deleted. */
 export const STALE_CHAIN_DELAY_MS = 1000;
 
@@ -44,10 +43,7 @@ export interface NftablesFamilyStats {
 interface FamilyState {
   /** The base chains were re-created by this process's first sync. */
   initialized: boolean;
-  needFullSync: boolean;
-  lastFullSync: number;
-  /** Block key → the lines last written for it, to catch changes the change set does not name. */
-  appliedBlocks: Map<string, string>;
+  partial: PartialSyncState;
   appliedElements: Map<string, NftElement>;
   /** Service chains in the kernel: the active ones and the flushed ones awaiting deletion. */
   chains: Set<string>;
@@ -112,9 +108,7 @@ export class NftablesDataplane implements Dataplane {
     if (!state) {
       state = {
         initialized: false,
-        needFullSync: true,
-        lastFullSync: 0,
-        appliedBlocks: new Map(),
+        partial: new PartialSyncState(),
         appliedElements: new Map(),
         chains: new Set(),
         affinitySets: new Set(),
@@ -135,8 +129,7 @@ export class NftablesDataplane implements Dataplane {
     const state = this.state(decisions.family);
     const startedAt = this.now();
     await this.deleteStaleChains(decisions.family, state, startedAt);
-    const full =
-      changes.fullSyncRequired || state.needFullSync || startedAt - state.lastFullSync >= FULL_SYNC_PERIOD_MS;
+    const full = state.partial.isFull(changes);
 
     const ruleset = buildNftRuleset(decisions, this.renderOptions);
     const active = activeObjects(ruleset);
@@ -155,9 +148,7 @@ export class NftablesDataplane implements Dataplane {
     const tx = assembleTransaction(ruleset, {
       full,
       recreateBaseChains: !state.initialized,
-      writeBlock: (block) =>
-        changes.changedServices.has(block.service) ||
-        state.appliedBlocks.get(block.key) !== blockTexts.get(block.key),
+      writeBlock: state.partial.mustWrite(changes, blockTexts),
       elementChanges: full ? { remove: [], add: [] } : diffElements(state.appliedElements, desired),
       staleChains: newlyStale,
       staleAffinitySets: staleSets,
@@ -167,15 +158,13 @@ export class NftablesDataplane implements Dataplane {
       const result = await this.exec('nft', ['-f', '-'], { input: tx.text, allowFailure: true });
       if (result.code !== 0) {
         state.stats.nftablesSyncFailures++;
-        state.needFullSync = true;
+        state.partial.requireFull();
         throw new NftablesSyncError(decisions.family, !full, result.stderr);
       }
     }
 
     state.initialized = true;
-    state.needFullSync = false;
-    if (full) state.lastFullSync = startedAt;
-    state.appliedBlocks = blockTexts;
+    state.partial.committed(blockTexts);
     state.appliedElements = desired;
     for (const chain of active.chains) state.staleChains.delete(chain);
     for (const chain of newlyStale) state.staleChains.set(chain, startedAt);
@@ -203,7 +192,7 @@ export class NftablesDataplane implements Dataplane {
     });
     if (result.code !== 0) {
       state.stats.nftablesCleanupFailures++;
-      state.needFullSync = true;
+      state.partial.requireFull();
     }
   }
 
@@ -230,4 +219,10 @@ export class NftablesDataplane implements Dataplane {
     }
     return names;
   }
+}
+
+export async function openNftablesDataplane(
+  options: NftablesDataplaneOptions = {},
+): Promise<NftablesDataplane> {
+  return new NftablesDataplane(options);
 }

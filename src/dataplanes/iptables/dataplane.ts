@@ -8,6 +8,7 @@ import type { FamilyDecisions, ProxyDecisions } from '../../brain/types.js';
 import type { ProxyConfig } from '../../config/types.js';
 import { type CommandRunner, runCommand } from '../../host/command.js';
 import type { IPFamily } from '../../model/types.js';
+import { PartialSyncState } from '../partial-sync.js';
 import type { NfacctPackets } from '../stats.js';
 import { syncEachFamily } from '../types.js';
 import {
@@ -35,10 +36,7 @@ import {
   type IptablesRenderOptions,
   nodePortsOnLoopback,
   type ServicePortNatBlock,
-} from './render.js';
-
-/** kube-proxy's FullSyncPeriod: partial syncs stop trusting the kernel state after an hour. */
-export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
+} from './plan.js';
 
 const CANARY_TABLES = ['mangle', 'nat', 'filter'] as const;
 
@@ -55,11 +53,8 @@ export interface IptablesFamilyStats {
 }
 
 interface FamilyState {
-  needFullSync: boolean;
-  lastFullSync: number;
+  partial: PartialSyncState;
   lastStaleScan: number;
-  /** Block key → the rules last written for it, to catch changes the change set does not name. */
-  applied: Map<string, string>;
   stats: IptablesFamilyStats;
 }
 
@@ -75,6 +70,8 @@ export interface IptablesDataplaneOptions {
   capabilities?: IptablesCapabilities;
   now?: () => number;
 }
+
+const blockText = (block: ServicePortNatBlock) => `${block.chains.join(' ')}\n${block.rules.join('\n')}`;
 
 export class IptablesRestoreError extends Error {
   constructor(
@@ -126,10 +123,8 @@ export class IptablesDataplane implements Dataplane {
     let state = this.families.get(family);
     if (!state) {
       state = {
-        needFullSync: true,
-        lastFullSync: 0,
+        partial: new PartialSyncState(),
         lastStaleScan: 0,
-        applied: new Map(),
         stats: {
           restoreFailures: 0,
           partialRestoreFailures: 0,
@@ -147,8 +142,7 @@ export class IptablesDataplane implements Dataplane {
     const { exec, now } = this.options;
     const state = this.state(decisions.family);
     const startedAt = now();
-    let full =
-      changes.fullSyncRequired || state.needFullSync || startedAt - state.lastFullSync >= FULL_SYNC_PERIOD_MS;
+    let full = state.partial.isFull(changes);
 
     await this.ensureRouteLocalnet(decisions);
     const ruleset = buildIptablesRuleset(decisions, this.renderOptions);
@@ -173,17 +167,13 @@ export class IptablesDataplane implements Dataplane {
     }
 
     if (full) {
-      // Until a full sync succeeds, every sync stays full (a failure here throws).
-      state.needFullSync = true;
+      state.partial.requireFull();
       await this.ensureJumpRules(decisions.family);
     }
 
-    const blockText = (block: ServicePortNatBlock) => `${block.chains.join(' ')}\n${block.rules.join('\n')}`;
+    const texts = new Map(ruleset.servicePorts.map((sp) => [sp.block.key, blockText(sp.block)]));
     const input = assembleRestoreInput(ruleset, {
-      writeBlock: full
-        ? () => true
-        : (block) =>
-            changes.changedServices.has(block.service) || state.applied.get(block.key) !== blockText(block),
+      writeBlock: full ? () => true : state.partial.mustWrite(changes, texts),
       staleChains,
     });
 
@@ -195,13 +185,11 @@ export class IptablesDataplane implements Dataplane {
     if (result.code !== 0) {
       if (full) state.stats.restoreFailures++;
       else state.stats.partialRestoreFailures++;
-      state.needFullSync = true;
+      state.partial.requireFull();
       throw new IptablesRestoreError(decisions.family, !full, result.stderr);
     }
 
-    state.applied = new Map(ruleset.servicePorts.map((sp) => [sp.block.key, blockText(sp.block)]));
-    state.needFullSync = false;
-    if (full) state.lastFullSync = startedAt;
+    state.partial.committed(texts);
     if (scanned) state.lastStaleScan = startedAt;
     state.stats.rulesTotal = input.rulesTotal;
     state.stats.rulesLast = input.rulesWritten;
@@ -266,7 +254,7 @@ export async function ensureJumps(
   }
 }
 
-export async function createIptablesDataplane(options: IptablesDataplaneOptions): Promise<IptablesDataplane> {
+export async function openIptablesDataplane(options: IptablesDataplaneOptions): Promise<IptablesDataplane> {
   const exec = options.exec ?? runCommand;
   const backend = options.backend ?? (await detectIptablesBackend(exec));
   const capabilities = options.capabilities ?? (await probeIptablesCapabilities({ exec, backend }));

@@ -11,7 +11,6 @@ import { type CommandRunner, runCommand } from '../../host/command.js';
 import type { IpAddrInterface } from '../../host/interfaces.js';
 import { parseIpAddrJson } from '../../host/interfaces.js';
 import type { IPFamily } from '../../model/types.js';
-import { ensureJumps } from '../iptables/applier.js';
 import {
   detectIptablesBackend,
   type IptablesBackend,
@@ -20,6 +19,7 @@ import {
   probeIptablesCapabilities,
   waitFlags,
 } from '../iptables/backend.js';
+import { ensureJumps } from '../iptables/dataplane.js';
 import { syncEachFamily } from '../types.js';
 import {
   diffVirtualServers,
@@ -29,7 +29,7 @@ import {
   parseIpvsadmSave,
 } from './kernel-state.js';
 import { IPVS_DUMMY_DEVICE, IPVS_JUMP_RULES } from './names.js';
-import { boundAddressCIDR, buildIpvsState, nodeAddressSet } from './render.js';
+import { boundAddressCIDR, buildIpvsState, nodeAddressSet } from './plan.js';
 
 /** kube-proxy checks draining real servers every minute (rsCheckDeleteInterval). */
 export const DRAIN_CHECK_INTERVAL_MS = 60_000;
@@ -259,7 +259,7 @@ export class IpvsDataplane implements Dataplane {
   }
 }
 
-export async function createIpvsDataplane(options: IpvsDataplaneOptions): Promise<IpvsDataplane> {
+export async function openIpvsDataplane(options: IpvsDataplaneOptions): Promise<IpvsDataplane> {
   const exec = options.exec ?? runCommand;
   const backend = options.backend ?? (await detectIptablesBackend(exec));
   const capabilities = options.capabilities ?? (await probeIptablesCapabilities({ exec, backend }));
