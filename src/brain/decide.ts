@@ -19,6 +19,7 @@ import type {
   ServicePortDecision,
   SkippedObject,
 } from './types.js';
+import { scopeVerdicts } from './verdicts.js';
 
 export const ZONE_LABEL = 'topology.kubernetes.io/zone';
 export const PREFER_SAME_TRAFFIC_DISTRIBUTION_GATE = 'PreferSameTrafficDistribution';
@@ -74,13 +75,15 @@ function decideService(
   const ports = servicePortsForFamily(service, family);
   if (ports.length === 0) return [];
   const endpointsByPort = mergeSlices(slices, family, topology.nodeName);
-  return ports.map((info) => {
+  return ports.map(({ internalPolicyLocal, externalPolicyLocal, ...info }) => {
     const endpoints = endpointsByPort.get(portKey(info.portName, info.protocol)) ?? [];
+    const categorized = categorizeEndpoints(endpoints, info, topology);
     return {
       ...info,
       endpoints,
-      ...categorizeEndpoints(endpoints, info, topology),
+      ...categorized,
       localReadyEndpoints: endpoints.filter((ep) => ep.isLocal && ep.ready).length,
+      ...scopeVerdicts({ internalPolicyLocal, externalPolicyLocal }, categorized),
     };
   });
 }

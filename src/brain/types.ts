@@ -5,7 +5,7 @@
 import type { DetectLocalMode } from '../config/types.js';
 import type { IpAddrInterface } from '../host/interfaces.js';
 import type { ObjectProblem } from '../model/parse.js';
-import type { IPFamily, Protocol, ServiceType } from '../model/types.js';
+import type { IPFamily, Protocol, ServiceType, TrafficPolicy } from '../model/types.js';
 
 export interface Endpoint {
   /** Canonical form of addresses[0] (sloppy parse, so "010.001.2.3" is "10.1.2.3"). */
@@ -57,7 +57,26 @@ export interface ServicePortInfo {
   schedulerAnnotation: string | null;
 }
 
-export interface ServicePortDecision extends ServicePortInfo {
+/**
+ * What one scope's traffic gets (kube-proxy's per-scope outcome), decided here once so that no data
+ * plane derives it from the traffic policies again.
+ */
+export interface ScopeVerdict {
+  /** The traffic policy governing the scope (for names and labels only: the action says what happens). */
+  policy: TrafficPolicy;
+  /**
+   * forward: DNAT to one of `endpoints`. drop: endpoints exist, but none the Local policy allows
+   * ("has no local endpoints"). reject: the service port has no endpoints at all ("has no endpoints":
+   * ICMP port unreachable, TCP reset).
+   */
+  action: 'forward' | 'drop' | 'reject';
+  /** Under forward, the set the policy picks: the local endpoints for Local, else the cluster ones. */
+  endpoints: Endpoint[];
+}
+
+/** A service port's decision without the raw policies: they are read through its verdicts. */
+export interface ServicePortDecision
+  extends Omit<ServicePortInfo, 'externalPolicyLocal' | 'internalPolicyLocal'> {
   topologyMode: TopologyMode;
   /** Every endpoint of this port and family after slice merging, sorted by `endpoint`. */
   endpoints: Endpoint[];
@@ -67,6 +86,19 @@ export interface ServicePortDecision extends ServicePortInfo {
   hasAnyEndpoints: boolean;
   /** Local, ready endpoints: what the healthCheckNodePort server reports. */
   localReadyEndpoints: number;
+  /** ClusterIP traffic, under internalTrafficPolicy. */
+  internal: ScopeVerdict;
+  /**
+   * Traffic to the external IPs, LoadBalancer IPs and NodePorts, under externalTrafficPolicy (decided
+   * even where the port has no external address: kube-proxy counts such ports too).
+   */
+  external: ScopeVerdict;
+  /**
+   * The same external addresses reached from a pod or from the node itself: kube-proxy never applies
+   * a Local externalTrafficPolicy to them (its "short-circuit"), so they get the cluster endpoints.
+   * Null when that is what `external` does already, or when the port has no endpoints.
+   */
+  externalFromCluster: ScopeVerdict | null;
 }
 
 export type LocalDetector =

@@ -4,7 +4,7 @@
 
 import { type Command, Option } from 'commander';
 import { decide } from '../brain/decide.js';
-import type { Endpoint, NodeEnv, ProxyDecisions, ServicePortDecision } from '../brain/types.js';
+import type { Endpoint, NodeEnv, ProxyDecisions, ScopeVerdict, ServicePortDecision } from '../brain/types.js';
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig, ProxyMode } from '../config/types.js';
@@ -51,6 +51,12 @@ const MODE_RENDERERS: Partial<Record<ProxyMode, ModeRenderer>> = {
 
 const endpointStrings = (endpoints: Endpoint[]) => endpoints.map((ep) => ep.endpoint);
 
+const verdictJson = (verdict: ScopeVerdict) => ({
+  action: verdict.action,
+  policy: verdict.policy,
+  endpoints: endpointStrings(verdict.endpoints),
+});
+
 /** The documented JSON view of the decisions (docs/decisions-json.md). */
 export function decisionsJson(decisions: ProxyDecisions): unknown {
   return {
@@ -78,8 +84,8 @@ export function decisionsJson(decisions: ProxyDecisions): unknown {
         loadBalancerIPs: sp.loadBalancerIPs,
         loadBalancerSourceRanges: sp.loadBalancerSourceRanges,
         healthCheckNodePort: sp.healthCheckNodePort,
-        externalTrafficPolicy: sp.externalPolicyLocal ? 'Local' : 'Cluster',
-        internalTrafficPolicy: sp.internalPolicyLocal ? 'Local' : 'Cluster',
+        externalTrafficPolicy: sp.external.policy,
+        internalTrafficPolicy: sp.internal.policy,
         externallyAccessible: sp.externallyAccessible,
         usesClusterEndpoints: sp.usesClusterEndpoints,
         usesLocalEndpoints: sp.usesLocalEndpoints,
@@ -106,6 +112,11 @@ export function decisionsJson(decisions: ProxyDecisions): unknown {
         clusterEndpoints: endpointStrings(sp.clusterEndpoints),
         localEndpoints: endpointStrings(sp.localEndpoints),
         allReachableEndpoints: endpointStrings(sp.allReachableEndpoints),
+        verdicts: {
+          internal: verdictJson(sp.internal),
+          external: verdictJson(sp.external),
+          externalFromCluster: sp.externalFromCluster && verdictJson(sp.externalFromCluster),
+        },
       })),
     })),
     skipped: decisions.skipped,
@@ -119,8 +130,8 @@ function describeServicePort(sp: ServicePortDecision): string {
   for (const ip of sp.externalIPs) frontends.push(`externalIP ${ip}`);
   for (const ip of sp.loadBalancerIPs) frontends.push(`LB ${ip}`);
   const policy = [
-    sp.externalPolicyLocal ? 'eTP=Local' : '',
-    sp.internalPolicyLocal ? 'iTP=Local' : '',
+    sp.external.policy === 'Local' ? 'eTP=Local' : '',
+    sp.internal.policy === 'Local' ? 'iTP=Local' : '',
     sp.sessionAffinityTimeoutSeconds ? `affinity ${sp.sessionAffinityTimeoutSeconds}s` : '',
     sp.loadBalancerSourceRanges.length ? `sourceRanges ${sp.loadBalancerSourceRanges.join(',')}` : '',
   ].filter(Boolean);

@@ -72,9 +72,8 @@ export function skippedObjectCounts(decisions: ProxyDecisions): Map<string, numb
 export function noLocalEndpointCounts(family: FamilyDecisions): { internal: number; external: number } {
   const counts = { internal: 0, external: 0 };
   for (const sp of family.servicePorts) {
-    if (!sp.hasAnyEndpoints || sp.localEndpoints.length > 0) continue;
-    if (sp.internalPolicyLocal) counts.internal++;
-    if (sp.externalPolicyLocal) counts.external++;
+    if (sp.internal.action === 'drop') counts.internal++;
+    if (sp.external.action === 'drop') counts.external++;
   }
   return counts;
 }

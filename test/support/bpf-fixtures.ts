@@ -7,6 +7,7 @@ import type {
   ProxyDecisions,
   ServicePortDecision,
 } from '../../src/brain/types.js';
+import { type ScopePolicies, scopeVerdicts } from '../../src/brain/verdicts.js';
 import type { BpfConfig } from '../../src/config/types.js';
 
 export function ep(ip: string, port: number, extra: Partial<Endpoint> = {}): Endpoint {
@@ -29,10 +30,16 @@ export function ep(ip: string, port: number, extra: Partial<Endpoint> = {}): End
 export function servicePort(
   namespace: string,
   name: string,
-  fields: Partial<ServicePortDecision> & { endpoints?: Endpoint[] } = {},
+  input: Partial<ServicePortDecision> & { endpoints?: Endpoint[] } & Partial<ScopePolicies> = {},
 ): ServicePortDecision {
+  const { internalPolicyLocal = false, externalPolicyLocal = false, ...fields } = input;
   const endpoints = fields.endpoints ?? [];
   const portName = fields.portName ?? '';
+  const categorized = {
+    clusterEndpoints: fields.clusterEndpoints ?? endpoints,
+    localEndpoints: fields.localEndpoints ?? endpoints.filter((e) => e.isLocal),
+    hasAnyEndpoints: fields.hasAnyEndpoints ?? endpoints.length > 0,
+  };
   return {
     family: 'IPv4',
     namespace,
@@ -48,8 +55,6 @@ export function servicePort(
     loadBalancerIPs: [],
     loadBalancerSourceRanges: [],
     healthCheckNodePort: 0,
-    externalPolicyLocal: false,
-    internalPolicyLocal: false,
     externallyAccessible: false,
     usesClusterEndpoints: true,
     usesLocalEndpoints: false,
@@ -57,12 +62,11 @@ export function servicePort(
     schedulerAnnotation: null,
     topologyMode: '',
     endpoints,
-    clusterEndpoints: endpoints,
-    localEndpoints: endpoints.filter((e) => e.isLocal),
     allReachableEndpoints: endpoints,
-    hasAnyEndpoints: endpoints.length > 0,
     localReadyEndpoints: endpoints.filter((e) => e.isLocal && e.ready).length,
+    ...scopeVerdicts({ internalPolicyLocal, externalPolicyLocal }, categorized),
     ...fields,
+    ...categorized,
   };
 }
 

@@ -91,13 +91,16 @@ describe('planBpf frontends', () => {
   });
 
   it('gives eTP=Local external frontends local endpoints and a pod-traffic scope with cluster endpoints', () => {
-    const sp = servicePort('ns', 'lb', {
-      type: 'LoadBalancer',
+    const lb = {
+      type: 'LoadBalancer' as const,
       nodePort: 30081,
       externallyAccessible: true,
       externalPolicyLocal: true,
       usesLocalEndpoints: true,
       loadBalancerIPs: ['198.51.100.5'],
+    };
+    const sp = servicePort('ns', 'lb', {
+      ...lb,
       endpoints: [ep('10.1.0.1', 80, { isLocal: true }), ep('10.2.0.1', 80)],
     });
     const f = byName(plan(decisions([sp])));
@@ -114,16 +117,7 @@ describe('planBpf frontends', () => {
       expect(f.get(`${name}/internal`)).toMatchObject({ key: { scope: 'internal' }, localOnly: false });
       expect(f.get(`${name}/internal`)!.backendIds).toHaveLength(2);
     }
-    const remoteOnly = plan(
-      decisions([
-        {
-          ...sp,
-          endpoints: [ep('10.2.0.1', 80)],
-          clusterEndpoints: [ep('10.2.0.1', 80)],
-          localEndpoints: [],
-        },
-      ]),
-    );
+    const remoteOnly = plan(decisions([servicePort('ns', 'lb', { ...lb, endpoints: [ep('10.2.0.1', 80)] })]));
     const r = byName(remoteOnly);
     expect(r.get('TCP/198.51.100.5:80')).toMatchObject({ action: 'drop', hasInternalScope: true });
     expect(r.get('TCP/198.51.100.5:80/internal')).toMatchObject({ action: 'forward' });

@@ -32,7 +32,7 @@ const LAYERS: Record<string, number> = {
 };
 
 /** The folder (or bottom-layer file) a repository path belongs to. */
-export function layerOf(path: string): string | null {
+function layerOf(path: string): string | null {
   const parts = path.split('/');
   if (parts[0] === 'src' && parts.length > 1) {
     const key = `src/${parts[1]}`;
@@ -42,7 +42,7 @@ export function layerOf(path: string): string | null {
 }
 
 /** Why importing `to` from `from` goes against the map, or null when it does not. */
-export function layerViolation(from: string, to: string): string | null {
+function layerViolation(from: string, to: string): string | null {
   if (to.startsWith('test/')) return 'shipped code imports test code';
   const a = layerOf(from);
   const b = layerOf(to);

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { Endpoint, FamilyDecisions, ServicePortDecision } from '../../src/brain/types.js';
+import { type ScopePolicies, scopeVerdicts } from '../../src/brain/verdicts.js';
 import {
   endpointChain,
   JUMP_RULES,
@@ -40,8 +41,9 @@ function ep(ip: string, port: number, extra: Partial<Endpoint> = {}): Endpoint {
 function sp(
   namespace: string,
   name: string,
-  extra: Partial<ServicePortDecision> & { endpoints?: Endpoint[] } = {},
+  input: Partial<ServicePortDecision> & { endpoints?: Endpoint[] } & Partial<ScopePolicies> = {},
 ): ServicePortDecision {
+  const { internalPolicyLocal = false, externalPolicyLocal = false, ...extra } = input;
   const portName = extra.portName ?? 'p80';
   const protocol = extra.protocol ?? 'TCP';
   const endpoints = extra.endpoints ?? [];
@@ -49,7 +51,7 @@ function sp(
     (extra.nodePort ?? 0) !== 0 ||
     (extra.externalIPs ?? []).length > 0 ||
     (extra.loadBalancerIPs ?? []).length > 0;
-  return {
+  const decision: Omit<ServicePortDecision, 'internal' | 'external' | 'externalFromCluster'> = {
     family: 'IPv4',
     namespace,
     name,
@@ -64,8 +66,6 @@ function sp(
     loadBalancerIPs: [],
     loadBalancerSourceRanges: [],
     healthCheckNodePort: 0,
-    externalPolicyLocal: false,
-    internalPolicyLocal: false,
     externallyAccessible,
     usesClusterEndpoints: true,
     usesLocalEndpoints: false,
@@ -79,6 +79,10 @@ function sp(
     localReadyEndpoints: 0,
     ...extra,
     endpoints,
+  };
+  return {
+    ...decision,
+    ...scopeVerdicts({ internalPolicyLocal, externalPolicyLocal }, decision),
   };
 }
 

@@ -217,8 +217,8 @@ describe('Service policies and affinity (API server defaulting, then newBaseServ
       ]),
     );
     expect(sp.type).toBe('ClusterIP');
-    expect(sp.externalPolicyLocal).toBe(false);
-    expect(sp.internalPolicyLocal).toBe(false);
+    expect(sp.external.policy).toBe('Cluster');
+    expect(sp.internal.policy).toBe('Cluster');
   });
 
   it('healthCheckNodePort counts only for LoadBalancer with eTP=Local', () => {

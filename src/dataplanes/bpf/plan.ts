@@ -6,7 +6,13 @@
 // state give the same plan.
 
 import { inServices } from '../../brain/decide.js';
-import type { Endpoint, FamilyDecisions, ProxyDecisions, ServicePortDecision } from '../../brain/types.js';
+import type {
+  Endpoint,
+  FamilyDecisions,
+  ProxyDecisions,
+  ScopeVerdict,
+  ServicePortDecision,
+} from '../../brain/types.js';
 import type { BpfScheduler } from '../../config/types.js';
 import type { IPFamily, Protocol } from '../../model/types.js';
 import { cidrContains, joinHostPort, parseCIDR, parseIP } from '../../net/ip.js';
@@ -179,47 +185,44 @@ function lbSourceRanges(sp: ServicePortDecision, nodeIP: string): string[] {
 
 function draftFrontends(sp: ServicePortDecision, fam: FamilyDecisions): FrontendDraft[] {
   const drafts: FrontendDraft[] = [];
-  const noEndpoints = !sp.hasAnyEndpoints;
   const make = (
     kind: FrontendKind,
     address: string,
     port: number,
     scope: FrontendScope,
-    localOnly: boolean,
+    verdict: ScopeVerdict,
     extra: Partial<FrontendDraft> = {},
   ): FrontendDraft => {
-    const endpoints = noEndpoints ? [] : slotOrder(localOnly ? sp.localEndpoints : sp.clusterEndpoints);
+    const endpoints = verdict.action === 'forward' ? slotOrder(verdict.endpoints) : [];
     const key: FrontendKey = { family: sp.family, address, port, protocol: sp.protocol, scope };
     return {
       key,
       name: frontendName(key),
       kind,
-      action: noEndpoints ? 'reject' : endpoints.length === 0 ? 'drop' : 'forward',
+      // A forward to an empty set has nowhere to go: the datapath drops it.
+      action: verdict.action === 'forward' && endpoints.length === 0 ? 'drop' : verdict.action,
       endpoints,
-      localOnly,
+      localOnly: verdict.policy === 'Local',
       hasInternalScope: false,
       sourceRanges: [],
       ...extra,
     };
   };
 
-  drafts.push(make('ClusterIP', sp.clusterIP, sp.port, 'all', sp.internalPolicyLocal));
+  drafts.push(make('ClusterIP', sp.clusterIP, sp.port, 'all', sp.internal));
 
-  // eTP=Local keeps the client's source and sends external traffic to local endpoints only; pod
-  // traffic to the same external VIP is not subject to the policy and uses the cluster endpoints.
+  // Pod and node traffic to an external address gets its own entry only where its endpoints differ.
+  const fromCluster = sp.externalFromCluster;
   const splitScopes =
-    sp.externalPolicyLocal &&
-    !noEndpoints &&
-    sp.clusterEndpoints.length > 0 &&
-    !sameEndpoints(slotOrder(sp.clusterEndpoints), slotOrder(sp.localEndpoints));
+    fromCluster !== null &&
+    fromCluster.endpoints.length > 0 &&
+    !sameEndpoints(slotOrder(fromCluster.endpoints), slotOrder(sp.external.endpoints));
   const external = (kind: FrontendKind, address: string, port: number, sourceRanges: string[]) => {
     drafts.push(
-      make(kind, address, port, 'all', sp.externalPolicyLocal, {
-        hasInternalScope: splitScopes,
-        sourceRanges,
-      }),
+      make(kind, address, port, 'all', sp.external, { hasInternalScope: splitScopes, sourceRanges }),
     );
-    if (splitScopes) drafts.push(make(kind, address, port, 'internal', false, { sourceRanges }));
+    if (splitScopes && fromCluster)
+      drafts.push(make(kind, address, port, 'internal', fromCluster, { sourceRanges }));
   };
   for (const ip of sp.loadBalancerIPs) external('LoadBalancer', ip, sp.port, lbSourceRanges(sp, fam.nodeIP));
   for (const ip of sp.externalIPs) external('ExternalIP', ip, sp.port, []);

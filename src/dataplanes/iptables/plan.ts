@@ -7,6 +7,7 @@ import type {
   FamilyDecisions,
   LocalDetector,
   ProxyDecisions,
+  ScopeVerdict,
   ServicePortDecision,
 } from '../../brain/types.js';
 import type { IPFamily } from '../../model/types.js';
@@ -215,6 +216,13 @@ export function buildIptablesRuleset(
   };
 }
 
+/** The filter rule of a scope that does not forward: REJECT without endpoints, DROP without local ones. */
+function filterOf(verdict: ScopeVerdict, name: string): { target: string; comment: string } {
+  if (verdict.action === 'reject') return { target: 'REJECT', comment: `"${name} has no endpoints"` };
+  if (verdict.action === 'drop') return { target: 'DROP', comment: `"${name} has no local endpoints"` };
+  return { target: '', comment: '' };
+}
+
 function servicePortRules(
   context: FamilyContext,
   sp: ServicePortDecision,
@@ -225,34 +233,24 @@ function servicePortRules(
   const proto = sp.protocol.toLowerCase();
   const match = `-m ${proto} -p ${proto}`;
   const chains = servicePortChains(name, sp.protocol);
-  const hasEndpoints = sp.hasAnyEndpoints;
+  const hasEndpoints = sp.internal.action !== 'reject';
 
   const usesClusterChain = sp.clusterEndpoints.length > 0 && sp.usesClusterEndpoints;
   const usesLocalChain = sp.localEndpoints.length > 0 && sp.usesLocalEndpoints;
-  const internalChain = sp.internalPolicyLocal ? chains.local : chains.cluster;
-  const hasInternal = hasEndpoints && !(sp.internalPolicyLocal && sp.localEndpoints.length === 0);
-  const externalPolicyChain = sp.externalPolicyLocal ? chains.local : chains.cluster;
-  const hasExternal = hasEndpoints && !(sp.externalPolicyLocal && sp.localEndpoints.length === 0);
+  const policyChain = (verdict: ScopeVerdict) => (verdict.policy === 'Local' ? chains.local : chains.cluster);
+  const internalChain = policyChain(sp.internal);
+  const hasInternal = sp.internal.action === 'forward';
+  const externalPolicyChain = policyChain(sp.external);
+  const hasExternal = sp.external.action === 'forward';
   // The EXT chain is needed even without external endpoints: it short-circuits pod and host traffic.
   const usesExtChain = hasEndpoints && sp.externallyAccessible;
   const usesFwChain = hasEndpoints && sp.loadBalancerIPs.length > 0 && sp.loadBalancerSourceRanges.length > 0;
   const lbChain = usesFwChain ? chains.firewall : chains.external;
 
-  let internalFilter = { target: '', comment: '' };
-  let externalFilter = { target: '', comment: '' };
-  if (!hasEndpoints) {
-    internalFilter = { target: 'REJECT', comment: `"${name} has no endpoints"` };
-    externalFilter = internalFilter;
-  } else {
-    if (!hasInternal) {
-      internalFilter = { target: 'DROP', comment: `"${name} has no local endpoints"` };
-      noLocalEndpoints.internal++;
-    }
-    if (!hasExternal) {
-      externalFilter = { target: 'DROP', comment: `"${name} has no local endpoints"` };
-      noLocalEndpoints.external++;
-    }
-  }
+  const internalFilter = filterOf(sp.internal, name);
+  const externalFilter = filterOf(sp.external, name);
+  if (sp.internal.action === 'drop') noLocalEndpoints.internal++;
+  if (sp.external.action === 'drop') noLocalEndpoints.external++;
 
   const filterRules: string[] = [];
   const natDispatchRules: string[] = [];
@@ -351,7 +349,7 @@ function servicePortRules(
 
   if (usesExtChain) {
     blockChains.push(chains.external);
-    if (!sp.externalPolicyLocal) {
+    if (sp.externalFromCluster === null) {
       rules.push(
         `-A ${chains.external} -m comment --comment "masquerade traffic for ${name} external destinations" -j ${KUBE_MARK_MASQ}`,
       );

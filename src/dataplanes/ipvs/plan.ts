@@ -4,7 +4,13 @@
 // kernel. `render --proxy-mode ipvs` prints it in the formats ipvsadm-save, ipset save and
 // iptables-save print, so each section can be fed back to its restore tool.
 
-import type { Endpoint, FamilyDecisions, ProxyDecisions, ServicePortDecision } from '../../brain/types.js';
+import type {
+  Endpoint,
+  FamilyDecisions,
+  ProxyDecisions,
+  ScopeVerdict,
+  ServicePortDecision,
+} from '../../brain/types.js';
 import type { IpAddrInterface } from '../../host/interfaces.js';
 import type { IPFamily, Protocol } from '../../model/types.js';
 import {
@@ -123,13 +129,12 @@ export function nodeAddressSet(interfaces: IpAddrInterface[], family: IPFamily):
 }
 
 /**
- * syncEndpoint's choice: a Local policy takes the local endpoints, and when there are none the
- * cluster endpoints (kubernetes#97081: pods on the node keep reaching the service); otherwise the
- * cluster endpoints, topology-filtered.
+ * syncEndpoint's choice: the endpoints the scope forwards to, and the cluster endpoints where it
+ * does not forward (kubernetes#97081: with a Local policy and no local endpoints, pods on the node
+ * keep reaching the service; ipvs mode has no DROP of its own there).
  */
-export function realServerEndpoints(sp: ServicePortDecision, onlyNodeLocal: boolean): Endpoint[] {
-  if (onlyNodeLocal && sp.localEndpoints.length > 0) return sp.localEndpoints;
-  return sp.clusterEndpoints;
+export function realServerEndpoints(sp: ServicePortDecision, verdict: ScopeVerdict): Endpoint[] {
+  return verdict.action === 'forward' ? verdict.endpoints : sp.clusterEndpoints;
 }
 
 /** The node IPs NodePort virtual servers listen on: never loopback in ipvs mode. */
@@ -166,14 +171,14 @@ export function buildIpvsState(decisions: FamilyDecisions, options: IpvsRenderOp
 
   for (const sp of decisions.servicePorts) {
     const proto = sp.protocol.toLowerCase();
-    const virtualServer = (address: string, port: number, onlyNodeLocal: boolean): VirtualServer => ({
+    const virtualServer = (address: string, port: number, verdict: ScopeVerdict): VirtualServer => ({
       protocol: sp.protocol,
       address,
       port,
       scheduler,
       persistenceTimeout: sp.sessionAffinityTimeoutSeconds,
       sourceHash: scheduler === 'mh',
-      realServers: realServerEndpoints(sp, onlyNodeLocal).map((ep) => ({
+      realServers: realServerEndpoints(sp, verdict).map((ep) => ({
         address: ep.ip,
         port: ep.port,
         weight: 1,
@@ -181,18 +186,21 @@ export function buildIpvsState(decisions: FamilyDecisions, options: IpvsRenderOp
       servicePortName: sp.servicePortName,
     });
 
+    // The Local sets tell the companion iptables rules which VIPs keep the client's source.
+    const externalLocal = sp.external.policy === 'Local';
+
     // Hairpin: a local endpoint reaching itself through a VIP is masqueraded.
     for (const ep of sp.endpoints) {
       if (ep.isLocal) add(KUBE_LOOP_BACK, `${ipPort(ep.ip, proto, ep.port)},${ep.ip}`);
     }
 
     add(KUBE_CLUSTER_IP, ipPort(sp.clusterIP, proto, sp.port));
-    virtualServers.push(virtualServer(sp.clusterIP, sp.port, sp.internalPolicyLocal));
+    virtualServers.push(virtualServer(sp.clusterIP, sp.port, sp.internal));
     bound.add(sp.clusterIP);
 
     for (const ip of sp.externalIPs) {
-      add(sp.externalPolicyLocal ? KUBE_EXTERNAL_IP_LOCAL : KUBE_EXTERNAL_IP, ipPort(ip, proto, sp.port));
-      virtualServers.push(virtualServer(ip, sp.port, sp.externalPolicyLocal));
+      add(externalLocal ? KUBE_EXTERNAL_IP_LOCAL : KUBE_EXTERNAL_IP, ipPort(ip, proto, sp.port));
+      virtualServers.push(virtualServer(ip, sp.port, sp.external));
       // An address already on another interface must not also go on the dummy device.
       if (!nodeAddresses.has(ip)) bound.add(ip);
     }
@@ -200,7 +208,7 @@ export function buildIpvsState(decisions: FamilyDecisions, options: IpvsRenderOp
     for (const ip of sp.loadBalancerIPs) {
       const entry = ipPort(ip, proto, sp.port);
       add(KUBE_LOAD_BALANCER, entry);
-      if (sp.externalPolicyLocal) add(KUBE_LOAD_BALANCER_LOCAL, entry);
+      if (externalLocal) add(KUBE_LOAD_BALANCER_LOCAL, entry);
       if (sp.loadBalancerSourceRanges.length > 0) {
         add(KUBE_LOAD_BALANCER_FW, entry);
         let allowFromNode = false;
@@ -215,7 +223,7 @@ export function buildIpvsState(decisions: FamilyDecisions, options: IpvsRenderOp
         if (allowFromNode) add(KUBE_LOAD_BALANCER_SOURCE_IP, `${entry},${ip}`);
         else noNodeAccess.push({ ip, protocol: proto, port: sp.port });
       }
-      virtualServers.push(virtualServer(ip, sp.port, sp.externalPolicyLocal));
+      virtualServers.push(virtualServer(ip, sp.port, sp.external));
       if (!nodeAddresses.has(ip)) bound.add(ip);
     }
 
@@ -227,9 +235,9 @@ export function buildIpvsState(decisions: FamilyDecisions, options: IpvsRenderOp
         sp.protocol === 'SCTP' ? nodeIPs.map((ip) => ipPort(ip, proto, sp.nodePort)) : [String(sp.nodePort)];
       for (const entry of entries) {
         add(sets.all, entry);
-        if (sp.externalPolicyLocal) add(sets.local, entry);
+        if (externalLocal) add(sets.local, entry);
       }
-      for (const ip of nodeIPs) virtualServers.push(virtualServer(ip, sp.nodePort, sp.externalPolicyLocal));
+      for (const ip of nodeIPs) virtualServers.push(virtualServer(ip, sp.nodePort, sp.external));
     }
 
     if (sp.healthCheckNodePort !== 0) add(KUBE_HEALTH_CHECK_NODE_PORT, String(sp.healthCheckNodePort));

@@ -8,6 +8,7 @@ import type {
   FamilyDecisions,
   LocalDetector,
   ProxyDecisions,
+  ScopeVerdict,
   ServicePortDecision,
 } from '../../brain/types.js';
 import type { IPFamily } from '../../model/types.js';
@@ -297,6 +298,12 @@ export function buildNftRuleset(decisions: FamilyDecisions, options: NftRenderOp
   };
 }
 
+/** The nft verdict of a scope that does not forward; "" when it forwards. */
+function nftVerdictOf(verdict: ScopeVerdict): string {
+  if (verdict.action === 'reject') return `goto ${REJECT_CHAIN}`;
+  return verdict.action === 'drop' ? 'drop' : '';
+}
+
 function servicePortBlock(
   context: FamilyContext,
   sp: ServicePortDecision,
@@ -306,7 +313,7 @@ function servicePortBlock(
   const w = new Writer(family);
   const proto = sp.protocol.toLowerCase();
   const chainNames = servicePortChainNames(sp);
-  const hasEndpoints = sp.hasAnyEndpoints;
+  const hasEndpoints = sp.internal.action !== 'reject';
   const affinity = sp.sessionAffinityTimeoutSeconds > 0;
 
   const chains: string[] = [];
@@ -326,10 +333,12 @@ function servicePortBlock(
   const usesLocalChain = sp.localEndpoints.length > 0 && sp.usesLocalEndpoints;
   if (usesLocalChain) ensure(chainNames.local);
 
-  const internalChain = sp.internalPolicyLocal ? chainNames.local : chainNames.cluster;
-  const hasInternal = hasEndpoints && !(sp.internalPolicyLocal && sp.localEndpoints.length === 0);
-  const externalPolicyChain = sp.externalPolicyLocal ? chainNames.local : chainNames.cluster;
-  const hasExternal = hasEndpoints && !(sp.externalPolicyLocal && sp.localEndpoints.length === 0);
+  const policyChain = (verdict: ScopeVerdict) =>
+    verdict.policy === 'Local' ? chainNames.local : chainNames.cluster;
+  const internalChain = policyChain(sp.internal);
+  const hasInternal = sp.internal.action === 'forward';
+  const externalPolicyChain = policyChain(sp.external);
+  const hasExternal = sp.external.action === 'forward';
   // Needed even without external endpoints: it short-circuits pod and host traffic.
   const usesExternalChain = hasEndpoints && sp.externallyAccessible;
   if (usesExternalChain) ensure(chainNames.external);
@@ -337,21 +346,10 @@ function servicePortBlock(
   const usesFirewallChain = sp.loadBalancerIPs.length > 0 && sp.loadBalancerSourceRanges.length > 0;
   if (usesFirewallChain) ensure(chainNames.firewall);
 
-  let internalVerdict = '';
-  let externalVerdict = '';
-  if (!hasEndpoints) {
-    internalVerdict = `goto ${REJECT_CHAIN}`;
-    externalVerdict = internalVerdict;
-  } else {
-    if (!hasInternal) {
-      internalVerdict = 'drop';
-      noLocalEndpoints.internal++;
-    }
-    if (!hasExternal) {
-      externalVerdict = 'drop';
-      noLocalEndpoints.external++;
-    }
-  }
+  const internalVerdict = nftVerdictOf(sp.internal);
+  const externalVerdict = nftVerdictOf(sp.external);
+  if (sp.internal.action === 'drop') noLocalEndpoints.internal++;
+  if (sp.external.action === 'drop') noLocalEndpoints.external++;
 
   const elements: NftElement[] = [];
   const element = (
@@ -427,7 +425,7 @@ function servicePortBlock(
   }
 
   if (usesExternalChain) {
-    if (!sp.externalPolicyLocal) {
+    if (sp.externalFromCluster === null) {
       // Endpoints may be on other nodes: masquerade so replies come back through this one.
       w.rule(chainNames.external, `jump ${MARK_FOR_MASQUERADE}`);
     } else {
