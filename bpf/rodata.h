@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The object's read-only globals (.rodata): load-time constants the agent sets before loading
- * (layout.ts `rodata` encodes them in this order, and nothing else may live in .rodata: no
- * initialised struct template, no other const global), and the clock they select.
+ * The object's read-only globals (.rodata): load-time constants the agent sets before loading, and
+ * the clock they select. layout.ts `rodata` encodes them at these offsets, and the agent's
+ * start-up check holds the object to exactly that: nothing else may live in .rodata (no
+ * initialised struct template, no other const global).
  */
 #ifndef KBP_RODATA_H
 #define KBP_RODATA_H
