@@ -85,7 +85,6 @@ function ipField(offset: number, family: 'IPv4' | 'IPv6'): Field<string> {
 const ip4 = (offset: number) => ipField(offset, 'IPv4');
 const ip6 = (offset: number) => ipField(offset, 'IPv6');
 
-/** 4 or 16 bytes of an address of the given family; throws on anything else. */
 export class StructCodec<F extends Fields> {
   constructor(
     /** The struct's name in types.h (and in the object's BTF). */
