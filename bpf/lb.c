@@ -9,121 +9,27 @@
  *   kbp_xdp_ext       XDP on external interfaces: the same load balancer before the stack
  *   kbp_xdp_tx        benchmark baseline
  *   kbp_sock_connect4, kbp_sock_sendmsg4, kbp_sock_recvmsg4, kbp_sock_getpeername4
- *                     cgroup v2 socket hooks: socket-level load balancing (lb_sock.h)
+ *                     cgroup v2 socket hooks: socket-level load balancing (sock.h)
  * The tc programs return TC_ACT_UNSPEC (= TCX_NEXT) to let the packet continue, so they work
  * under tcx and under clsact/cls_bpf direct-action alike.
+ *
+ * The programs only map the shared code's verdicts to their hook's return codes; the shared code
+ * is in the headers, one concern each (docs/bpf-datapath.md lists them), lb.h on top.
  */
-#include "lb_sock.h"
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <stdbool.h>
 
-/* Linear bytes the parser wants: Ethernet + the longest IPv4 header + a TCP header. */
-#define KBP_PULL_LEN (sizeof(struct ethhdr) + 60 + sizeof(struct tcphdr))
-/* Room for the quote of an ICMP error: the original IPv4 header (<= 60) and 8 bytes of it. */
-#define KBP_QUOTE_MAX (60 + 8)
+#include <bpf/bpf_helpers.h>
 
-/* linux/icmp.h pulls in libc socket headers, so the 8-byte ICMP header is spelled out here. */
-#define KBP_ICMP_DEST_UNREACH 3
-#define KBP_ICMP_PORT_UNREACH 3
-#define KBP_ICMP_FRAG_NEEDED  4
-
-struct kbp_icmphdr {
-	__u8 type;
-	__u8 code;
-	__sum16 checksum;
-	__be16 unused;
-	__be16 mtu; /* next-hop MTU of a frag needed (RFC 1191), else 0 */
-};
-
-struct kbp_icmp_err {
-	struct kbp_icmphdr icmp;
-	__u8 quote[KBP_QUOTE_MAX];
-};
-
-static __always_inline __u16 kbp_csum_buf(void *buf, __u32 len) {
-	return ~kbp_csum_fold((__u32)bpf_csum_diff(NULL, 0, buf, len, 0));
-}
-
-/*
- * Turns the packet into an ICMP destination unreachable to its sender, quoting its IPv4 header
- * and the first 8 bytes after it (RFC 792), to be sent back out of the interface it came in
- * on: port unreachable is kube-proxy's REJECT for services without endpoints; frag needed (with
- * the route's MTU) answers a routed packet too big to forward, so path MTU discovery works.
- * The error comes from the address the sender used, so its socket accepts it.
- */
-static __always_inline int kbp_icmp_unreach4(struct __sk_buff *skb, const bool l3, __u8 code,
-					     __u16 mtu) {
-	const __u32 l2 = KBP_L2_LEN(l3);
-	struct kbp_icmp_err err = {};
-	struct ethhdr eth;
-	struct iphdr ip = {};
-	__u8 mac[ETH_ALEN];
-	__u32 ihl_len, quote_len, l3_len;
-	__u8 ihl;
-
-	if ((!l3 && bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) < 0) ||
-	    bpf_skb_load_bytes(skb, l2, &ihl, 1) < 0)
-		return -1;
-	ihl_len = (ihl & 0x0f) * 4;
-	if (ihl_len < sizeof(struct iphdr))
-		return -1;
-	quote_len = ihl_len + 8;
-	if (bpf_skb_load_bytes(skb, l2, err.quote, quote_len) < 0)
-		return -1;
-	struct iphdr *orig = (struct iphdr *)err.quote;
-
-	l3_len = sizeof(ip) + sizeof(err.icmp) + quote_len;
-	ip.version = 4;
-	ip.ihl = 5;
-	ip.tot_len = bpf_htons(l3_len);
-	ip.ttl = 64;
-	ip.protocol = IPPROTO_ICMP;
-	ip.saddr = orig->daddr;
-	ip.daddr = orig->saddr;
-	ip.check = kbp_csum_buf(&ip, sizeof(ip));
-	err.icmp.type = KBP_ICMP_DEST_UNREACH;
-	err.icmp.code = code;
-	err.icmp.mtu = bpf_htons(mtu);
-	err.icmp.checksum = kbp_csum_buf(&err, sizeof(err.icmp) + quote_len);
-
-	/* Shrinking also resets GSO state: a GRO-merged packet answers as one. */
-	if (bpf_skb_change_tail(skb, l2 + l3_len, 0) < 0)
-		return -1;
-	if (!l3) {
-		__builtin_memcpy(mac, eth.h_source, ETH_ALEN);
-		__builtin_memcpy(eth.h_source, eth.h_dest, ETH_ALEN);
-		__builtin_memcpy(eth.h_dest, mac, ETH_ALEN);
-		if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0)
-			return -1;
-	}
-	if (bpf_skb_store_bytes(skb, l2, &ip, sizeof(ip), 0) < 0 ||
-	    bpf_skb_store_bytes(skb, l2 + sizeof(ip), &err, sizeof(err.icmp) + quote_len, 0) < 0)
-		return -1;
-	return 0;
-}
-
-/*
- * A packet from an L3 device has no Ethernet header, but redirecting to an Ethernet device
- * needs one (the kernel strips it again for an L3 target): room for it, with the FIB's MACs.
- */
-static __always_inline int kbp_push_l2(struct __sk_buff *skb, const struct kbp_hop *hop) {
-	struct ethhdr eth;
-
-	/* Field by field: an initialiser would be a .rodata template, which holds only the
-	 * load-time constants layout.ts describes. */
-	eth.h_proto = bpf_htons(ETH_P_IP);
-	__builtin_memcpy(eth.h_dest, hop->macs, ETH_ALEN);
-	__builtin_memcpy(eth.h_source, hop->macs + ETH_ALEN, ETH_ALEN);
-	if (bpf_skb_change_head(skb, sizeof(eth), 0) < 0)
-		return -1;
-	return bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0 ? -1 : 0;
-}
-
-/* Makes the headers the parser reads linear; small packets are linear as they are. */
-static __always_inline void kbp_pull_headers(struct __sk_buff *skb) {
-	__u32 want = skb->len < KBP_PULL_LEN ? skb->len : KBP_PULL_LEN;
-
-	if (skb->data_end - skb->data < want)
-		bpf_skb_pull_data(skb, want);
-}
+#include "counters.h"
+#include "fib.h"
+#include "icmp.h"
+#include "lb.h"
+#include "parse.h"
+#include "service.h"
+#include "sock.h"
+#include "verdict.h"
 
 static __always_inline int kbp_tc(struct __sk_buff *skb, int role, const bool l3) {
 	__u32 reason = KBP_DROP_NONE, svc_id = 0;

@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Compiles every bpf/*.c into bpf/*.o with Debian's clang against the kernel UAPI headers.
+# Compiles every bpf/*.c into bpf/*.o with Debian's clang against the kernel UAPI headers, after
+# checking that every bpf/*.h compiles on its own (each header includes what it uses).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shopt -s nullglob
+cflags=(-O2 -g -Wall -Werror -target bpf -I/usr/include/x86_64-linux-gnu -Ibpf)
+for header in bpf/*.h; do
+  echo "#include \"${header#bpf/}\"" | clang "${cflags[@]}" -fsyntax-only -x c - ||
+    { echo "$header does not compile on its own" >&2; exit 1; }
+done
 for src in bpf/*.c; do
-  clang -O2 -g -Wall -Werror -target bpf -I/usr/include/x86_64-linux-gnu -Ibpf -c "$src" -o "${src%.c}.o"
+  clang "${cflags[@]}" -c "$src" -o "${src%.c}.o"
 done

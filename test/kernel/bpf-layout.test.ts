@@ -1,7 +1,25 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { closeObject, getPinned, mapInfo, openObject, pinObject } from '../../native/libbpf.js';
+import {
+  btfDatasec,
+  btfEnum,
+  closeObject,
+  getPinned,
+  mapInfo,
+  objectBtf,
+  openObject,
+  pinObject,
+} from '../../native/libbpf.js';
 import { closeFd } from '../../native/libc.js';
-import { layoutMismatches, MAPS, STRUCTS, verifyLayoutAgainstBtf } from '../../src/dataplanes/bpf/layout.js';
+import {
+  ENUMS,
+  enumMismatches,
+  layoutMismatches,
+  MAPS,
+  RODATA_MAP,
+  rodata,
+  STRUCTS,
+  verifyLayoutAgainstBtf,
+} from '../../src/dataplanes/bpf/layout.js';
 import { makePinDir, removePinDir } from '../support/bpffs.js';
 import { LB_OBJECT_PATH, loadLb } from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
@@ -21,6 +39,38 @@ describeRoot('bpf/lb.o layout (BTF)', () => {
       closeObject(obj);
     }
     expect(STRUCTS.length).toBeGreaterThan(20);
+  });
+
+  it('has every constant layout.ts uses as an enum in BTF, and catches one that differs', () => {
+    const obj = openObject(LB_OBJECT_PATH);
+    try {
+      const btf = objectBtf(obj);
+      const lookup = (name: string) => btfEnum(btf, name);
+      for (const e of ENUMS) expect(lookup(e.cName), e.cName).not.toBeNull();
+      expect(btfEnum(btf, 'kbp_ct_flags')?.size).toBe(1);
+      expect(enumMismatches(lookup)).toEqual([]);
+      const tampered = ENUMS.map((e) =>
+        e.tsName === 'DROP_REASON'
+          ? { ...e, members: e.members.map((m) => (m.key === 'fib' ? { ...m, value: 11 } : m)) }
+          : e,
+      );
+      expect(enumMismatches(lookup, tampered)).toEqual([
+        'enum kbp_drop_reason: KBP_DROP_FIB is 9 in BTF, layout.ts DROP_REASON.fib is 11',
+      ]);
+    } finally {
+      closeObject(obj);
+    }
+  });
+
+  it('holds only the load-time constants in .rodata', () => {
+    const obj = openObject(LB_OBJECT_PATH);
+    try {
+      const sec = btfDatasec(objectBtf(obj), RODATA_MAP);
+      expect(sec?.size).toBe(rodata.size);
+      expect(Object.fromEntries(sec!.vars.map((v) => [v.name, v.offset]))).toEqual(rodata.vars);
+    } finally {
+      closeObject(obj);
+    }
   });
 
   it('creates every map with the key and value sizes layout.ts states, and pins them', () => {

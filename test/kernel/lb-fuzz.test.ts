@@ -58,7 +58,7 @@ const TARGETS: Target[] = [
   },
 ];
 
-/** The parser's contract (bpf/lb_common.h kbp_parse4): which frames may be rewritten at all. */
+/** The parser's contract (bpf/parse.h kbp_parse4): which frames may be rewritten at all. */
 function wellFormed(f: Buffer): boolean {
   if (f.length < ETH_HLEN + 20 || f.readUInt16BE(12) !== 0x0800) return false;
   const ip = f.subarray(ETH_HLEN);

@@ -1,62 +1,41 @@
 import { describe, expect, it } from 'vitest';
 import {
+  ACTION,
+  ALGORITHM,
   aff4Key,
   affVal,
+  BE_F,
   backend4,
   backend6,
+  CT_F,
   config,
   ct4Key,
   ct4Val,
   ct6Val,
+  DROP_REASON,
   dropStats,
+  ENUMS,
+  type EnumLayout,
+  enumMismatches,
   MAPS,
   perCpuValueSize,
   rrVal,
+  SCOPE,
+  SOCK_SCOPE,
   STRUCTS,
+  SVC_F,
   slotKey,
   srcRange4Key,
   sumPerCpu,
   svc4Key,
   svc6Key,
   svcVal,
+  TCP_FLAG,
   trafficStats,
   u32Codec,
 } from '../../src/dataplanes/bpf/layout.js';
 
-// Sizes as asserted by _Static_assert in bpf/maps.h.
-const C_SIZES: Record<string, number> = {
-  kbp_svc4_key: 8,
-  kbp_svc6_key: 20,
-  kbp_svc_val: 24,
-  kbp_slot_key: 8,
-  kbp_backend4: 8,
-  kbp_backend6: 20,
-  kbp_ct4_key: 16,
-  kbp_ct4_val: 32,
-  kbp_ct6_key: 40,
-  kbp_ct6_val: 56,
-  kbp_aff4_key: 8,
-  kbp_aff6_key: 20,
-  kbp_aff_val: 16,
-  kbp_aff_match_key: 8,
-  kbp_srcr4_key: 12,
-  kbp_srcr6_key: 24,
-  kbp_rr_val: 8,
-  kbp_traffic_stats: 48,
-  kbp_drop_stats: 16,
-  kbp_svc_drop_key: 8,
-  kbp_config: 36,
-  kbp_node6_key: 16,
-  kbp_sockcfg: 16,
-  kbp_sockrev4_key: 16,
-  kbp_sockrev4_val: 12,
-};
-
 describe('bpf map layouts', () => {
-  it('states the sizes maps.h asserts, for every struct', () => {
-    expect(Object.fromEntries(STRUCTS.map((s) => [s.cName, s.size]))).toEqual(C_SIZES);
-  });
-
   it('keeps fields and padding inside the struct and apart from each other', () => {
     for (const s of STRUCTS) {
       const covered = new Uint8Array(s.size);
@@ -195,5 +174,78 @@ describe('bpf map layouts', () => {
       expect(m.name).toMatch(/^kbp_[a-z0-9]+_v\d+$/);
       expect(m.name.length).toBeLessThanOrEqual(15);
     }
+  });
+});
+
+// The sizes, offsets and enum values themselves are proven against the object's BTF
+// (test/kernel/bpf-layout.test.ts, and the agent at start-up); this proves the check.
+describe('the BTF check of the constants', () => {
+  /** BTF as an object agreeing with layout.ts would have it, with `change` applied. */
+  function btf(change: (enums: Map<string, Map<string, number>>) => void = () => {}) {
+    const enums = new Map(ENUMS.map((e) => [e.cName, new Map(e.members.map((m) => [m.cName, m.value]))]));
+    enums.get('kbp_drop_reason')!.set('KBP_DROP_MAX', 16);
+    change(enums);
+    return (cName: string) => {
+      const values = enums.get(cName);
+      return values ? { values: [...values].map(([name, value]) => ({ name, value })) } : null;
+    };
+  }
+
+  it('pairs every constant table with its C enum', () => {
+    expect(ENUMS.map((e) => `${e.tsName} ${e.cName}`)).toEqual([
+      'SCOPE kbp_scope',
+      'ALGORITHM kbp_algorithm',
+      'ACTION kbp_action',
+      'SVC_F kbp_svc_flags',
+      'BE_F kbp_backend_flags',
+      'CT_F kbp_ct_flags',
+      'TCP_FLAG kbp_tcp_flags',
+      'DROP_REASON kbp_drop_reason',
+      'SOCK_SCOPE kbp_sock_scope',
+    ]);
+    const names = (e: EnumLayout) => Object.fromEntries(e.members.map((m) => [m.key, m.cName]));
+    const byName = new Map(ENUMS.map((e) => [e.tsName, e]));
+    expect(names(byName.get('ALGORITHM')!)).toEqual({
+      random: 'KBP_ALG_RANDOM',
+      rr: 'KBP_ALG_RR',
+      maglev: 'KBP_ALG_MAGLEV',
+    });
+    expect(names(byName.get('SVC_F')!).EXTERNAL_IP).toBe('KBP_SVC_F_EXTERNAL_IP');
+    expect(names(byName.get('DROP_REASON')!)).toMatchObject({
+      noLocalEndpoints: 'KBP_DROP_NO_LOCAL_ENDPOINTS',
+      noSnatAddress: 'KBP_DROP_NO_SNAT_ADDR',
+      snatPortsExhausted: 'KBP_DROP_SNAT_PORTS',
+      conntrackInsert: 'KBP_DROP_CT_INSERT',
+    });
+    const tables = { SCOPE, ALGORITHM, ACTION, SVC_F, BE_F, CT_F, TCP_FLAG, DROP_REASON, SOCK_SCOPE };
+    for (const e of ENUMS) {
+      expect(Object.fromEntries(e.members.map((m) => [m.key, m.value]))).toEqual(
+        tables[e.tsName as keyof typeof tables],
+      );
+    }
+  });
+
+  it('finds nothing when the object agrees', () => {
+    expect(enumMismatches(btf())).toEqual([]);
+  });
+
+  it('names a value that differs from the object', () => {
+    const wrong = btf((enums) => enums.get('kbp_ct_flags')!.set('KBP_CT_F_ROUTE', 32));
+    expect(enumMismatches(wrong)).toEqual([
+      'enum kbp_ct_flags: KBP_CT_F_ROUTE is 32 in BTF, layout.ts CT_F.ROUTE is 16',
+    ]);
+  });
+
+  it('names a missing enum, a missing enumerator and one layout.ts does not know', () => {
+    const changed = btf((enums) => {
+      enums.delete('kbp_sock_scope');
+      enums.get('kbp_drop_reason')!.delete('KBP_DROP_FIB');
+      enums.get('kbp_backend_flags')!.set('KBP_BE_F_DRAINING', 4);
+    });
+    expect(enumMismatches(changed)).toEqual([
+      'enum kbp_backend_flags: KBP_BE_F_DRAINING (4) is not in layout.ts BE_F',
+      'enum kbp_drop_reason: KBP_DROP_FIB is not in BTF (layout.ts DROP_REASON.fib)',
+      "enum kbp_sock_scope: not in the object's BTF (layout.ts SOCK_SCOPE)",
+    ]);
   });
 });

@@ -1,9 +1,21 @@
-// The TypeScript side of bpf/maps.h: one codec per map struct with the same offsets, the map
-// names, and verifyLayoutAgainstBtf() which compares both against the loaded object's BTF.
+// The TypeScript side of bpf/types.h and bpf/maps.h: one codec per map struct with the same
+// offsets, the constants (each paired with its C enum), the map names, and
+// verifyLayoutAgainstBtf() which compares all of them against the loaded object's BTF.
 // Addresses are strings ("10.0.0.1"); ports are numbers in host order (stored big-endian, as in
 // packets); ids, counts and flags are numbers; timestamps and counters are bigint.
 
-import { type BpfObject, btfStruct, findMap, mapFd, mapInfo, objectBtf } from '../../../native/libbpf.js';
+import {
+  type BpfObject,
+  type BtfDatasec,
+  type BtfEnum,
+  btfDatasec,
+  btfEnum,
+  btfStruct,
+  findMap,
+  mapFd,
+  mapInfo,
+  objectBtf,
+} from '../../../native/libbpf.js';
 import { formatIP, ipBytes } from '../../net/ip.js';
 
 // ---------- field codecs ----------
@@ -73,10 +85,9 @@ function ipField(offset: number, family: 'IPv4' | 'IPv6'): Field<string> {
 const ip4 = (offset: number) => ipField(offset, 'IPv4');
 const ip6 = (offset: number) => ipField(offset, 'IPv6');
 
-/** 4 or 16 bytes of an address of the given family; throws on anything else. */
 export class StructCodec<F extends Fields> {
   constructor(
-    /** The struct's name in maps.h (and in the object's BTF). */
+    /** The struct's name in types.h (and in the object's BTF). */
     readonly cName: string,
     readonly size: number,
     readonly fields: F,
@@ -147,13 +158,51 @@ export const u32Codec = new ScalarCodec(4, u32(0));
 export const u8Codec = new ScalarCodec(1, u8(0));
 export const ip4Codec = new ScalarCodec(4, ip4(0));
 
-// ---------- constants (maps.h) ----------
+// ---------- constants (types.h enums) ----------
 
-export const SCOPE = { all: 0, internal: 1 } as const;
-export const ALGORITHM = { random: 0, rr: 1, maglev: 2 } as const;
-export const ACTION = { forward: 0, reject: 1, drop: 2 } as const;
+/** A constant table of this file and the C enum of types.h it mirrors, checked against BTF. */
+export interface EnumLayout {
+  /** The table's name here, for messages. */
+  tsName: string;
+  /** The enum's name in types.h (and in the object's BTF). */
+  cName: string;
+  /** Every key of the table with its C enumerator and value. */
+  members: readonly { key: string; cName: string; value: number }[];
+  /** Enumerators of the C enum that the control plane does not use. */
+  cOnly: readonly string[];
+}
 
-export const SVC_F = {
+const enumLayouts: EnumLayout[] = [];
+
+/**
+ * A constant table that mirrors `enum cName` of types.h. A key's enumerator is `prefix` plus the
+ * key in upper snake case (noLocalEndpoints -> NO_LOCAL_ENDPOINTS) unless `names` spells it.
+ */
+function cEnum<const T extends Record<string, number>>(
+  tsName: string,
+  cName: string,
+  prefix: string,
+  values: T,
+  options: { names?: { [K in keyof T]?: string }; cOnly?: readonly string[] } = {},
+): T {
+  enumLayouts.push({
+    tsName,
+    cName,
+    members: Object.entries(values).map(([key, value]) => ({
+      key,
+      cName: options.names?.[key] ?? prefix + key.replace(/([a-z0-9])([A-Z])/g, '$1_$2').toUpperCase(),
+      value,
+    })),
+    cOnly: options.cOnly ?? [],
+  });
+  return values;
+}
+
+export const SCOPE = cEnum('SCOPE', 'kbp_scope', 'KBP_SCOPE_', { all: 0, internal: 1 });
+export const ALGORITHM = cEnum('ALGORITHM', 'kbp_algorithm', 'KBP_ALG_', { random: 0, rr: 1, maglev: 2 });
+export const ACTION = cEnum('ACTION', 'kbp_action', 'KBP_ACTION_', { forward: 0, reject: 1, drop: 2 });
+
+export const SVC_F = cEnum('SVC_F', 'kbp_svc_flags', 'KBP_SVC_F_', {
   EXTERNAL: 1 << 0,
   NODEPORT: 1 << 1,
   EXTERNAL_IP: 1 << 2,
@@ -162,36 +211,61 @@ export const SVC_F = {
   TWO_SCOPES: 1 << 5,
   AFFINITY: 1 << 6,
   SOURCE_RANGE: 1 << 7,
-} as const;
+});
 
-export const BE_F = { LOCAL: 1 << 0, TERMINATING: 1 << 1 } as const;
+export const BE_F = cEnum('BE_F', 'kbp_backend_flags', 'KBP_BE_F_', { LOCAL: 1 << 0, TERMINATING: 1 << 1 });
 
-export const CT_F = {
+export const CT_F = cEnum('CT_F', 'kbp_ct_flags', 'KBP_CT_F_', {
   REPLY: 1 << 0,
   SNAT: 1 << 1,
   HAIRPIN: 1 << 2,
   EXTERNAL: 1 << 3,
   ROUTE: 1 << 4,
-} as const;
+});
 
-export const TCP_FLAG = { FIN: 1 << 0, SYN: 1 << 1, RST: 1 << 2, ACK: 1 << 4 } as const;
+export const TCP_FLAG = cEnum('TCP_FLAG', 'kbp_tcp_flags', 'KBP_TCP_', {
+  FIN: 1 << 0,
+  SYN: 1 << 1,
+  RST: 1 << 2,
+  ACK: 1 << 4,
+});
 
 /** Index of kbp_drops_v1. */
-export const DROP_REASON = {
-  none: 0,
-  noEndpoints: 1,
-  noLocalEndpoints: 2,
-  sourceRange: 3,
-  backendMissing: 4,
-  noSnatAddress: 5,
-  snatPortsExhausted: 6,
-  conntrackInsert: 7,
-  rejectFailed: 8,
-  fib: 9,
-  fragNeeded: 10,
-} as const;
+export const DROP_REASON = cEnum(
+  'DROP_REASON',
+  'kbp_drop_reason',
+  'KBP_DROP_',
+  {
+    none: 0,
+    noEndpoints: 1,
+    noLocalEndpoints: 2,
+    sourceRange: 3,
+    backendMissing: 4,
+    noSnatAddress: 5,
+    snatPortsExhausted: 6,
+    conntrackInsert: 7,
+    rejectFailed: 8,
+    fib: 9,
+    fragNeeded: 10,
+  },
+  {
+    names: {
+      noSnatAddress: 'KBP_DROP_NO_SNAT_ADDR',
+      snatPortsExhausted: 'KBP_DROP_SNAT_PORTS',
+      conntrackInsert: 'KBP_DROP_CT_INSERT',
+    },
+    // The size of kbp_drops_v1.
+    cOnly: ['KBP_DROP_MAX'],
+  },
+);
 
-// ---------- structs (maps.h) ----------
+/** kbp_sockcfg.scope */
+export const SOCK_SCOPE = cEnum('SOCK_SCOPE', 'kbp_sock_scope', 'KBP_SOCK_SCOPE_', { host: 0, all: 1 });
+
+/** Every constant table above with its C enum: what verifyLayoutAgainstBtf checks. */
+export const ENUMS: readonly EnumLayout[] = enumLayouts;
+
+// ---------- structs (types.h) ----------
 
 export const svc4Key = new StructCodec('kbp_svc4_key', 8, {
   addr: ip4(0),
@@ -471,9 +545,6 @@ export const PROGRAMS = {
   sockGetpeername4: 'kbp_sock_getpeername4',
 } as const;
 
-/** kbp_sockcfg.scope */
-export const SOCK_SCOPE = { host: 0, all: 1 } as const;
-
 // ---------- load-time constants (.rodata) ----------
 
 /** The object's read-only globals, set with setMapInitialValue(findMap(obj, RODATA_MAP), ...) before
@@ -488,12 +559,16 @@ export interface DatapathRodata {
   sockSetRetval: boolean;
 }
 
+/** The variables of bpf/rodata.h (each a __u32) by offset: all that the object's .rodata holds. */
+const RODATA_VARS = { kbp_coarse_clock: 0, kbp_sock_set_retval: 4 } as const;
+
 export const rodata = {
   size: 8,
+  vars: RODATA_VARS as Readonly<Record<string, number>>,
   encode(value: DatapathRodata): Buffer {
     const buf = Buffer.alloc(8);
-    buf.writeUInt32LE(value.coarseClock ? 1 : 0, 0);
-    buf.writeUInt32LE(value.sockSetRetval ? 1 : 0, 4);
+    buf.writeUInt32LE(value.coarseClock ? 1 : 0, RODATA_VARS.kbp_coarse_clock);
+    buf.writeUInt32LE(value.sockSetRetval ? 1 : 0, RODATA_VARS.kbp_sock_set_retval);
     return buf;
   },
 };
@@ -505,7 +580,7 @@ export function perCpuValueSize(valueSize: number, cpus: number): number {
   return Math.ceil(valueSize / 8) * 8 * cpus;
 }
 
-/** Sums a per-CPU value of u64 counters (every counter struct in maps.h is all u64). */
+/** Sums a per-CPU value of u64 counters (every counter struct in types.h is all u64). */
 export function sumPerCpu<F extends Fields>(
   codec: StructCodec<F>,
   buf: Buffer,
@@ -524,7 +599,8 @@ export function sumPerCpu<F extends Fields>(
 
 /**
  * Compares every codec with the struct of the same name in the object's BTF (size, and each
- * member's offset by name, both ways), and every map's key/value size in the loaded object with
+ * member's offset by name, both ways), every constant table with its C enum (enumMismatches),
+ * the .rodata variables with `rodata`, and every map's key/value size in the loaded object with
  * MAPS. Returns the mismatches; empty means the object and this file agree.
  */
 export function layoutMismatches(obj: BpfObject, options: { loaded: boolean }): string[] {
@@ -550,6 +626,8 @@ export function layoutMismatches(obj: BpfObject, options: { loaded: boolean }): 
     }
     for (const name of expected.keys()) problems.push(`struct ${codec.cName}: ${name} is not in BTF`);
   }
+  problems.push(...enumMismatches((name) => btfEnum(btf, name)));
+  problems.push(...rodataMismatches(btfDatasec(btf, RODATA_MAP)));
   if (options.loaded) {
     for (const layout of Object.values(MAPS)) {
       const info = mapInfo(mapFd(findMap(obj, layout.name)));
@@ -559,6 +637,62 @@ export function layoutMismatches(obj: BpfObject, options: { loaded: boolean }): 
         );
     }
   }
+  return problems;
+}
+
+/**
+ * Compares each constant table with its C enum as `lookup` finds it in BTF: every key's
+ * enumerator must be there with the same value, and the enum must have no enumerator this file
+ * does not know (unless the table lists it as C-only). Returns the mismatches.
+ */
+export function enumMismatches(
+  lookup: (cName: string) => Pick<BtfEnum, 'values'> | null,
+  layouts: readonly EnumLayout[] = ENUMS,
+): string[] {
+  const problems: string[] = [];
+  for (const layout of layouts) {
+    const found = lookup(layout.cName);
+    if (!found) {
+      problems.push(`enum ${layout.cName}: not in the object's BTF (layout.ts ${layout.tsName})`);
+      continue;
+    }
+    const inBtf = new Map(found.values.map((v) => [v.name, v.value]));
+    for (const m of layout.members) {
+      const value = inBtf.get(m.cName);
+      if (value === undefined)
+        problems.push(`enum ${layout.cName}: ${m.cName} is not in BTF (layout.ts ${layout.tsName}.${m.key})`);
+      else if (value !== m.value)
+        problems.push(
+          `enum ${layout.cName}: ${m.cName} is ${value} in BTF, layout.ts ${layout.tsName}.${m.key} is ${m.value}`,
+        );
+      inBtf.delete(m.cName);
+    }
+    for (const [name, value] of inBtf) {
+      if (!layout.cOnly.includes(name))
+        problems.push(`enum ${layout.cName}: ${name} (${value}) is not in layout.ts ${layout.tsName}`);
+    }
+  }
+  return problems;
+}
+
+/** The object's .rodata against `rodata`: the same variables at the same offsets, and no more
+ * bytes (an initialised struct template would land there too). */
+function rodataMismatches(sec: BtfDatasec | null): string[] {
+  if (!sec) return [`${RODATA_MAP}: not in the object's BTF`];
+  const problems: string[] = [];
+  if (sec.size !== rodata.size)
+    problems.push(`${RODATA_MAP}: ${sec.size} bytes in the object, layout.ts rodata ${rodata.size}`);
+  const expected = new Map(Object.entries(rodata.vars));
+  for (const v of sec.vars) {
+    const want = expected.get(v.name);
+    if (want === undefined) problems.push(`${RODATA_MAP}: ${v.name} is not in layout.ts rodata`);
+    else if (v.offset !== want || v.size !== 4)
+      problems.push(
+        `${RODATA_MAP}: ${v.name} at ${v.offset} (${v.size} bytes), layout.ts rodata at ${want} (4)`,
+      );
+    expected.delete(v.name);
+  }
+  for (const name of expected.keys()) problems.push(`${RODATA_MAP}: ${name} is not in BTF`);
   return problems;
 }
 

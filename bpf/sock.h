@@ -16,15 +16,24 @@
  * yet, and a process on the node reaches services from a node address. An unbound source port
  * hashes as a random one, so Maglev spreads unbound sockets as random does.
  */
-#ifndef KBP_LB_SOCK_H
-#define KBP_LB_SOCK_H
+#ifndef KBP_SOCK_H
+#define KBP_SOCK_H
 
-#include "lb_common.h"
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <stdbool.h>
 
-/* Read-only after load (.rodata): bpf_set_retval is callable from these hooks (the agent probes
- * for it). With it a connect() to a service without endpoints fails with ECONNREFUSED, as
- * kube-proxy's REJECT makes it; without it the kernel's EPERM for a refused hook. */
-const volatile __u32 kbp_sock_set_retval = 0;
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "counters.h"
+#include "maps.h"
+#include "parse.h"
+#include "policy.h"
+#include "rodata.h"
+#include "select.h"
+#include "service.h"
+#include "verdict.h"
 
 #define KBP_ECONNREFUSED 111
 
@@ -131,4 +140,4 @@ static __always_inline void kbp_sock_rev4(struct bpf_sock_addr *ctx) {
 	ctx->user_port = rv->port;
 }
 
-#endif /* KBP_LB_SOCK_H */
+#endif /* KBP_SOCK_H */

@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The conntrack entries of a flow (kbp_ct4tcp_v1, kbp_ct4any_v1): lookup, insert, refresh, and
+ * the questions the load balancer asks of an entry. Layout and lifecycle: docs/bpf-datapath.md,
+ * "Conntrack".
+ */
+#ifndef KBP_CONNTRACK_H
+#define KBP_CONNTRACK_H
+
+#include <linux/in.h>
+#include <stdbool.h>
+
+#include <bpf/bpf_helpers.h>
+
+#include "maps.h"
+#include "parse.h"
+
+#define KBP_CT_REFRESH_NS 1000000000ull /* last_seen_ns is refreshed at most once a second */
+
+static __always_inline struct kbp_ct4_val *kbp_ct_lookup(const struct kbp_ct4_key *key) {
+	if (key->proto == IPPROTO_TCP)
+		return bpf_map_lookup_elem(&kbp_ct4tcp_v1, key);
+	return bpf_map_lookup_elem(&kbp_ct4any_v1, key);
+}
+
+static __always_inline long kbp_ct_insert(const struct kbp_ct4_key *key,
+					  const struct kbp_ct4_val *val, __u64 flags) {
+	if (key->proto == IPPROTO_TCP)
+		return bpf_map_update_elem(&kbp_ct4tcp_v1, key, val, flags);
+	return bpf_map_update_elem(&kbp_ct4any_v1, key, val, flags);
+}
+
+/* The entry for the packet's own tuple, forward or reply. */
+static __always_inline struct kbp_ct4_val *kbp_ct_lookup_pkt(const struct kbp_pkt4 *p) {
+	struct kbp_ct4_key key = {.saddr = p->saddr,
+				  .daddr = p->daddr,
+				  .sport = p->sport,
+				  .dport = p->dport,
+				  .proto = p->proto};
+
+	return kbp_ct_lookup(&key);
+}
+
+/* A reply of an unrouted flow: translated by the egress program only, on its way to the client. */
+static __always_inline bool kbp_ct_egress_reply(const struct kbp_ct4_val *cv) {
+	return (cv->flags & (KBP_CT_F_REPLY | KBP_CT_F_ROUTE)) == KBP_CT_F_REPLY;
+}
+
+/* The tracked backend is still there, unchanged, and not terminating. */
+static __always_inline bool kbp_backend_current(const struct kbp_ct4_val *cv) {
+	__u32 id = cv->backend_id;
+	struct kbp_backend4 *be = bpf_map_lookup_elem(&kbp_be4_v1, &id);
+
+	return be && be->addr == cv->xlate_daddr && be->port == cv->xlate_dport &&
+	       !(be->flags & KBP_BE_F_TERMINATING);
+}
+
+/* Refreshes a tracked entry's age and TCP flags, at most once a second unless flags change. */
+static __always_inline void kbp_ct_touch(struct kbp_ct4_val *ct, const struct kbp_ct4_val *cv,
+					 const struct kbp_pkt4 *p, __u64 now) {
+	if ((cv->tcp_flags | p->tcp_flags) != cv->tcp_flags ||
+	    now - cv->last_seen_ns > KBP_CT_REFRESH_NS) {
+		ct->tcp_flags = cv->tcp_flags | p->tcp_flags;
+		ct->last_seen_ns = now;
+	}
+}
+
+#endif /* KBP_CONNTRACK_H */

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The ICMP errors tc sends back: port unreachable for a rejected flow, fragmentation needed for a
+ * routed packet too big for its route.
+ */
+#ifndef KBP_ICMP_H
+#define KBP_ICMP_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <stdbool.h>
+
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "csum.h"
+#include "ctx.h"
+
+/* Room for the quote of an ICMP error: the original IPv4 header (<= 60) and 8 bytes of it. */
+#define KBP_QUOTE_MAX (60 + 8)
+
+/* linux/icmp.h pulls in libc socket headers, so the 8-byte ICMP header is spelled out here. */
+#define KBP_ICMP_DEST_UNREACH 3
+#define KBP_ICMP_PORT_UNREACH 3
+#define KBP_ICMP_FRAG_NEEDED  4
+
+struct kbp_icmphdr {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be16 unused;
+	__be16 mtu; /* next-hop MTU of a frag needed (RFC 1191), else 0 */
+};
+
+struct kbp_icmp_err {
+	struct kbp_icmphdr icmp;
+	__u8 quote[KBP_QUOTE_MAX];
+};
+
+/*
+ * Turns the packet into an ICMP destination unreachable to its sender, quoting its IPv4 header
+ * and the first 8 bytes after it (RFC 792), to be sent back out of the interface it came in
+ * on: port unreachable is kube-proxy's REJECT for services without endpoints; frag needed (with
+ * the route's MTU) answers a routed packet too big to forward, so path MTU discovery works.
+ * The error comes from the address the sender used, so its socket accepts it.
+ */
+static __always_inline int kbp_icmp_unreach4(struct __sk_buff *skb, const bool l3, __u8 code,
+					     __u16 mtu) {
+	const __u32 l2 = KBP_L2_LEN(l3);
+	struct kbp_icmp_err err = {};
+	struct ethhdr eth;
+	struct iphdr ip = {};
+	__u8 mac[ETH_ALEN];
+	__u32 ihl_len, quote_len, l3_len;
+	__u8 ihl;
+
+	if ((!l3 && bpf_skb_load_bytes(skb, 0, &eth, sizeof(eth)) < 0) ||
+	    bpf_skb_load_bytes(skb, l2, &ihl, 1) < 0)
+		return -1;
+	ihl_len = (ihl & 0x0f) * 4;
+	if (ihl_len < sizeof(struct iphdr))
+		return -1;
+	quote_len = ihl_len + 8;
+	if (bpf_skb_load_bytes(skb, l2, err.quote, quote_len) < 0)
+		return -1;
+	struct iphdr *orig = (struct iphdr *)err.quote;
+
+	l3_len = sizeof(ip) + sizeof(err.icmp) + quote_len;
+	ip.version = 4;
+	ip.ihl = 5;
+	ip.tot_len = bpf_htons(l3_len);
+	ip.ttl = 64;
+	ip.protocol = IPPROTO_ICMP;
+	ip.saddr = orig->daddr;
+	ip.daddr = orig->saddr;
+	ip.check = kbp_csum_buf(&ip, sizeof(ip));
+	err.icmp.type = KBP_ICMP_DEST_UNREACH;
+	err.icmp.code = code;
+	err.icmp.mtu = bpf_htons(mtu);
+	err.icmp.checksum = kbp_csum_buf(&err, sizeof(err.icmp) + quote_len);
+
+	/* Shrinking also resets GSO state: a GRO-merged packet answers as one. */
+	if (bpf_skb_change_tail(skb, l2 + l3_len, 0) < 0)
+		return -1;
+	if (!l3) {
+		__builtin_memcpy(mac, eth.h_source, ETH_ALEN);
+		__builtin_memcpy(eth.h_source, eth.h_dest, ETH_ALEN);
+		__builtin_memcpy(eth.h_dest, mac, ETH_ALEN);
+		if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0)
+			return -1;
+	}
+	if (bpf_skb_store_bytes(skb, l2, &ip, sizeof(ip), 0) < 0 ||
+	    bpf_skb_store_bytes(skb, l2 + sizeof(ip), &err, sizeof(err.icmp) + quote_len, 0) < 0)
+		return -1;
+	return 0;
+}
+
+#endif /* KBP_ICMP_H */

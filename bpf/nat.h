@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/* The address translation: the SNAT source of a flow, and the rewrite of a packet's tuple. */
+#ifndef KBP_NAT_H
+#define KBP_NAT_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <stdbool.h>
+
+#include <bpf/bpf_helpers.h>
+
+#include "csum.h"
+#include "ctx.h"
+#include "fib.h"
+#include "maps.h"
+#include "parse.h"
+
+#define KBP_SNAT_PORT_TRIES 16 /* candidate SNAT ports tried per new flow */
+
+/*
+ * Rewrites the packet's tuple to {saddr, daddr, sport, dport} with valid checksums.
+ * XDP updates every checksum per RFC 1624. tc writes the IP checksum the same way (the IP header
+ * sum stays invariant, so skb->csum stays right) but leaves the L4 checksum to
+ * bpf_l4_csum_replace, which also handles CHECKSUM_PARTIAL skbs (see the reference's veth
+ * gotcha); the helper calls come last because they invalidate packet pointers.
+ */
+static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const bool l3,
+					const struct kbp_pkt4 *p, __be32 saddr, __be32 daddr,
+					__be16 sport, __be16 dport, bool ttl_dec) {
+	void *data = kbp_data(ctx, xdp);
+	void *end = kbp_data_end(ctx, xdp);
+	struct iphdr *iph = data + KBP_L2_LEN(l3);
+	__u32 ihl_len = p->ihl_len & 0x3c;
+	bool tcp = p->proto == IPPROTO_TCP;
+	/* __builtin_offsetof: clang 14 turns bpf_helpers.h's offsetof in a ?: into a load. */
+	__u32 csum_off = tcp ? __builtin_offsetof(struct tcphdr, check)
+			     : __builtin_offsetof(struct udphdr, check);
+	__u32 addr_diff = 0, port_diff = 0, old_ports, new_ports;
+	__u16 *l4_check;
+	__be16 *ports;
+
+	if ((void *)(iph + 1) > end || ihl_len < sizeof(*iph))
+		return -1;
+	ports = (void *)iph + ihl_len;
+	if ((void *)ports + (tcp ? sizeof(struct tcphdr) : sizeof(struct udphdr)) > end)
+		return -1;
+	l4_check = (void *)ports + csum_off;
+	if ((void *)(l4_check + 1) > end)
+		return -1;
+
+	addr_diff = kbp_csum_diff32(addr_diff, iph->saddr, saddr);
+	addr_diff = kbp_csum_diff32(addr_diff, iph->daddr, daddr);
+	old_ports = *(__u32 *)ports;
+	iph->saddr = saddr;
+	iph->daddr = daddr;
+	ports[0] = sport;
+	ports[1] = dport;
+	new_ports = *(__u32 *)ports;
+	port_diff = kbp_csum_diff32(port_diff, old_ports, new_ports);
+	if (ttl_dec) {
+		/* Forwarded by redirect, not by the stack: this hop's TTL decrement is ours. The
+		 * TTL shares a 16-bit word with the protocol; only the IP header sums it. */
+		__u16 *ttl_word = (__u16 *)&iph->ttl;
+		__u16 old_word = *ttl_word;
+
+		iph->ttl--;
+		iph->check =
+		    kbp_csum_apply(iph->check, kbp_csum_diff32(addr_diff, old_word, *ttl_word));
+	} else {
+		iph->check = kbp_csum_apply(iph->check, addr_diff);
+	}
+
+	if (xdp) {
+		/* UDP checksum 0 means "none"; a computed 0 is sent as 0xffff. */
+		if (!tcp && *l4_check == 0)
+			return 0;
+		__u16 check = kbp_csum_apply(*l4_check, kbp_csum_add(addr_diff, port_diff));
+		if (!tcp && check == 0)
+			check = 0xffff;
+		*l4_check = check;
+		return 0;
+	}
+
+	__u32 off = KBP_L2_LEN(l3) + ihl_len + csum_off;
+	__u64 mangled = tcp ? 0 : BPF_F_MARK_MANGLED_0;
+
+	if (bpf_l4_csum_replace(ctx, off, 0, addr_diff, BPF_F_PSEUDO_HDR | mangled) < 0)
+		return -1;
+	if (old_ports != new_ports && bpf_l4_csum_replace(ctx, off, 0, port_diff, mangled) < 0)
+		return -1;
+	return 0;
+}
+
+/*
+ * The SNAT source for a flow to `backend`: the address of the interface the FIB sends it
+ * through (kbp_ifaddr4_v1), as MASQUERADE chooses it; the configured node address when that
+ * interface has none the agent knows.
+ */
+static __always_inline __be32 kbp_snat_source4(void *ctx, const bool xdp, __be32 backend,
+					       const struct kbp_config *cfg) {
+	struct bpf_fib_lookup fib = {};
+	__be32 *addr;
+	long rc;
+
+	fib.family = KBP_AF_INET;
+	fib.ifindex = kbp_ingress_ifindex(ctx, xdp);
+	fib.ipv4_dst = backend;
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		__u32 ifindex = fib.ifindex;
+
+		addr = bpf_map_lookup_elem(&kbp_ifaddr4_v1, &ifindex);
+		if (addr && *addr)
+			return *addr;
+	}
+	return cfg->snat_addr4;
+}
+
+#endif /* KBP_NAT_H */

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * The frontend a packet or socket address is for: the exact entry, else the addr-0 NodePort entry
+ * on a node address, then the internal-scope entry for traffic from pods.
+ */
+#ifndef KBP_SERVICE_H
+#define KBP_SERVICE_H
+
+#include <linux/types.h>
+#include <stdbool.h>
+
+#include <bpf/bpf_endian.h>
+#include <bpf/bpf_helpers.h>
+
+#include "maps.h"
+
+/* Which interface the packet arrived on decides ClusterIP access and the SNAT need. */
+enum kbp_role {
+	KBP_ROLE_POD = 0, /* pod-facing interface: traffic from pods ("internal") */
+	KBP_ROLE_EXT = 1, /* external interface: traffic from outside the node */
+	/* a socket hook: a process on the node, "internal" like pods (kube-proxy's OUTPUT chains
+	 * treat locally originated traffic so), and 127.0.0.0/8 reaches NodePorts */
+	KBP_ROLE_HOST = 2,
+};
+
+/* Could this destination port be a NodePort? Keeps the node address lookup off the path of
+ * ordinary traffic. */
+static __always_inline bool kbp_nodeport_candidate(__be16 dport) {
+	__u32 zero = 0, port = bpf_ntohs(dport);
+	struct kbp_config *cfg = bpf_map_lookup_elem(&kbp_cfg_v1, &zero);
+
+	if (!cfg)
+		return false;
+	return cfg->nodeport_max == 0 || (port >= cfg->nodeport_min && port <= cfg->nodeport_max);
+}
+
+/* A local process may reach a NodePort on loopback, as kube-proxy's localhost NodePorts allow. */
+static __always_inline bool kbp_loopback4(__be32 addr) {
+	return (addr & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000);
+}
+
+static __always_inline int kbp_lookup_service(__be32 daddr, __be16 dport, __u8 proto, int role,
+					      struct kbp_svc_val *sv) {
+	struct kbp_svc4_key key = {
+	    .addr = daddr, .port = dport, .proto = proto, .scope = KBP_SCOPE_ALL};
+	struct kbp_svc_val *found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
+
+	if (!found) {
+		if (!kbp_nodeport_candidate(dport))
+			return -1;
+		if (!(role == KBP_ROLE_HOST && kbp_loopback4(daddr)) &&
+		    !bpf_map_lookup_elem(&kbp_node4_v1, &daddr))
+			return -1;
+		key.addr = 0;
+		found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
+		if (!found)
+			return -1;
+	}
+	*sv = *found;
+	if (role != KBP_ROLE_EXT && (sv->flags & KBP_SVC_F_TWO_SCOPES)) {
+		key.scope = KBP_SCOPE_INTERNAL;
+		found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
+		if (found)
+			*sv = *found;
+	}
+	return 0;
+}
+
+#endif /* KBP_SERVICE_H */
