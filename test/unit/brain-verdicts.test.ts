@@ -52,7 +52,11 @@ describe('scope verdicts (kube-proxy: hasEndpoints, hasInternalEndpoints, hasExt
     const policies = { internalPolicyLocal: false, externalPolicyLocal: true };
     const v = scopeVerdicts(policies, both);
     expect(v.external).toEqual({ policy: 'Local', action: 'forward', endpoints: [local] });
-    expect(v.externalFromCluster).toEqual({ policy: 'Cluster', action: 'forward', endpoints: [local, remote] });
+    expect(v.externalFromCluster).toEqual({
+      policy: 'Cluster',
+      action: 'forward',
+      endpoints: [local, remote],
+    });
     const dropped = scopeVerdicts(policies, remoteOnly);
     expect(dropped.external.action).toBe('drop');
     expect(dropped.externalFromCluster).toMatchObject({ action: 'forward', endpoints: [remote] });

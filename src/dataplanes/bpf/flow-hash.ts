@@ -1,4 +1,4 @@
-// The datapath's flow hash (bpf/lb_common.h kbp_flow_hash4), for `trace` and tests: which Maglev
+// The datapath's flow hash (bpf/hash.h kbp_flow_hash4), for `trace` and tests: which Maglev
 // slot a client tuple lands in. Bob Jenkins' lookup3 jhash_3words as in the Linux kernel over
 // (saddr, sport << 16 | dport, proto); the destination address is left out so every address of
 // a service picks the same backend.

@@ -1,5 +1,5 @@
 // Reading the live pinned maps for `list` and `trace`: what each frontend holds and has counted,
-// the path a given packet would take through the datapath (bpf/lb_common.h kbp_lb4), step by
+// the path a given packet would take through the datapath (bpf/lb.h kbp_lb4), step by
 // step, and which program is attached where. Nothing here writes to the kernel.
 
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -360,7 +360,7 @@ export interface TraceMaps {
 const name = (b: BackendEntry | null, id: number) =>
   b ? joinHostPort(b.address, b.port) : `#${id} (missing)`;
 
-/** The datapath's decision for one packet, step by step (kbp_lb4 in bpf/lb_common.h). */
+/** The datapath's decision for one packet, step by step (kbp_lb4 in bpf/lb.h). */
 export function traceFlow(
   input: TraceInput,
   maps: TraceMaps,
