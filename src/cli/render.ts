@@ -8,6 +8,7 @@ import type { Endpoint, NodeEnv, ProxyDecisions, ScopeVerdict, ServicePortDecisi
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig, ProxyMode } from '../config/types.js';
+import { renderBpfText } from '../dataplanes/bpf/plan.js';
 import { renderIptablesText } from '../dataplanes/iptables/plan.js';
 import { renderIpvsText } from '../dataplanes/ipvs/plan.js';
 import { renderNftablesText } from '../dataplanes/nftables/plan.js';
@@ -36,7 +37,8 @@ type ModeRenderer = (
   family?: IPFamily,
 ) => string;
 
-const MODE_RENDERERS: Partial<Record<ProxyMode, ModeRenderer>> = {
+const MODE_RENDERERS: Record<ProxyMode, ModeRenderer> = {
+  bpf: (decisions, _env, config, family) => renderBpfText(decisions, config.bpf, family),
   iptables: (decisions, env, config, family) =>
     renderIptablesText(decisions, { ...env.iptables, tcpBeLiberal: config.conntrack.tcpBeLiberal }, family),
   // kube-proxy learns the service CIDRs from ServiceCIDR objects, which manifests do not carry yet.
@@ -210,10 +212,7 @@ export async function renderCommand(opts: RenderOptions, command: Command): Prom
   if (opts.output === 'json') {
     stdout = `${JSON.stringify(decisionsJson(decisions), null, 2)}\n`;
   } else if (explicitMode) {
-    const renderer = MODE_RENDERERS[explicitMode];
-    if (!renderer)
-      throw new Error(`render --proxy-mode ${explicitMode}: this mode's text output is not implemented yet`);
-    stdout = renderer(decisions, env, config, opts.ipFamily);
+    stdout = MODE_RENDERERS[explicitMode](decisions, env, config, opts.ipFamily);
   } else {
     stdout = decisionsText(decisions);
   }

@@ -3,6 +3,7 @@
 
 import type { SyncResult } from '../brain/dataplane.js';
 import type { FamilyDecisions } from '../brain/types.js';
+import type { IPFamily } from '../model/types.js';
 
 /** "namespace/name" of the Service a decision belongs to. */
 export function serviceKey(namespace: string, name: string): string {
@@ -29,4 +30,25 @@ export async function syncEachFamily(
   }
   if (failures.length > 0) throw new AggregateError(failures, failures.map((e) => e.message).join('; '));
   return { full };
+}
+
+/** One state per family, made on first use: each family is synced as a proxier of its own. */
+export class PerFamily<T> {
+  private readonly states = new Map<IPFamily, T>();
+
+  constructor(private readonly create: () => T) {}
+
+  /** The family's state; undefined before its first sync. */
+  peek(family: IPFamily): T | undefined {
+    return this.states.get(family);
+  }
+
+  get(family: IPFamily): T {
+    let state = this.states.get(family);
+    if (state === undefined) {
+      state = this.create();
+      this.states.set(family, state);
+    }
+    return state;
+  }
 }

@@ -107,6 +107,20 @@ describe('render', () => {
     expect(stdout).toContain('*nat\n:KUBE-SERVICES - [0:0]\n');
   });
 
+  it('prints the bpf frontends with their backend slots with --proxy-mode bpf (eTP=Local: two scopes)', async () => {
+    const { stdout } = await cli(['render', ...EXAMPLES, '--proxy-mode', 'bpf', '--ip-family', 'IPv4']);
+    expect(stdout).toMatch(
+      /^TCP\/10\.96\.0\.10:80 {2}ClusterIP {2}demo\/web:http {2}svc \d+ {2}forward {2}random\n {2}slot 0 {2}backend \d+ {2}10\.244\.1\.10:8080 {2}\(local\)$/m,
+    );
+    // eTP=Local: external traffic reaches the local endpoints, pods reach all of them.
+    expect(stdout).toMatch(
+      /^TCP\/\*:30081 {2}NodePort {2}demo\/web-local:http {2}svc \d+ {2}forward {2}random {2}\[local-only two-scopes\]$/m,
+    );
+    expect(stdout).toMatch(
+      /^TCP\/\*:30081 \(pods\) {2}NodePort {2}demo\/web-local:http {2}svc \d+ {2}forward/m,
+    );
+  });
+
   it('refuses an invalid configuration with every problem and its path', async () => {
     await expect(cli(['render', ...EXAMPLES, '--iptables-masquerade-bit', '40'])).rejects.toThrow(
       /iptables\.masqueradeBit/,

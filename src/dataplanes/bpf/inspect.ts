@@ -68,7 +68,7 @@ import {
   u32Codec,
 } from './layout.js';
 import { type MapName, mapPinPath, PIN_LAYOUT_VERSION } from './object.js';
-import { ANY_ADDRESS, type FrontendKey } from './plan.js';
+import { ANY_ADDRESS, type FrontendKey, frontendLabel } from './plan.js';
 import type { BackendEntry, FrontendValue } from './store.js';
 
 export interface PinnedMaps {
@@ -239,11 +239,6 @@ export interface FrontendView {
   gen: number;
   stats: Counters;
   backends: BackendView[];
-}
-
-export function frontendLabel(key: FrontendKey): string {
-  const host = key.address === ANY_ADDRESS[key.family] ? '*' : key.address;
-  return `${key.protocol}/${joinHostPort(host, key.port)}${key.scope === 'internal' ? ' (pods)' : ''}`;
 }
 
 function flagsOf(v: FrontendValue): string[] {

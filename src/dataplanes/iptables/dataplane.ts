@@ -10,7 +10,7 @@ import { type CommandRunner, runCommand } from '../../host/command.js';
 import type { IPFamily } from '../../model/types.js';
 import { PartialSyncState } from '../partial-sync.js';
 import type { NfacctPackets } from '../stats.js';
-import { syncEachFamily } from '../types.js';
+import { PerFamily, syncEachFamily } from '../types.js';
 import {
   detectIptablesBackend,
   type IptablesBackend,
@@ -85,7 +85,17 @@ export class IptablesRestoreError extends Error {
 
 export class IptablesDataplane implements Dataplane {
   readonly mode = 'iptables' as const;
-  private readonly families = new Map<IPFamily, FamilyState>();
+  private readonly families = new PerFamily<FamilyState>(() => ({
+    partial: new PartialSyncState(),
+    lastStaleScan: 0,
+    stats: {
+      restoreFailures: 0,
+      partialRestoreFailures: 0,
+      rulesTotal: { filter: 0, nat: 0 },
+      rulesLast: { filter: 0, nat: 0 },
+      noLocalEndpoints: { internal: 0, external: 0 },
+    },
+  }));
   private readonly renderOptions: IptablesRenderOptions;
   private routeLocalnetSet = false;
 
@@ -98,7 +108,7 @@ export class IptablesDataplane implements Dataplane {
   }
 
   stats(family: IPFamily): IptablesFamilyStats | undefined {
-    return this.families.get(family)?.stats;
+    return this.families.peek(family)?.stats;
   }
 
   /** Packets counted by kube-proxy's nfacct counters; none where the host has no nfacct match. */
@@ -119,28 +129,9 @@ export class IptablesDataplane implements Dataplane {
     // Rules stay in the kernel after the agent stops, as kube-proxy's do; `cleanup` removes them.
   }
 
-  private state(family: IPFamily): FamilyState {
-    let state = this.families.get(family);
-    if (!state) {
-      state = {
-        partial: new PartialSyncState(),
-        lastStaleScan: 0,
-        stats: {
-          restoreFailures: 0,
-          partialRestoreFailures: 0,
-          rulesTotal: { filter: 0, nat: 0 },
-          rulesLast: { filter: 0, nat: 0 },
-          noLocalEndpoints: { internal: 0, external: 0 },
-        },
-      };
-      this.families.set(family, state);
-    }
-    return state;
-  }
-
   private async syncFamily(decisions: FamilyDecisions, changes: ChangeSet): Promise<boolean> {
     const { exec, now } = this.options;
-    const state = this.state(decisions.family);
+    const state = this.families.get(decisions.family);
     const startedAt = now();
     let full = state.partial.isFull(changes);
 

@@ -11,7 +11,7 @@ import type { FamilyDecisions, ProxyDecisions } from '../../brain/types.js';
 import { type CommandRunner, runCommand } from '../../host/command.js';
 import type { IPFamily } from '../../model/types.js';
 import { PartialSyncState } from '../partial-sync.js';
-import { syncEachFamily } from '../types.js';
+import { PerFamily, syncEachFamily } from '../types.js';
 import { isAffinitySetName, isServiceChainName, nftFamily, TABLE } from './names.js';
 import {
   activeObjects,
@@ -75,7 +75,20 @@ const blockText = (block: NftServicePortBlock) => block.lines.join('\n');
 
 export class NftablesDataplane implements Dataplane {
   readonly mode = 'nftables' as const;
-  private readonly families = new Map<IPFamily, FamilyState>();
+  private readonly families = new PerFamily<FamilyState>(() => ({
+    initialized: false,
+    partial: new PartialSyncState(),
+    appliedElements: new Map(),
+    chains: new Set(),
+    affinitySets: new Set(),
+    staleChains: new Map(),
+    stats: {
+      nftablesSyncFailures: 0,
+      nftablesCleanupFailures: 0,
+      noLocalEndpoints: { internal: 0, external: 0 },
+      lastWritten: { blocks: 0, elements: 0 },
+    },
+  }));
   private readonly exec: CommandRunner;
   private readonly now: () => number;
   private readonly renderOptions: NftRenderOptions;
@@ -87,12 +100,12 @@ export class NftablesDataplane implements Dataplane {
   }
 
   stats(family: IPFamily): NftablesFamilyStats | undefined {
-    return this.families.get(family)?.stats;
+    return this.families.peek(family)?.stats;
   }
 
   /** Flushed chains still waiting for their deletion. */
   pendingStaleChains(family: IPFamily): string[] {
-    return [...(this.families.get(family)?.staleChains.keys() ?? [])];
+    return [...(this.families.peek(family)?.staleChains.keys() ?? [])];
   }
 
   async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
@@ -103,30 +116,8 @@ export class NftablesDataplane implements Dataplane {
     // The ruleset stays in the kernel after the agent stops, as kube-proxy's does; `cleanup` removes it.
   }
 
-  private state(family: IPFamily): FamilyState {
-    let state = this.families.get(family);
-    if (!state) {
-      state = {
-        initialized: false,
-        partial: new PartialSyncState(),
-        appliedElements: new Map(),
-        chains: new Set(),
-        affinitySets: new Set(),
-        staleChains: new Map(),
-        stats: {
-          nftablesSyncFailures: 0,
-          nftablesCleanupFailures: 0,
-          noLocalEndpoints: { internal: 0, external: 0 },
-          lastWritten: { blocks: 0, elements: 0 },
-        },
-      };
-      this.families.set(family, state);
-    }
-    return state;
-  }
-
   private async syncFamily(decisions: FamilyDecisions, changes: ChangeSet): Promise<boolean> {
-    const state = this.state(decisions.family);
+    const state = this.families.get(decisions.family);
     const startedAt = this.now();
     await this.deleteStaleChains(decisions.family, state, startedAt);
     const full = state.partial.isFull(changes);
