@@ -8,6 +8,7 @@ import https from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { RequestRateLimiter } from './flow-control.js';
+import { PROTOBUF_CONTENT_TYPE } from './protobuf.js';
 
 const USER_AGENT = 'kube-bpf-proxy';
 /** Same probe interval client-node uses for its watch sockets: a dead peer is noticed without traffic. */
@@ -30,11 +31,24 @@ export class ApiError extends Error {
   }
 }
 
+/** What a GET asks for: protobuf with JSON as the fallback (a server may not offer protobuf), or JSON. */
+export function acceptHeader(contentType: string): string {
+  return contentType === PROTOBUF_CONTENT_TYPE
+    ? `${PROTOBUF_CONTENT_TYPE}, application/json`
+    : 'application/json';
+}
+
 export class ApiTransport {
+  private readonly accept: string;
+
   constructor(
     private readonly kubeConfig: KubeConfig,
     private readonly limiter: RequestRateLimiter,
-  ) {}
+    /** clientConnection.contentType: application/vnd.kubernetes.protobuf (kube-proxy's default) or application/json. */
+    contentType: string,
+  ) {
+    this.accept = acceptHeader(contentType);
+  }
 
   get server(): string {
     return this.kubeConfig.getCurrentCluster()?.server ?? '';
@@ -64,7 +78,7 @@ export class ApiTransport {
       method: 'GET',
       agent,
       auth: auth.auth,
-      headers: { ...auth.headers, Accept: 'application/json', 'User-Agent': USER_AGENT },
+      headers: { ...auth.headers, Accept: this.accept, 'User-Agent': USER_AGENT },
       signal,
     });
     return new Promise((resolve, reject) => {
@@ -83,24 +97,31 @@ export class ApiTransport {
           return;
         }
         const statusCode = response.statusCode ?? 0;
-        readBody(response).then((body) => reject(new ApiError(statusCode, parseStatus(body))), reject);
+        readBody(response).then(
+          (body) => reject(new ApiError(statusCode, parseStatus(body.toString('utf8')))),
+          reject,
+        );
       });
       request.end();
     });
   }
 
-  async getJson(path: string, query: Record<string, string>, signal: AbortSignal): Promise<unknown> {
+  /** A whole response body with the content type the server chose. */
+  async get(
+    path: string,
+    query: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<{ contentType: string; body: Buffer }> {
     const response = await this.open(path, query, signal);
-    return JSON.parse(await readBody(response));
+    return { contentType: response.headers['content-type'] ?? '', body: await readBody(response) };
   }
 }
 
-function readBody(response: http.IncomingMessage): Promise<string> {
+function readBody(response: http.IncomingMessage): Promise<Buffer> {
   return new Promise((resolve, reject) => {
-    const chunks: string[] = [];
-    response.setEncoding('utf8');
-    response.on('data', (chunk: string) => chunks.push(chunk));
-    response.on('end', () => resolve(chunks.join('')));
+    const chunks: Buffer[] = [];
+    response.on('data', (chunk: Buffer) => chunks.push(chunk));
+    response.on('end', () => resolve(Buffer.concat(chunks)));
     response.on('error', reject);
   });
 }

@@ -103,10 +103,8 @@ export class KubeSource implements Source {
     this.transport = new ApiTransport(
       loadKubeConfig(kubeconfig, options.master),
       new RequestRateLimiter(qps, burst),
+      contentType,
     );
-    if (contentType.includes('protobuf')) {
-      this.log.info({ contentType }, 'protobuf is not implemented; the source asks the API server for JSON');
-    }
   }
 
   async start(onEvent: (events: SourceEvent[]) => void): Promise<void> {

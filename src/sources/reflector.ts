@@ -9,6 +9,7 @@ import type { Logger } from 'pino';
 import type { SourceEvent, WatchedKind } from '../model/events.js';
 import { ApiError, type ApiStatus, type ApiTransport } from './api-transport.js';
 import { type BackoffPolicy, backoffDelayMs } from './flow-control.js';
+import { decodeList, decodeWatchEvent, isProtobuf, WatchFrameReader } from './protobuf.js';
 
 export interface WatchedResource {
   kind: WatchedKind;
@@ -90,8 +91,9 @@ export class Reflector {
   }
 
   private async relist(signal: AbortSignal): Promise<void> {
+    const { contentType, body } = await this.transport.get(this.resource.path, this.selectors(), signal);
     const { items, resourceVersion } = readList(
-      await this.transport.getJson(this.resource.path, this.selectors(), signal),
+      isProtobuf(contentType) ? decodeList(this.resource.kind, body) : JSON.parse(body.toString('utf8')),
     );
     const diff = diffRelist(this.known, items);
     this.known = diff.next;
@@ -101,7 +103,13 @@ export class Reflector {
       ...diff.upserts.map((object) => this.event('upsert', object)),
     ]);
     this.log.info(
-      { objects: items.length, upserts: diff.upserts.length, deletes: diff.deletes.length, resourceVersion },
+      {
+        objects: items.length,
+        upserts: diff.upserts.length,
+        deletes: diff.deletes.length,
+        resourceVersion,
+        contentType,
+      },
       'listed',
     );
   }
@@ -137,21 +145,22 @@ export class Reflector {
     }
   }
 
-  /** Reads newline-delimited watch events until the stream closes; each chunk's events are delivered together. */
+  /**
+   * Reads watch events until the stream closes: newline-delimited JSON, or length-delimited protobuf
+   * frames. Each chunk's events are delivered together.
+   */
   private consume(response: http.IncomingMessage): Promise<{ outcome: WatchOutcome; received: boolean }> {
+    const decode = isProtobuf(response.headers['content-type'])
+      ? protobufEvents(this.resource.kind)
+      : jsonEvents();
     return new Promise((resolve) => {
-      let partialLine = '';
       let received = false;
       let outcome: WatchOutcome = 'healthy';
-      response.setEncoding('utf8');
-      response.on('data', (chunk: string) => {
-        const lines = (partialLine + chunk).split('\n');
-        partialLine = lines.pop() ?? '';
+      response.on('data', (chunk: Buffer) => {
         const events: SourceEvent[] = [];
-        for (const line of lines) {
-          if (line.trim() === '') continue;
+        for (const event of decode(chunk)) {
           received = true;
-          outcome = this.apply(line, events);
+          outcome = this.apply(event, events);
           if (outcome !== 'healthy') break;
         }
         this.deliver(events);
@@ -164,13 +173,13 @@ export class Reflector {
   }
 
   /** Applies one watch event to the known state, appending what consumers must hear to `events`. */
-  private apply(line: string, events: SourceEvent[]): WatchOutcome {
-    const event = parseWatchLine(line);
-    if (!event) {
+  private apply(decoded: DecodedWatchEvent, events: SourceEvent[]): WatchOutcome {
+    if ('undecodable' in decoded) {
       // Skipping it could lose an update for good; re-watching from the last good resourceVersion replays it.
-      this.log.warn({ line: line.slice(0, 200) }, 'undecodable watch event; re-watching');
+      this.log.warn({ event: decoded.undecodable }, 'undecodable watch event; re-watching');
       return 'failed';
     }
+    const event = decoded;
     const { key, resourceVersion } = identityOf(event.object);
     switch (event.type) {
       case 'ADDED':
@@ -278,6 +287,42 @@ export function parseWatchLine(line: string): { type: string; object: unknown } 
   } catch {
     return null;
   }
+}
+
+/** A watch event, or what could not be decoded (its start, for the log). */
+type DecodedWatchEvent = { type: string; object: unknown } | { undecodable: string };
+
+/** Newline-delimited JSON events; a line split over chunks waits for its end. */
+function jsonEvents(): (chunk: Buffer) => DecodedWatchEvent[] {
+  let partialLine = '';
+  const decoder = new TextDecoder();
+  return (chunk) => {
+    const lines = (partialLine + decoder.decode(chunk, { stream: true })).split('\n');
+    partialLine = lines.pop() ?? '';
+    return lines
+      .filter((line) => line.trim() !== '')
+      .map((line) => parseWatchLine(line) ?? { undecodable: line.slice(0, 200) });
+  };
+}
+
+/** Length-delimited protobuf WatchEvents; a frame split over chunks waits for its end. */
+function protobufEvents(kind: WatchedResource['kind']): (chunk: Buffer) => DecodedWatchEvent[] {
+  const reader = new WatchFrameReader();
+  return (chunk) => {
+    let frames: Buffer[];
+    try {
+      frames = reader.push(chunk);
+    } catch (error) {
+      return [{ undecodable: (error as Error).message }];
+    }
+    return frames.map((frame) => {
+      try {
+        return decodeWatchEvent(kind, frame);
+      } catch (error) {
+        return { undecodable: `protobuf frame of ${frame.length} bytes: ${(error as Error).message}` };
+      }
+    });
+  };
 }
 
 function readList(body: unknown): { items: unknown[]; resourceVersion: string } {

@@ -123,8 +123,12 @@ describe('kube source against a fake API server', () => {
     }
     const [nodeList] = requestsFor(server, '/api/v1/nodes', false);
     expect(nodeList?.query.get('fieldSelector')).toBe(`metadata.name=${NODE}`);
-    // JSON is asked for even when the configuration names protobuf.
-    expect(server.requests.every((request) => request.headers.accept === 'application/json')).toBe(true);
+    // Protobuf is asked for, as the configuration says, with JSON as the fallback this server takes.
+    expect(
+      server.requests.every(
+        (request) => request.headers.accept === 'application/vnd.kubernetes.protobuf, application/json',
+      ),
+    ).toBe(true);
 
     await vi.waitFor(() => expect(server.watchCount).toBe(3), WAIT);
     for (const watch of server.requests.filter((request) => request.query.get('watch') === 'true')) {
