@@ -83,7 +83,7 @@ function clusterState(services: number, generation: number): ClusterState {
       })),
     });
   }
-  return { services: serviceMap, endpointSlices: sliceMap, node: null };
+  return { services: serviceMap, endpointSlices: sliceMap, node: null, serviceCIDRs: new Map() };
 }
 
 const env: NodeEnv = {

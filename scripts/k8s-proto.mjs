@@ -2,7 +2,7 @@
 // watches, taken from the generated.proto files of the k8s.io/api and k8s.io/apimachinery Go
 // modules (fetched through the Go module proxy with `go mod download`), pruned to the messages
 // reachable from the lists, the watch event, the envelope and Status. Run by `npm run build`;
-// skipped when the file is there for this version.
+// skipped when the file is there for this version and these roots.
 
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
@@ -16,6 +16,7 @@ const ROOTS = [
   'k8s.io.api.core.v1.ServiceList',
   'k8s.io.api.core.v1.NodeList',
   'k8s.io.api.discovery.v1.EndpointSliceList',
+  'k8s.io.api.networking.v1.ServiceCIDRList',
   'k8s.io.apimachinery.pkg.runtime.Unknown',
   'k8s.io.apimachinery.pkg.apis.meta.v1.WatchEvent',
   'k8s.io.apimachinery.pkg.apis.meta.v1.Status',
@@ -23,12 +24,16 @@ const ROOTS = [
 const FILES = [
   'k8s.io/api/core/v1/generated.proto',
   'k8s.io/api/discovery/v1/generated.proto',
+  'k8s.io/api/networking/v1/generated.proto',
   'k8s.io/apimachinery/pkg/runtime/generated.proto',
   'k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto',
 ];
 
 const out = join(dirname(fileURLToPath(import.meta.url)), '..', 'src', 'sources', 'k8s-proto.json');
-if (existsSync(out) && JSON.parse(readFileSync(out, 'utf8')).apiVersion === API_VERSION) process.exit(0);
+// A file from an older checkout (another version, or fewer roots) is written again.
+const fresh = (known) =>
+  known.apiVersion === API_VERSION && JSON.stringify(known.roots) === JSON.stringify(ROOTS);
+if (existsSync(out) && fresh(JSON.parse(readFileSync(out, 'utf8')))) process.exit(0);
 
 const goBin = ['go', '/usr/local/go/bin/go'].find((bin) => {
   try {
@@ -88,6 +93,6 @@ function prune(json, prefix) {
   return { nested };
 }
 
-const schema = { apiVersion: API_VERSION, root: prune(root.toJSON(), '') };
+const schema = { apiVersion: API_VERSION, roots: ROOTS, root: prune(root.toJSON(), '') };
 writeFileSync(out, `${JSON.stringify(schema)}\n`);
 process.stdout.write(`k8s-proto: ${keep.size} messages from k8s.io/api ${API_VERSION} → ${out}\n`);

@@ -9,6 +9,7 @@ import {
   type IPFamily,
   type Service,
 } from '../model/types.js';
+import { formatCIDR, parseCIDR } from '../net/ip.js';
 import { categorizeEndpoints, mergeSlices, portKey, type TopologyContext } from './endpoints.js';
 import { localDetectorFor, masqueradeMark, primaryNodeIP, resolveNodePortAddresses } from './node.js';
 import { servicePortsForFamily, skipReason } from './service-ports.js';
@@ -93,7 +94,25 @@ function compareServicePorts(a: ServicePortDecision, b: ServicePortDecision): nu
   return a.protocol < b.protocol ? -1 : a.protocol > b.protocol ? 1 : 0;
 }
 
-/** A family's decisions around its (sorted) service ports: the node-wide facts. */
+/**
+ * The ServiceCIDRs' CIDRs of one family, canonical, sorted and without duplicates: the union of
+ * every object's spec.cidrs, as kube-proxy's ServiceCIDRConfig keeps it.
+ */
+export function serviceCIDRsOfFamily(state: ClusterState, family: IPFamily): string[] {
+  const cidrs = new Set<string>();
+  for (const object of state.serviceCIDRs.values()) {
+    for (const text of object.cidrs) {
+      const cidr = parseCIDR(text);
+      if (cidr?.family === family) cidrs.add(formatCIDR(cidr));
+    }
+  }
+  return [...cidrs].sort();
+}
+
+/**
+ * A family's decisions around its (sorted) service ports: the node-wide facts, computed from the
+ * state on every call (the Decider keeps none of them).
+ */
 function familyDecisions(
   state: ClusterState,
   env: NodeEnv,
@@ -124,6 +143,7 @@ function familyDecisions(
     masqueradeMark: masqueradeMark(config.masqueradeBit),
     masqueradeAll: config.masqueradeAll,
     localhostNodePorts,
+    serviceCIDRs: serviceCIDRsOfFamily(state, family),
   };
 }
 
@@ -193,7 +213,9 @@ export function decide(
  * decide() for a sync loop: each Service's port decisions are kept and only those of the Services
  * a change names are computed again, so a change costs in proportion to the change. A full sync
  * (`full`) computes everything, as does any change of what every Service's decisions depend on
- * (the node's name and zone, the feature gates, the families). Same output as decide().
+ * (the node's name and zone, the feature gates, the families). Node-wide facts such as the
+ * ServiceCIDRs are not kept: familyDecisions computes them from the state on every call. Same
+ * output as decide().
  */
 export class Decider {
   /** family → its service ports, sorted, as last decided. */

@@ -1,7 +1,8 @@
 // One sync, as kube-proxy's syncProxyRules frames it: take the pending changes, compute the
 // decisions, hand them to the data plane with what changed, and report the outcome. Full syncs
-// happen first, after any failure, after node label changes and every fullSyncPeriod; the others
-// are partial. A failed sync puts its changes back and asks the runner for a retry.
+// happen first, after any failure, after node label changes, after ServiceCIDR changes (kube-proxy
+// only picks those up at its next full sync) and every fullSyncPeriod; the others are partial. A
+// failed sync puts its changes back and asks the runner for a retry.
 
 import type { ChangeTracker, PendingChanges } from '../model/tracker.js';
 import type { ConntrackReconcileReport, Dataplane } from './dataplane.js';
@@ -66,7 +67,10 @@ export class SyncLoop {
     const changes = tracker.takePending();
     const started = this.now();
     const full =
-      this.needFullSync || changes.nodeChanged || started - this.lastFullSyncAt >= FULL_SYNC_PERIOD_MS;
+      this.needFullSync ||
+      changes.nodeChanged ||
+      changes.serviceCIDRsChanged ||
+      started - this.lastFullSyncAt >= FULL_SYNC_PERIOD_MS;
     try {
       const env = await this.opts.nodeEnv();
       const decisions = this.decider.decide(

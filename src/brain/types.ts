@@ -127,6 +127,12 @@ export interface FamilyDecisions {
   masqueradeAll: boolean;
   /** IPv4 only: NodePorts answer on 127.0.0.0/8 (route_localnet). */
   localhostNodePorts: boolean;
+  /**
+   * The ServiceCIDRs' CIDRs of this family (networking.k8s.io/v1 ServiceCIDR spec.cidrs, the union
+   * over every object), canonical, sorted, without duplicates. The nftables mode drops traffic to
+   * an address inside them that is no ClusterIP; [] when none are known.
+   */
+  serviceCIDRs: string[];
 }
 
 /** An object left out of the decisions, located for a `file#doc Kind ns/name: reason` line. */

@@ -41,8 +41,7 @@ const MODE_RENDERERS: Record<ProxyMode, ModeRenderer> = {
   bpf: (decisions, _env, config, family) => renderBpfText(decisions, config.bpf, family),
   iptables: (decisions, env, config, family) =>
     renderIptablesText(decisions, { ...env.iptables, tcpBeLiberal: config.conntrack.tcpBeLiberal }, family),
-  // kube-proxy learns the service CIDRs from ServiceCIDR objects, which manifests do not carry yet.
-  nftables: (decisions, _env, _config, family) => renderNftablesText(decisions, { serviceCIDRs: [] }, family),
+  nftables: (decisions, _env, _config, family) => renderNftablesText(decisions, family),
   ipvs: (decisions, env, config, family) =>
     renderIpvsText(
       decisions,
@@ -72,6 +71,7 @@ export function decisionsJson(decisions: ProxyDecisions): unknown {
       masqueradeMark: family.masqueradeMark,
       masqueradeAll: family.masqueradeAll,
       localhostNodePorts: family.localhostNodePorts,
+      serviceCIDRs: family.serviceCIDRs,
       servicePorts: family.servicePorts.map((sp) => ({
         servicePortName: sp.servicePortName,
         namespace: sp.namespace,
@@ -147,8 +147,10 @@ function describeServicePort(sp: ServicePortDecision): string {
 export function decisionsText(decisions: ProxyDecisions): string {
   const lines = [`node ${decisions.nodeName}`];
   for (const family of decisions.families) {
+    const serviceCIDRs =
+      family.serviceCIDRs.length > 0 ? `, ServiceCIDRs ${family.serviceCIDRs.join(',')}` : '';
     lines.push(
-      `${family.family} (node IP ${family.nodeIP || 'none'}, ${family.servicePorts.length} service ports)`,
+      `${family.family} (node IP ${family.nodeIP || 'none'}, ${family.servicePorts.length} service ports${serviceCIDRs})`,
     );
     for (const sp of family.servicePorts) lines.push(describeServicePort(sp));
   }
@@ -223,11 +225,11 @@ export function registerRenderCommand(program: Command): void {
   const command = program
     .command('render')
     .description(
-      'Show, offline, what kube-bpf-proxy would program for Services, EndpointSlices and Nodes in manifest files',
+      'Show, offline, what kube-bpf-proxy would program for Services, EndpointSlices, Nodes and ServiceCIDRs in manifest files',
     )
     .requiredOption(
       '--manifests <path...>',
-      'YAML/JSON files or directories holding Services, EndpointSlices and Nodes',
+      'YAML/JSON files or directories holding Services, EndpointSlices, Nodes and ServiceCIDRs',
     )
     .option(
       '--node-env <file>',

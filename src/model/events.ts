@@ -2,7 +2,7 @@
 // objects as the API serialises them, not yet validated. parse.ts validates them, so a malformed
 // object is skipped and counted in one place whatever its source.
 
-export type WatchedKind = 'Service' | 'EndpointSlice' | 'Node';
+export type WatchedKind = 'Service' | 'EndpointSlice' | 'Node' | 'ServiceCIDR';
 
 export interface SourceEvent {
   type: 'upsert' | 'delete';

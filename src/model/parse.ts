@@ -16,6 +16,7 @@ import {
   type ObjectMeta,
   SERVICE_NAME_LABEL,
   type Service,
+  type ServiceCIDR,
   type ServicePort,
   type SliceEndpoint,
 } from './types.js';
@@ -43,6 +44,7 @@ export const API_LIMITS = {
   hintsPerEndpoint: 8,
   clusterIPs: 2,
   podCIDRs: 2,
+  serviceCIDRs: 2,
   annotationsTotalBytes: 256 * 1024,
   /** No IP, CIDR or DNS name is longer; bounds every address-like string without parsing it. */
   addressLength: 253,
@@ -626,13 +628,55 @@ export function parseNode(raw: unknown): ParseResult<Node> {
   return validate(nodeSchema, raw, () => [], toNode);
 }
 
+// ---- ServiceCIDR --------------------------------------------------------------------------------
+
+const serviceCIDRSchema = object({
+  kind: kindIs('ServiceCIDR'),
+  metadata: metadata(dns1123Subdomain()),
+  spec: optional(object({ cidrs: optional(list(address(), API_LIMITS.serviceCIDRs)) })),
+});
+
+type RawServiceCIDR = z.infer<typeof serviceCIDRSchema>;
+
+/** The API server's rules: one or two CIDRs, and two only of different families. */
+function serviceCIDRIssues(raw: RawServiceCIDR): Issue[] {
+  const cidrs = raw.spec?.cidrs ?? [];
+  if (cidrs.length === 0) return [{ path: ['spec', 'cidrs'], message: 'must hold at least one CIDR' }];
+  const [first, second] = cidrs.map((cidr) => parseCIDR(cidr)?.family);
+  if (first !== undefined && first === second) {
+    return [
+      {
+        path: ['spec', 'cidrs', 1],
+        message: 'must be of the other IP family than spec.cidrs[0] (at most one CIDR per family)',
+        input: cidrs[1],
+      },
+    ];
+  }
+  return [];
+}
+
+function toServiceCIDR(raw: RawServiceCIDR): Built<ServiceCIDR> {
+  // kube-proxy would hand a CIDR that does not parse to nft, which fails the whole transaction; the
+  // API server never stores one. It is left out here and the object's other CIDR is used.
+  const cidrs = keepUsable(raw.spec?.cidrs ?? [], ['spec', 'cidrs'], (text) =>
+    parseCIDR(text) ? null : { path: [], message: 'must be a CIDR', input: text },
+  );
+  return { value: { meta: toMeta(raw.metadata, ''), cidrs: cidrs.kept }, leftOut: cidrs.leftOut };
+}
+
+export function parseServiceCIDR(raw: unknown): ParseResult<ServiceCIDR> {
+  return validate(serviceCIDRSchema, raw, serviceCIDRIssues, toServiceCIDR);
+}
+
 // ---- by kind ------------------------------------------------------------------------------------
 
 export type ModelOf<K extends WatchedKind> = K extends 'Service'
   ? Service
   : K extends 'EndpointSlice'
     ? EndpointSlice
-    : Node;
+    : K extends 'ServiceCIDR'
+      ? ServiceCIDR
+      : Node;
 
 export function parseObject<K extends WatchedKind>(kind: K, raw: unknown): ParseResult<ModelOf<K>> {
   switch (kind) {
@@ -640,6 +684,8 @@ export function parseObject<K extends WatchedKind>(kind: K, raw: unknown): Parse
       return parseService(raw) as ParseResult<ModelOf<K>>;
     case 'EndpointSlice':
       return parseEndpointSlice(raw) as ParseResult<ModelOf<K>>;
+    case 'ServiceCIDR':
+      return parseServiceCIDR(raw) as ParseResult<ModelOf<K>>;
     default:
       return parseNode(raw) as ParseResult<ModelOf<K>>;
   }
@@ -648,7 +694,8 @@ export function parseObject<K extends WatchedKind>(kind: K, raw: unknown): Parse
 export type ParsedObject =
   | { kind: 'Service'; value: Service }
   | { kind: 'EndpointSlice'; value: EndpointSlice }
-  | { kind: 'Node'; value: Node };
+  | { kind: 'Node'; value: Node }
+  | { kind: 'ServiceCIDR'; value: ServiceCIDR };
 
 /** No valid name is longer (DNS subdomain); only longer, invalid ones are shortened in reports. */
 const MAX_NAME_LENGTH = 253;

@@ -1,7 +1,8 @@
 // Change tracking (kube-proxy's ServiceChangeTracker / EndpointsChangeTracker in one): applies
 // source events to the cluster state, remembers which Services changed since the last sync
 // (partial syncs rewrite only those), counts pending changes for the metrics, and keeps the
-// EndpointSlice trigger times that network-programming latency is measured from.
+// EndpointSlice trigger times that network-programming latency is measured from. ServiceCIDRs are
+// node-wide context (cluster-ips-check): a change of their CIDRs asks for a full sync.
 // A malformed object is skipped and reported; the last good version of it is kept. Entries left
 // out of a valid object are reported too, for as long as that version is current.
 
@@ -12,6 +13,7 @@ import {
   type EndpointSlice,
   type Node,
   type Service,
+  type ServiceCIDR,
   TRIGGER_TIME_ANNOTATION,
 } from './types.js';
 
@@ -20,6 +22,8 @@ export interface PendingChanges {
   changedServices: Set<string>;
   /** Node labels or podCIDRs changed (kube-proxy then resyncs fully). */
   nodeChanged: boolean;
+  /** The union of the ServiceCIDRs' CIDRs changed (a full sync rewrites cluster-ips-check). */
+  serviceCIDRsChanged: boolean;
   serviceChanges: number;
   endpointChanges: number;
   /** Earliest last-change-trigger-time (ms since epoch) per changed Service, when its slices carried one. */
@@ -30,6 +34,7 @@ function emptyChanges(): PendingChanges {
   return {
     changedServices: new Set(),
     nodeChanged: false,
+    serviceCIDRsChanged: false,
     serviceChanges: 0,
     endpointChanges: 0,
     triggerTimes: new Map(),
@@ -59,6 +64,7 @@ export class ChangeTracker {
   private readonly services = new Map<string, Service>();
   private readonly endpointSlices = new Map<string, EndpointSlice>();
   private node: Node | null = null;
+  private readonly serviceCIDRs = new Map<string, ServiceCIDR>();
   /** Current problems keyed by kind and object key; cleared when a clean version arrives or it is deleted. */
   private readonly problems = new Map<string, ObjectProblem>();
   private pending = emptyChanges();
@@ -110,6 +116,13 @@ export class ChangeTracker {
         if (nodeFactsDiffer(this.node, object.value)) this.pending.nodeChanged = true;
         this.node = object.value;
         break;
+      case 'ServiceCIDR': {
+        const previous = this.serviceCIDRs.get(key);
+        this.serviceCIDRs.set(key, object.value);
+        if (!previous || !sameStrings(previous.cidrs, object.value.cidrs))
+          this.pending.serviceCIDRsChanged = true;
+        break;
+      }
     }
     return raised;
   }
@@ -123,6 +136,8 @@ export class ChangeTracker {
         this.endpointSlices.delete(key);
         this.noteSliceChange(previous, undefined);
       }
+    } else if (kind === 'ServiceCIDR') {
+      if (this.serviceCIDRs.delete(key)) this.pending.serviceCIDRsChanged = true;
     } else if (this.node?.meta.name === key) {
       this.node = null;
       this.pending.nodeChanged = true;
@@ -159,6 +174,7 @@ export class ChangeTracker {
       services: new Map(this.services),
       endpointSlices: new Map(this.endpointSlices),
       node: this.node,
+      serviceCIDRs: new Map(this.serviceCIDRs),
     };
   }
 
@@ -187,6 +203,7 @@ export class ChangeTracker {
   restorePending(changes: PendingChanges): void {
     for (const key of changes.changedServices) this.pending.changedServices.add(key);
     this.pending.nodeChanged ||= changes.nodeChanged;
+    this.pending.serviceCIDRsChanged ||= changes.serviceCIDRsChanged;
     this.pending.serviceChanges += changes.serviceChanges;
     this.pending.endpointChanges += changes.endpointChanges;
     for (const [key, time] of changes.triggerTimes) {

@@ -98,11 +98,20 @@ export interface Node {
   deletionTimestamp: string | null;
 }
 
-/** Everything the brain reads from the API, keyed by "namespace/name" (nodes by name). */
+/** A networking.k8s.io/v1 ServiceCIDR: a range the API server allocates ClusterIPs from. */
+export interface ServiceCIDR {
+  meta: ObjectMeta;
+  /** spec.cidrs that parse (at most one per family), as written. */
+  cidrs: string[];
+}
+
+/** Everything the brain reads from the API, keyed by "namespace/name" (cluster-scoped objects by name). */
 export interface ClusterState {
   services: ReadonlyMap<string, Service>;
   endpointSlices: ReadonlyMap<string, EndpointSlice>;
   node: Node | null;
+  /** Every ServiceCIDR object, by name. */
+  serviceCIDRs: ReadonlyMap<string, ServiceCIDR>;
 }
 
 export const SERVICE_PROXY_NAME_LABEL = 'service.kubernetes.io/service-proxy-name';

@@ -1,6 +1,7 @@
-// The standalone source: Services, EndpointSlices and Nodes from YAML or JSON files instead of the API
-// server (demo, offline `render`, tests). It emulates kube-proxy's informers: the same label selector,
-// only this node's Node, namespace "default" when a manifest names none (as kubectl apply does).
+// The standalone source: Services, EndpointSlices, Nodes and ServiceCIDRs from YAML or JSON files
+// instead of the API server (demo, offline `render`, tests). It emulates kube-proxy's informers: the
+// same label selector, only this node's Node, every ServiceCIDR, namespace "default" when a manifest
+// names none (as kubectl apply does).
 // Objects are delivered raw; model/parse.ts validates them like objects from the API.
 
 import { type FSWatcher, readdirSync, readFileSync, realpathSync, statSync, watch } from 'node:fs';
@@ -33,6 +34,7 @@ const SUPPORTED: Record<WatchedKind, string> = {
   Service: 'v1',
   EndpointSlice: 'discovery.k8s.io/v1',
   Node: 'v1',
+  ServiceCIDR: 'networking.k8s.io/v1',
 };
 /** List kinds and the kind their items have when they do not say (typed lists from the API omit it). */
 const LIST_KINDS: Record<string, WatchedKind | null> = {
@@ -40,6 +42,7 @@ const LIST_KINDS: Record<string, WatchedKind | null> = {
   ServiceList: 'Service',
   EndpointSliceList: 'EndpointSlice',
   NodeList: 'Node',
+  ServiceCIDRList: 'ServiceCIDR',
 };
 
 // The yaml parser recurses per nesting level, and near the stack limit V8 can abort the whole process
@@ -169,7 +172,7 @@ function collectObject(
     out.problems.push(
       problem(
         origin,
-        'unsupported kind: only Service, EndpointSlice, Node and lists of them are read',
+        'unsupported kind: only Service, EndpointSlice, Node, ServiceCIDR and lists of them are read',
         shortKind(kind),
         raw,
       ),
@@ -184,7 +187,10 @@ function collectObject(
     return;
   }
   const metadata = raw.metadata;
-  if (watched === 'Node') {
+  if (watched === 'ServiceCIDR') {
+    // Cluster-scoped, and kube-proxy watches every one of them (no label selector).
+    if (isObject(metadata)) delete metadata.namespace;
+  } else if (watched === 'Node') {
     const name = isObject(metadata) ? metadata.name : undefined;
     if (options.nodeName !== undefined && typeof name === 'string' && name !== options.nodeName) {
       out.ignored.push(problem(origin, `not this node (${options.nodeName})`, watched, raw));

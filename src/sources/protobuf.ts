@@ -23,11 +23,13 @@ const LIST_TYPES: Record<WatchedKind, protobuf.Type> = {
   Service: root.lookupType('k8s.io.api.core.v1.ServiceList'),
   EndpointSlice: root.lookupType('k8s.io.api.discovery.v1.EndpointSliceList'),
   Node: root.lookupType('k8s.io.api.core.v1.NodeList'),
+  ServiceCIDR: root.lookupType('k8s.io.api.networking.v1.ServiceCIDRList'),
 };
 const OBJECT_TYPES: Record<WatchedKind, protobuf.Type> = {
   Service: root.lookupType('k8s.io.api.core.v1.Service'),
   EndpointSlice: root.lookupType('k8s.io.api.discovery.v1.EndpointSlice'),
   Node: root.lookupType('k8s.io.api.core.v1.Node'),
+  ServiceCIDR: root.lookupType('k8s.io.api.networking.v1.ServiceCIDR'),
 };
 const INT_OR_STRING = '.k8s.io.apimachinery.pkg.util.intstr.IntOrString';
 const TIMES = new Set([`.${META}.Time`, `.${META}.MicroTime`]);

@@ -135,6 +135,7 @@ function decisionsFor(
       services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       endpointSlices: new Map(slices.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       node: node(NODE),
+      serviceCIDRs: new Map(),
     },
     env,
     brain,

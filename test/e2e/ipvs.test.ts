@@ -75,6 +75,7 @@ function decisions(drainEndpoints: number[]): ProxyDecisions {
       services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       endpointSlices: new Map(slices.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       node: node(NODE),
+      serviceCIDRs: new Map(),
     },
     nodeEnv({ nodeName: NODE, nodeIPs: [NODE_IP] }),
     brain,

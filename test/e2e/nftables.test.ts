@@ -24,10 +24,19 @@ import {
   noEndpointsThenEndpointsScenario,
   staleEndpointScenario,
 } from '../support/conntrack-scenarios.js';
-import { brainConfig, endpoint, node, service, slice } from '../support/model-fixtures.js';
+import {
+  brainConfig,
+  endpoint,
+  node,
+  service,
+  serviceCIDR,
+  serviceCIDRMap,
+  slice,
+} from '../support/model-fixtures.js';
 import { describeRoot } from '../support/privileges.js';
 
-const PREFIX = `kbpnft${process.pid}`;
+// KBP_LAB_PREFIX (e.g. "hsc-nft") keeps runs of several people on one machine apart.
+const PREFIX = `${process.env.KBP_LAB_PREFIX ?? 'kbpnft'}${process.pid}`;
 const NODE = 'node-a';
 const NS = 'e2e';
 
@@ -49,6 +58,9 @@ const servicePorts: Service['ports'] = [
   { name: 'http', protocol: 'TCP', port: 80, nodePort: 0 },
   { name: 'dns', protocol: 'UDP', port: 53, nodePort: 0 },
 ];
+
+/** The cluster's ServiceCIDR: every ClusterIP below is allocated from it. */
+const SERVICE_CIDRS = serviceCIDRMap(serviceCIDR('kubernetes', ['10.96.0.0/16', 'fd00:96::/112']));
 
 /** emptyEndpoints: the empty Service's endpoints (on node-a), or null to leave that Service out. */
 function cluster(
@@ -126,6 +138,7 @@ function decisionsFor(
   webEndpoints: string[],
   env: NodeEnv,
   emptyEndpoints: string[] | null = [],
+  serviceCIDRs = SERVICE_CIDRS,
 ): ProxyDecisions {
   const { services, slices } = cluster(webEndpoints, emptyEndpoints);
   return decide(
@@ -133,6 +146,7 @@ function decisionsFor(
       services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       endpointSlices: new Map(slices.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       node: node(NODE),
+      serviceCIDRs,
     },
     env,
     brain,
@@ -213,7 +227,7 @@ describeRoot('nftables mode in network namespaces', () => {
       nodeLabels: {},
       iptables: { randomFully: true, nfacct: false },
     };
-    dataplane = new NftablesDataplane({ exec: onNode, render: { serviceCIDRs: ['10.96.0.0/16'] } });
+    dataplane = new NftablesDataplane({ exec: onNode });
     const result = await dataplane.sync(decisionsFor([POD2, POD3], env), {
       changedServices: new Set(),
       fullSyncRequired: true,
@@ -255,12 +269,14 @@ describeRoot('nftables mode in network namespaces', () => {
           [`${NS}/dual-6`, slice(NS, 'dual', 'dual-6', [endpoint('fd00:244::2', local)], ports, 'IPv6')],
         ]),
         node: node(NODE),
+        serviceCIDRs: SERVICE_CIDRS,
       },
       { ...env, nodeIPs: ['192.168.50.1', '2001:db8:50::1'] },
       { ...brain, clusterCIDRs: ['10.244.0.0/16', 'fd00:244::/64'] },
     );
     expect(dual.families.map((f) => f.family)).toEqual(['IPv4', 'IPv6']);
-    const text = renderNftablesText(dual, { serviceCIDRs: ['10.96.0.0/16', 'fd00:96::/112'] });
+    const text = renderNftablesText(dual);
+    expect(text).toContain('ip6 daddr { fd00:96::/112 } drop');
     const check = await onNode('nft', ['-c', '-f', '-'], { input: text, allowFailure: true });
     expect(check.stderr).toBe('');
     expect(check.code).toBe(0);
@@ -322,6 +338,41 @@ describeRoot('nftables mode in network namespaces', () => {
   it('a ClusterIP port the service does not have is rejected (cluster-ips-check)', async () => {
     const results = await lab.requests('pod1', '10.96.0.10:81', { proto: 'tcp', count: 1 });
     expect(results[0]?.error).toBe('ECONNREFUSED');
+  });
+
+  it('an unallocated ClusterIP inside the ServiceCIDR is dropped, in both families, while real ClusterIPs answer', async () => {
+    const unallocated = { proto: 'tcp', count: 1, timeoutMs: 700 } as const;
+    expect((await lab.requests('pod1', '10.96.0.99:80', unallocated))[0]?.error).toBe('timeout');
+    expect((await lab.requests('pod1', '[fd00:96::99]:80', unallocated))[0]?.error).toBe('timeout');
+    expect(
+      (await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 3 })).map((r) => r.error),
+    ).toEqual([null, null, null]);
+    expect(
+      (await lab.requests('pod1', '[fd00:96::10]:80', { proto: 'tcp', count: 3 })).map((r) => r.error),
+    ).toEqual([null, null, null]);
+    // The drop is the ServiceCIDR rule's: upstream owns 10.96.0.99 (and refuses port 80) once the
+    // cluster has no ServiceCIDR. A sync that only changes the ServiceCIDRs is made full.
+    await lab.exec('upstream', 'ip', ['addr', 'add', '10.96.0.99/32', 'dev', 'lo']);
+    await lab.addRoute('upstream', '10.244.0.0/16', 'via', '172.31.255.1');
+    try {
+      const none = await dataplane.sync(decisionsFor([POD2, POD3], env, [], new Map()), {
+        changedServices: new Set(),
+        fullSyncRequired: false,
+      });
+      expect(none.full).toBe(true);
+      const { stdout } = await onNode('nft', ['list', 'chain', 'ip', 'kube-proxy', 'cluster-ips-check']);
+      expect(stdout).not.toContain('drop');
+      expect((await lab.requests('pod1', '10.96.0.99:80', unallocated))[0]?.error).toBe('ECONNREFUSED');
+      const back = await dataplane.sync(decisionsFor([POD2, POD3], env), {
+        changedServices: new Set(),
+        fullSyncRequired: false,
+      });
+      expect(back.full).toBe(true);
+      expect((await lab.requests('pod1', '10.96.0.99:80', unallocated))[0]?.error).toBe('timeout');
+    } finally {
+      await lab.exec('upstream', 'ip', ['route', 'del', '10.244.0.0/16']);
+      await lab.exec('upstream', 'ip', ['addr', 'del', '10.96.0.99/32', 'dev', 'lo']);
+    }
   });
 
   it('NodePort (eTP=Cluster) on the primary IP reaches every endpoint, masqueraded', async () => {
@@ -492,7 +543,7 @@ describeRoot('nftables mode in network namespaces', () => {
   it('a restarted agent finds the chains an earlier process left and removes them', async () => {
     const leftover = 'endpoint-AAAAAAAA-e2e/gone/tcp/http__10.244.9.9/8080';
     await onNode('nft', ['add', 'chain', 'ip', 'kube-proxy', leftover]);
-    const restarted = new NftablesDataplane({ exec: onNode, render: { serviceCIDRs: ['10.96.0.0/16'] } });
+    const restarted = new NftablesDataplane({ exec: onNode });
     const decisions = decisionsFor([POD2, POD3], env);
     expect(
       (await restarted.sync(decisions, { changedServices: new Set(), fullSyncRequired: true })).full,

@@ -86,6 +86,7 @@ export function decisions(
         masqueradeMark: '0x00004000',
         masqueradeAll: false,
         localhostNodePorts: true,
+        serviceCIDRs: [],
         ...family,
       },
     ],

@@ -74,10 +74,20 @@ function goodNode(name: string): Raw {
   };
 }
 
+function goodServiceCIDR(name: string): Raw {
+  return {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'ServiceCIDR',
+    metadata: { name },
+    spec: { cidrs: ['10.96.0.0/16', 'fd00:96::/112'] },
+  };
+}
+
 const BASE: Record<WatchedKind, (name: string) => Raw> = {
   Service: goodService,
   EndpointSlice: goodSlice,
   Node: goodNode,
+  ServiceCIDR: goodServiceCIDR,
 };
 
 function nested(depth: number, leaf: unknown, asList: boolean): unknown {
@@ -119,6 +129,7 @@ const S = (path: string, value: unknown, reason: string, yamlOnly = false) =>
   mutation('Service', path, value, reason, yamlOnly);
 const E = (path: string, value: unknown, reason: string) => mutation('EndpointSlice', path, value, reason);
 const N = (path: string, value: unknown, reason: string) => mutation('Node', path, value, reason);
+const C = (path: string, value: unknown, reason: string) => mutation('ServiceCIDR', path, value, reason);
 
 const PORT_RANGE = 'must be an integer 1-65535';
 const NODE_PORT_RANGE = 'must be an integer 1-65535, or 0 for none';
@@ -271,6 +282,15 @@ const MUTATIONS: Mutation[] = [
   N('status', 5, 'status: must be an object, got 5'),
   N('metadata.deletionTimestamp', 5, 'metadata.deletionTimestamp: must be a string, got 5'),
   N('kind', 'Nodes', 'unsupported kind'),
+
+  // ServiceCIDRs
+  C('spec.cidrs', DELETE, 'spec.cidrs: must hold at least one CIDR'),
+  C('spec.cidrs', ['10.96.0.0/16', '10.97.0.0/16'], 'spec.cidrs[1]: must be of the other IP family than spec.cidrs[0] (at most one CIDR per family), got "10.97.0.0/16"'),
+  C('spec.cidrs', ['10.96.0.0/16', 'fd00::/112', '10.97.0.0/16'], 'spec.cidrs: must hold at most 2 items, got a list of 3 items'),
+  C('spec.cidrs', '10.96.0.0/16', 'spec.cidrs: must be a list, got "10.96.0.0/16"'),
+  C('spec.cidrs[0]', 10, 'spec.cidrs[0]: must be a string, got 10'),
+  C('metadata.name', (id: string) => `Range ${id}`, 'metadata.name: must be a DNS subdomain'),
+  C('apiVersion', 'networking.k8s.io/v1beta1', 'apiVersion: ServiceCIDR must be networking.k8s.io/v1, got "networking.k8s.io/v1beta1"'),
 ];
 
 /**

@@ -3,7 +3,14 @@
 
 import type { BrainConfig } from '../../src/brain/decide.js';
 import type { NodeEnv } from '../../src/brain/types.js';
-import type { EndpointSlice, Node, ObjectMeta, Service, SliceEndpoint } from '../../src/model/types.js';
+import type {
+  EndpointSlice,
+  Node,
+  ObjectMeta,
+  Service,
+  ServiceCIDR,
+  SliceEndpoint,
+} from '../../src/model/types.js';
 
 export function meta(namespace: string, name: string, extra: Partial<ObjectMeta> = {}): ObjectMeta {
   return {
@@ -77,6 +84,15 @@ export function node(
     deletionTimestamp: null,
     ...rest,
   };
+}
+
+export function serviceCIDR(name: string, cidrs: string[]): ServiceCIDR {
+  return { meta: meta('', name), cidrs };
+}
+
+/** ServiceCIDRs keyed by name, as ClusterState holds them. */
+export function serviceCIDRMap(...objects: ServiceCIDR[]): Map<string, ServiceCIDR> {
+  return new Map(objects.map((o) => [o.meta.name, o]));
 }
 
 export function nodeEnv(extra: Partial<NodeEnv> = {}): NodeEnv {

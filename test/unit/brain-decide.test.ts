@@ -10,6 +10,7 @@ function state(services: Service[], slices: EndpointSlice[]) {
     services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
     endpointSlices: new Map(slices.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
     node: node('test-node', { labels: { 'topology.kubernetes.io/zone': 'zone-a' } }),
+    serviceCIDRs: new Map(),
   };
 }
 

@@ -67,6 +67,7 @@ function familyDecisions(
       services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       endpointSlices: new Map(slices.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       node: node('test-node'),
+      serviceCIDRs: new Map(),
     },
     nodeEnv(),
     brainConfig(),

@@ -38,6 +38,7 @@ function decisions(
       services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       endpointSlices: new Map(slices.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       node: node(NODE),
+      serviceCIDRs: new Map(),
     },
     nodeEnv({ nodeName: NODE }),
     brain,
@@ -53,6 +54,7 @@ function report(d: ProxyDecisions): SyncReport {
     changes: {
       changedServices: new Set(),
       nodeChanged: false,
+      serviceCIDRsChanged: false,
       serviceChanges: 0,
       endpointChanges: 0,
       triggerTimes: new Map(),
@@ -281,7 +283,7 @@ describe('which Services get a healthCheckNodePort server (pure)', () => {
 
   it('listens on every address when nodePortAddresses matches all', () => {
     const d = decide(
-      { services: new Map(), endpointSlices: new Map(), node: node(NODE) },
+      { services: new Map(), endpointSlices: new Map(), node: node(NODE), serviceCIDRs: new Map() },
       nodeEnv({ nodeName: NODE }),
       { ...brain, nodePortAddresses: [] },
       { families: ['IPv4'] },

@@ -96,6 +96,7 @@ function fam(servicePorts: ServicePortDecision[], extra: Partial<FamilyDecisions
     masqueradeMark: '0x00004000',
     masqueradeAll: false,
     localhostNodePorts: true,
+    serviceCIDRs: [],
     ...extra,
   };
 }

@@ -129,7 +129,7 @@ describe('documents and kinds', () => {
     const read = manifestObjects('bad.yaml', text);
     expect(read.events).toEqual([]);
     expect(read.problems.map((p) => `${p.origin}|${p.kind}|${p.namespace}/${p.name}|${p.reason}`)).toEqual([
-      'bad.yaml#0|Deployment|demo/web|unsupported kind: only Service, EndpointSlice, Node and lists of them are read',
+      'bad.yaml#0|Deployment|demo/web|unsupported kind: only Service, EndpointSlice, Node, ServiceCIDR and lists of them are read',
       'bad.yaml#1|EndpointSlice|demo/old|apiVersion: EndpointSlice must be discovery.k8s.io/v1, got "discovery.k8s.io/v1beta1"',
       'bad.yaml#2||/kindless|kind: is required',
       'bad.yaml#3.items[0]|List|/|lists inside lists are not supported',

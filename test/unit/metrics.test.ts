@@ -37,6 +37,7 @@ function state(services: Service[], slices: EndpointSlice[]): ClusterState {
     services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
     endpointSlices: new Map(slices.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
     node: node(NODE),
+    serviceCIDRs: new Map(),
   };
 }
 
@@ -57,6 +58,7 @@ function report(d: ProxyDecisions, extra: Partial<SyncReport> = {}): SyncReport 
     changes: {
       changedServices: new Set(),
       nodeChanged: false,
+      serviceCIDRsChanged: false,
       serviceChanges: 0,
       endpointChanges: 0,
       triggerTimes: new Map(),

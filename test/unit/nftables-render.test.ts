@@ -21,15 +21,22 @@ import {
   desiredElements,
   diffElements,
   elementId,
-  type NftRenderOptions,
   renderFamily,
   renderNftablesText,
 } from '../../src/dataplanes/nftables/plan.js';
-import type { EndpointSlice, IPFamily, Service } from '../../src/model/types.js';
-import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
+import type { EndpointSlice, IPFamily, Service, ServiceCIDR } from '../../src/model/types.js';
+import {
+  brainConfig,
+  endpoint,
+  node,
+  nodeEnv,
+  service,
+  serviceCIDR,
+  serviceCIDRMap,
+  slice,
+} from '../support/model-fixtures.js';
 
 const NODE = 'test-node';
-const NO_CIDRS: NftRenderOptions = { serviceCIDRs: [] };
 
 const baseConfig = brainConfig({
   nodePortAddresses: ['primary'],
@@ -43,14 +50,23 @@ interface Cluster {
   config?: Partial<BrainConfig>;
   env?: Partial<NodeEnv>;
   family?: IPFamily;
+  serviceCIDRs?: ServiceCIDR[];
 }
 
-function decisions({ services, slices, config, env, family = 'IPv4' }: Cluster): FamilyDecisions {
+function decisions({
+  services,
+  slices,
+  config,
+  env,
+  family = 'IPv4',
+  serviceCIDRs = [],
+}: Cluster): FamilyDecisions {
   const result = decide(
     {
       services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       endpointSlices: new Map(slices.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
       node: node(NODE),
+      serviceCIDRs: serviceCIDRMap(...serviceCIDRs),
     },
     nodeEnv({ nodeName: NODE, nodeIPs: ['192.168.0.2', '2001:db8::2'], ...env }),
     { ...baseConfig, ...config },
@@ -59,8 +75,7 @@ function decisions({ services, slices, config, env, family = 'IPv4' }: Cluster):
   return result.families[0] as FamilyDecisions;
 }
 
-const render = (cluster: Cluster, options: NftRenderOptions = NO_CIDRS) =>
-  renderFamily(decisions(cluster), options).split('\n');
+const render = (cluster: Cluster) => renderFamily(decisions(cluster)).split('\n');
 
 const local = { nodeName: NODE };
 const remote = { nodeName: 'other-node' };
@@ -230,13 +245,30 @@ describe('table setup', () => {
     expect(check(lines)).toEqual([
       'add rule ip kube-proxy cluster-ips-check ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"',
     ]);
-    const withCIDRs = render(
-      { services: [], slices: [] },
-      { serviceCIDRs: ['172.30.0.0/16', 'fd00:30::/112', '172.31.0.0/16'] },
-    );
-    expect(check(withCIDRs)[1]).toBe(
+    const serviceCIDRs = [
+      serviceCIDR('kubernetes', ['172.31.0.0/16', 'fd00:30::/112']),
+      serviceCIDR('extra', ['172.30.0.0/16']),
+      // The same range written another way, and a second IPv6 range.
+      serviceCIDR('again', ['172.31.0.1/16', 'fd00:31:0::/112']),
+    ];
+    const withCIDRs = render({ services: [], slices: [], serviceCIDRs });
+    expect(check(withCIDRs)).toEqual([
+      'add rule ip kube-proxy cluster-ips-check ip daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"',
       'add rule ip kube-proxy cluster-ips-check ip daddr { 172.30.0.0/16,172.31.0.0/16 } drop comment "Drop traffic to unallocated ClusterIPs"',
-    );
+    ]);
+    const check6 = (l: string[]) =>
+      l.filter((x) => x.startsWith('add rule ip6 kube-proxy cluster-ips-check'));
+    expect(check6(render({ services: [], slices: [], family: 'IPv6' }))).toEqual([
+      'add rule ip6 kube-proxy cluster-ips-check ip6 daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"',
+    ]);
+    expect(check6(render({ services: [], slices: [], family: 'IPv6', serviceCIDRs }))).toEqual([
+      'add rule ip6 kube-proxy cluster-ips-check ip6 daddr @cluster-ips reject comment "Reject traffic to invalid ports of ClusterIPs"',
+      'add rule ip6 kube-proxy cluster-ips-check ip6 daddr { fd00:30::/112,fd00:31::/112 } drop comment "Drop traffic to unallocated ClusterIPs"',
+    ]);
+    // Only the IPv4 ranges of a dual-stack object reach the IPv4 table.
+    expect(
+      check(render({ services: [], slices: [], serviceCIDRs: [serviceCIDR('v6only', ['fd00:30::/112'])] })),
+    ).toHaveLength(1);
   });
 
   it('fills nodeport-ips with the primary IP (nftables default), never loopback', () => {
@@ -432,7 +464,6 @@ describe('service ports', () => {
           [endpoint('10.180.0.2', remote)],
         ),
       }),
-      NO_CIDRS,
     );
     expect(ruleset.noLocalEndpoints).toEqual({ internal: 0, external: 1 });
   });
@@ -566,8 +597,8 @@ describe('transactions', () => {
   });
 
   it('a partial sync writes only the written blocks, element changes and stale objects', () => {
-    const before = buildNftRuleset(decisions(two(['10.180.0.1', '10.180.0.2'])), NO_CIDRS);
-    const after = buildNftRuleset(decisions(two(['10.180.0.1'])), NO_CIDRS);
+    const before = buildNftRuleset(decisions(two(['10.180.0.1', '10.180.0.2'])));
+    const after = buildNftRuleset(decisions(two(['10.180.0.1'])));
     const changes = diffElements(desiredElements(before), desiredElements(after));
     expect(changes).toEqual({ remove: [], add: [] });
     const stale = [...activeObjects(before).chains].filter((c) => !activeObjects(after).chains.has(c));
@@ -598,12 +629,12 @@ describe('transactions', () => {
   });
 
   it('element diffs: removed and changed elements are deleted, new and changed ones added', () => {
-    const before = desiredElements(buildNftRuleset(decisions(two(['10.180.0.1'])), NO_CIDRS));
-    const after = desiredElements(buildNftRuleset(decisions(two([])), NO_CIDRS));
+    const before = desiredElements(buildNftRuleset(decisions(two(['10.180.0.1']))));
+    const after = desiredElements(buildNftRuleset(decisions(two([]))));
     const changes = diffElements(before, after);
     expect(changes.remove.map(elementId)).toEqual(['service-ips 172.30.0.41 . tcp . 80']);
     expect(changes.add.map(elementId)).toEqual(['no-endpoint-services 172.30.0.41 . tcp . 80']);
-    const tx = assembleTransaction(buildNftRuleset(decisions(two([])), NO_CIDRS), {
+    const tx = assembleTransaction(buildNftRuleset(decisions(two([]))), {
       full: false,
       recreateBaseChains: false,
       writeBlock: () => false,
@@ -619,7 +650,7 @@ describe('transactions', () => {
   });
 
   it('a full sync flushes every element container and refills it, without re-creating base chains after the first', () => {
-    const ruleset = buildNftRuleset(decisions(two(['10.180.0.1'])), NO_CIDRS);
+    const ruleset = buildNftRuleset(decisions(two(['10.180.0.1'])));
     const text = assembleTransaction(ruleset, {
       full: true,
       recreateBaseChains: false,
@@ -650,18 +681,17 @@ describe('transactions', () => {
         ]),
         endpointSlices: new Map(),
         node: node(NODE),
+        serviceCIDRs: new Map(),
       },
       nodeEnv({ nodeName: NODE, nodeIPs: ['192.168.0.2', '2001:db8::2'] }),
       baseConfig,
     );
     expect(dual.families.map((f) => f.family)).toEqual(['IPv4', 'IPv6']);
-    const all = renderNftablesText(dual, NO_CIDRS);
+    const all = renderNftablesText(dual);
     expect(all.startsWith('# IPv4 (table ip kube-proxy)\nadd table ip kube-proxy')).toBe(true);
     expect(all).toContain('# IPv6 (table ip6 kube-proxy)\nadd table ip6 kube-proxy');
-    expect(renderNftablesText(dual, NO_CIDRS, 'IPv6')).toBe(
-      renderFamily(dual.families[1] as FamilyDecisions, NO_CIDRS),
-    );
-    expect(renderNftablesText(dual, NO_CIDRS, 'IPv6')).toContain(
+    expect(renderNftablesText(dual, 'IPv6')).toBe(renderFamily(dual.families[1] as FamilyDecisions));
+    expect(renderNftablesText(dual, 'IPv6')).toContain(
       'add element ip6 kube-proxy no-endpoint-services { fd00:30::41 . tcp . 80',
     );
   });

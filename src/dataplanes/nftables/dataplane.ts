@@ -21,7 +21,6 @@ import {
   desiredElements,
   diffElements,
   type NftElement,
-  type NftRenderOptions,
   type NftServicePortBlock,
 } from './plan.js';
 
@@ -50,12 +49,12 @@ interface FamilyState {
   affinitySets: Set<string>;
   /** Flushed chain → when it was flushed. */
   staleChains: Map<string, number>;
+  /** The ServiceCIDRs cluster-ips-check was last written with (only full syncs write it). */
+  serviceCIDRs: string;
   stats: NftablesFamilyStats;
 }
 
 export interface NftablesDataplaneOptions {
-  /** Default: every ServiceCIDR unknown (see NftRenderOptions). */
-  render?: NftRenderOptions;
   /** Where `nft` runs (default: this host's network namespace). */
   exec?: CommandRunner;
   now?: () => number;
@@ -82,6 +81,7 @@ export class NftablesDataplane implements Dataplane {
     chains: new Set(),
     affinitySets: new Set(),
     staleChains: new Map(),
+    serviceCIDRs: '',
     stats: {
       nftablesSyncFailures: 0,
       nftablesCleanupFailures: 0,
@@ -91,12 +91,10 @@ export class NftablesDataplane implements Dataplane {
   }));
   private readonly exec: CommandRunner;
   private readonly now: () => number;
-  private readonly renderOptions: NftRenderOptions;
 
   constructor(options: NftablesDataplaneOptions = {}) {
     this.exec = options.exec ?? runCommand;
     this.now = options.now ?? Date.now;
-    this.renderOptions = options.render ?? { serviceCIDRs: [] };
   }
 
   stats(family: IPFamily): NftablesFamilyStats | undefined {
@@ -120,9 +118,12 @@ export class NftablesDataplane implements Dataplane {
     const state = this.families.get(decisions.family);
     const startedAt = this.now();
     await this.deleteStaleChains(decisions.family, state, startedAt);
+    // cluster-ips-check is written by full syncs only: other ServiceCIDRs make this one full.
+    const serviceCIDRs = decisions.serviceCIDRs.join(',');
+    if (state.initialized && serviceCIDRs !== state.serviceCIDRs) state.partial.requireFull();
     const full = state.partial.isFull(changes);
 
-    const ruleset = buildNftRuleset(decisions, this.renderOptions);
+    const ruleset = buildNftRuleset(decisions);
     const active = activeObjects(ruleset);
     // A full sync trusts only the kernel: it also finds what an earlier process left behind.
     const existing = full ? await this.listServiceObjects(decisions.family) : state;
@@ -155,6 +156,7 @@ export class NftablesDataplane implements Dataplane {
     }
 
     state.initialized = true;
+    state.serviceCIDRs = serviceCIDRs;
     state.partial.committed(blockTexts);
     state.appliedElements = desired;
     for (const chain of active.chains) state.staleChains.delete(chain);

@@ -42,14 +42,6 @@ import {
   TABLE_COMMENT,
 } from './names.js';
 
-export interface NftRenderOptions {
-  /**
-   * The cluster's service CIDRs of this family. kube-proxy learns them from ServiceCIDR objects;
-   * without them cluster-ips-check has no "Drop traffic to unallocated ClusterIPs" rule.
-   */
-  serviceCIDRs: string[];
-}
-
 /** One element of a set (value null) or verdict map. */
 export interface NftElement {
   container: string;
@@ -164,7 +156,7 @@ function detectorNft(detector: LocalDetector, ipX: NftFamily): DetectorNft | nul
 }
 
 /** setupNFTables: everything outside the per-service chains and the service elements. */
-function setupLines(decisions: FamilyDecisions, options: NftRenderOptions): string[] {
+function setupLines(decisions: FamilyDecisions): string[] {
   const family = nftFamily(decisions.family);
   const addrType = decisions.family === 'IPv4' ? 'ipv4_addr' : 'ipv6_addr';
   const noLocalhost = decisions.family === 'IPv4' ? 'ip daddr != 127.0.0.0/8' : 'ip6 daddr != ::1';
@@ -199,11 +191,11 @@ function setupLines(decisions: FamilyDecisions, options: NftRenderOptions): stri
     `${family} daddr @${CLUSTER_IPS} reject`,
     'Reject traffic to invalid ports of ClusterIPs',
   );
-  const serviceCIDRs = options.serviceCIDRs.filter((cidr) => parseCIDR(cidr)?.family === decisions.family);
-  if (serviceCIDRs.length > 0) {
+  // The ServiceCIDRs of this family (kube-proxy's OnServiceCIDRsChanged); none known, no rule.
+  if (decisions.serviceCIDRs.length > 0) {
     w.rule(
       CLUSTER_IPS_CHECK,
-      `${family} daddr { ${serviceCIDRs.join(',')} } drop`,
+      `${family} daddr { ${decisions.serviceCIDRs.join(',')} } drop`,
       'Drop traffic to unallocated ClusterIPs',
     );
   }
@@ -274,7 +266,7 @@ interface FamilyContext {
 }
 
 /** The whole ruleset of one family, as a full sync writes it. */
-export function buildNftRuleset(decisions: FamilyDecisions, options: NftRenderOptions): NftRuleset {
+export function buildNftRuleset(decisions: FamilyDecisions): NftRuleset {
   const family = nftFamily(decisions.family);
   const context: FamilyContext = {
     decisions,
@@ -291,7 +283,7 @@ export function buildNftRuleset(decisions: FamilyDecisions, options: NftRenderOp
   return {
     family: decisions.family,
     tableLine: `add table ${family} ${TABLE} { comment ${quote(TABLE_COMMENT)} ; }`,
-    setupLines: setupLines(decisions, options),
+    setupLines: setupLines(decisions),
     recreateBaseChainLines: recreate.lines,
     servicePorts: decisions.servicePorts.map((sp) => servicePortBlock(context, sp, noLocalEndpoints)),
     noLocalEndpoints,
@@ -601,8 +593,8 @@ export function deleteChainsTransaction(family: IPFamily, chains: string[]): str
 }
 
 /** A full sync's transaction for one family, as kube-proxy's first sync writes it. */
-export function renderFamily(decisions: FamilyDecisions, options: NftRenderOptions): string {
-  const ruleset = buildNftRuleset(decisions, options);
+export function renderFamily(decisions: FamilyDecisions): string {
+  const ruleset = buildNftRuleset(decisions);
   return assembleTransaction(ruleset, {
     full: true,
     recreateBaseChains: true,
@@ -617,14 +609,10 @@ export function renderFamily(decisions: FamilyDecisions, options: NftRenderOptio
  * What `render --proxy-mode nftables` prints: with a family, exactly that family's transaction;
  * without, every family under a comment line naming it (one `nft -f` file takes them all).
  */
-export function renderNftablesText(
-  decisions: ProxyDecisions,
-  options: NftRenderOptions,
-  family?: IPFamily,
-): string {
+export function renderNftablesText(decisions: ProxyDecisions, family?: IPFamily): string {
   const families = family ? decisions.families.filter((f) => f.family === family) : decisions.families;
   if (family && families.length === 0) throw new Error(`the decisions have no ${family} family`);
-  const rendered = families.map((f) => ({ family: f.family, text: renderFamily(f, options) }));
+  const rendered = families.map((f) => ({ family: f.family, text: renderFamily(f) }));
   if (family) return rendered[0]?.text ?? '';
   return rendered.map((r) => `# ${r.family} (table ${nftFamily(r.family)} ${TABLE})\n${r.text}`).join('');
 }
