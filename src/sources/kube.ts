@@ -1,5 +1,5 @@
 // The Kubernetes API source: what kube-proxy's informers watch (Services and EndpointSlices with
-// its label selector, and this node's Node), delivered as raw objects. Each resource runs its own
+// its label selector, this node's Node, and every ServiceCIDR), delivered as raw objects. Each resource runs its own
 // list/watch loop (reflector.ts) on top of client-node's KubeConfig for credentials; see
 // docs/sources.md for why not client-node's informer.
 
@@ -25,9 +25,15 @@ export interface KubeSourceOptions {
   nodeName: string;
   logger?: Logger;
   backoff?: BackoffPolicy;
+  /** How often a resource the API server does not serve (404) is listed again; default 10 minutes. */
+  notServedRetryMs?: number;
 }
 
-/** The three collections kube-proxy's informers watch, with its selectors. */
+/**
+ * The collections kube-proxy's informers watch, with its selectors. ServiceCIDRs
+ * (MultiCIDRServiceAllocator, GA in 1.33) are watched whole; an older API server answers 404 for
+ * them, which counts as none.
+ */
 export function watchedResources(nodeName: string): WatchedResource[] {
   return [
     { kind: 'Service', path: '/api/v1/services', labelSelector: KUBE_PROXY_LABEL_SELECTOR },
@@ -37,6 +43,7 @@ export function watchedResources(nodeName: string): WatchedResource[] {
       labelSelector: KUBE_PROXY_LABEL_SELECTOR,
     },
     { kind: 'Node', path: '/api/v1/nodes', fieldSelector: `metadata.name=${nodeName}` },
+    { kind: 'ServiceCIDR', path: '/apis/networking.k8s.io/v1/servicecidrs', mayBeUnserved: true },
   ];
 }
 
@@ -119,7 +126,14 @@ export class KubeSource implements Source {
     for (const resource of watchedResources(this.options.nodeName)) {
       let markSynced = () => {};
       synced.push(new Promise<void>((resolve) => (markSynced = resolve)));
-      const reflector = new Reflector(resource, this.transport, onEvent, this.log, backoff);
+      const reflector = new Reflector(
+        resource,
+        this.transport,
+        onEvent,
+        this.log,
+        backoff,
+        this.options.notServedRetryMs,
+      );
       this.loops.push(reflector.run(signal, () => markSynced()));
     }
     const stopped = new Promise<never>((_, reject) => {
@@ -129,7 +143,7 @@ export class KubeSource implements Source {
     });
     stopped.catch(() => undefined);
     await Promise.race([Promise.all(synced), stopped]);
-    this.log.info('initial lists of services, endpoint slices and node delivered');
+    this.log.info('initial lists of services, endpoint slices, node and service CIDRs delivered');
   }
 
   /** Closes every connection and timer; resolves when all loops have ended. */

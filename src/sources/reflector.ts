@@ -17,7 +17,16 @@ export interface WatchedResource {
   path: string;
   labelSelector?: string;
   fieldSelector?: string;
+  /**
+   * A resource older API servers do not serve (ServiceCIDRs before Kubernetes 1.33): a 404 on its
+   * list counts as an empty collection, synced, and the list is asked again every
+   * `notServedRetryMs` instead of blocking the initial sync or retrying in a tight backoff.
+   */
+  mayBeUnserved?: boolean;
 }
+
+/** How often a resource the API server does not serve is asked for again (it appears on an upgrade). */
+export const NOT_SERVED_RETRY_MS = 10 * 60 * 1000;
 
 /** client-go's minWatchTimeout: each watch asks the server to end it after 5 to 10 minutes, spread so that clients do not all re-watch at once. */
 const MIN_WATCH_TIMEOUT_SECONDS = 300;
@@ -32,6 +41,8 @@ export class Reflector {
   private known = new Map<string, unknown>();
   private resourceVersion = '';
   private failures = 0;
+  /** The last list was answered 404 (only for resources that may be unserved). */
+  private notServed = false;
   private readonly log: Logger;
 
   constructor(
@@ -40,6 +51,7 @@ export class Reflector {
     private readonly emit: (events: SourceEvent[]) => void,
     log: Logger,
     private readonly backoff: BackoffPolicy,
+    private readonly notServedRetryMs = NOT_SERVED_RETRY_MS,
   ) {
     this.log = log.child({ kind: resource.kind });
   }
@@ -51,9 +63,13 @@ export class Reflector {
       try {
         const fromFreshList = this.resourceVersion === '';
         if (fromFreshList) {
-          await this.relist(signal);
+          const served = await this.relist(signal);
           onSynced();
           this.failures = 0;
+          if (!served) {
+            await sleep(this.notServedRetryMs, undefined, { signal }).catch(() => undefined);
+            continue;
+          }
         }
         const outcome = await this.watch(signal);
         if (outcome === 'healthy') {
@@ -70,6 +86,11 @@ export class Reflector {
             { resourceVersion: this.resourceVersion },
             'resourceVersion expired (410); relisting',
           );
+          this.resourceVersion = '';
+          continue;
+        }
+        // A watch refused with 404 after a good list: the relist says whether it is still served.
+        if (this.resource.mayBeUnserved && error instanceof ApiError && error.statusCode === 404) {
           this.resourceVersion = '';
           continue;
         }
@@ -90,8 +111,22 @@ export class Reflector {
     return { ...(labelSelector ? { labelSelector } : {}), ...(fieldSelector ? { fieldSelector } : {}) };
   }
 
-  private async relist(signal: AbortSignal): Promise<void> {
-    const { contentType, body } = await this.transport.get(this.resource.path, this.selectors(), signal);
+  /** Lists and delivers the difference; false when the API server does not serve the resource. */
+  private async relist(signal: AbortSignal): Promise<boolean> {
+    let response: Awaited<ReturnType<ApiTransport['get']>>;
+    try {
+      response = await this.transport.get(this.resource.path, this.selectors(), signal);
+    } catch (error) {
+      if (!(this.resource.mayBeUnserved && error instanceof ApiError && error.statusCode === 404))
+        throw error;
+      this.notServedAnswer();
+      return false;
+    }
+    if (this.notServed) {
+      this.notServed = false;
+      this.log.info({ path: this.resource.path }, 'the API server serves this resource now');
+    }
+    const { contentType, body } = response;
     const { items, resourceVersion } = readList(
       isProtobuf(contentType) ? decodeList(this.resource.kind, body) : JSON.parse(body.toString('utf8')),
     );
@@ -112,6 +147,22 @@ export class Reflector {
       },
       'listed',
     );
+    return true;
+  }
+
+  /** A 404 for a resource that may be unserved: an empty collection (what was known is deleted). */
+  private notServedAnswer(): void {
+    if (!this.notServed) {
+      this.log.info(
+        { path: this.resource.path, retryInMs: this.notServedRetryMs },
+        'the API server does not serve this resource (404): treated as empty; asking again later',
+      );
+    }
+    this.notServed = true;
+    const deletes = [...this.known.values()];
+    this.known = new Map();
+    this.resourceVersion = '';
+    this.deliver(deletes.map((object) => this.event('delete', object)));
   }
 
   private async watch(signal: AbortSignal): Promise<WatchOutcome> {

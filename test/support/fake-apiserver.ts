@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 
-export type FakeResource = 'services' | 'endpointslices' | 'nodes';
+export type FakeResource = 'services' | 'endpointslices' | 'nodes' | 'servicecidrs';
 
 interface ResourceInfo {
   kind: string;
@@ -24,6 +24,11 @@ const RESOURCES: Record<FakeResource, ResourceInfo> = {
     path: '/apis/discovery.k8s.io/v1/endpointslices',
   },
   nodes: { kind: 'Node', apiVersion: 'v1', path: '/api/v1/nodes' },
+  servicecidrs: {
+    kind: 'ServiceCIDR',
+    apiVersion: 'networking.k8s.io/v1',
+    path: '/apis/networking.k8s.io/v1/servicecidrs',
+  },
 };
 
 export interface FakeObject {
@@ -69,6 +74,8 @@ export class FakeApiServer {
   /** How a watch from a compacted resourceVersion is refused: an ERROR event in a 200 stream (what kube-apiserver does), or an HTTP 410. */
   expiredAs: 'event' | 'http' = 'event';
   readonly requests: RecordedRequest[] = [];
+  /** Resources this server answers 404 for, as an API server too old to know them (ServiceCIDRs before 1.33). */
+  readonly notServed = new Set<FakeResource>();
 
   private server: http.Server | null = null;
   private port = 0;
@@ -210,7 +217,7 @@ export class FakeApiServer {
       headers: request.headers,
     });
     const resource = (Object.keys(RESOURCES) as FakeResource[]).find(
-      (name) => RESOURCES[name].path === url.pathname,
+      (name) => RESOURCES[name].path === url.pathname && !this.notServed.has(name),
     );
     if (request.method !== 'GET' || !resource) {
       sendStatus(

@@ -143,6 +143,60 @@ describe('kube source protobuf', () => {
     });
   });
 
+  it('decodes ServiceCIDR lists and watch events (networking.k8s.io/v1), conditions included', () => {
+    const cidrProto = {
+      metadata: { name: 'kubernetes', resourceVersion: '7', creationTimestamp: { seconds: 1764608400 } },
+      spec: { cidrs: ['10.96.0.0/16', 'fd00:96::/112'] },
+      status: {
+        conditions: [
+          {
+            type: 'Ready',
+            status: 'True',
+            lastTransitionTime: { seconds: 1764608400 },
+            reason: '',
+            message: '',
+          },
+        ],
+      },
+    };
+    const cidrJson = {
+      metadata: { name: 'kubernetes', resourceVersion: '7', creationTimestamp: '2025-12-01T17:00:00Z' },
+      spec: { cidrs: ['10.96.0.0/16', 'fd00:96::/112'] },
+      status: {
+        conditions: [
+          {
+            type: 'Ready',
+            status: 'True',
+            lastTransitionTime: '2025-12-01T17:00:00Z',
+            reason: '',
+            message: '',
+          },
+        ],
+      },
+    };
+    const body = envelope(
+      'k8s.io.api.networking.v1.ServiceCIDRList',
+      'networking.k8s.io/v1',
+      'ServiceCIDRList',
+      {
+        metadata: { resourceVersion: '8' },
+        items: [cidrProto],
+      },
+    );
+    expect(decodeList('ServiceCIDR', body)).toEqual({
+      metadata: { resourceVersion: '8' },
+      items: [cidrJson],
+    });
+    const object = envelope(
+      'k8s.io.api.networking.v1.ServiceCIDR',
+      'networking.k8s.io/v1',
+      'ServiceCIDR',
+      cidrProto,
+    );
+    const [event] = new WatchFrameReader().push(frame('MODIFIED', object));
+    expect(decodeWatchEvent('ServiceCIDR', event as Buffer)).toEqual({ type: 'MODIFIED', object: cidrJson });
+  });
+
   it('refuses a body without the k8s magic', () => {
     expect(() => decodeList('Service', Buffer.from('{"items":[]}'))).toThrow(/magic/);
   });

@@ -30,6 +30,10 @@ const node = (name: string, zone = 'zone-1'): FakeObject => ({
   metadata: { name, labels: { 'topology.kubernetes.io/zone': zone } },
   spec: { podCIDRs: ['10.244.0.0/24'] },
 });
+const serviceCIDR = (name: string, cidrs: string[], labels: Record<string, string> = {}): FakeObject => ({
+  metadata: { name, labels },
+  spec: { cidrs },
+});
 
 /** "upsert Service default/web": what a test compares. */
 function describeEvent(event: SourceEvent): string {
@@ -60,7 +64,7 @@ function capturingLogger(): { logger: Logger; lines: Record<string, unknown>[] }
 
 function sourceFor(
   server: FakeApiServer,
-  options: { nodeName?: string; logger?: Logger; master?: string } = {},
+  options: { nodeName?: string; logger?: Logger; master?: string; notServedRetryMs?: number } = {},
 ) {
   return new KubeSource({
     clientConnection: {
@@ -73,6 +77,7 @@ function sourceFor(
     nodeName: options.nodeName ?? NODE,
     backoff: TEST_BACKOFF,
     ...(options.logger ? { logger: options.logger } : {}),
+    ...(options.notServedRetryMs ? { notServedRetryMs: options.notServedRetryMs } : {}),
   });
 }
 
@@ -97,12 +102,18 @@ describe('kube source against a fake API server', () => {
     await server.stop();
   });
 
-  it('delivers the initial lists of services, endpoint slices and this node before start() resolves', async () => {
+  it('delivers the initial lists of services, endpoint slices, this node and the service CIDRs before start() resolves', async () => {
     server.create('services', service('web'));
     server.create('services', service('db', {}, 5432));
     server.create('endpointslices', slice('web-abc', 'web'));
     server.create('nodes', node(NODE));
     server.create('nodes', node('node-b'));
+    // Every ServiceCIDR, whatever its labels: kube-proxy's informer has no selector.
+    server.create('servicecidrs', serviceCIDR('kubernetes', ['10.96.0.0/16', 'fd00:96::/112']));
+    server.create(
+      'servicecidrs',
+      serviceCIDR('extra', ['10.97.0.0/16'], { 'service.kubernetes.io/service-proxy-name': 'x' }),
+    );
     const collector = new Collector();
     source = sourceFor(server);
 
@@ -113,16 +124,20 @@ describe('kube source against a fake API server', () => {
       'upsert Node node-a',
       'upsert Service default/db',
       'upsert Service default/web',
+      'upsert ServiceCIDR extra',
+      'upsert ServiceCIDR kubernetes',
     ]);
     expect(collector.batches.flat().every((event) => event.origin === 'api')).toBe(true);
     // What the API serves (list items carry no kind) is what model/parse.ts accepts.
-    expect(collector.batches.flat().map((event) => parseEvent(event).ok)).toEqual([true, true, true, true]);
+    expect(collector.batches.flat().every((event) => parseEvent(event).ok)).toBe(true);
     for (const pathname of ['/api/v1/services', '/apis/discovery.k8s.io/v1/endpointslices']) {
       const [list] = requestsFor(server, pathname, false);
       expect(list?.query.get('labelSelector')).toBe(KUBE_PROXY_LABEL_SELECTOR);
     }
     const [nodeList] = requestsFor(server, '/api/v1/nodes', false);
     expect(nodeList?.query.get('fieldSelector')).toBe(`metadata.name=${NODE}`);
+    const [cidrList] = requestsFor(server, '/apis/networking.k8s.io/v1/servicecidrs', false);
+    expect([...(cidrList?.query.keys() ?? [])]).toEqual([]);
     // Protobuf is asked for, as the configuration says, with JSON as the fallback this server takes.
     expect(
       server.requests.every(
@@ -130,7 +145,7 @@ describe('kube source against a fake API server', () => {
       ),
     ).toBe(true);
 
-    await vi.waitFor(() => expect(server.watchCount).toBe(3), WAIT);
+    await vi.waitFor(() => expect(server.watchCount).toBe(4), WAIT);
     for (const watch of server.requests.filter((request) => request.query.get('watch') === 'true')) {
       expect(watch.query.get('allowWatchBookmarks')).toBe('true');
       expect(watch.query.get('resourceVersion')).toMatch(/^\d+$/);
@@ -222,12 +237,67 @@ describe('kube source against a fake API server', () => {
     expect(updated?.type).toBe('upsert');
   });
 
+  it('streams ServiceCIDR adds, updates and deletes', async () => {
+    const collector = new Collector();
+    source = sourceFor(server);
+    await source.start(collector.onEvent);
+    expect(collector.events).toEqual([]);
+    server.create('servicecidrs', serviceCIDR('kubernetes', ['10.96.0.0/16']));
+    server.update('servicecidrs', serviceCIDR('kubernetes', ['10.96.0.0/16', 'fd00:96::/112']));
+    server.delete('servicecidrs', 'kubernetes');
+    await vi.waitFor(
+      () =>
+        expect(collector.events).toEqual([
+          'upsert ServiceCIDR kubernetes',
+          'upsert ServiceCIDR kubernetes',
+          'delete ServiceCIDR kubernetes',
+        ]),
+      WAIT,
+    );
+    const updated = collector.batches.flat()[1]?.object as { spec: { cidrs: string[] } };
+    expect(updated.spec.cidrs).toEqual(['10.96.0.0/16', 'fd00:96::/112']);
+  });
+
+  it('an API server without ServiceCIDRs (404) does not hold the initial sync back: none, logged once, asked again rarely, used once served', async () => {
+    server.notServed.add('servicecidrs');
+    server.create('services', service('web'));
+    const { logger, lines } = capturingLogger();
+    const collector = new Collector();
+    source = sourceFor(server, { logger, notServedRetryMs: 100 });
+    await source.start(collector.onEvent);
+    expect(collector.events).toEqual(['upsert Service default/web']);
+    const cidrLists = () => requestsFor(server, '/apis/networking.k8s.io/v1/servicecidrs', false).length;
+    await vi.waitFor(() => expect(cidrLists()).toBeGreaterThanOrEqual(3), WAIT);
+    // No watch of what is not served, no backoff warnings: one line says so.
+    expect(requestsFor(server, '/apis/networking.k8s.io/v1/servicecidrs', true)).toEqual([]);
+    const notServed = lines.filter((line) => String(line.msg).includes('does not serve'));
+    expect(notServed).toHaveLength(1);
+    expect(notServed[0]).toMatchObject({ kind: 'ServiceCIDR', level: 30 });
+    expect(lines.filter((line) => line.kind === 'ServiceCIDR' && Number(line.level) >= 40)).toEqual([]);
+
+    // The API server is upgraded: the next list finds the resource, and its watch streams changes.
+    server.notServed.delete('servicecidrs');
+    server.create('servicecidrs', serviceCIDR('kubernetes', ['10.96.0.0/16']));
+    await vi.waitFor(() => expect(collector.since(1)).toEqual(['upsert ServiceCIDR kubernetes']), WAIT);
+    expect(lines.some((line) => String(line.msg).includes('serves this resource now'))).toBe(true);
+    await vi.waitFor(() => expect(server.watchCount).toBe(4), WAIT);
+    server.delete('servicecidrs', 'kubernetes');
+    await vi.waitFor(() => expect(collector.since(2)).toEqual(['delete ServiceCIDR kubernetes']), WAIT);
+
+    // And downgraded again: what was known is gone.
+    server.create('servicecidrs', serviceCIDR('again', ['10.98.0.0/16']));
+    await vi.waitFor(() => expect(collector.since(3)).toEqual(['upsert ServiceCIDR again']), WAIT);
+    server.notServed.add('servicecidrs');
+    server.dropWatches();
+    await vi.waitFor(() => expect(collector.since(4)).toEqual(['delete ServiceCIDR again']), WAIT);
+  });
+
   it('takes the resourceVersion from bookmarks without producing events', async () => {
     server.create('services', service('web'));
     const collector = new Collector();
     source = sourceFor(server);
     await source.start(collector.onEvent);
-    await vi.waitFor(() => expect(server.watchCount).toBe(3), WAIT);
+    await vi.waitFor(() => expect(server.watchCount).toBe(4), WAIT);
 
     // Changes nobody selects move the global resourceVersion past what the watches have seen.
     server.create('nodes', node('node-b'));
@@ -240,11 +310,12 @@ describe('kube source against a fake API server', () => {
     const watchesBefore = server.requests.length - listsBefore;
     server.dropWatches();
 
-    await vi.waitFor(() => expect(server.watchCount).toBe(3), WAIT);
+    await vi.waitFor(() => expect(server.watchCount).toBe(4), WAIT);
     const rewatches = server.requests
       .filter((request) => request.query.get('watch') === 'true')
       .slice(watchesBefore);
     expect(rewatches.map((request) => request.query.get('resourceVersion'))).toEqual([
+      bookmarked,
       bookmarked,
       bookmarked,
       bookmarked,
@@ -295,14 +366,14 @@ describe('kube source against a fake API server', () => {
     const collector = new Collector();
     source = sourceFor(server, { logger });
     await source.start(collector.onEvent);
-    await vi.waitFor(() => expect(server.watchCount).toBe(3), WAIT);
+    await vi.waitFor(() => expect(server.watchCount).toBe(4), WAIT);
     const listsBefore = server.requests.filter((request) => request.query.get('watch') !== 'true').length;
 
     const outageStarted = performance.now();
     await server.stop();
     const retries = () =>
       lines.filter((line) => line.msg === 'list/watch failed; keeping the last known state and retrying');
-    await vi.waitFor(() => expect(retries().length).toBeGreaterThanOrEqual(9), WAIT);
+    await vi.waitFor(() => expect(retries().length).toBeGreaterThanOrEqual(12), WAIT);
     server.create('services', service('added-during-outage'));
     server.update('nodes', node(NODE, 'zone-7'));
     // Nothing is deleted (or delivered at all) just because the server is gone.
@@ -344,7 +415,7 @@ describe('kube source against a fake API server', () => {
     server.create('services', service('web'));
     source = sourceFor(server);
     await source.start(() => {});
-    await vi.waitFor(() => expect(server.watchCount).toBe(3), WAIT);
+    await vi.waitFor(() => expect(server.watchCount).toBe(4), WAIT);
     await source.stop();
     await vi.waitFor(() => expect(server.watchCount).toBe(0), WAIT);
     await expectHandlesBackTo(baseline);
