@@ -9,7 +9,7 @@ import {
   type IPFamily,
   type Service,
 } from '../model/types.js';
-import { formatCIDR, parseCIDR } from '../net/ip.js';
+import { formatCIDR, type ParsedCIDR, parseCIDR } from '../net/ip.js';
 import { categorizeEndpoints, mergeSlices, portKey, type TopologyContext } from './endpoints.js';
 import { localDetectorFor, masqueradeMark, primaryNodeIP, resolveNodePortAddresses } from './node.js';
 import { servicePortsForFamily, skipReason } from './service-ports.js';
@@ -95,18 +95,27 @@ function compareServicePorts(a: ServicePortDecision, b: ServicePortDecision): nu
 }
 
 /**
- * The ServiceCIDRs' CIDRs of one family, canonical, sorted and without duplicates: the union of
- * every object's spec.cidrs, as kube-proxy's ServiceCIDRConfig keeps it.
+ * The ServiceCIDRs' CIDRs of one family, canonical, sorted by address and without duplicates: the
+ * union of every object's spec.cidrs, as kube-proxy's ServiceCIDRConfig keeps it.
  */
 export function serviceCIDRsOfFamily(state: ClusterState, family: IPFamily): string[] {
-  const cidrs = new Set<string>();
+  const cidrs = new Map<string, ParsedCIDR>();
   for (const object of state.serviceCIDRs.values()) {
     for (const text of object.cidrs) {
       const cidr = parseCIDR(text);
-      if (cidr?.family === family) cidrs.add(formatCIDR(cidr));
+      if (cidr?.family === family) cidrs.set(formatCIDR(cidr), cidr);
     }
   }
-  return [...cidrs].sort();
+  return [...cidrs].sort(([, a], [, b]) => compareCIDRs(a, b)).map(([text]) => text);
+}
+
+/** By network address, then prefix length. */
+function compareCIDRs(a: ParsedCIDR, b: ParsedCIDR): number {
+  for (let i = 0; i < a.network.length; i++) {
+    const diff = (a.network[i] ?? 0) - (b.network[i] ?? 0);
+    if (diff !== 0) return diff;
+  }
+  return a.prefixLength - b.prefixLength;
 }
 
 /**

@@ -129,8 +129,8 @@ export interface FamilyDecisions {
   localhostNodePorts: boolean;
   /**
    * The ServiceCIDRs' CIDRs of this family (networking.k8s.io/v1 ServiceCIDR spec.cidrs, the union
-   * over every object), canonical, sorted, without duplicates. The nftables mode drops traffic to
-   * an address inside them that is no ClusterIP; [] when none are known.
+   * over every object), canonical, sorted by address, without duplicates. The nftables mode drops
+   * traffic to an address inside them that is no ClusterIP; [] when none are known.
    */
   serviceCIDRs: string[];
 }

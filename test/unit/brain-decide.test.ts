@@ -1,16 +1,25 @@
 import { describe, expect, it } from 'vitest';
-import { decide } from '../../src/brain/decide.js';
-import type { EndpointSlice, Service } from '../../src/model/types.js';
-import { brainConfig, endpoint, node, nodeEnv, service, slice } from '../support/model-fixtures.js';
+import { Decider, decide } from '../../src/brain/decide.js';
+import type { EndpointSlice, Service, ServiceCIDR } from '../../src/model/types.js';
+import {
+  brainConfig,
+  endpoint,
+  node,
+  nodeEnv,
+  service,
+  serviceCIDR,
+  serviceCIDRMap,
+  slice,
+} from '../support/model-fixtures.js';
 
 const config = brainConfig({ clusterCIDRs: ['10.244.0.0/16', 'fd00:244::/56'] });
 
-function state(services: Service[], slices: EndpointSlice[]) {
+function state(services: Service[], slices: EndpointSlice[], serviceCIDRs: ServiceCIDR[] = []) {
   return {
     services: new Map(services.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
     endpointSlices: new Map(slices.map((s) => [`${s.meta.namespace}/${s.meta.name}`, s])),
     node: node('test-node', { labels: { 'topology.kubernetes.io/zone': 'zone-a' } }),
-    serviceCIDRs: new Map(),
+    serviceCIDRs: serviceCIDRMap(...serviceCIDRs),
   };
 }
 
@@ -65,6 +74,36 @@ describe('decide', () => {
       'Service ext: ExternalName service',
       'EndpointSlice fqdn: FQDN EndpointSlice',
     ]);
+  });
+
+  it('gives each family the union of the ServiceCIDRs of that family: canonical, sorted by address, without duplicates', () => {
+    const cidrs = [
+      serviceCIDR('kubernetes', ['10.96.0.0/16', 'fd00:96::/112']),
+      serviceCIDR('more', ['10.100.0.0/16']),
+      // The same ranges again, written as the sloppy parse reads them; and one more IPv6 range.
+      serviceCIDR('again', ['010.096.0.1/16', 'FD00:0096:0::/112']),
+      serviceCIDR('v6', ['fd00:95::/112']),
+    ];
+    const d = decide(state([], [], cidrs), nodeEnv({ nodeIPs: ['192.168.0.2', '2001:db8::2'] }), config);
+    expect(d.families.map((f) => [f.family, f.serviceCIDRs])).toEqual([
+      ['IPv4', ['10.96.0.0/16', '10.100.0.0/16']],
+      ['IPv6', ['fd00:95::/112', 'fd00:96::/112']],
+    ]);
+    expect(decide(state([], []), nodeEnv(), config).families[0]?.serviceCIDRs).toEqual([]);
+  });
+
+  it('the Decider takes ServiceCIDR changes on a partial decision, as decide() does', () => {
+    const decider = new Decider();
+    const env = nodeEnv({ nodeIPs: ['192.168.0.2', '2001:db8::2'] });
+    const first = state([dual], slices);
+    expect(decider.decide(first, env, config, { changedServices: new Set(), full: true })).toEqual(
+      decide(first, env, config),
+    );
+    const withCIDRs = state([dual], slices, [serviceCIDR('kubernetes', ['172.30.0.0/16', 'fd00:30::/112'])]);
+    const partial = decider.decide(withCIDRs, env, config, { changedServices: new Set(), full: false });
+    expect(partial).toEqual(decide(withCIDRs, env, config));
+    expect(partial.families.map((f) => f.serviceCIDRs)).toEqual([['172.30.0.0/16'], ['fd00:30::/112']]);
+    expect(partial.families[0]?.servicePorts).toHaveLength(1);
   });
 
   it('applies topology from the node zone label', () => {

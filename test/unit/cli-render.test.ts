@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
@@ -70,6 +70,8 @@ describe('render', () => {
       loadBalancerIPs: ['198.51.100.10'],
     });
     expect(local.localEndpoints).toEqual(['10.244.1.10:8080', '10.244.1.11:8080']);
+    // examples/manifests/service-cidr.yaml
+    expect(json.families[0].serviceCIDRs).toEqual(['10.96.0.0/16']);
   });
 
   it('prints exactly one family of iptables-restore input with --ip-family', async () => {
@@ -93,6 +95,71 @@ describe('render', () => {
     expect(stdout).toMatch(
       /add element ip kube-proxy service-ips \{ 10\.96\.0\.10 \. tcp \. 80 : goto service-[A-Z2-7]{8}-demo\/web\/tcp\/http \}/,
     );
+    expect(stdout).toContain(
+      'add rule ip kube-proxy cluster-ips-check ip daddr { 10.96.0.0/16 } drop comment "Drop traffic to unallocated ClusterIPs"\n',
+    );
+  });
+
+  it('renders the ServiceCIDRs of the manifests into cluster-ips-check per family, and no drop rule without any', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kbp-render-cidrs-'));
+    try {
+      writeFileSync(
+        join(dir, 'cidrs.yaml'),
+        [
+          'apiVersion: networking.k8s.io/v1',
+          'kind: ServiceCIDR',
+          'metadata: { name: kubernetes }',
+          'spec: { cidrs: [10.96.0.0/16, "fd00:96::/112"] }',
+          '---',
+          'apiVersion: networking.k8s.io/v1',
+          'kind: ServiceCIDRList',
+          'items:',
+          '  - metadata: { name: more }',
+          '    spec: { cidrs: [10.100.0.0/16] }',
+          '',
+        ].join('\n'),
+      );
+      const dual = ['--node-env', join(dir, 'env.json')];
+      writeFileSync(
+        join(dir, 'env.json'),
+        JSON.stringify({ nodeName: 'node-a', nodeIPs: ['10.10.0.1', 'fd00:10::1'], interfaces: [] }),
+      );
+      const nft = await cli([
+        'render',
+        '--manifests',
+        join(dir, 'cidrs.yaml'),
+        ...dual,
+        '--proxy-mode',
+        'nftables',
+      ]);
+      expect(nft.stderr).toBe('');
+      const drops = nft.stdout.split('\n').filter((line) => line.includes('unallocated ClusterIPs'));
+      expect(drops).toEqual([
+        'add rule ip kube-proxy cluster-ips-check ip daddr { 10.96.0.0/16,10.100.0.0/16 } drop comment "Drop traffic to unallocated ClusterIPs"',
+        'add rule ip6 kube-proxy cluster-ips-check ip6 daddr { fd00:96::/112 } drop comment "Drop traffic to unallocated ClusterIPs"',
+      ]);
+      const json = JSON.parse(
+        (await cli(['render', '--manifests', join(dir, 'cidrs.yaml'), ...dual, '--output', 'json'])).stdout,
+      );
+      expect(json.families.map((f: { serviceCIDRs: string[] }) => f.serviceCIDRs)).toEqual([
+        ['10.96.0.0/16', '10.100.0.0/16'],
+        ['fd00:96::/112'],
+      ]);
+      const text = await cli(['render', '--manifests', join(dir, 'cidrs.yaml'), ...dual]);
+      expect(text.stdout).toContain('IPv6 (node IP fd00:10::1, 0 service ports, ServiceCIDRs fd00:96::/112)');
+      const none = await cli([
+        'render',
+        '--manifests',
+        'examples/manifests/web.yaml',
+        ...dual,
+        '--proxy-mode',
+        'nftables',
+      ]);
+      expect(none.stdout).toContain('cluster-ips-check ip daddr @cluster-ips reject');
+      expect(none.stdout).not.toContain('unallocated ClusterIPs');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('prints virtual servers, ipsets and companion rules with --proxy-mode ipvs (NodePorts per node address)', async () => {

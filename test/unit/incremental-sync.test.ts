@@ -92,6 +92,22 @@ function eventSource(seed: number) {
 
 const STEPS = 300;
 
+/** A ServiceCIDR upsert or delete, cycling through a few ranges. */
+function serviceCIDREvent(step: number): SourceEvent {
+  const name = `range-${step % 2}`;
+  return {
+    type: step % 75 === 50 ? 'delete' : 'upsert',
+    kind: 'ServiceCIDR',
+    object: {
+      apiVersion: 'networking.k8s.io/v1',
+      kind: 'ServiceCIDR',
+      metadata: { name },
+      spec: { cidrs: [`10.${96 + (step % 4)}.0.0/16`] },
+    },
+    origin: `step ${step}`,
+  };
+}
+
 describe('the brain, memoised per Service, against decide() from scratch', () => {
   for (const seed of [1, 2, 3]) {
     it(`${STEPS} random changes, seed ${seed}`, () => {
@@ -103,6 +119,8 @@ describe('the brain, memoised per Service, against decide() from scratch', () =>
         // The node changes zone now and then: topology hints then change every Service's endpoints.
         const env = nodeEnv({ nodeName: NODE, nodeLabels: { [ZONE_LABEL]: step % 70 < 35 ? 'z1' : 'z2' } });
         tracker.apply(Array.from({ length: 1 + (step % 3) }, next));
+        // Now and then the ServiceCIDRs change: node-wide, no Service is named.
+        if (step % 25 === 0) tracker.apply([serviceCIDREvent(step)]);
         const changes = tracker.takePending();
         const incremental = decider.decide(tracker.state(), env, config, {
           changedServices: changes.changedServices,

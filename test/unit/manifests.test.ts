@@ -39,7 +39,7 @@ describe('the bundled examples', () => {
     for (const event of read.events) expect(parseEvent(event)).toMatchObject({ ok: true });
   });
 
-  it('hold the demo Services, their slices and both nodes, in file order', () => {
+  it('hold the demo Services, their slices, both nodes and the ServiceCIDR, in file order', () => {
     expect(names(read.events)).toEqual([
       'Service/dns',
       'EndpointSlice/dns-9xw2c',
@@ -51,6 +51,7 @@ describe('the bundled examples', () => {
       'EndpointSlice/internal-local-h2v7n',
       'Node/node-a',
       'Node/node-b',
+      'ServiceCIDR/kubernetes',
       'Service/db',
       'Service/sticky',
       'EndpointSlice/sticky-b6fjq',
@@ -62,7 +63,7 @@ describe('the bundled examples', () => {
       'EndpointSlice/web-local-zr5tb',
     ]);
     expect(read.events[4]?.origin).toBe('examples/manifests/ext.json#0.items[0]');
-    expect(read.events[13]?.origin).toBe('examples/manifests/web.yaml#0');
+    expect(read.events[14]?.origin).toBe('examples/manifests/web.yaml#0');
   });
 
   it("hide what kube-proxy's label selector hides: the headless slice and the other proxy's objects", () => {
@@ -138,6 +139,34 @@ describe('documents and kinds', () => {
       'bad.yaml#5||/|must be a Kubernetes object, got "just a string"',
       'bad.yaml#6||/|must be a Kubernetes object, got a list of 2 items',
       'bad.yaml#7||/|kind: must be a string, got a list of 1 items',
+    ]);
+  });
+
+  it('reads ServiceCIDRs and their lists whatever their labels, cluster-scoped, and checks their apiVersion', () => {
+    const text = [
+      'apiVersion: networking.k8s.io/v1',
+      'kind: ServiceCIDR',
+      'metadata: {name: a, namespace: x, labels: {service.kubernetes.io/service-proxy-name: other}}',
+      'spec: {cidrs: [10.96.0.0/16]}',
+      '---',
+      'apiVersion: networking.k8s.io/v1',
+      'kind: ServiceCIDRList',
+      'items: [{metadata: {name: b}, spec: {cidrs: ["fd00::/112"]}}]',
+      '---',
+      'apiVersion: networking.k8s.io/v1beta1',
+      'kind: ServiceCIDR',
+      'metadata: {name: c}',
+      'spec: {cidrs: [10.97.0.0/16]}',
+    ].join('\n');
+    const read = manifestObjects('cidrs.yaml', text);
+    expect(names(read.events)).toEqual(['ServiceCIDR/a', 'ServiceCIDR/b']);
+    expect(
+      read.events.map((e) => (e.object as { metadata: { namespace?: string } }).metadata.namespace),
+    ).toEqual([undefined, undefined]);
+    expect(read.events.every((e) => parseEvent(e).ok)).toBe(true);
+    expect(read.ignored).toEqual([]);
+    expect(read.problems.map((p) => `${p.origin} ${p.kind} ${p.name}: ${p.reason}`)).toEqual([
+      'cidrs.yaml#2 ServiceCIDR c: apiVersion: ServiceCIDR must be networking.k8s.io/v1, got "networking.k8s.io/v1beta1"',
     ]);
   });
 

@@ -11,6 +11,7 @@ import {
   parseNode,
   parseObject,
   parseService,
+  parseServiceCIDR,
 } from '../../src/model/parse.js';
 import { matchesKubeProxySelector } from '../../src/model/selector.js';
 
@@ -749,11 +750,89 @@ describe('parseNode', () => {
   });
 });
 
+describe('parseServiceCIDR', () => {
+  const cidr = (spec: unknown, metadata: Record<string, unknown> = { name: 'kubernetes' }) => ({
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'ServiceCIDR',
+    metadata,
+    spec,
+  });
+
+  it('reads spec.cidrs of a cluster-scoped object, one CIDR or one of each family', () => {
+    expect(parseServiceCIDR(cidr({ cidrs: ['10.96.0.0/16'] }))).toEqual({
+      ok: true,
+      value: {
+        meta: {
+          namespace: '',
+          name: 'kubernetes',
+          uid: '',
+          resourceVersion: '',
+          labels: {},
+          annotations: {},
+        },
+        cidrs: ['10.96.0.0/16'],
+      },
+    });
+    const dual = parseServiceCIDR(
+      cidr({ cidrs: ['fd00:96::/112', '10.96.0.0/16'] }, { name: 'a', namespace: 'x' }),
+    );
+    expect(dual.ok && dual.value).toMatchObject({
+      meta: { namespace: '' },
+      cidrs: ['fd00:96::/112', '10.96.0.0/16'],
+    });
+  });
+
+  it('refuses what the API server refuses: no CIDR, more than two, two of one family, a bad name or kind', () => {
+    expect(reasonOf(parseServiceCIDR(cidr({})))).toBe('spec.cidrs: must hold at least one CIDR');
+    expect(reasonOf(parseServiceCIDR(cidr(undefined)))).toBe('spec.cidrs: must hold at least one CIDR');
+    expect(reasonOf(parseServiceCIDR(cidr({ cidrs: [] })))).toBe('spec.cidrs: must hold at least one CIDR');
+    expect(reasonOf(parseServiceCIDR(cidr({ cidrs: ['10.0.0.0/8', 'fd00::/64', '10.1.0.0/16'] })))).toBe(
+      'spec.cidrs: must hold at most 2 items, got a list of 3 items',
+    );
+    expect(reasonOf(parseServiceCIDR(cidr({ cidrs: ['10.96.0.0/16', '10.97.0.0/16'] })))).toBe(
+      'spec.cidrs[1]: must be of the other IP family than spec.cidrs[0] (at most one CIDR per family), got "10.97.0.0/16"',
+    );
+    expect(reasonOf(parseServiceCIDR(cidr({ cidrs: [42] })))).toBe('spec.cidrs[0]: must be a string, got 42');
+    expect(reasonOf(parseServiceCIDR(cidr({ cidrs: ['10.96.0.0/16'] }, { name: 'Big_Range' })))).toMatch(
+      /^metadata\.name: must be a DNS subdomain/,
+    );
+    expect(reasonOf(parseServiceCIDR({ ...cidr({ cidrs: ['10.96.0.0/16'] }), kind: 'Service' }))).toBe(
+      'kind: must be ServiceCIDR, got "Service"',
+    );
+  });
+
+  it('leaves out a CIDR that does not parse and uses the other one', () => {
+    expect(parseServiceCIDR(cidr({ cidrs: ['10.96.0.0/33', 'fd00:96::/112'] }))).toMatchObject({
+      ok: true,
+      value: { cidrs: ['fd00:96::/112'] },
+      leftOut: 'spec.cidrs[0]: must be a CIDR, got "10.96.0.0/33"',
+    });
+    expect(parseServiceCIDR(cidr({ cidrs: ['10.96.0.1'] }))).toMatchObject({
+      ok: true,
+      value: { cidrs: [] },
+      leftOut: 'spec.cidrs[0]: must be a CIDR, got "10.96.0.1"',
+    });
+    const event = parseEvent({
+      type: 'upsert',
+      kind: 'ServiceCIDR',
+      origin: 'cidrs.yaml#0',
+      object: cidr({ cidrs: ['bogus'] }),
+    });
+    expect(event.problem && formatProblem(event.problem)).toBe(
+      'cidrs.yaml#0 ServiceCIDR kubernetes: spec.cidrs[0]: must be a CIDR, got "bogus" (left out; the rest of the ServiceCIDR is used)',
+    );
+  });
+});
+
 describe('parseObject, parseEvent, problems', () => {
   it('dispatches by kind', () => {
     expect(parseObject('Node', { metadata: { name: 'n' } }).ok).toBe(true);
     expect(parseObject('Service', { metadata: { name: 'n' } }).ok).toBe(false);
     expect(parseObject('EndpointSlice', slice({})).ok).toBe(true);
+    expect(
+      parseObject('ServiceCIDR', { metadata: { name: 'n' }, spec: { cidrs: ['10.96.0.0/16'] } }).ok,
+    ).toBe(true);
+    expect(parseObject('ServiceCIDR', { metadata: { name: 'n' } }).ok).toBe(false);
   });
 
   it('turns a failure into a located problem and formats it as the CLI prints it', () => {

@@ -29,6 +29,12 @@ const rawSlice = (name: string, service: string, ips: string[], triggerTime?: st
   ports: [{ name: 'http', port: 8080, protocol: 'TCP' }],
   endpoints: ips.map((ip) => ({ addresses: [ip], conditions: { ready: true } })),
 });
+const rawServiceCIDR = (name: string, cidrs: string[], labels: Record<string, string> = {}) => ({
+  apiVersion: 'networking.k8s.io/v1',
+  kind: 'ServiceCIDR',
+  metadata: { name, labels },
+  spec: { cidrs },
+});
 const upsert = (kind: SourceEvent['kind'], object: unknown, origin = 'test#0'): SourceEvent => ({
   type: 'upsert',
   kind,
@@ -145,6 +151,52 @@ describe('ChangeTracker', () => {
     tracker.apply([upsert('Node', rawNode('test-node', 'b'))]);
     expect(tracker.takePending().nodeChanged).toBe(true);
   });
+
+  it('keeps every ServiceCIDR and flags a change of their CIDRs, not of their labels', () => {
+    const tracker = new ChangeTracker('test-node');
+    expect(tracker.takePending().serviceCIDRsChanged).toBe(false);
+    tracker.apply([upsert('ServiceCIDR', rawServiceCIDR('kubernetes', ['10.96.0.0/16']))]);
+    const pending = tracker.takePending();
+    expect(pending.serviceCIDRsChanged).toBe(true);
+    // Node-wide, not a Service's: no Service is named, no service or endpoint change counted.
+    expect(pending.changedServices.size).toBe(0);
+    expect(pending.serviceChanges + pending.endpointChanges).toBe(0);
+    tracker.apply([upsert('ServiceCIDR', rawServiceCIDR('kubernetes', ['10.96.0.0/16'], { team: 'x' }))]);
+    expect(tracker.takePending().serviceCIDRsChanged).toBe(false);
+    tracker.apply([upsert('ServiceCIDR', rawServiceCIDR('extra', ['10.97.0.0/16', 'fd00:97::/112']))]);
+    expect(tracker.takePending().serviceCIDRsChanged).toBe(true);
+    expect([...tracker.state().serviceCIDRs.values()].map((o) => [o.meta.name, o.cidrs])).toEqual([
+      ['kubernetes', ['10.96.0.0/16']],
+      ['extra', ['10.97.0.0/16', 'fd00:97::/112']],
+    ]);
+    tracker.apply([remove('ServiceCIDR', rawServiceCIDR('extra', []))]);
+    expect(tracker.takePending().serviceCIDRsChanged).toBe(true);
+    expect([...tracker.state().serviceCIDRs.keys()]).toEqual(['kubernetes']);
+    // Deleting what is not known changes nothing.
+    tracker.apply([remove('ServiceCIDR', rawServiceCIDR('never', []))]);
+    expect(tracker.takePending().serviceCIDRsChanged).toBe(false);
+  });
+
+  it('skips a malformed ServiceCIDR, reports it, keeps its last good version, and uses a partly bad one', () => {
+    const tracker = new ChangeTracker('test-node');
+    tracker.apply([upsert('ServiceCIDR', rawServiceCIDR('kubernetes', ['10.96.0.0/16']))]);
+    tracker.takePending();
+    const raised = tracker.apply([
+      upsert('ServiceCIDR', rawServiceCIDR('kubernetes', ['10.96.0.0/16', '10.97.0.0/16']), 'api'),
+    ]);
+    expect(raised.map((p) => `${p.kind} ${p.name}: ${p.reason}`)).toEqual([
+      'ServiceCIDR kubernetes: spec.cidrs[1]: must be of the other IP family than spec.cidrs[0] (at most one CIDR per family), got "10.97.0.0/16"',
+    ]);
+    expect(tracker.takePending().serviceCIDRsChanged).toBe(false);
+    expect(tracker.state().serviceCIDRs.get('kubernetes')?.cidrs).toEqual(['10.96.0.0/16']);
+    expect(tracker.skipped()).toHaveLength(1);
+    tracker.apply([upsert('ServiceCIDR', rawServiceCIDR('kubernetes', ['10.96.0.0/16', 'fd00:96::/200']))]);
+    expect(tracker.takePending().serviceCIDRsChanged).toBe(false);
+    expect(tracker.skipped().map((p) => p.entriesLeftOut)).toEqual([true]);
+    tracker.apply([remove('ServiceCIDR', rawServiceCIDR('kubernetes', []))]);
+    expect(tracker.skipped()).toEqual([]);
+    expect(tracker.state().serviceCIDRs.size).toBe(0);
+  });
 });
 
 const brain = brainConfig();
@@ -215,6 +267,25 @@ describe('SyncLoop', () => {
     expect(await loop.syncOnce()).toBe(true);
     expect(dataplane.calls[2]?.changes.fullSyncRequired).toBe(true);
     expect([...(dataplane.calls[2]?.changes.changedServices ?? [])]).toEqual(['ns/b']);
+  });
+
+  it('syncs fully when the ServiceCIDRs change, and the decisions carry them per family', async () => {
+    const { tracker, dataplane, loop, advance } = setup();
+    tracker.apply([upsert('Service', rawService('a'))]);
+    await loop.syncOnce();
+    expect(dataplane.calls[0]?.decisions.families[0]?.serviceCIDRs).toEqual([]);
+    tracker.apply([upsert('ServiceCIDR', rawServiceCIDR('kubernetes', ['10.96.0.0/16', 'fd00:96::/112']))]);
+    advance(1000);
+    await loop.syncOnce();
+    expect(dataplane.calls[1]?.changes.fullSyncRequired).toBe(true);
+    expect(dataplane.calls[1]?.decisions.families.map((f) => [f.family, f.serviceCIDRs])).toEqual([
+      ['IPv4', ['10.96.0.0/16']],
+    ]);
+    tracker.apply([upsert('Service', rawService('a', 8080))]);
+    advance(1000);
+    await loop.syncOnce();
+    expect(dataplane.calls[2]?.changes.fullSyncRequired).toBe(false);
+    expect(dataplane.calls[2]?.decisions.families[0]?.serviceCIDRs).toEqual(['10.96.0.0/16']);
   });
 
   it('reports network programming latency from the trigger time', async () => {
