@@ -656,8 +656,9 @@ function serviceCIDRIssues(raw: RawServiceCIDR): Issue[] {
 }
 
 function toServiceCIDR(raw: RawServiceCIDR): Built<ServiceCIDR> {
-  // kube-proxy would hand a CIDR that does not parse to nft, which fails the whole transaction; the
-  // API server never stores one. It is left out here and the object's other CIDR is used.
+  // The API server never stores a CIDR that does not parse; kube-proxy would put one in its IPv6
+  // proxier's rule (not IPv4 means IPv6 there), where nft refuses the whole transaction. It is
+  // left out here and the object's other CIDR is used.
   const cidrs = keepUsable(raw.spec?.cidrs ?? [], ['spec', 'cidrs'], (text) =>
     parseCIDR(text) ? null : { path: [], message: 'must be a CIDR', input: text },
   );

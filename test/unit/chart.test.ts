@@ -411,7 +411,10 @@ describe('defaults', () => {
       expect(allows(rules, '', 'services', verb)).toBe(true);
       expect(allows(rules, '', 'nodes', verb)).toBe(true);
       expect(allows(rules, 'discovery.k8s.io', 'endpointslices', verb)).toBe(true);
+      expect(allows(rules, 'networking.k8s.io', 'servicecidrs', verb)).toBe(true);
     }
+    for (const verb of ['create', 'update', 'patch', 'delete'])
+      expect(allows(rules, 'networking.k8s.io', 'servicecidrs', verb)).toBe(false);
     for (const verb of ['create', 'patch']) {
       expect(allows(rules, '', 'events', verb)).toBe(true);
       expect(allows(rules, 'events.k8s.io', 'events', verb)).toBe(true);
