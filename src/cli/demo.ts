@@ -18,7 +18,9 @@ import { ChangeTracker } from '../model/tracker.js';
 import { readManifests } from '../sources/manifests.js';
 
 export const mainScript = compiledSibling(import.meta.url, 'main.js');
-export const LAB_PREFIX = 'kbpdemo';
+/** The demo's namespaces are named `<prefix>-…`; KBP_LAB_PREFIX sets another prefix, so that runs of
+ * several people on one machine neither meet nor delete each other's leftovers. */
+export const LAB_PREFIX = process.env.KBP_LAB_PREFIX || 'kbpdemo';
 
 /** The nodes of examples/manifests/nodes.yaml, and clients inside and outside the LB source ranges. */
 export const DEMO_NODES = [
