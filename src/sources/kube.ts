@@ -1,7 +1,7 @@
 // The Kubernetes API source: what kube-proxy's informers watch (Services and EndpointSlices with
-// its label selector, this node's Node, and every ServiceCIDR), delivered as raw objects. Each resource runs its own
-// list/watch loop (reflector.ts) on top of client-node's KubeConfig for credentials; see
-// docs/sources.md for why not client-node's informer.
+// its label selector, this node's Node, and every ServiceCIDR), delivered as raw objects. Each
+// resource runs its own list/watch loop (reflector.ts) on top of client-node's KubeConfig for
+// credentials; see docs/sources.md for why not client-node's informer.
 
 import { existsSync } from 'node:fs';
 import { KubeConfig } from '@kubernetes/client-node';
@@ -25,7 +25,7 @@ export interface KubeSourceOptions {
   nodeName: string;
   logger?: Logger;
   backoff?: BackoffPolicy;
-  /** How often a resource the API server does not serve (404) is listed again; default 10 minutes. */
+  /** How often a resource that may be unserved and was refused (404, 403) is listed again; default 10 minutes. */
   notServedRetryMs?: number;
 }
 

@@ -20,13 +20,17 @@ export interface WatchedResource {
   /**
    * A resource older API servers do not serve (ServiceCIDRs before Kubernetes 1.33): a 404 on its
    * list counts as an empty collection, synced, and the list is asked again every
-   * `notServedRetryMs` instead of blocking the initial sync or retrying in a tight backoff.
+   * `notServedRetryMs` instead of blocking the initial sync or retrying in a tight backoff. A 403
+   * (RBAC without the resource) is taken the same way, keeping what was known.
    */
   mayBeUnserved?: boolean;
 }
 
 /** How often a resource the API server does not serve is asked for again (it appears on an upgrade). */
 export const NOT_SERVED_RETRY_MS = 10 * 60 * 1000;
+
+/** Why a resource that may be unserved could not be listed: 404 (not served) or 403 (not allowed). */
+type Unavailable = 404 | 403;
 
 /** client-go's minWatchTimeout: each watch asks the server to end it after 5 to 10 minutes, spread so that clients do not all re-watch at once. */
 const MIN_WATCH_TIMEOUT_SECONDS = 300;
@@ -41,8 +45,8 @@ export class Reflector {
   private known = new Map<string, unknown>();
   private resourceVersion = '';
   private failures = 0;
-  /** The last list was answered 404 (only for resources that may be unserved). */
-  private notServed = false;
+  /** The last list was answered 404 or 403 (only for resources that may be unserved), else null. */
+  private unavailable: Unavailable | null = null;
   private readonly log: Logger;
 
   constructor(
@@ -89,8 +93,8 @@ export class Reflector {
           this.resourceVersion = '';
           continue;
         }
-        // A watch refused with 404 after a good list: the relist says whether it is still served.
-        if (this.resource.mayBeUnserved && error instanceof ApiError && error.statusCode === 404) {
+        // A watch refused with 404 or 403 after a good list: the relist says what holds now.
+        if (this.unavailableAnswer(error) !== null) {
           this.resourceVersion = '';
           continue;
         }
@@ -111,20 +115,20 @@ export class Reflector {
     return { ...(labelSelector ? { labelSelector } : {}), ...(fieldSelector ? { fieldSelector } : {}) };
   }
 
-  /** Lists and delivers the difference; false when the API server does not serve the resource. */
+  /** Lists and delivers the difference; false when the resource cannot be listed (404, 403). */
   private async relist(signal: AbortSignal): Promise<boolean> {
     let response: Awaited<ReturnType<ApiTransport['get']>>;
     try {
       response = await this.transport.get(this.resource.path, this.selectors(), signal);
     } catch (error) {
-      if (!(this.resource.mayBeUnserved && error instanceof ApiError && error.statusCode === 404))
-        throw error;
-      this.notServedAnswer();
+      const code = this.unavailableAnswer(error);
+      if (code === null) throw error;
+      this.noteUnavailable(code);
       return false;
     }
-    if (this.notServed) {
-      this.notServed = false;
-      this.log.info({ path: this.resource.path }, 'the API server serves this resource now');
+    if (this.unavailable !== null) {
+      this.unavailable = null;
+      this.log.info({ path: this.resource.path }, 'this resource can be listed now');
     }
     const { contentType, body } = response;
     const { items, resourceVersion } = readList(
@@ -150,18 +154,33 @@ export class Reflector {
     return true;
   }
 
-  /** A 404 for a resource that may be unserved: an empty collection (what was known is deleted). */
-  private notServedAnswer(): void {
-    if (!this.notServed) {
-      this.log.info(
-        { path: this.resource.path, retryInMs: this.notServedRetryMs },
-        'the API server does not serve this resource (404): treated as empty; asking again later',
-      );
+  /** 404 or 403 for a resource that may be unserved; null for anything else. */
+  private unavailableAnswer(error: unknown): Unavailable | null {
+    if (!this.resource.mayBeUnserved || !(error instanceof ApiError)) return null;
+    return error.statusCode === 404 || error.statusCode === 403 ? error.statusCode : null;
+  }
+
+  /**
+   * A resource that may be unserved could not be listed: logged once per reason. 404: the API server
+   * has no such resource, so none exist (what was known is deleted). 403: we may not read it; what
+   * was known is kept, as after any failure.
+   */
+  private noteUnavailable(code: Unavailable): void {
+    if (this.unavailable !== code) {
+      const fields = { path: this.resource.path, retryInMs: this.notServedRetryMs };
+      if (code === 404)
+        this.log.info(fields, 'the API server does not serve this resource (404): none; asking again later');
+      else
+        this.log.warn(
+          fields,
+          'not allowed to list this resource (403): going on with what is known; grant list and watch on it (asking again later)',
+        );
     }
-    this.notServed = true;
+    this.unavailable = code;
+    this.resourceVersion = '';
+    if (code === 403) return;
     const deletes = [...this.known.values()];
     this.known = new Map();
-    this.resourceVersion = '';
     this.deliver(deletes.map((object) => this.event('delete', object)));
   }
 

@@ -76,6 +76,8 @@ export class FakeApiServer {
   readonly requests: RecordedRequest[] = [];
   /** Resources this server answers 404 for, as an API server too old to know them (ServiceCIDRs before 1.33). */
   readonly notServed = new Set<FakeResource>();
+  /** Resources this server answers 403 for, as RBAC without them does. */
+  readonly forbidden = new Set<FakeResource>();
 
   private server: http.Server | null = null;
   private port = 0;
@@ -226,6 +228,10 @@ export class FakeApiServer {
         'NotFound',
         `the server could not find the requested resource ${url.pathname}`,
       );
+      return;
+    }
+    if (this.forbidden.has(resource)) {
+      sendStatus(response, 403, 'Forbidden', `${resource} is forbidden: cannot list resource "${resource}"`);
       return;
     }
     let selects: (object: FakeObject) => boolean;

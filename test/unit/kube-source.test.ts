@@ -279,7 +279,7 @@ describe('kube source against a fake API server', () => {
     server.notServed.delete('servicecidrs');
     server.create('servicecidrs', serviceCIDR('kubernetes', ['10.96.0.0/16']));
     await vi.waitFor(() => expect(collector.since(1)).toEqual(['upsert ServiceCIDR kubernetes']), WAIT);
-    expect(lines.some((line) => String(line.msg).includes('serves this resource now'))).toBe(true);
+    expect(lines.some((line) => String(line.msg).includes('can be listed now'))).toBe(true);
     await vi.waitFor(() => expect(server.watchCount).toBe(4), WAIT);
     server.delete('servicecidrs', 'kubernetes');
     await vi.waitFor(() => expect(collector.since(2)).toEqual(['delete ServiceCIDR kubernetes']), WAIT);
@@ -290,6 +290,35 @@ describe('kube source against a fake API server', () => {
     server.notServed.add('servicecidrs');
     server.dropWatches();
     await vi.waitFor(() => expect(collector.since(4)).toEqual(['delete ServiceCIDR again']), WAIT);
+  });
+
+  it('RBAC without ServiceCIDRs (403) does not hold the initial sync back either: one warning, what is known kept', async () => {
+    server.create('servicecidrs', serviceCIDR('kubernetes', ['10.96.0.0/16']));
+    server.forbidden.add('servicecidrs');
+    const { logger, lines } = capturingLogger();
+    const collector = new Collector();
+    source = sourceFor(server, { logger, notServedRetryMs: 100 });
+    await source.start(collector.onEvent);
+    expect(collector.events).toEqual([]);
+    await vi.waitFor(
+      () =>
+        expect(
+          requestsFor(server, '/apis/networking.k8s.io/v1/servicecidrs', false).length,
+        ).toBeGreaterThanOrEqual(3),
+      WAIT,
+    );
+    const warnings = lines.filter((line) => line.kind === 'ServiceCIDR' && Number(line.level) >= 40);
+    expect(warnings.map((line) => line.msg)).toEqual([
+      'not allowed to list this resource (403): going on with what is known; grant list and watch on it (asking again later)',
+    ]);
+    server.forbidden.delete('servicecidrs');
+    await vi.waitFor(() => expect(collector.events).toEqual(['upsert ServiceCIDR kubernetes']), WAIT);
+    // Forbidden again: nothing is deleted on that account.
+    server.forbidden.add('servicecidrs');
+    server.dropWatches();
+    const forbidden = () => lines.filter((line) => String(line.msg).startsWith('not allowed to list'));
+    await vi.waitFor(() => expect(forbidden()).toHaveLength(2), WAIT);
+    expect(collector.events).toEqual(['upsert ServiceCIDR kubernetes']);
   });
 
   it('takes the resourceVersion from bookmarks without producing events', async () => {
