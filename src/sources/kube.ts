@@ -25,7 +25,7 @@ export interface KubeSourceOptions {
   nodeName: string;
   logger?: Logger;
   backoff?: BackoffPolicy;
-  /** How often a resource that may be unserved and was refused (404, 403) is listed again; default 10 minutes. */
+  /** How often a list of ServiceCIDRs refused with 404 or 403 is asked again; default 10 minutes. */
   notServedRetryMs?: number;
 }
 
