@@ -5,7 +5,7 @@
 FROM node:20-bookworm AS build
 WORKDIR /src
 # helm only serves the chart tests, which do not run here (and this image has no Go to build it).
-ENV KBP_SKIP_HELM=1
+ENV KBP_SKIP_HELM=1 KBP_SKIP_CONTROL_PLANE=1
 COPY package.json package-lock.json ./
 COPY scripts/ scripts/
 RUN bash scripts/install-deps.sh

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Builds the real Kubernetes control plane the real-control-plane e2e tier runs against, from the
+# Go module proxy, and caches the binaries outside the checkout (CI starts from a clean clone):
+#
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/kube-bpf-proxy/k8s-<version>/{kube-apiserver,kube-controller-manager,kube-proxy}
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/kube-bpf-proxy/etcd-<version>/etcd
+#
+# A directory is keyed by version and only appears once its build finished, so a binary that is
+# there is never rebuilt. Go's own module and build caches stay where Go keeps them.
+#
+# kubernetes' go.mod replaces its staging modules with ./staging/src/..., so `go install` refuses it:
+# a small wrapper module requires k8s.io/kubernetes and maps every one of those replace lines to the
+# published k8s.io/<name> v0.<minor>.<patch> instead (see docs/real-control-plane.md).
+#
+# Prints the two directories on its last two lines as KBP_K8S_BIN=... and KBP_ETCD_BIN=....
+# With --locate it builds nothing: it prints them, and exits 1 when a binary is missing (the test
+# helper test/support/control-plane.ts finds the binaries this way).
+set -euo pipefail
+locate_only=0
+[[ ${1:-} == --locate ]] && locate_only=1
+
+k8s_version=${KBP_K8S_VERSION:-v1.37.2}
+etcd_version=${KBP_ETCD_VERSION:-v3.6.16}
+cache_root=${KBP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kube-bpf-proxy}
+k8s_dir=$cache_root/k8s-$k8s_version
+etcd_dir=$cache_root/etcd-$etcd_version
+k8s_bins=(kube-apiserver kube-controller-manager kube-proxy)
+
+mkdir -p "$cache_root"
+
+# Two shared cores: stay behind interactive work.
+nice_cmd=(nice -n 10)
+
+have_all() {
+  local dir=$1
+  shift
+  local b
+  for b in "$@"; do [[ -x $dir/$b ]] || return 1; done
+}
+
+build_etcd() {
+  local work
+  work=$(mktemp -d "$cache_root/.etcd-build.XXXXXX")
+  trap 'rm -rf "$work"' RETURN
+  local started=$SECONDS
+  (
+    cd "$work"
+    go mod init kube-bpf-proxy.local/etcd-wrapper >/dev/null 2>&1
+    GOFLAGS=-mod=mod go get -tool "go.etcd.io/etcd/server/v3@$etcd_version" >/dev/null 2>&1
+    mkdir -p out
+    GOFLAGS=-mod=mod CGO_ENABLED=0 "${nice_cmd[@]}" go build -trimpath -ldflags "-s -w" -o out/etcd go.etcd.io/etcd/server/v3
+  )
+  rm -rf "$etcd_dir"
+  mv "$work/out" "$etcd_dir"
+  echo "install-control-plane: built etcd $etcd_version in $((SECONDS - started)) s"
+}
+
+build_k8s() {
+  local work
+  work=$(mktemp -d "$cache_root/.k8s-build.XXXXXX")
+  trap 'rm -rf "$work"' RETURN
+  local started=$SECONDS
+  local minor_patch=${k8s_version#v1.}
+  local staging_version=v0.$minor_patch
+  local major=1 minor=${minor_patch%%.*}
+  (
+    cd "$work"
+    go mod init kube-bpf-proxy.local/k8s-wrapper >/dev/null 2>&1
+    # kubernetes' own replace block names the staging modules: read it from its go.mod.
+    local gomod
+    gomod=$(go mod download -json "k8s.io/kubernetes@$k8s_version" | sed -n 's/^\s*"GoMod": "\(.*\)",$/\1/p')
+    local edits=(-require="k8s.io/kubernetes@$k8s_version")
+    local mod
+    while read -r mod; do
+      edits+=(-replace="$mod=$mod@$staging_version")
+    done < <(sed -n '/^replace (/,/^)/p' "$gomod" | awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}')
+    if ((${#edits[@]} < 10)); then
+      echo "install-control-plane: found no staging replace lines in $gomod" >&2
+      exit 1
+    fi
+    go mod edit "${edits[@]}"
+    local tools=()
+    local b
+    for b in "${k8s_bins[@]}"; do tools+=("k8s.io/kubernetes/cmd/$b@$k8s_version"); done
+    GOFLAGS=-mod=mod go get -tool "${tools[@]}" >/dev/null 2>&1
+    local pkgs=()
+    for b in "${k8s_bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+    mkdir -p out
+    local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version"
+    ldflags+=" -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor"
+    ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
+    GOFLAGS=-mod=mod CGO_ENABLED=0 "${nice_cmd[@]}" go build -trimpath -ldflags "$ldflags" -o out/ "${pkgs[@]}"
+  )
+  rm -rf "$k8s_dir"
+  mv "$work/out" "$k8s_dir"
+  echo "install-control-plane: built ${k8s_bins[*]} $k8s_version in $((SECONDS - started)) s"
+}
+
+if ((locate_only)); then
+  echo "KBP_K8S_BIN=$k8s_dir"
+  echo "KBP_ETCD_BIN=$etcd_dir"
+  have_all "$etcd_dir" etcd && have_all "$k8s_dir" "${k8s_bins[@]}"
+  exit
+fi
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+if ! command -v go >/dev/null; then
+  echo "install-control-plane: no go on PATH; cannot build the control plane" >&2
+  exit 1
+fi
+have_all "$etcd_dir" etcd || build_etcd
+have_all "$k8s_dir" "${k8s_bins[@]}" || build_k8s
+echo "KBP_K8S_BIN=$k8s_dir"
+echo "KBP_ETCD_BIN=$etcd_dir"
