@@ -1,0 +1,164 @@
+// Objects written through a real API server (test/support/control-plane.ts), and the kubelet's part
+// for pods whose "containers" are lab network namespaces: the harness sets podIP and the Ready
+// condition through the status subresource, as the kubelet does once a pod's sandbox is up.
+
+import type { ControlPlane } from './control-plane.js';
+import type { K8sObject } from './helm.js';
+
+const CLUSTER_SCOPED = new Set(['Namespace', 'Node', 'ClusterRole', 'ClusterRoleBinding', 'PriorityClass']);
+
+/** The collection path of an object's kind (plural = lower-case kind + "s", true of every kind used here). */
+export function collectionPath(object: Pick<K8sObject, 'apiVersion' | 'kind' | 'metadata'>): string {
+  const base = object.apiVersion.includes('/') ? `/apis/${object.apiVersion}` : `/api/${object.apiVersion}`;
+  const plural = `${object.kind.toLowerCase()}s`;
+  if (CLUSTER_SCOPED.has(object.kind)) return `${base}/${plural}`;
+  return `${base}/namespaces/${object.metadata.namespace ?? 'default'}/${plural}`;
+}
+
+export function objectPath(object: Pick<K8sObject, 'apiVersion' | 'kind' | 'metadata'>): string {
+  return `${collectionPath(object)}/${object.metadata.name}`;
+}
+
+export async function create(cp: ControlPlane, object: K8sObject): Promise<K8sObject> {
+  return cp.api<K8sObject>('POST', collectionPath(object), object);
+}
+
+export async function mergePatch(cp: ControlPlane, path: string, patch: unknown): Promise<K8sObject> {
+  return cp.api<K8sObject>('PATCH', path, patch, { contentType: 'application/merge-patch+json' });
+}
+
+export interface NodeFacts {
+  name: string;
+  ip: string;
+  podCIDR: string;
+  zone?: string;
+}
+
+/** A Node as the kubelet registers it, Ready, with an InternalIP and 4 CPUs allocatable. */
+export async function createNode(cp: ControlPlane, node: NodeFacts): Promise<void> {
+  await create(cp, {
+    apiVersion: 'v1',
+    kind: 'Node',
+    metadata: {
+      name: node.name,
+      labels: {
+        'kubernetes.io/hostname': node.name,
+        'kubernetes.io/os': 'linux',
+        ...(node.zone ? { 'topology.kubernetes.io/zone': node.zone } : {}),
+      },
+    },
+    spec: { podCIDR: node.podCIDR, podCIDRs: [node.podCIDR] },
+  });
+  const resources = { cpu: '4', memory: '8Gi', pods: '250' };
+  const now = new Date().toISOString();
+  await mergePatch(cp, `/api/v1/nodes/${node.name}/status`, {
+    status: {
+      addresses: [
+        { type: 'InternalIP', address: node.ip },
+        { type: 'Hostname', address: node.name },
+      ],
+      capacity: resources,
+      allocatable: resources,
+      conditions: [
+        {
+          type: 'Ready',
+          status: 'True',
+          reason: 'KubeletReady',
+          message: 'the harness plays the kubelet',
+          lastHeartbeatTime: now,
+          lastTransitionTime: now,
+        },
+      ],
+    },
+  });
+}
+
+export interface PodFacts {
+  name: string;
+  namespace: string;
+  node: string;
+  nodeIP: string;
+  ip: string;
+  labels: Record<string, string>;
+}
+
+/** Creates a pod bound to its node, then reports it Running with its IP, ready or not. */
+export async function createPod(cp: ControlPlane, pod: PodFacts, ready = true): Promise<void> {
+  await create(cp, {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name: pod.name, namespace: pod.namespace, labels: pod.labels },
+    spec: {
+      nodeName: pod.node,
+      terminationGracePeriodSeconds: 600,
+      automountServiceAccountToken: false,
+      containers: [
+        { name: 'app', image: 'registry.invalid/lab-backend:1', ports: [{ containerPort: 8080 }] },
+      ],
+    },
+  });
+  await setPodStatus(cp, pod, ready);
+}
+
+/** The kubelet's status update: Running, the pod and host IPs, and the Ready condition. */
+export async function setPodStatus(cp: ControlPlane, pod: PodFacts, ready: boolean): Promise<void> {
+  const now = new Date().toISOString();
+  const condition = (type: string, status: boolean) => ({
+    type,
+    status: status ? 'True' : 'False',
+    lastTransitionTime: now,
+  });
+  await mergePatch(cp, `/api/v1/namespaces/${pod.namespace}/pods/${pod.name}/status`, {
+    status: {
+      phase: 'Running',
+      hostIP: pod.nodeIP,
+      hostIPs: [{ ip: pod.nodeIP }],
+      podIP: pod.ip,
+      podIPs: [{ ip: pod.ip }],
+      startTime: now,
+      conditions: [
+        condition('PodScheduled', true),
+        condition('Initialized', true),
+        condition('ContainersReady', ready),
+        condition('Ready', ready),
+      ],
+    },
+  });
+}
+
+/** Deletes a pod: with a grace period it stays, terminating, until deleted again with 0. */
+export async function deletePod(
+  cp: ControlPlane,
+  namespace: string,
+  name: string,
+  gracePeriodSeconds: number,
+): Promise<void> {
+  await cp.api('DELETE', `/api/v1/namespaces/${namespace}/pods/${name}`, {
+    apiVersion: 'v1',
+    kind: 'DeleteOptions',
+    gracePeriodSeconds,
+  });
+}
+
+export interface SliceEndpoint {
+  addresses: string[];
+  conditions: { ready?: boolean; serving?: boolean; terminating?: boolean };
+  nodeName?: string;
+  zone?: string;
+  hints?: { forZones?: { name: string }[] };
+}
+
+export interface Slice {
+  metadata: { name: string; labels?: Record<string, string> };
+  endpoints?: SliceEndpoint[];
+}
+
+/** The EndpointSlices of a Service, as the controller wrote them. */
+export async function slicesOf(cp: ControlPlane, namespace: string, service: string): Promise<Slice[]> {
+  const selector = encodeURIComponent(`kubernetes.io/service-name=${service}`);
+  const list = await cp.api<{ items: Slice[] }>(
+    'GET',
+    `/apis/discovery.k8s.io/v1/namespaces/${namespace}/endpointslices?labelSelector=${selector}`,
+  );
+  return list.items;
+}
