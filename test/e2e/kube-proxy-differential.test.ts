@@ -15,10 +15,9 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { LabAgent } from '../../src/lab/agent.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
-import { ControlPlane } from '../support/control-plane.js';
+import { ControlPlane, describeControlPlane } from '../support/control-plane.js';
 import { type K8sObject, parseObjects } from '../support/helm.js';
 import { collectionPath, create, createNode, mergePatch, objectPath } from '../support/kube-objects.js';
-import { describeRoot } from '../support/privileges.js';
 import { mulberry32 } from '../support/random.js';
 
 const PREFIX = `hcp-diff${process.pid}`;
@@ -336,7 +335,7 @@ function randomObjects(seed: number, count: number): K8sObject[] {
   return objects;
 }
 
-describeRoot('kube-proxy itself vs our agent, same API server, same node facts', () => {
+describeControlPlane('kube-proxy itself vs our agent, same API server, same node facts', () => {
   const lab = new Lab(PREFIX);
   let cp: ControlPlane;
   const processes: { stop(): Promise<void>; tail(): string; name: string }[] = [];

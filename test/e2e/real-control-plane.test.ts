@@ -20,7 +20,7 @@ import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { LabAgent } from '../../src/lab/agent.js';
 import { type BuiltCluster, buildCluster } from '../../src/lab/cluster.js';
 import { deleteStaleNamespaces, Lab, type RequestResult } from '../../src/lab/netns.js';
-import { ControlPlane } from '../support/control-plane.js';
+import { ControlPlane, describeControlPlane } from '../support/control-plane.js';
 import { CHART, helm, type K8sObject, parseObjects } from '../support/helm.js';
 import {
   create,
@@ -34,7 +34,6 @@ import {
   slicesOf,
 } from '../support/kube-objects.js';
 import { PodAgent } from '../support/pod-agent.js';
-import { describeRoot } from '../support/privileges.js';
 import { until } from '../support/until.js';
 
 const PREFIX = `hcp-rcp${process.pid}`;
@@ -90,7 +89,7 @@ function service(name: string, selector: Record<string, string>, annotations: Re
 const backendsOf = (results: RequestResult[]) =>
   [...new Set(results.map((r) => r.backend ?? `error:${r.error}`))].sort();
 
-describeRoot(
+describeControlPlane(
   'the agent against a real control plane (etcd, kube-apiserver, EndpointSlice controller)',
   () => {
     const lab = new Lab(PREFIX);
@@ -306,6 +305,12 @@ describeRoot(
         return eps.filter((e) => e.conditions.ready).length === BULK;
       });
       expect(sliceCount).toBeGreaterThanOrEqual(2);
+      // The agent follows the slices a moment after the API server has them.
+      await until(
+        'the bulk Service answers',
+        async () => (await request('bulk', 20)).every((r) => r.error === null),
+        30_000,
+      );
       // 600 random picks over 110 endpoints miss a given one with probability (109/110)^600 < 0.5 %.
       let seen = new Set<string>();
       await until(
