@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 debs=(clang llvm libbpf-dev libbpf1 linux-libc-dev clang-format iproute2 iptables nftables ipset conntrack
-  ethtool wrk socat netcat-openbsd nfacct librsvg2-bin fonts-dejavu-core)
+  ethtool wrk socat netcat-openbsd nfacct librsvg2-bin fonts-dejavu-core openssl)
 missing=()
 for p in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
