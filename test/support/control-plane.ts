@@ -15,17 +15,30 @@
 // together, the API server sits in its graceful shutdown for minutes. Each component logs to a file;
 // printLogs() shows their tails (the tests call it when a test failed).
 
-import { type ChildProcess, execFileSync } from 'node:child_process';
+import { type ChildProcess, execFile, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createWriteStream, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { describe } from 'vitest';
-import { type Lab, run } from '../../src/lab/netns.js';
+import type { Lab } from '../../src/lab/netns.js';
 import { describeRoot } from './privileges.js';
 import { until } from './until.js';
+
+const execFileAsync = promisify(execFile);
+
+/** `ip` in this process's (the host's) network namespace; allowFailure ignores a failure. */
+async function ipOnHost(args: string[], allowFailure = false): Promise<void> {
+  try {
+    await execFileAsync('ip', args);
+  } catch (error) {
+    if (!allowFailure)
+      throw new Error(`ip ${args.join(' ')}: ${(error as { stderr?: string }).stderr ?? error}`);
+  }
+}
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const API_PORT = 6443;
@@ -221,10 +234,10 @@ export class ControlPlane {
   private async network(): Promise<void> {
     await this.lab.addNamespace(this.ns);
     const full = this.lab.ns(this.ns);
-    await run('ip', ['link', 'del', this.hostIf], { allowFailure: true });
-    await run('ip', ['link', 'add', this.hostIf, 'type', 'veth', 'peer', 'name', 'host0', 'netns', full]);
-    await run('ip', ['addr', 'add', `${this.link.host}/30`, 'dev', this.hostIf]);
-    await run('ip', ['link', 'set', this.hostIf, 'up']);
+    await ipOnHost(['link', 'del', this.hostIf], true);
+    await ipOnHost(['link', 'add', this.hostIf, 'type', 'veth', 'peer', 'name', 'host0', 'netns', full]);
+    await ipOnHost(['addr', 'add', `${this.link.host}/30`, 'dev', this.hostIf]);
+    await ipOnHost(['link', 'set', this.hostIf, 'up']);
     await this.lab.addAddress(this.ns, 'host0', `${this.link.cp}/30`);
     await this.lab.exec(this.ns, 'ip', ['link', 'set', 'host0', 'up']);
     const wire = this.opts.wire;
@@ -481,7 +494,7 @@ export class ControlPlane {
   /** Stops the controller manager, the API server, then etcd; removes the namespace and the files. */
   async stop(): Promise<void> {
     for (const name of ['kube-controller-manager', 'kube-apiserver', 'etcd']) await this.stopComponent(name);
-    await run('ip', ['link', 'del', this.hostIf], { allowFailure: true });
+    await ipOnHost(['link', 'del', this.hostIf], true);
     rmSync(this.workDir, { recursive: true, force: true });
   }
 
