@@ -94,7 +94,9 @@ function toApiJson(type: protobuf.Type, message: protobuf.Message): unknown {
       if (entries.length > 0) out[field.name] = Object.fromEntries(entries.map(([k, v]) => [k, convert(v)]));
     } else if (field.repeated) {
       if ((value as unknown[]).length > 0) out[field.name] = (value as unknown[]).map(convert);
-    } else {
+    } else if (value !== '') {
+      // Kubernetes' marshallers write every non-pointer string field, empty ones too (a ClusterIP
+      // Service's externalTrafficPolicy is ""); the JSON API leaves them out (omitempty).
       out[field.name] = convert(value);
     }
   }

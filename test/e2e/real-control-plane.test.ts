@@ -242,6 +242,9 @@ describeControlPlane(
           eps.length === 4 &&
           eps.every((e) => e.conditions.ready === true && e.hints?.forZones?.[0]?.name === e.zone),
       );
+      // The agent lists (and watches) in protobuf, kube-proxy's default content type.
+      const listed = (agent?.lines ?? []).filter((l) => l.msg === 'listed');
+      expect(listed.map((l) => l.contentType)).toEqual(Array(3).fill('application/vnd.kubernetes.protobuf'));
       await trafficReaches('plain', ['a1', 'a2', 'b1', 'b2']);
       await trafficReaches('web', ['a1', 'a2']);
       await trafficReaches('solo', ['b1']);

@@ -99,6 +99,41 @@ describe('kube source protobuf', () => {
     });
   });
 
+  it('leaves out empty strings, which the API server writes and the JSON API omits', () => {
+    // As kube-apiserver sends a ClusterIP Service: every non-pointer string field on the wire.
+    const clusterIP = {
+      metadata: { name: 'db', namespace: 'demo', resourceVersion: '7', generateName: '' },
+      spec: {
+        type: 'ClusterIP',
+        clusterIP: '10.96.0.20',
+        ports: [
+          { name: '', protocol: 'TCP', port: 5432, targetPort: { type: 0, intVal: 5432 }, nodePort: 0 },
+        ],
+        externalTrafficPolicy: '',
+        loadBalancerIP: '',
+        sessionAffinity: 'None',
+      },
+    };
+    const body = envelope('k8s.io.api.core.v1.ServiceList', 'v1', 'ServiceList', {
+      metadata: { resourceVersion: '8' },
+      items: [clusterIP],
+    });
+    expect(decodeList('Service', body)).toEqual({
+      metadata: { resourceVersion: '8' },
+      items: [
+        {
+          metadata: { name: 'db', namespace: 'demo', resourceVersion: '7' },
+          spec: {
+            type: 'ClusterIP',
+            clusterIP: '10.96.0.20',
+            ports: [{ protocol: 'TCP', port: 5432, targetPort: 5432, nodePort: 0 }],
+            sessionAffinity: 'None',
+          },
+        },
+      ],
+    });
+  });
+
   it('decodes EndpointSlices with conditions, hints and unnamed ports', () => {
     const body = envelope(
       'k8s.io.api.discovery.v1.EndpointSliceList',
