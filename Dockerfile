@@ -4,9 +4,8 @@
 
 FROM node:20-bookworm AS build
 WORKDIR /src
-# helm and the Kubernetes control plane only serve tests, which do not run here (and this image has
-# no Go to build them).
-ENV KBP_SKIP_HELM=1 KBP_SKIP_CONTROL_PLANE=1
+# helm only serves the chart tests, which do not run here (and this image has no Go to build it).
+ENV KBP_SKIP_HELM=1
 COPY package.json package-lock.json ./
 COPY scripts/ scripts/
 RUN bash scripts/install-deps.sh

@@ -244,7 +244,10 @@ describeControlPlane(
       );
       // The agent lists (and watches) in protobuf, kube-proxy's default content type.
       const listed = (agent?.lines ?? []).filter((l) => l.msg === 'listed');
-      expect(listed.map((l) => l.contentType)).toEqual(Array(3).fill('application/vnd.kubernetes.protobuf'));
+      expect(listed.length).toBeGreaterThanOrEqual(3);
+      expect(new Set(listed.map((l) => l.contentType))).toEqual(
+        new Set(['application/vnd.kubernetes.protobuf']),
+      );
       await trafficReaches('plain', ['a1', 'a2', 'b1', 'b2']);
       await trafficReaches('web', ['a1', 'a2']);
       await trafficReaches('solo', ['b1']);
