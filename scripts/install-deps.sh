@@ -45,7 +45,7 @@ fi
 # The real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-proxy) of
 # the real-control-plane e2e tier, built from the Go module proxy and cached outside the checkout
 # (scripts/install-control-plane.sh): about 20 minutes cold on 2 busy cores, nothing when cached.
-# KBP_SKIP_CONTROL_PLANE=1 skips it (the Dockerfile's build stage runs no e2e tests).
+# KBP_SKIP_CONTROL_PLANE=1 skips it; so does a machine without Go (the Dockerfile's build stage).
 if [[ ${KBP_SKIP_CONTROL_PLANE:-} == 1 ]]; then
   echo "KBP_SKIP_CONTROL_PLANE=1: not building the Kubernetes control plane"
 elif ! command -v go >/dev/null; then
