@@ -187,20 +187,6 @@ export const KNOWN_DIFFERENCES: {
     match:
       /^ip chain cluster-ips-check \| ip daddr \S+ drop comment "Drop traffic to unallocated ClusterIPs"$/,
   },
-  {
-    id: 'map-element-comments',
-    mode: 'nftables',
-    side: 'kube-proxy',
-    what: 'kube-proxy 1.37 writes firewall-ips elements without comments; we write `comment "ns/name:port"`',
-    match: /^ip map firewall-ips \| (elements = \{ )?[\d.]+ \. \w+ \. \d+ : goto /,
-  },
-  {
-    id: 'map-element-comments',
-    mode: 'nftables',
-    side: 'ours',
-    what: '(our side of it)',
-    match: /^ip map firewall-ips \| (elements = \{ )?[\d.]+ \. \w+ \. \d+ comment "[^"]*" : goto /,
-  },
 ];
 
 /** Splits differences into known kinds (counted) and unknown lines. */

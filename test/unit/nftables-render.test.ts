@@ -506,7 +506,7 @@ describe('service ports', () => {
       expect.arrayContaining([
         `add chain ip kube-proxy ${fw}`,
         `add rule ip kube-proxy ${fw} ip saddr != { 203.0.113.0/25 , 203.0.113.128/25 } drop`,
-        `add element ip kube-proxy firewall-ips { 5.6.7.8 . tcp . 80 comment "ns1/svc1:p80" : goto ${fw} }`,
+        `add element ip kube-proxy firewall-ips { 5.6.7.8 . tcp . 80 : goto ${fw} }`,
         'add element ip kube-proxy service-ips { 5.6.7.8 . tcp . 80 : goto external-ULMVA6XW-ns1/svc1/tcp/p80 }',
       ]),
     );

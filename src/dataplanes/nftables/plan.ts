@@ -379,7 +379,7 @@ function servicePortBlock(
 
   for (const ip of sp.loadBalancerIPs) {
     if (hasEndpoints) element(SERVICE_IPS, [ip, proto, port], [`goto ${chainNames.external}`], null);
-    if (usesFirewallChain) element(FIREWALL_IPS, [ip, proto, port], [`goto ${chainNames.firewall}`], name);
+    if (usesFirewallChain) element(FIREWALL_IPS, [ip, proto, port], [`goto ${chainNames.firewall}`], null);
   }
   if (!hasExternal) {
     for (const ip of sp.loadBalancerIPs)
