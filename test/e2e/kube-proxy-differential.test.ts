@@ -164,22 +164,6 @@ export const KNOWN_DIFFERENCES: {
       /jump mark-for-masquerade|^ip chain mark-for-masquerade|^ip table ip kube-proxy \| chain mark-for-masquerade/,
   },
   {
-    id: 'masquerading-chain',
-    mode: 'nftables',
-    side: 'kube-proxy',
-    what: 'kube-proxy 1.37 masquerades in one rule (`meta mark & 0x4000 != 0 meta mark set meta mark ^ 0x4000 masquerade fully-random`); we use three (return unless marked, clear the mark, masquerade)',
-    match:
-      /^ip chain masquerading \| meta mark & 0x00004000 != 0x00000000 meta mark set meta mark \^ 0x00004000 masquerade fully-random$/,
-  },
-  {
-    id: 'masquerading-chain',
-    mode: 'nftables',
-    side: 'ours',
-    what: '(our side of it)',
-    match:
-      /^ip chain masquerading \| (masquerade fully-random|meta mark & 0x00004000 == 0x00000000 return|meta mark set meta mark \^ 0x00004000)$/,
-  },
-  {
     id: 'service-cidr-drop',
     mode: 'nftables',
     side: 'kube-proxy',

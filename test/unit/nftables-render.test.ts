@@ -199,9 +199,7 @@ describe('table setup', () => {
     expect(lines).toContain('add rule ip kube-proxy mark-for-masquerade mark set mark or 0x00004000');
     const masq = lines.filter((l) => l.startsWith('add rule ip kube-proxy masquerading '));
     expect(masq).toEqual([
-      'add rule ip kube-proxy masquerading mark and 0x00004000 == 0 return',
-      'add rule ip kube-proxy masquerading mark set mark xor 0x00004000',
-      'add rule ip kube-proxy masquerading masquerade fully-random',
+      'add rule ip kube-proxy masquerading mark and 0x00004000 != 0 mark set mark xor 0x00004000 masquerade fully-random',
     ]);
     const bit10 = render({ services: [], slices: [], config: { masqueradeBit: 10 } });
     expect(bit10).toContain('add rule ip kube-proxy mark-for-masquerade mark set mark or 0x00000400');

@@ -181,9 +181,8 @@ function setupLines(decisions: FamilyDecisions): string[] {
   for (const chain of [SERVICES, CLUSTER_IPS_CHECK, MASQUERADING, MARK_FOR_MASQUERADE]) ensure(chain);
 
   w.rule(MARK_FOR_MASQUERADE, `mark set mark or ${mark}`);
-  w.rule(MASQUERADING, `mark and ${mark} == 0 return`);
-  w.rule(MASQUERADING, `mark set mark xor ${mark}`);
-  w.rule(MASQUERADING, 'masquerade fully-random');
+  // One rule, as kube-proxy v1.37 writes it: clear the mark and masquerade what carries it.
+  w.rule(MASQUERADING, `mark and ${mark} != 0 mark set mark xor ${mark} masquerade fully-random`);
 
   w.set(CLUSTER_IPS, `type ${addrType} ; comment ${quote('Active ClusterIPs')} ;`);
   w.rule(
