@@ -17,6 +17,10 @@ const MAX_FRAME_BYTES = 64 * 1024 * 1024;
 const root = protobuf.Root.fromJSON(schema.root);
 const META = 'k8s.io.apimachinery.pkg.apis.meta.v1';
 const unknownType = root.lookupType('k8s.io.apimachinery.pkg.runtime.Unknown');
+/** The string fields of the watched kinds whose JSON has no omitempty: "" stays, as the JSON API prints it. */
+const KEEP_EMPTY_STRINGS = new Set(
+  ['type', 'status', 'reason', 'message'].map((f) => `.${META}.Condition.${f}`),
+);
 const watchEventType = root.lookupType(`${META}.WatchEvent`);
 const statusType = root.lookupType(`${META}.Status`);
 const LIST_TYPES: Record<WatchedKind, protobuf.Type> = {
@@ -94,7 +98,7 @@ function toApiJson(type: protobuf.Type, message: protobuf.Message): unknown {
       if (entries.length > 0) out[field.name] = Object.fromEntries(entries.map(([k, v]) => [k, convert(v)]));
     } else if (field.repeated) {
       if ((value as unknown[]).length > 0) out[field.name] = (value as unknown[]).map(convert);
-    } else if (value !== '') {
+    } else if (value !== '' || KEEP_EMPTY_STRINGS.has(`${type.fullName}.${field.name}`)) {
       // Kubernetes' marshallers write every non-pointer string field, empty ones too (a ClusterIP
       // Service's externalTrafficPolicy is ""); the JSON API leaves them out (omitempty).
       out[field.name] = convert(value);

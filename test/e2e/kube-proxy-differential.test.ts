@@ -163,14 +163,6 @@ export const KNOWN_DIFFERENCES: {
     match:
       /jump mark-for-masquerade|^ip chain mark-for-masquerade|^ip table ip kube-proxy \| chain mark-for-masquerade/,
   },
-  {
-    id: 'service-cidr-drop',
-    mode: 'nftables',
-    side: 'kube-proxy',
-    what: 'kube-proxy 1.37 watches ServiceCIDRs and drops traffic to unallocated ClusterIPs in them (`ip daddr 10.96.0.0/16 drop` in cluster-ips-check); we do not read ServiceCIDRs',
-    match:
-      /^ip chain cluster-ips-check \| ip daddr \S+ drop comment "Drop traffic to unallocated ClusterIPs"$/,
-  },
 ];
 
 /** Splits differences into known kinds (counted) and unknown lines. */
