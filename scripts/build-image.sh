@@ -8,8 +8,9 @@
 #   - the production dependencies of package-lock.json (`npm ci --omit=dev`);
 #   - dist/ compiled by tsconfig.build.json (the CLI and what it imports: no tests) and bpf/*.o.
 # Two layers, base (Debian + Node) and app (/opt/kube-bpf-proxy), so that a new version ships a
-# few MB. Every timestamp is SOURCE_DATE_EPOCH (default: the commit's time) and the archive is
-# written byte for byte the same from the same inputs (the same mirror content).
+# few MB. The base's timestamps are BASE_EPOCH, the app's and the image's SOURCE_DATE_EPOCH
+# (default: the commit's time), and the archive is written byte for byte the same from the same
+# inputs (the same mirror content).
 #
 #   bash scripts/build-image.sh [--out FILE] [--version V] [--tag REPO:TAG] [--cache-dir DIR]
 #
@@ -66,6 +67,9 @@ tag=${tag:-kube-bpf-proxy:$version}
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 [[ -z $(git status --porcelain -- src native bench bpf package.json package-lock.json tsconfig.json tsconfig.build.json 2>/dev/null) ]] || revision+=-dirty
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+# The base layer's timestamps: fixed, so that a new commit does not change the base layer (nodes
+# pulling a new version fetch only the app layer). Bump it with PACKAGES.
+BASE_EPOCH=1764547200
 source_url=https://github.com/kube-bpf-proxy/kube-bpf-proxy
 
 if [[ -n ${KBP_DEBIAN_SNAPSHOT:-} ]]; then
@@ -75,25 +79,37 @@ else
   mirror=${KBP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
   security=${KBP_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
 fi
+aptopts=()
+[[ -z ${KBP_DEBIAN_SNAPSHOT:-} ]] || aptopts+=(--aptopt='Acquire::Check-Valid-Until "false"')
 sources=("deb $mirror $SUITE main" "deb $mirror $SUITE-updates main" "deb $security $SUITE-security main")
 
-# The cache key: everything that goes into the image. The mirror's content is named by the
-# InRelease files of the three suites (a new point release or security update changes them).
-inputs_hash() {
+# Cache keys (--cache-dir). The base layer's: the Debian and Node inputs, the mirror's content
+# named by the InRelease files of the three suites (a point release or a security update changes
+# them). The image's: the base's and everything the app layer and the labels are made of.
+base_hash() {
   {
-    printf '%s\n' "$NODE_VERSION $NODE_INTEGRITY $version $tag $revision $SOURCE_DATE_EPOCH" "${PACKAGES[*]}" "${PURGE[*]}" "${sources[@]}"
+    printf '%s\n' "$BASE_EPOCH $NODE_VERSION $NODE_INTEGRITY" "${PACKAGES[*]}" "${PURGE[*]}" "${sources[@]}"
     for suite in "$mirror/dists/$SUITE" "$mirror/dists/$SUITE-updates" "$security/dists/$SUITE-security"; do
       curl -fsS --max-time 30 "$suite/InRelease" | sha256sum
     done
+    sed -n '/^# --- The base/,/^# --- end of the base/p' scripts/build-image.sh
+    mmdebstrap --version
+  } | sha256sum | cut -c1-16
+}
+image_hash() {
+  {
+    printf '%s\n' "$1 $version $tag $revision $SOURCE_DATE_EPOCH"
     git ls-files -z -- scripts/build-image.sh scripts/build-bpf.sh scripts/oci-archive.mjs package.json package-lock.json \
       'tsconfig*.json' src native bench bpf | xargs -0 sha256sum
-    mmdebstrap --version
     clang --version | head -1
   } | sha256sum | cut -c1-16
 }
 
+base_cached=
 if [[ -n $cache_dir ]]; then
-  key=$(inputs_hash)
+  base_key=$(base_hash)
+  base_cached=$cache_dir/base-$base_key.tar
+  key=$(image_hash "$base_key")
   cached=$cache_dir/image-$key/kube-bpf-proxy.oci.tar
   if [[ -f $cached ]]; then
     echo "build-image.sh: inputs unchanged (key $key): $cached" >&2
@@ -159,31 +175,38 @@ chmod 0755 "$work/app/usr/local/bin/kube-bpf-proxy"
 log "app built"
 
 # --- The base: Debian packages and Node.
-mmdebstrap --quiet --variant=minbase --include="usr-is-merged,$(
-  IFS=,
-  echo "${PACKAGES[*]}"
-)" \
-  --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
-  --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-  --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/lintian/*' \
-  --dpkgopt='path-exclude=/usr/lib/x86_64-linux-gnu/gconv/*' \
-  ${KBP_DEBIAN_SNAPSHOT:+--aptopt='Acquire::Check-Valid-Until "false"'} \
-  --customize-hook='rm -f "$1/etc/resolv.conf" "$1/etc/hostname"' \
-  --customize-hook="dpkg --root=\"\$1\" --purge --force-remove-essential --force-depends --no-triggers ${PURGE[*]} >'$work/purge.log' 2>&1 || { cat '$work/purge.log'; exit 1; }" \
-  --customize-hook='rm -rf "$1"/var/cache/debconf "$1"/var/lib/dpkg/*-old "$1"/var/log/* "$1"/usr/share/perl5' \
-  --customize-hook='find "$1/var/lib/dpkg/info" -type f ! -name "*.list" ! -name "*.md5sums" ! -name "*.conffiles" -delete' \
-  --customize-hook="install -D -m 0755 '$work/node/package/bin/node' \"\$1/usr/local/bin/node\"" \
-  --customize-hook="install -D -m 0644 '$work/node/package/LICENSE' \"\$1/usr/local/share/doc/node/LICENSE\"" \
-  --customize-hook='ldconfig -r "$1"' \
-  --customize-hook='rm -f "$1/var/cache/ldconfig/aux-cache"' \
-  "$SUITE" "$work/base-full.tar" "${sources[@]}"
-# Device nodes are the runtime's business; apt's configuration and state went with apt (mmdebstrap
-# needs them until its own cleanup).
-mmtarfilter --path-exclude='/dev/*' --path-exclude='/etc/apt*' --path-exclude='/var/lib/apt*' \
-  --path-exclude='/var/cache/apt*' <"$work/base-full.tar" >"$work/base.tar"
-rm "$work/base-full.tar"
-log "base installed"
+if [[ -n $base_cached && -f $base_cached ]]; then
+  cp "$base_cached" "$work/base.tar"
+  log "base layer from the cache: $base_cached"
+else
+  SOURCE_DATE_EPOCH=$BASE_EPOCH mmdebstrap --quiet --variant=minbase --include="usr-is-merged,$(
+    IFS=,
+    echo "${PACKAGES[*]}"
+  )" \
+    --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+    --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-exclude=/usr/share/lintian/*' \
+    --dpkgopt='path-exclude=/usr/lib/x86_64-linux-gnu/gconv/*' \
+    "${aptopts[@]}" \
+    --customize-hook='rm -f "$1/etc/resolv.conf" "$1/etc/hostname"' \
+    --customize-hook="dpkg --root=\"\$1\" --purge --force-remove-essential --force-depends --no-triggers ${PURGE[*]} >'$work/purge.log' 2>&1 || { cat '$work/purge.log'; exit 1; }" \
+    --customize-hook='rm -rf "$1"/var/cache/debconf "$1"/var/lib/dpkg/*-old "$1"/var/log/* "$1"/usr/share/perl5' \
+    --customize-hook='find "$1/var/lib/dpkg/info" -type f ! -name "*.list" ! -name "*.md5sums" ! -name "*.conffiles" -delete' \
+    --customize-hook="install -D -m 0755 '$work/node/package/bin/node' \"\$1/usr/local/bin/node\"" \
+    --customize-hook="install -D -m 0644 '$work/node/package/LICENSE' \"\$1/usr/local/share/doc/node/LICENSE\"" \
+    --customize-hook='ldconfig -r "$1"' \
+    --customize-hook='rm -f "$1/var/cache/ldconfig/aux-cache"' \
+    "$SUITE" "$work/base-full.tar" "${sources[@]}"
+  # Device nodes are the runtime's business; apt's configuration and state went with apt (mmdebstrap
+  # needs them until its own cleanup).
+  mmtarfilter --path-exclude='/dev/*' --path-exclude='/etc/apt*' --path-exclude='/var/lib/apt*' \
+    --path-exclude='/var/cache/apt*' <"$work/base-full.tar" >"$work/base.tar"
+  rm "$work/base-full.tar"
+  [[ -z $base_cached ]] || cp "$work/base.tar" "$base_cached"
+  log "base installed"
+fi
+# --- end of the base
 
 tar -C "$work/app" --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner \
   --format=posix --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime \
