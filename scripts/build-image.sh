@@ -175,8 +175,9 @@ chmod 0755 "$work/app/usr/local/bin/kube-bpf-proxy"
 log "app built"
 
 # --- The base: Debian packages and Node.
-if [[ -n $base_cached && -f $base_cached ]]; then
+if [[ -n $base_cached && -f $base_cached.gz ]]; then
   cp "$base_cached" "$work/base.tar"
+  cp "$base_cached.gz" "$work/base.tar.gz"
   log "base layer from the cache: $base_cached"
 else
   SOURCE_DATE_EPOCH=$BASE_EPOCH mmdebstrap --quiet --variant=minbase --include="usr-is-merged,$(
@@ -203,7 +204,11 @@ else
   mmtarfilter --path-exclude='/dev/*' --path-exclude='/etc/apt*' --path-exclude='/var/lib/apt*' \
     --path-exclude='/var/cache/apt*' <"$work/base-full.tar" >"$work/base.tar"
   rm "$work/base-full.tar"
-  [[ -z $base_cached ]] || cp "$work/base.tar" "$base_cached"
+  if [[ -n $base_cached ]]; then
+    gzip -n -9 -c "$work/base.tar" >"$work/base.tar.gz"
+    cp "$work/base.tar" "$base_cached"
+    cp "$work/base.tar.gz" "$base_cached.gz"
+  fi
   log "base installed"
 fi
 # --- end of the base

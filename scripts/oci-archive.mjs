@@ -8,7 +8,7 @@
 
 import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -52,8 +52,11 @@ for (const spec of values.layer) {
   const [file, comment = ''] = [spec.slice(0, spec.indexOf('=')), spec.slice(spec.indexOf('=') + 1)];
   const tar = readFileSync(file);
   diffIds.push(`sha256:${sha256(tar)}`);
-  // gzip -n: no name, no timestamp in the header.
-  const gz = execFileSync('gzip', ['-n', '-9', '-c', file], { maxBuffer: 1 << 30 });
+  // gzip -n: no name, no timestamp in the header. FILE.gz, when there, is that output already
+  // (build-image.sh caches the base layer's).
+  const gz = existsSync(`${file}.gz`)
+    ? readFileSync(`${file}.gz`)
+    : execFileSync('gzip', ['-n', '-9', '-c', file], { maxBuffer: 1 << 30 });
   layers.push({ mediaType: 'application/vnd.oci.image.layer.v1.tar+gzip', ...writeBlob(gz) });
   history.push({ created, created_by: 'scripts/build-image.sh', comment });
 }
