@@ -18,7 +18,7 @@
 # --tag the image name (default kube-bpf-proxy:VERSION, which the chart's defaults pull);
 # --cache-dir reuses DIR/<key>/kube-bpf-proxy.oci.tar when the inputs' hash is the same and keeps
 # the Node download there. Prints the archive's path on the last line of stdout.
-# Env: KBP_DEBIAN_MIRROR, KBP_DEBIAN_SECURITY_MIRROR (default deb.debian.org), or
+# Env: KBP_IMAGE_SOURCE (the source label), KBP_DEBIAN_MIRROR, KBP_DEBIAN_SECURITY_MIRROR (default deb.debian.org), or
 # KBP_DEBIAN_SNAPSHOT=YYYYMMDDTHHMMSSZ for snapshot.debian.org (pins the package set exactly).
 # Needs root (mmdebstrap in root mode), mmdebstrap, clang (bpf/*.o), npm and network access to
 # the Debian mirror and the npm registry. Load the result with `podman load -i FILE` or
@@ -70,7 +70,8 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/n
 # The base layer's timestamps: fixed, so that a new commit does not change the base layer (nodes
 # pulling a new version fetch only the app layer). Bump it with PACKAGES.
 BASE_EPOCH=1764547200
-source_url=https://github.com/kube-bpf-proxy/kube-bpf-proxy
+# Where the sources are: KBP_IMAGE_SOURCE, else the checkout's origin remote (no URL is invented).
+source_url=${KBP_IMAGE_SOURCE:-$(git config --get remote.origin.url 2>/dev/null || echo "unknown (a checkout without a remote)")}
 
 if [[ -n ${KBP_DEBIAN_SNAPSHOT:-} ]]; then
   mirror=http://snapshot.debian.org/archive/debian/$KBP_DEBIAN_SNAPSHOT
@@ -98,7 +99,7 @@ base_hash() {
 }
 image_hash() {
   {
-    printf '%s\n' "$1 $version $tag $revision $SOURCE_DATE_EPOCH"
+    printf '%s\n' "$1 $version $tag $revision $SOURCE_DATE_EPOCH $source_url"
     git ls-files -z -- scripts/build-image.sh scripts/build-bpf.sh scripts/oci-archive.mjs package.json package-lock.json \
       'tsconfig*.json' src native bench bpf | xargs -0 sha256sum
     clang --version | head -1

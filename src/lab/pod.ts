@@ -220,12 +220,6 @@ export class Podman {
     return spawn('podman', args, { env: this.env, stdio: ['ignore', 'pipe', 'pipe'] });
   }
 
-  /** Loads an OCI archive (scripts/build-image.sh) and returns the names it was loaded as. */
-  async load(archive: string): Promise<string> {
-    const { stdout } = await this.run(['load', '--quiet', '--input', archive]);
-    return stdout.trim();
-  }
-
   /** Removes every pod whose name starts with prefix (left by a run that died before cleanup). */
   async removePods(prefix: string): Promise<void> {
     const { stdout } = await this.run(['pod', 'ps', '--format', '{{.Name}}'], { allowFailure: true });
