@@ -1,6 +1,10 @@
 import { execFileSync } from 'node:child_process';
+import { mkdtempSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { Lab, type RequestResult } from '../../src/lab/netns.js';
+import { Podman } from '../../src/lab/pod.js';
 import { type LabService, REAL_NODES, RealNodeLab } from '../../src/lab/real-node.js';
 import type { FakeApiServer } from '../support/fake-apiserver.js';
 import { apiAddress, describeImage, fakeApiServerWith } from '../support/image.js';
@@ -80,6 +84,56 @@ function loadImage(archive: string | undefined): string {
   if (!tag) throw new Error(`podman load printed no image tag: ${out}`);
   return tag;
 }
+
+describeImage(['KBP_IMAGE'])('the image scripts/build-image.sh writes', () => {
+  const archive = process.env.KBP_IMAGE ?? '';
+  let tag = '';
+  beforeAll(() => {
+    tag = loadImage(archive);
+  });
+  // podman with the lab's containers.conf (this host's ulimits, runc).
+  const podman = new Podman(mkdtempSync(join(tmpdir(), 'him-image-')));
+  const inImage = async (script: string) =>
+    (
+      await podman.run([
+        'run',
+        '--rm',
+        '--network',
+        'none',
+        '--entrypoint',
+        '/bin/sh',
+        `kube-bpf-proxy:${tag}`,
+        '-c',
+        script,
+      ])
+    ).stdout;
+
+  it('is at most 80 MB compressed', () => {
+    // The archive is the compressed layers plus a few kB of JSON.
+    const bytes = statSync(archive).size;
+    console.log(`image archive: ${(bytes / 1e6).toFixed(1)} MB`);
+    expect(bytes).toBeLessThanOrEqual(80e6);
+  });
+
+  it('holds no package manager, no compiler and no test code', async () => {
+    const found = (
+      await inImage(
+        'for t in apt apt-get dpkg perl gcc cc clang make python3 npm npx; do command -v $t; done; ls /opt/kube-bpf-proxy/dist; true',
+      )
+    )
+      .trim()
+      .split('\n');
+    expect(found.sort()).toEqual(['bench', 'native', 'src']);
+  });
+
+  it('runs the CLI and has every program the agent runs', async () => {
+    expect(await inImage('kube-bpf-proxy version --output json')).toContain(`"version":"${tag}"`);
+    const missing = await inImage(
+      'for t in ip tc iptables-legacy iptables-nft iptables-legacy-restore iptables-nft-save ip6tables-legacy nft ipset ipvsadm conntrack nfacct sysctl setpriv uname modprobe mount stat; do command -v $t >/dev/null || echo $t; done',
+    );
+    expect(missing.trim()).toBe('');
+  });
+});
 
 describeImage(['KBP_IMAGE'])("least privilege: the chart's pod with each capability removed", () => {
   let lab: Lab;
