@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, statSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -92,7 +92,9 @@ describeImage(['KBP_IMAGE'])('the image scripts/build-image.sh writes', () => {
     tag = loadImage(archive);
   });
   // podman with the lab's containers.conf (this host's ulimits, runc).
-  const podman = new Podman(mkdtempSync(join(tmpdir(), 'him-image-')));
+  const podmanDir = mkdtempSync(join(tmpdir(), 'him-image-'));
+  const podman = new Podman(podmanDir);
+  afterAll(() => rmSync(podmanDir, { recursive: true, force: true }));
   const inImage = async (script: string) =>
     (
       await podman.run([
