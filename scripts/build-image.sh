@@ -20,9 +20,9 @@
 # the Node download there. Prints the archive's path on the last line of stdout.
 # Env: KBP_IMAGE_SOURCE (the source label), KBP_DEBIAN_MIRROR, KBP_DEBIAN_SECURITY_MIRROR (default deb.debian.org), or
 # KBP_DEBIAN_SNAPSHOT=YYYYMMDDTHHMMSSZ for snapshot.debian.org (pins the package set exactly).
-# Needs root (mmdebstrap in root mode), mmdebstrap, clang (bpf/*.o), npm and network access to
-# the Debian mirror and the npm registry. Load the result with `podman load -i FILE` or
-# `ctr -n k8s.io images import FILE`.
+# Needs root (mmdebstrap in root mode), mmdebstrap, clang (bpf/*.o), Go (scripts/k8s-proto.mjs),
+# npm and network access to the Debian mirror, the npm registry and the Go module proxy. Load
+# the result with `podman load -i FILE` or `ctr -n k8s.io images import FILE`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -58,7 +58,8 @@ while (($#)); do
 done
 
 [[ $(id -u) -eq 0 ]] || { echo "build-image.sh: run as root (mmdebstrap's root mode)" >&2 && exit 1; }
-for tool in mmdebstrap clang npm node; do
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+for tool in mmdebstrap clang npm node go; do
   command -v $tool >/dev/null || { echo "build-image.sh: $tool is missing: bash scripts/install-image-tools.sh" >&2 && exit 1; }
 done
 
@@ -100,7 +101,7 @@ base_hash() {
 image_hash() {
   {
     printf '%s\n' "$1 $version $tag $revision $SOURCE_DATE_EPOCH $source_url"
-    git ls-files -z -- scripts/build-image.sh scripts/build-bpf.sh scripts/oci-archive.mjs package.json package-lock.json \
+    git ls-files -z -- scripts/build-image.sh scripts/build-bpf.sh scripts/oci-archive.mjs scripts/k8s-proto.mjs package.json package-lock.json \
       'tsconfig*.json' src native bench bpf | xargs -0 sha256sum
     clang --version | head -1
   } | sha256sum | cut -c1-16
@@ -165,6 +166,8 @@ rm -rf "$app/node_modules/@types" "$app/node_modules/@koromix/koffi-linux-x64/mu
 find "$app/node_modules/koffi" -type f \( -name '*.cc' -o -name '*.hh' -o -name '*.S' -o -name '*.asm' \
   -o -name '*.inc' -o -name '*.def' -o -name CMakeLists.txt \) -delete
 find "$app/node_modules" -depth -type d -empty -delete
+# The protobuf schemas the kube source imports (src/sources/k8s-proto.json, generated, Go needed).
+node scripts/k8s-proto.mjs >&2
 npx tsc -p tsconfig.build.json --outDir "$app/dist"
 bash scripts/build-bpf.sh
 cp bpf/*.o "$app/bpf/"
