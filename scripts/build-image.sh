@@ -236,4 +236,9 @@ node scripts/oci-archive.mjs --out "$out" --tag "$tag" --created "$SOURCE_DATE_E
   --label "org.opencontainers.image.created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)" \
   --label "org.opencontainers.image.base.name=debian:$SUITE" >&2
 log "wrote $out ($(du -h "$out" | cut -f1))"
+if [[ -n $cache_dir ]]; then
+  # A bounded cache: the four newest images and the two newest base layers.
+  ls -dt "$cache_dir"/image-* | tail -n +5 | xargs -r rm -rf
+  ls -t "$cache_dir"/base-*.tar | tail -n +3 | while read -r old; do rm -f "$old" "$old.gz"; done
+fi
 echo "$out"
