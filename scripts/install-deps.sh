@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what kube-bpf-proxy needs to build, run and test on a fresh Debian 12 machine:
-# the Debian packages, then the pinned npm dependencies. Idempotent; used by the README,
-# by .ci/run and by the Dockerfile.
+# the Debian packages, then the pinned npm dependencies. Idempotent; used by the README and
+# by .ci/run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +19,9 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# The agent image's build and pod-test tools (mmdebstrap, podman, runc, ...).
+bash scripts/install-image-tools.sh
+
 if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-lock.json ]]; then
   npm ci --no-audit --no-fund
 fi
@@ -26,7 +29,7 @@ bash scripts/install-helm.sh
 
 # The CNI reference plugins that wire the pods of the real-node e2e lab (test/e2e/real-node.test.ts)
 # as a cluster's CNI does. Built from the Go module proxy into .tools/cni/bin; skipped when that
-# version is there, or when there is no Go (the Dockerfile's build stage runs no e2e tests).
+# version is there, or when there is no Go (e.g. a build-only machine).
 cni_version=v1.9.0
 cni_bin=$PWD/.tools/cni/bin
 command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned helm into .tools/bin from the Go module proxy, for the chart tests
 # (test/unit/chart.test.ts). Skips when that version is already there. Takes a few minutes the
-# first time. KBP_SKIP_HELM=1 skips it altogether (the Dockerfile's build stage: no Go, no chart tests).
+# first time. KBP_SKIP_HELM=1 skips it altogether (a machine that only builds: no Go, no chart tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -14,6 +14,20 @@ run_check() {
   fi
 }
 run_check npm run --silent build
+# The agent image the pod tests run (test/e2e/image.test.ts and the pod variant of
+# test/e2e/real-node.test.ts), and a newer build of it for the upgrade test: cached outside the
+# checkout by their inputs (the Debian base layer separately, so a new commit rebuilds only the
+# app layer). Root only (mmdebstrap); elsewhere those tests skip and say why.
+build_images() {
+  local cache=${XDG_CACHE_HOME:-$HOME/.cache}/kube-bpf-proxy version
+  version=$(node -p 'require("./package.json").version')
+  KBP_IMAGE=$(bash scripts/build-image.sh --cache-dir "$cache" | tail -1) &&
+    KBP_IMAGE_NEXT=$(bash scripts/build-image.sh --cache-dir "$cache" --version "$version-next" | tail -1) &&
+    export KBP_IMAGE KBP_IMAGE_NEXT
+}
+if [[ $(id -u) -eq 0 && -z ${KBP_IMAGE:-} ]]; then
+  run_check build_images
+fi
 run_check npx tsc -p tsconfig.test.json
 run_check npx biome check .
 run_check bash scripts/check-c-format.sh

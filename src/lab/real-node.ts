@@ -7,15 +7,26 @@
 // without bpffs. Pod addresses come from host-local, so manifests are written once the pods exist.
 
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { parseAllDocuments } from 'yaml';
 import type { ProxyMode } from '../config/types.js';
-import { type AgentStartOptions, LabAgent } from './agent.js';
+import { type AgentStartOptions, LabAgent, type SyncLine } from './agent.js';
 import { compiledSibling, type Lab } from './netns.js';
+import {
+  API_SERVER_IP,
+  API_SERVER_PORT,
+  ChartPod,
+  chartPodManifest,
+  LabControlPlane,
+  makeNodeRoots,
+  Podman,
+  removeNodeRoots,
+  writeManifest,
+} from './pod.js';
 
 const execFileAsync = promisify(execFile);
 
@@ -136,9 +147,34 @@ interface CniResult {
   ips?: { address: string; interface?: number }[];
 }
 
+/** What the tests need of an agent, whether a process (LabAgent) or the chart's pod (ChartPod). */
+export interface NodeAgent {
+  waitForSync(count: number, timeoutMs: number): Promise<SyncLine>;
+  stop(): Promise<void>;
+  tail(): string;
+}
+
+export interface ChartPodRun {
+  /** The API server the pods watch, reachable from the caller (e.g. the fake API server). */
+  api: { host: string; port: number };
+  /** --set values for `helm template` beyond the defaults (e.g. image.tag). */
+  set?: string[];
+  /** Capabilities taken out of the agent container's list (least-privilege runs). */
+  dropCapabilities?: string[];
+  /** Nodes to start pods on; all by default. */
+  nodes?: string[];
+  /** How long each agent may take to its first sync (default 90 s). */
+  syncTimeoutMs?: number;
+}
+
 export class RealNodeLab {
   readonly pods = new Map<string, PodInfo>();
-  readonly agents = new Map<string, LabAgent>();
+  readonly agents = new Map<string, NodeAgent>();
+  /** The chart's pods, when startPods() runs the agents in containers. */
+  readonly chartPods = new Map<string, ChartPod>();
+  private podman: Podman | null = null;
+  private controlPlane: LabControlPlane | null = null;
+  private nodeRoots: string | null = null;
   /** Temporary files: host-local's leases, the manifests, the agents' config. */
   readonly workDir = mkdtempSync(join(tmpdir(), 'kbp-real-node-'));
   readonly manifestsDir = join(this.workDir, 'manifests');
@@ -316,7 +352,7 @@ export class RealNodeLab {
    * ready endpoints (pods by name, host-network servers by node), as the controllers make them.
    */
   writeManifests(services: LabService[]): void {
-    const items = [...REAL_NODES.map(nodeObject), ...services.flatMap((svc) => this.serviceObjects(svc))];
+    const items = this.objects(services);
     writeFileSync(
       join(this.manifestsDir, 'cluster.json'),
       JSON.stringify({ apiVersion: 'v1', kind: 'List', items }),
@@ -350,12 +386,105 @@ export class RealNodeLab {
     for (const agent of this.agents.values()) await agent.waitForSync(1, 60_000);
   }
 
+  /**
+   * Runs the agents as the chart's pods (src/lab/pod.ts): `helm template` with default values
+   * (k8sServiceHost: the lab's control-plane host; `run.set` on top), each node's Pod started by
+   * `podman kube play` in its network namespace, its hostPath volumes under a directory of its own
+   * (no bpffs there: the chart's init container mounts it). The image must be loaded in podman.
+   * Waits for each agent's first sync.
+   */
+  async startPods(mode: ProxyMode, run: ChartPodRun): Promise<void> {
+    const podDir = join(this.workDir, 'pods');
+    if (!this.podman) {
+      mkdirSync(podDir, { recursive: true });
+      this.podman = new Podman(podDir);
+      await this.podman.removePods(`${this.lab.prefix}-`);
+      this.nodeRoots = join(podDir, 'nodes');
+      await makeNodeRoots(this.nodeRoots);
+      this.controlPlane = await LabControlPlane.start(this.lab, join(podDir, 'control-plane'), run.api, {
+        bridgeNs: 'wire',
+        bridge: 'br0',
+        gateway: UNDERLAY_GATEWAY,
+      });
+    }
+    const rendered = await renderChart(mode, this.workDir, [
+      `k8sServiceHost=${API_SERVER_IP}`,
+      `k8sServicePort=${API_SERVER_PORT}`,
+      ...(run.set ?? []),
+    ]);
+    const configMapFile = join(podDir, 'configmap.yaml');
+    writeManifest(configMapFile, rendered.configMap);
+    for (const node of REAL_NODES.filter((n) => !run.nodes || run.nodes.includes(n.name))) {
+      const name = `${this.lab.prefix}-${node.name}`;
+      const { pod, probes, capabilities } = chartPodManifest(rendered.daemonSet, {
+        name,
+        node: node.name,
+        nodeRoot: join(this.nodeRoots ?? podDir, node.name),
+        serviceAccountDir: this.controlPlane?.serviceAccountDir ?? '',
+        dropCapabilities: run.dropCapabilities ?? [],
+      });
+      const podFile = join(podDir, `${node.name}.yaml`);
+      writeManifest(podFile, pod);
+      await this.podman.run(['kube', 'play', '--configmap', configMapFile, podFile], {
+        netns: this.lab.ns(nodeNs(node.name)),
+      });
+      const chartPod = new ChartPod(this.podman, name, nodeNs(node.name), node.ip, probes, capabilities);
+      chartPod.follow();
+      this.chartPods.set(node.name, chartPod);
+      this.agents.set(node.name, chartPod);
+    }
+    for (const node of run.nodes ?? REAL_NODES.map((n) => n.name)) {
+      await this.agents.get(node)?.waitForSync(1, run.syncTimeoutMs ?? 90_000);
+    }
+  }
+
+  /** The filesystem type mounted at `path` of a node's root (startPods()), or null when none is. */
+  nodeMountType(node: string, path: string): string | null {
+    if (!this.nodeRoots) return null;
+    const target = join(this.nodeRoots, node, path);
+    let type: string | null = null;
+    // mountinfo: ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
+    for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+      const fields = line.split(' ');
+      if (fields[4] === target) type = fields[fields.indexOf('-') + 1] ?? null;
+    }
+    return type;
+  }
+
+  /**
+   * Unmounts a node's bpffs (and with it every pin), so that its next pod starts as on a node that
+   * never ran the agent: the chart's init container mounts a fresh one. Only between pods.
+   */
+  async resetNodeBpffs(node: string): Promise<void> {
+    if (!this.nodeRoots) return;
+    const target = join(this.nodeRoots, node, 'sys/fs/bpf');
+    for (let i = 0; i < 10 && this.nodeMountType(node, '/sys/fs/bpf') !== null; i++) {
+      await execFileAsync('umount', [target]);
+    }
+  }
+
+  /** The ServiceAccount token the pods present to the API server. */
+  get serviceAccountToken(): string {
+    return this.controlPlane?.token ?? '';
+  }
+
   /** Stops the agents, releases the pods' addresses with CNI DEL and deletes every namespace. */
   async destroy(): Promise<void> {
-    for (const agent of this.agents.values()) await agent.stop();
+    for (const agent of this.agents.values()) await agent.stop().catch(() => {});
+    if (this.podman) await this.podman.removePods(`${this.lab.prefix}-`);
+    await this.controlPlane?.stop();
+    if (this.nodeRoots) await removeNodeRoots(this.nodeRoots);
     for (const pod of this.pods.values()) await this.cni('DEL', pod).catch(() => {});
     await this.lab.destroy();
     rmSync(this.workDir, { recursive: true, force: true });
+  }
+
+  /** The Nodes, Services and EndpointSlices writeManifests() writes, for an API server to serve. */
+  objects(services: LabService[]): Record<string, unknown>[] {
+    return [
+      ...REAL_NODES.map(nodeObject),
+      ...services.flatMap((svc) => this.serviceObjects(svc) as Record<string, unknown>[]),
+    ];
   }
 
   private serviceObjects(svc: LabService): unknown[] {
@@ -448,10 +577,18 @@ interface RenderedAgent {
   args: string[];
   /** Where the DaemonSet mounts the ConfigMap. */
   configMountPath: string;
+  // biome-ignore lint/suspicious/noExplicitAny: rendered manifests are untyped YAML
+  configMap: any;
+  // biome-ignore lint/suspicious/noExplicitAny: rendered manifests are untyped YAML
+  daemonSet: any;
 }
 
 /** `helm template` of the chart with its defaults (plus the required API server address and the mode). */
-export async function renderChart(mode: ProxyMode, workDir: string): Promise<RenderedAgent> {
+export async function renderChart(
+  mode: ProxyMode,
+  workDir: string,
+  set: string[] = [],
+): Promise<RenderedAgent> {
   const home = join(workDir, 'helm');
   const { stdout } = await execFileAsync(
     HELM,
@@ -465,6 +602,7 @@ export async function renderChart(mode: ProxyMode, workDir: string): Promise<Ren
       'k8sServiceHost=10.10.0.1',
       '--set',
       `proxyMode=${mode}`,
+      ...set.flatMap((value) => ['--set', value]),
     ],
     {
       env: {
@@ -488,5 +626,11 @@ export async function renderChart(mode: ProxyMode, workDir: string): Promise<Ren
   const mount = container?.volumeMounts?.find((m: { name: string }) => m.name === configVolume?.name);
   if (!configMap || !container?.args || !mount)
     throw new Error('the chart rendered no agent ConfigMap or DaemonSet');
-  return { config: configMap.data['config.conf'], args: container.args, configMountPath: mount.mountPath };
+  return {
+    config: configMap.data['config.conf'],
+    args: container.args,
+    configMountPath: mount.mountPath,
+    configMap,
+    daemonSet,
+  };
 }

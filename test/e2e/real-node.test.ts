@@ -1,9 +1,12 @@
+import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { ProxyMode } from '../../src/config/types.js';
 import { deleteStaleNamespaces, Lab, type RequestResult } from '../../src/lab/netns.js';
 import { CLIENT_IP, CNI_BIN, type LabService, REAL_NODES, RealNodeLab } from '../../src/lab/real-node.js';
+import type { FakeApiServer } from '../support/fake-apiserver.js';
+import { apiAddress, describeImage, fakeApiServerWith } from '../support/image.js';
 import { describeRoot } from '../support/privileges.js';
 
 // Issue 10's matrix on two nodes shaped like real ones (src/lab/real-node.ts): flannel's vxlan
@@ -17,8 +20,17 @@ import { describeRoot } from '../support/privileges.js';
 // mounted for it instead.
 // Needs `npm run build` (agents and backends run dist/) and the CNI plugins of
 // scripts/install-deps.sh.
+//
+// The "pod" variant (issue 17) runs the same cells with each agent in the chart's own pod, the
+// image of scripts/build-image.sh (KBP_IMAGE) started by `podman kube play` in its node
+// (src/lab/pod.ts), watching a fake API server behind the lab's control-plane host over TLS with
+// the pod's ServiceAccount token; the chart's init container mounts bpffs on the node.
 
-const MODES: ProxyMode[] = ['bpf', 'iptables'];
+const VARIANTS: { mode: ProxyMode; agent: 'process' | 'pod' }[] = [
+  { mode: 'bpf', agent: 'process' },
+  { mode: 'iptables', agent: 'process' },
+  { mode: 'bpf', agent: 'pod' },
+];
 const BPFFS = process.env.KBP_REAL_NODE_BPFFS === 'own' ? 'own' : 'absent';
 const REQUESTS = 20;
 const REQUEST_TIMEOUT_MS = 1000;
@@ -366,10 +378,14 @@ function problems(cell: Cell, clientIP: string, results: RequestResult[]): strin
   return [...new Set(out)];
 }
 
-for (const mode of MODES) {
-  describeRoot(`issue 10 matrix on real-shaped nodes, ${mode} mode`, () => {
-    const lab = new Lab(`kbprn${mode[0]}${process.pid}`);
+for (const { mode, agent } of VARIANTS) {
+  const pod = agent === 'pod';
+  const describeVariant = pod ? describeImage(['KBP_IMAGE']) : describeRoot;
+  const title = `issue 10 matrix on real-shaped nodes, ${mode} mode${pod ? ", agents in the chart's pods" : ''}`;
+  describeVariant(title, () => {
+    const lab = new Lab(pod ? `him-rn${process.pid}` : `kbprn${mode[0]}${process.pid}`);
     let nodes: RealNodeLab;
+    let api: FakeApiServer | undefined;
 
     beforeAll(async () => {
       if (!existsSync(join(CNI_BIN, 'bridge'))) {
@@ -382,13 +398,40 @@ for (const mode of MODES) {
         hostServers: REAL_NODES.map((node) => ({ name: `host-${node.name}`, node: node.name, port: API })),
         loadBalancerRoutes: LB_ROUTES,
       });
-      nodes.writeManifests(SERVICES);
-      await nodes.startAgents(mode, { bpffs: mode === 'bpf' ? BPFFS : 'absent' });
-    });
+      if (pod) {
+        execFileSync('podman', ['load', '--quiet', '--input', process.env.KBP_IMAGE ?? '']);
+        api = await fakeApiServerWith(nodes.objects(SERVICES));
+        await nodes.startPods(mode, { api: apiAddress(api) });
+      } else {
+        nodes.writeManifests(SERVICES);
+        await nodes.startAgents(mode, { bpffs: mode === 'bpf' ? BPFFS : 'absent' });
+      }
+    }, 240_000);
 
     afterAll(async () => {
       await nodes?.destroy();
+      await api?.stop();
     });
+
+    if (pod) {
+      it('the pods watch the API server with their ServiceAccount token over TLS', () => {
+        const watches = api?.requests.filter((r) => r.query.get('watch') === 'true') ?? [];
+        expect(watches.length).toBeGreaterThanOrEqual(3 * REAL_NODES.length);
+        for (const request of watches) {
+          expect(request.headers.authorization).toBe(`Bearer ${nodes.serviceAccountToken}`);
+        }
+      });
+
+      it("the chart's probes answer as the kubelet asks them, and the init container mounted bpffs on the node", async () => {
+        for (const node of REAL_NODES) {
+          const chartPod = nodes.chartPods.get(node.name)!;
+          const probes = await chartPod.probe(lab);
+          expect(probes.map((p) => p.kind).sort()).toEqual(['liveness', 'readiness', 'startup']);
+          expect(probes.filter((p) => p.status !== 200)).toEqual([]);
+          expect(nodes.nodeMountType(node.name, '/sys/fs/bpf')).toBe('bpf');
+        }
+      });
+    }
 
     for (const cell of CELLS) {
       it(cell.name, async () => {

@@ -1,153 +1,106 @@
-// The image the chart runs. No container engine here, so the Dockerfile is parsed and checked: it
-// must build with the very scripts CI runs, ship what the agent and the chart's init containers
-// call, and start the CLI the package declares.
+// The image the chart runs, as scripts/build-image.sh (the only way it is built) defines it:
+// checked here without building it; test/e2e/image.test.ts and the pod variant of
+// test/e2e/real-node.test.ts build-and-run it for real.
 
-import { spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { parse } from 'yaml';
 
 const root = resolve(import.meta.dirname, '../..');
 const read = (path: string) => readFileSync(join(root, path), 'utf8');
-
-interface Instruction {
-  keyword: string;
-  args: string;
-}
-
-interface Stage {
-  image: string;
-  name: string;
-  instructions: Instruction[];
-}
-
-/** Stages of a Dockerfile: continuation lines joined, comments and the parser directive dropped. */
-function parseDockerfile(text: string): Stage[] {
-  const logicalLines: string[] = [];
-  let pending = '';
-  for (const line of text.split('\n')) {
-    if (/^\s*#/.test(line)) continue;
-    if (/\\\s*$/.test(line)) {
-      pending += `${line.replace(/\\\s*$/, '')} `;
-      continue;
-    }
-    const joined = (pending + line).trim();
-    pending = '';
-    if (joined) logicalLines.push(joined);
-  }
-  const stages: Stage[] = [];
-  for (const line of logicalLines) {
-    const match = /^(\S+)\s+(.*)$/s.exec(line);
-    if (!match) throw new Error(`cannot parse Dockerfile line: ${line}`);
-    const keyword = match[1]!.toUpperCase();
-    const args = match[2]!.replace(/\s+/g, ' ');
-    if (keyword === 'FROM') {
-      const [image, as, name] = args.split(' ');
-      expect(as?.toUpperCase(), `FROM ${args} names its stage`).toBe('AS');
-      stages.push({ image: image!, name: name!, instructions: [] });
-    } else {
-      const stage = stages.at(-1);
-      if (!stage) throw new Error(`${keyword} before the first FROM`);
-      stage.instructions.push({ keyword, args });
-    }
-  }
-  return stages;
-}
-
-const stages = parseDockerfile(read('Dockerfile'));
-const [build, runtime] = stages;
-const runs = (stage: Stage) => stage.instructions.filter((i) => i.keyword === 'RUN').map((i) => i.args);
-const copies = (stage: Stage) => stage.instructions.filter((i) => i.keyword === 'COPY').map((i) => i.args);
+const script = read('scripts/build-image.sh');
 const packageJson = JSON.parse(read('package.json'));
 
-describe('Dockerfile', () => {
-  it('has a Debian 12 Node 20 build stage and a bookworm-slim runtime stage', () => {
-    expect(stages.map((s) => [s.image, s.name])).toEqual([
-      ['node:20-bookworm', 'build'],
-      ['debian:bookworm-slim', 'runtime'],
-    ]);
-  });
+/** A bash array assignment of build-image.sh, e.g. PACKAGES=(a b c). */
+function bashArray(name: string): string[] {
+  const match = new RegExp(`^${name}=\\(([^)]*)\\)`, 'm').exec(script);
+  if (!match) throw new Error(`no ${name}=(...) in build-image.sh`);
+  return match[1]!.split(/\s+/).filter(Boolean);
+}
 
-  it('builds with the install and build scripts CI runs, then drops dev dependencies', () => {
-    const commands = runs(build!).join(' && ');
-    const install = commands.indexOf('bash scripts/install-deps.sh');
-    const compile = commands.indexOf('npm run build');
-    const prune = commands.indexOf('npm prune --omit=dev');
-    expect(install).toBeGreaterThanOrEqual(0);
-    expect(compile).toBeGreaterThan(install);
-    expect(prune).toBeGreaterThan(compile);
-    // The same two scripts CI runs, so CI exercises the image's build.
-    const ci = read('scripts/test.sh');
-    expect(ci).toContain('bash scripts/install-deps.sh');
-    expect(ci).toMatch(/npm run (--silent )?build/);
-    expect(packageJson.scripts.build).toContain('scripts/build-bpf.sh');
+function sources(dir: string): string[] {
+  return readdirSync(join(root, dir)).flatMap((name) => {
+    const path = join(dir, name);
+    if (statSync(join(root, path)).isDirectory()) return sources(path);
+    return path.endsWith('.ts') ? [path] : [];
   });
+}
 
-  it('skips the helm build in the image, and install-helm.sh honours that', () => {
-    expect(build!.instructions).toContainEqual({ keyword: 'ENV', args: 'KBP_SKIP_HELM=1' });
-    expect(read('scripts/install-deps.sh')).toContain('bash scripts/install-helm.sh');
-    const skipped = spawnSync('bash', ['scripts/install-helm.sh'], {
-      cwd: root,
-      encoding: 'utf8',
-      env: { PATH: '/usr/bin:/bin', KBP_SKIP_HELM: '1' },
-    });
-    expect(skipped.status, skipped.stderr).toBe(0);
-    expect(skipped.stdout).toContain('not installing helm');
-  });
+// The Debian package of each program the agent runs (src/, without the lab and the commands that
+// build one: demo and bench run in a checkout, not in the image). minbase: in every image.
+const PACKAGE_OF: Record<string, string> = {
+  ip: 'iproute2',
+  tc: 'iproute2',
+  nft: 'nftables',
+  ipset: 'ipset',
+  ipvsadm: 'ipvsadm',
+  conntrack: 'conntrack',
+  nfacct: 'nfacct',
+  sysctl: 'procps',
+  setpriv: 'minbase',
+  uname: 'minbase',
+};
 
-  it('installs the runtime libraries and tools the data planes and the chart call', () => {
-    const install = runs(runtime!).find((r) => r.includes('apt-get install'));
-    const packages = new Set(install?.split(' '));
-    for (const name of [
-      'libbpf1',
-      'iptables',
-      'nftables',
-      'ipset',
-      'ipvsadm',
-      'conntrack',
-      'iproute2',
-      'kmod',
-      'mount',
-    ]) {
-      expect(packages.has(name), name).toBe(true);
+describe('scripts/build-image.sh', () => {
+  const packages = bashArray('PACKAGES');
+
+  it('installs a Debian package for every program the agent runs', () => {
+    const programs = new Set<string>();
+    for (const file of [...sources('src'), ...sources('native')]) {
+      if (/^src\/(lab|cli\/(demo|bench))/.test(file)) continue;
+      for (const match of read(file).matchAll(/(?:exec|execFileAsync|spawn)\(\s*'([a-z0-9_-]+)'/g)) {
+        programs.add(match[1]!);
+      }
+      if (/iptablesBinary\(/.test(read(file))) programs.add('iptables');
     }
-    expect(install).toContain('--no-install-recommends');
-    expect(install).toContain('rm -rf /var/lib/apt/lists/*');
+    expect(programs.size).toBeGreaterThan(5);
+    for (const program of programs) {
+      const pkg = program === 'iptables' ? 'iptables' : PACKAGE_OF[program];
+      expect(pkg, `${program}: which Debian package?`).toBeDefined();
+      if (pkg !== 'minbase') expect(packages, program).toContain(pkg);
+    }
+    // koffi loads libbpf.so.1; Node needs libstdc++.
+    expect(packages).toEqual(expect.arrayContaining(['libbpf1', 'libstdc++6']));
   });
 
-  it("copies node and the built package from the build stage, and starts the package's CLI", () => {
-    expect(copies(runtime!)).toEqual([
-      '--from=build /usr/local/bin/node /usr/local/bin/node',
-      '--from=build /src/package.json ./',
-      '--from=build /src/node_modules ./node_modules',
-      '--from=build /src/dist ./dist',
-      '--from=build /src/bpf/*.o ./bpf/',
-    ]);
-    expect(runtime!.instructions).toContainEqual({ keyword: 'WORKDIR', args: '/opt/kube-bpf-proxy' });
-    const entrypoint = runtime!.instructions.find((i) => i.keyword === 'ENTRYPOINT');
-    expect(JSON.parse(entrypoint!.args)).toEqual([
-      'node',
-      `/opt/kube-bpf-proxy/${packageJson.bin['kube-bpf-proxy']}`,
-    ]);
+  it('removes the package manager and ships no compiler', () => {
+    expect(bashArray('PURGE')).toEqual(expect.arrayContaining(['apt', 'dpkg', 'perl-base', 'debconf']));
+    for (const tool of ['gcc', 'clang', 'build-essential', 'make', 'python3'])
+      expect(packages).not.toContain(tool);
+    expect(script).toContain('--variant=minbase');
+    expect(script).toContain('--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr');
   });
 
-  it('keeps build outputs and local tools out of the build context, but not the sources', () => {
-    const ignored = read('.dockerignore')
-      .split('\n')
-      .map((l) => l.trim())
-      .filter((l) => l && !l.startsWith('#'));
-    for (const entry of ['.git', 'node_modules', 'dist', '.tools', 'bpf/*.o'])
-      expect(ignored).toContain(entry);
-    for (const needed of [
-      'src',
-      'scripts',
-      'bpf',
-      'native',
-      'package.json',
-      'package-lock.json',
-      'tsconfig.json',
-    ]) {
-      expect(ignored).not.toContain(needed);
+  it('pins Node 20 by version and integrity, and installs only production dependencies', () => {
+    expect(script).toMatch(/^NODE_VERSION=20\.\d+\.\d+$/m);
+    expect(script).toMatch(/^NODE_INTEGRITY=sha512-[A-Za-z0-9+/=]+$/m);
+    expect(script).toContain('npm ci --omit=dev');
+    expect(packageJson.engines.node).toMatch(/^>=20/);
+  });
+
+  it('compiles the production build from the CLI entry point: no tests, no source maps', () => {
+    const config = JSON.parse(read('tsconfig.build.json'));
+    expect(config.files).toEqual(['src/cli/main.ts']);
+    expect(config.include).toEqual([]);
+    expect(config.compilerOptions.sourceMap).toBe(false);
+    expect(script).toContain('tsc -p tsconfig.build.json');
+    // Nothing the CLI imports reaches into test/.
+    for (const file of [...sources('src'), ...sources('bench'), ...sources('native')]) {
+      expect(read(file), file).not.toMatch(/from '(\.\.\/)+test\//);
+    }
+  });
+
+  it("starts the package's CLI, under the name and tag the chart's defaults pull", () => {
+    expect(script).toContain(
+      `--entrypoint /usr/local/bin/node --entrypoint /opt/kube-bpf-proxy/${packageJson.bin['kube-bpf-proxy']}`,
+    );
+    const chart = parse(read('charts/kube-bpf-proxy/Chart.yaml'));
+    const values = parse(read('charts/kube-bpf-proxy/values.yaml'));
+    expect(chart.appVersion).toBe(packageJson.version);
+    expect(script).toContain(`tag=\${tag:-${values.image.repository}:$version}`);
+    for (const label of ['version', 'revision', 'source', 'created']) {
+      expect(script).toContain(`org.opencontainers.image.${label}=`);
     }
   });
 });

@@ -352,13 +352,13 @@ describe('defaults', () => {
     expect(volumeOf(objects, 'config')?.configMap.name).toBe(find(objects, 'ConfigMap').metadata.name);
   });
 
-  it('is not privileged and holds only BPF, NET_ADMIN, PERFMON and SYS_RESOURCE', () => {
+  it('is not privileged and holds only BPF, NET_ADMIN and PERFMON', () => {
     const security = agent(objects).securityContext;
     expect(security.privileged).toBe(false);
     expect(security.allowPrivilegeEscalation).toBe(false);
     expect(security.readOnlyRootFilesystem).toBe(true);
     expect(security.capabilities).toEqual({
-      add: ['BPF', 'NET_ADMIN', 'PERFMON', 'SYS_RESOURCE'],
+      add: ['BPF', 'NET_ADMIN', 'PERFMON'],
       drop: ['ALL'],
     });
   });
@@ -482,10 +482,10 @@ describe('privileges', () => {
     expect(mountOf(container, 'bpffs')?.mountPropagation).toBe('Bidirectional');
   });
 
-  it('adds SYS_ADMIN when sysAdmin is true, and extra capabilities once each', async () => {
+  it('adds SYS_ADMIN and SYS_RESOURCE when set to true, and extra capabilities once each', async () => {
     const objects = await render({
       ...base,
-      securityContext: { sysAdmin: true, extraCapabilities: ['SYS_MODULE', 'BPF'] },
+      securityContext: { sysAdmin: true, sysResource: true, extraCapabilities: ['SYS_MODULE', 'BPF'] },
     });
     validateAll(objects);
     expect(agent(objects).securityContext.capabilities.add).toEqual([
@@ -517,11 +517,7 @@ describe('privileges', () => {
     for (const proxyMode of ['iptables', 'ipvs']) {
       const objects = await render({ ...base, proxyMode });
       validateAll(objects);
-      expect(agent(objects).securityContext.capabilities.add, proxyMode).toEqual([
-        'NET_ADMIN',
-        'NET_RAW',
-        'SYS_RESOURCE',
-      ]);
+      expect(agent(objects).securityContext.capabilities.add, proxyMode).toEqual(['NET_ADMIN', 'NET_RAW']);
       expect(volumeOf(objects, 'bpffs'), proxyMode).toBeUndefined();
       expect(initContainer(objects, 'mount-bpffs'), proxyMode).toBeUndefined();
       expect(configConf(objects).mode).toBe(proxyMode);
@@ -882,6 +878,19 @@ describe('install against an API server', () => {
     );
     // Not the bpf data plane: there is no CAP_BPF to stand in for.
     expect(await capabilitiesWith({ ...base, proxyMode: 'nftables' })).not.toContain('SYS_ADMIN');
+  });
+
+  it('adds SYS_RESOURCE under sysResource=auto only in bpf mode when a node runs a kernel older than 5.11', async () => {
+    apiServer.setKernels('6.1.0-13-amd64', '5.10.0-28-cloud-amd64');
+    expect(await capabilitiesWith(base)).toContain('SYS_RESOURCE');
+    apiServer.setKernels('5.11.0-49-generic', '6.12.9');
+    expect(await capabilitiesWith(base)).not.toContain('SYS_RESOURCE');
+    apiServer.setKernels('5.10.0-28-cloud-amd64');
+    expect(await capabilitiesWith({ ...base, securityContext: { sysResource: false } })).not.toContain(
+      'SYS_RESOURCE',
+    );
+    // The rule modes create no BPF maps.
+    expect(await capabilitiesWith({ ...base, proxyMode: 'iptables' })).not.toContain('SYS_RESOURCE');
   });
 
   it('prints the migration steps from kube-proxy and what the privileges are', async () => {

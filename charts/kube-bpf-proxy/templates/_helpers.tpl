@@ -49,6 +49,23 @@ app.kubernetes.io/part-of: kube-bpf-proxy
 {{- end }}
 
 {{/*
+"true" when some node's kernel (as the API reports it at install/upgrade time) is older than the
+version given as "below" (e.g. "5.8"). `helm template` sees no nodes: "false".
+*/}}
+{{- define "kube-bpf-proxy.nodeKernelBelow" -}}
+{{- $below := .below }}
+{{- $old := false }}
+{{- $nodes := lookup "v1" "Node" "" "" }}
+{{- range $node := (get $nodes "items" | default list) }}
+{{- $release := regexFind "^[0-9]+\\.[0-9]+" (toString $node.status.nodeInfo.kernelVersion) }}
+{{- if and $release (semverCompare (printf "<%s" $below) $release) }}
+{{- $old = true }}
+{{- end }}
+{{- end }}
+{{- $old }}
+{{- end }}
+
+{{/*
 "true" when the agent gets CAP_SYS_ADMIN. Kernels before 5.8 have no CAP_BPF/CAP_PERFMON and let
 only CAP_SYS_ADMIN load programs and create maps. "auto" looks at the nodes' kernels through the
 API at install/upgrade time; `helm template` sees no nodes, and the project's kernel floor (5.10)
@@ -60,26 +77,38 @@ has CAP_BPF, so it then leaves SYS_ADMIN out.
 {{- else if eq $setting "false" }}false
 {{- else if ne .Values.proxyMode "bpf" }}false
 {{- else }}
-{{- $oldKernel := false }}
-{{- $nodes := lookup "v1" "Node" "" "" }}
-{{- range $node := (get $nodes "items" | default list) }}
-{{- $release := regexFind "^[0-9]+\\.[0-9]+" (toString $node.status.nodeInfo.kernelVersion) }}
-{{- if and $release (semverCompare "<5.8" $release) }}
-{{- $oldKernel = true }}
+{{- include "kube-bpf-proxy.nodeKernelBelow" (dict "below" "5.8") }}
 {{- end }}
 {{- end }}
-{{- $oldKernel }}
+
+{{/*
+"true" when the agent gets CAP_SYS_RESOURCE. Kernels before 5.11 charge BPF maps to
+RLIMIT_MEMLOCK, and libbpf raises that limit (which needs CAP_SYS_RESOURCE) before it creates
+maps; from 5.11 maps are charged to the memory cgroup and nothing needs it. "auto" adds it in bpf
+mode when some node's kernel is older than 5.11 (seen at install/upgrade time; `helm template`
+sees no nodes and leaves it out). The other modes create no BPF maps.
+*/}}
+{{- define "kube-bpf-proxy.sysResource" -}}
+{{- $setting := toString .Values.securityContext.sysResource }}
+{{- if eq $setting "true" }}true
+{{- else if eq $setting "false" }}false
+{{- else if ne .Values.proxyMode "bpf" }}false
+{{- else }}
+{{- include "kube-bpf-proxy.nodeKernelBelow" (dict "below" "5.11") }}
 {{- end }}
 {{- end }}
 
 {{/*
 The agent's capabilities as a JSON list. BPF and PERFMON load programs and maps (5.8+), NET_ADMIN
-attaches them to interfaces and writes iptables/nftables/ipvs, SYS_RESOURCE raises RLIMIT_MEMLOCK,
-which kernels before 5.11 charge BPF maps to. Legacy iptables talks to the kernel over a raw socket:
-NET_RAW.
+attaches them to interfaces and writes iptables/nftables/ipvs, SYS_RESOURCE (old kernels only, see
+above) raises RLIMIT_MEMLOCK. Legacy iptables talks to the kernel over a raw socket: NET_RAW.
+Each of BPF, PERFMON and NET_ADMIN is shown needed by test/e2e/image.test.ts (docs/install.md).
 */}}
 {{- define "kube-bpf-proxy.agentCapabilities" -}}
-{{- $caps := list "NET_ADMIN" "SYS_RESOURCE" }}
+{{- $caps := list "NET_ADMIN" }}
+{{- if eq (include "kube-bpf-proxy.sysResource" .) "true" }}
+{{- $caps = append $caps "SYS_RESOURCE" }}
+{{- end }}
 {{- if eq .Values.proxyMode "bpf" }}
 {{- $caps = concat $caps (list "BPF" "PERFMON") }}
 {{- end }}
