@@ -45,6 +45,33 @@
 #include "service.h"
 #include "verdict.h"
 
+/*
+ * Claims a free port for a translated source: rkey (the reply key, daddr set) gets the first
+ * candidate port in [snat_port_min, snat_port_max] whose reply entry inserts with BPF_NOEXIST,
+ * from a random start. Returns 0, or -1 with *reason set.
+ */
+static __always_inline int kbp_claim_port(struct kbp_ct4_key *rkey, const struct kbp_ct4_val *rval,
+					  const struct kbp_config *cfg, __u32 *reason) {
+	__u32 min = cfg->snat_port_min, max = cfg->snat_port_max;
+	__u32 range, start, i;
+
+	if (min == 0 || max < min) {
+		*reason = KBP_DROP_NO_SNAT_ADDR;
+		return -1;
+	}
+	range = max - min + 1;
+	start = bpf_get_prandom_u32();
+	/* Unrolled: kernels before 6.4 reject the back-edge clang emits for this loop. */
+#pragma clang loop unroll(full)
+	for (i = 0; i < KBP_SNAT_PORT_TRIES; i++) {
+		rkey->dport = bpf_htons((__u16)(min + (start + i) % range));
+		if (kbp_ct_insert(rkey, rval, BPF_NOEXIST) == 0)
+			return 0;
+	}
+	*reason = KBP_DROP_SNAT_PORTS;
+	return -1;
+}
+
 /* A new flow: choose the backend, decide SNAT, create both conntrack entries. Fills `out` with
  * the forward entry. Returns KBP_PASS or KBP_DROP with *reason set. */
 static __always_inline int kbp_new_flow(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
@@ -104,49 +131,34 @@ static __always_inline int kbp_new_flow(void *ctx, const bool xdp, const struct 
 	rkey.proto = p->proto;
 
 	if (snat) {
-		__u32 min = cfg->snat_port_min, max = cfg->snat_port_max;
-		__u32 range, start, i;
-		bool placed = false;
-
-		if (cfg->snat_addr4 == 0 || min == 0 || max < min) {
+		if (cfg->snat_addr4 == 0) {
 			*reason = KBP_DROP_NO_SNAT_ADDR;
 			return KBP_DROP;
 		}
-		range = max - min + 1;
-		start = bpf_get_prandom_u32();
 		out->xlate_saddr = kbp_snat_source4(ctx, xdp, backend_addr, cfg);
 		rkey.daddr = out->xlate_saddr;
-		/* Unrolled: kernels before 6.4 reject the back-edge clang emits for this loop. */
-#pragma clang loop unroll(full)
-		for (i = 0; i < KBP_SNAT_PORT_TRIES; i++) {
-			__be16 port = bpf_htons((__u16)(min + (start + i) % range));
-
-			rkey.dport = port;
-			if (kbp_ct_insert(&rkey, &rval, BPF_NOEXIST) == 0) {
-				out->xlate_sport = port;
-				placed = true;
-				break;
-			}
-		}
-		if (!placed) {
-			*reason = KBP_DROP_SNAT_PORTS;
-			return KBP_DROP;
-		}
 	} else {
+		/* The client keeps its port unless another flow already owns the reply tuple (the
+		 * same client port to two frontends of one backend): then, as netfilter resolves
+		 * such a clash, the source port is translated, the address kept. */
 		rkey.daddr = p->saddr;
 		rkey.dport = p->sport;
-		if (kbp_ct_insert(&rkey, &rval, BPF_ANY) != 0) {
-			*reason = KBP_DROP_CT_INSERT;
-			return KBP_DROP;
-		}
+		if (kbp_ct_insert(&rkey, &rval, BPF_NOEXIST) == 0)
+			goto forward;
 	}
+	if (kbp_claim_port(&rkey, &rval, cfg, reason) < 0)
+		return KBP_DROP;
+	out->xlate_sport = rkey.dport;
 
+forward:
 	fkey.saddr = p->saddr;
 	fkey.daddr = p->daddr;
 	fkey.sport = p->sport;
 	fkey.dport = p->dport;
 	fkey.proto = p->proto;
 	if (kbp_ct_insert(&fkey, out, BPF_ANY) != 0) {
+		/* The reply entry, and the port it holds, must not outlive a flow never made. */
+		kbp_ct_delete(&rkey);
 		*reason = KBP_DROP_CT_INSERT;
 		return KBP_DROP;
 	}
@@ -215,8 +227,15 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, const bool l3, int
 		/* A new connection on a tracked tuple: reuse the backend only if the old flow is
 		 * still open (a retransmitted SYN) and its backend is still current. */
 		if (!(cv.flags & KBP_CT_F_REPLY) && new_syn &&
-		    ((cv.tcp_flags & (KBP_TCP_FIN | KBP_TCP_RST)) || !kbp_backend_current(&cv)))
+		    ((cv.tcp_flags & (KBP_TCP_FIN | KBP_TCP_RST)) || !kbp_backend_current(&cv))) {
+			struct kbp_ct4_key old;
+
+			/* The old flow's reply entry goes (and frees its SNAT port) before the new
+			 * flow claims one: it would otherwise linger until GC and clash. */
+			kbp_ct_reply_key(&old, &cv, p.proto);
+			kbp_ct_delete(&old);
 			goto service;
+		}
 		kbp_ct_touch(ct, &cv, &p, now);
 		*svc_id = cv.svc_id;
 		return kbp_deliver(ctx, xdp, l3, &p, &cv, reason, hop);

@@ -13,6 +13,7 @@ import {
   possibleCpus,
 } from '../../native/libbpf.js';
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
+import { collectConntrack } from '../../src/dataplanes/bpf/conntrack-gc.js';
 import { maglevIndex4 } from '../../src/dataplanes/bpf/flow-hash.js';
 import {
   ACTION,
@@ -406,6 +407,122 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       run(lb, TC_POD, tcp(CLIENT, '10.96.0.21', 80, TCP.RST, src));
       const b = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.21', 80, TCP.SYN, src)).dataOut).daddr;
       expect(b).not.toBe(a);
+    });
+
+    /** A backend's packet to the client (the reply direction). */
+    const fromBackend = (backend: string, clientPort: number, flags: number) =>
+      buildPacket({
+        saddr: backend,
+        daddr: CLIENT,
+        proto: IPPROTO_TCP,
+        sport: 8080,
+        dport: clientPort,
+        tcpFlags: flags,
+      });
+    const ctHas = (key: { saddr: string; daddr: string; sport: number; dport: number }) =>
+      mapLookup(lb.fd.ct4Tcp, ct4Key.encode({ ...key, proto: IPPROTO_TCP }), Buffer.alloc(ct4Val.size));
+
+    it('GC keeps a half-closed flow past the closing timeout; FIN both ways or an RST closes it', async () => {
+      // Only closing flows may go in these passes: other tests' flows keep their entries.
+      const timeouts = {
+        tcpSynSeconds: 3600,
+        tcpEstablishedSeconds: 6 * 3600,
+        tcpClosingSeconds: 10,
+        otherSeconds: 3600,
+      };
+      const gcAt = (secondsLater: number) =>
+        collectConntrack(
+          lb.fd.ct4Tcp,
+          timeouts,
+          undefined,
+          () => process.hrtime.bigint() + BigInt(secondsLater) * 1_000_000_000n,
+          async () => {},
+        );
+      const open = () => {
+        const src = sport();
+        const out = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut);
+        run(lb, TC_EGRESS, fromBackend(out.daddr, src, TCP.SYN | TCP.ACK));
+        run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.ACK, src));
+        return { src, backend: out.daddr };
+      };
+      const half = open();
+      const fwd = { saddr: CLIENT, daddr: '10.96.0.20', sport: half.src, dport: 80 };
+      const rev = { saddr: half.backend, daddr: CLIENT, sport: 8080, dport: half.src };
+      run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.FIN | TCP.ACK, half.src));
+      await gcAt(11);
+      expect(ctHas(fwd), 'half-closed forward entry').toBe(true);
+      expect(ctHas(rev), 'half-closed reply entry').toBe(true);
+      // The server closes its side too: now the closing timeout applies.
+      run(lb, TC_EGRESS, fromBackend(half.backend, half.src, TCP.FIN | TCP.ACK));
+      await gcAt(11);
+      expect(ctHas(fwd)).toBe(false);
+      expect(ctHas(rev)).toBe(false);
+
+      const reset = open();
+      run(lb, TC_EGRESS, fromBackend(reset.backend, reset.src, TCP.RST));
+      await gcAt(11);
+      expect(ctHas({ saddr: CLIENT, daddr: '10.96.0.20', sport: reset.src, dport: 80 })).toBe(false);
+    });
+
+    it('a SYN selects again when the backend left this service though it still serves another; the old reply entry goes', () => {
+      const pair = backends.slice(0, 2);
+      writeFrontend(lb, {
+        svcId: 22,
+        addr: '10.96.0.22',
+        port: 80,
+        proto: IPPROTO_TCP,
+        algorithm: ALGORITHM.rr,
+        backends: pair,
+      });
+      writeFrontend(lb, { svcId: 23, addr: '10.96.0.23', port: 80, proto: IPPROTO_TCP, backends: pair });
+      mapUpdate(lb.fd.rr, u32Codec.encode(22), rrVal.encode({ next: 0 }));
+      const src = sport();
+      const first = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.22', 80, TCP.SYN, src)).dataOut).daddr;
+      expect(first).toBe(pair[0]!.addr);
+      writeFrontend(lb, {
+        svcId: 22,
+        addr: '10.96.0.22',
+        port: 80,
+        proto: IPPROTO_TCP,
+        algorithm: ALGORITHM.rr,
+        backends: [pair[1]!],
+        gen: 1,
+      });
+      // Still in kbp_be4_v1 (service 23 uses it), no longer in service 22.
+      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.22', 80, TCP.ACK, src)).dataOut).daddr).toBe(
+        first,
+      );
+      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.22', 80, TCP.SYN, src)).dataOut).daddr).toBe(
+        pair[1]!.addr,
+      );
+      expect(ctHas({ saddr: first, daddr: CLIENT, sport: 8080, dport: src }), 'old reply entry').toBe(false);
+      expect(ctHas({ saddr: pair[1]!.addr, daddr: CLIENT, sport: 8080, dport: src })).toBe(true);
+    });
+
+    it('two flows sharing a post-DNAT tuple: the second gets another source port, both replies are reversed right', () => {
+      const shared = [{ id: 130, addr: '10.244.3.30', port: 8080, flags: BE_F.LOCAL }];
+      writeFrontend(lb, { svcId: 24, addr: '10.96.0.24', port: 80, proto: IPPROTO_TCP, backends: shared });
+      writeFrontend(lb, { svcId: 25, addr: '10.96.0.25', port: 80, proto: IPPROTO_TCP, backends: shared });
+      const src = sport();
+      const a = expectValid(run(lb, TC_POD, tcp(CLIENT, '10.96.0.24', 80, TCP.SYN, src)).dataOut);
+      const b = expectValid(run(lb, TC_POD, tcp(CLIENT, '10.96.0.25', 80, TCP.SYN, src)).dataOut);
+      expect(a).toMatchObject({ saddr: CLIENT, sport: src, daddr: '10.244.3.30', dport: 8080 });
+      expect(b).toMatchObject({ saddr: CLIENT, daddr: '10.244.3.30', dport: 8080 });
+      expect(b.sport).not.toBe(src);
+      expect(b.sport).toBeGreaterThanOrEqual(TEST_CONFIG.snatPortMin);
+      expect(b.sport).toBeLessThanOrEqual(TEST_CONFIG.snatPortMax);
+      // Later packets of the second flow keep its port.
+      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.25', 80, TCP.ACK, src)).dataOut).sport).toBe(
+        b.sport,
+      );
+      const backA = expectValid(
+        run(lb, TC_EGRESS, fromBackend('10.244.3.30', src, TCP.SYN | TCP.ACK)).dataOut,
+      );
+      expect(backA).toMatchObject({ saddr: '10.96.0.24', sport: 80, daddr: CLIENT, dport: src });
+      const backB = expectValid(
+        run(lb, TC_EGRESS, fromBackend('10.244.3.30', b.sport, TCP.SYN | TCP.ACK)).dataOut,
+      );
+      expect(backB).toMatchObject({ saddr: '10.96.0.25', sport: 80, daddr: CLIENT, dport: src });
     });
 
     it('records both entries with timestamps and TCP flags for userspace GC', () => {

@@ -10,6 +10,7 @@ import {
   findMap,
   helperSupported,
   loadObject,
+  mapDelete,
   mapFd,
   mapUpdate,
   mapUpdateBatch,
@@ -23,6 +24,7 @@ import {
 import {
   ACTION,
   ALGORITHM,
+  affMatchKey,
   BE_F,
   type BpfConfigValue,
   backend4,
@@ -35,6 +37,7 @@ import {
   slotKey,
   svc4Key,
   svcVal,
+  u8Codec,
   u32Codec,
 } from '../../src/dataplanes/bpf/layout.js';
 
@@ -110,7 +113,11 @@ export interface TestFrontend {
   gen?: number;
 }
 
-/** Backends, then the slot generation in one batch, then the frontend entry. */
+/** The backend ids each service's frontends last listed, per loaded object. */
+const servedBy = new WeakMap<LoadedLb, Map<number, number[]>>();
+
+/** Backends, then the slot generation in one batch, then the {backend, service} pairs, then the
+ * frontend entry; pairs of backends the service no longer lists go after it (as the writer). */
 export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
   const gen = f.gen ?? 0;
   for (const b of f.backends) {
@@ -125,6 +132,12 @@ export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
     const values = u32Codec.encodeMany(f.backends.map((b) => b.id));
     mapUpdateBatch(lb.fd.slots, keys, values, f.backends.length);
   }
+  for (const b of f.backends)
+    mapUpdate(
+      lb.fd.affinityMatch,
+      affMatchKey.encode({ backendId: b.id, svcId: f.svcId }),
+      u8Codec.encode(1),
+    );
   mapUpdate(
     lb.fd.svc4,
     svc4Key.encode({ addr: f.addr, port: f.port, proto: f.proto, scope: f.scope ?? SCOPE.all }),
@@ -139,6 +152,13 @@ export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
       action: f.action ?? (f.backends.length > 0 ? ACTION.forward : ACTION.reject),
     }),
   );
+  const served = servedBy.get(lb) ?? new Map<number, number[]>();
+  servedBy.set(lb, served);
+  const ids = f.backends.map((b) => b.id);
+  for (const id of served.get(f.svcId) ?? [])
+    if (!ids.includes(id))
+      mapDelete(lb.fd.affinityMatch, affMatchKey.encode({ backendId: id, svcId: f.svcId }));
+  served.set(f.svcId, ids);
 }
 
 export const TEST_CONFIG: BpfConfigValue = {

@@ -112,7 +112,11 @@ describe('MapWriter publication order', () => {
       'upsertSlots 4',
       'setMaglev 1',
       'setMaglev 1',
+      'upsertAffinityMatches 2',
       'upsertFrontends 2',
+      // A backend's {backend, service} pairs go at the flip: affinity and SYN re-selection
+      // stop choosing it at once.
+      'deleteAffinityMatches 2',
     ]);
     expect([...store.frontends.values()].every((f) => f.value.gen === 1)).toBe(true);
     // The old generation and the departed backend are still there for readers of the old value.
@@ -163,13 +167,12 @@ describe('MapWriter publication order', () => {
     expect(store.ranges.size).toBe(1);
     store.ops = [];
     await writer.apply(plan([other]));
-    expect(store.ops).toEqual(['deleteFrontends 3']);
+    expect(store.ops).toEqual(['deleteFrontends 3', 'deleteAffinityMatches 3']);
     clock.ms += 500;
     writer.flushDeferred();
-    expect(store.ops.slice(1)).toEqual([
+    expect(store.ops.slice(2)).toEqual([
       'deleteSlots 3',
       'deleteMaglev 3',
-      'deleteAffinityMatches 3',
       'deleteSourceRanges 1',
       'deleteBackends 1',
     ]);

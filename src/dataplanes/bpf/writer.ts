@@ -434,13 +434,22 @@ export class MapWriter {
     const maglev = scopedIds
       ? [...scopedIds].flatMap((id) => mirror.maglev.get(maglevId({ serviceId: id })) ?? [])
       : [...mirror.maglev.values()];
+    // The pairs of backends that left a service go now, not after the grace period: from the
+    // flip on, affinity must not pick them and a SYN on their tracked flows selects again (a
+    // reader of the old generation still finds them in its slots; it needs no pair).
+    const leftMatches = ofScope(mirror.affinityMatches).filter((m) =>
+      unused(m.serviceId, affinityId(m), wantedMatches),
+    );
+    if (leftMatches.length) {
+      this.store.deleteAffinityMatches(leftMatches);
+      for (const m of leftMatches) mirror.affinityMatches.delete(m);
+      result.deleted += leftMatches.length;
+    }
     this.deferred.push({
       dueMs: this.now() + this.options.graceMs,
       slots: slots.filter((s) => unused(s.serviceId, slotId(s), wantedSlots)),
       maglev: maglev.map((m) => m.key).filter((k) => unused(k.serviceId, maglevId(k), wantedMaglev)),
-      affinityMatches: ofScope(mirror.affinityMatches).filter((m) =>
-        unused(m.serviceId, affinityId(m), wantedMatches),
-      ),
+      affinityMatches: [],
       sourceRanges: ofScope(mirror.sourceRanges).filter((r) => unused(r.serviceId, rangeId(r), wantedRanges)),
       backends: backends.filter((b) => !plannedBackends.has(b.id) && !failedBackends.has(b.id)),
     });
@@ -505,8 +514,9 @@ export class MapWriter {
         planned.scheduler === 'maglev' && backendIds.length > 0
           ? { key: { serviceId }, signature: maglevSignature(this.options.maglevTableSize, backendIds) }
           : null,
-      affinityMatches:
-        planned.affinityTimeoutSeconds > 0 ? backendIds.map((backendId) => ({ backendId, serviceId })) : [],
+      // Every service's {backend, service} pairs, not only those with affinity: the datapath
+      // also asks whether a tracked flow's backend still serves its service (SYN re-selection).
+      affinityMatches: backendIds.map((backendId) => ({ backendId, serviceId })),
       sourceRanges: planned.sourceRanges.map((cidr) => ({ serviceId, family: planned.key.family, cidr })),
       isNew: !sameId,
     };
