@@ -45,31 +45,74 @@
 #include "service.h"
 #include "verdict.h"
 
+/* One candidate port of a search, kept on the caller's stack while bpf_loop runs it. */
+struct kbp_port_search {
+	struct kbp_ct4_key key; /* the reply key; dport is the candidate */
+	struct kbp_ct4_val val; /* the reply entry */
+	__u32 min;
+	__u32 range;
+	__u32 start;
+	__u32 found;
+};
+
+/* Candidate `i`: the reply entry inserts with BPF_NOEXIST, or the port is taken. */
+static __always_inline bool kbp_port_try(struct kbp_port_search *s, __u32 i) {
+	s->key.dport = bpf_htons((__u16)(s->min + (s->start + i) % s->range));
+	return kbp_ct_insert(&s->key, &s->val, BPF_NOEXIST) == 0;
+}
+
+#ifndef KBP_NO_BPF_LOOP
+/* bpf_loop's callback: 1 stops the loop. */
+static long kbp_port_try_cb(__u32 i, void *ctx) {
+	struct kbp_port_search *s = ctx;
+
+	if (!kbp_port_try(s, i))
+		return 0;
+	s->found = 1;
+	return 1;
+}
+#endif
+
 /*
- * Claims a free port for a translated source: rkey (the reply key, daddr set) gets the first
- * candidate port in [snat_port_min, snat_port_max] whose reply entry inserts with BPF_NOEXIST,
- * from a random start. Returns 0, or -1 with *reason set.
+ * Claims a free port for a translated source: rkey (the reply key, daddr set) gets the first of
+ * KBP_SNAT_PORT_TRIES candidate ports in [snat_port_min, snat_port_max], from a random start,
+ * whose reply entry inserts with BPF_NOEXIST. bpf_loop (5.17+) runs the candidates without
+ * growing the program; lb_compat.o, for older kernels, unrolls KBP_SNAT_PORT_TRIES_COMPAT of
+ * them. Returns 0, or -1 with *reason set.
  */
 static __always_inline int kbp_claim_port(struct kbp_ct4_key *rkey, const struct kbp_ct4_val *rval,
 					  const struct kbp_config *cfg, __u32 *reason) {
+	struct kbp_port_search s;
 	__u32 min = cfg->snat_port_min, max = cfg->snat_port_max;
-	__u32 range, start, i;
 
 	if (min == 0 || max < min) {
 		*reason = KBP_DROP_NO_SNAT_ADDR;
 		return -1;
 	}
-	range = max - min + 1;
-	start = bpf_get_prandom_u32();
+	__builtin_memcpy(&s.key, rkey, sizeof(s.key));
+	__builtin_memcpy(&s.val, rval, sizeof(s.val));
+	s.min = min;
+	s.range = max - min + 1;
+	s.start = bpf_get_prandom_u32();
+	s.found = 0;
+#ifndef KBP_NO_BPF_LOOP
+	bpf_loop(KBP_SNAT_PORT_TRIES, kbp_port_try_cb, &s, 0);
+#else
 	/* Unrolled: kernels before 6.4 reject the back-edge clang emits for this loop. */
 #pragma clang loop unroll(full)
-	for (i = 0; i < KBP_SNAT_PORT_TRIES; i++) {
-		rkey->dport = bpf_htons((__u16)(min + (start + i) % range));
-		if (kbp_ct_insert(rkey, rval, BPF_NOEXIST) == 0)
-			return 0;
+	for (__u32 i = 0; i < KBP_SNAT_PORT_TRIES_COMPAT; i++) {
+		if (kbp_port_try(&s, i)) {
+			s.found = 1;
+			break;
+		}
 	}
-	*reason = KBP_DROP_SNAT_PORTS;
-	return -1;
+#endif
+	if (!s.found) {
+		*reason = KBP_DROP_SNAT_PORTS;
+		return -1;
+	}
+	rkey->dport = s.key.dport;
+	return 0;
 }
 
 /* A new flow: choose the backend, decide SNAT, create both conntrack entries. Fills `out` with

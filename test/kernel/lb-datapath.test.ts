@@ -55,6 +55,7 @@ import {
 } from '../../src/net/packets.js';
 import { enterNetns } from '../support/in-netns.js';
 import {
+  LB_COMPAT_OBJECT_PATH,
   type LoadedLb,
   loadLb,
   run,
@@ -1008,6 +1009,83 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         );
       }
       expect(ports.size).toBe(20);
+    });
+
+    it('finds the one free SNAT port among 128 (more candidates than the 16 once unrolled)', () => {
+      const backend = { id: 66, addr: NEIGHBOURS.remoteBackend.ip, port: 8066 };
+      writeFrontend(lb, {
+        svcId: 66,
+        addr: '0.0.0.0',
+        port: 30066,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+        backends: [backend],
+      });
+      mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode('192.168.50.1'), u32Codec.encode(1));
+      const min = 62000;
+      const max = 62127;
+      writeConfig(lb, { snatPortMin: min, snatPortMax: max });
+      const reply = (port: number) =>
+        ct4Key.encode({
+          saddr: backend.addr,
+          daddr: TEST_CONFIG.snatAddr4,
+          sport: backend.port,
+          dport: port,
+          proto: IPPROTO_TCP,
+        });
+      const taken = ct4Val.encode({
+        lastSeenNs: 1n,
+        xlateSaddr: '192.168.50.1',
+        xlateDaddr: '198.18.1.1',
+        xlateSport: 30066,
+        xlateDport: 1,
+        svcId: 66,
+        backendId: 66,
+        flags: CT_F.REPLY | CT_F.SNAT | CT_F.ROUTE,
+        tcpFlags: 0,
+      });
+      try {
+        for (let port = min; port <= max; port++) mapUpdate(lb.fd.ct4Tcp, reply(port), taken);
+        // One port at a time comes free; each new flow must find it.
+        for (const free of [62077, 62001, 62126]) {
+          mapDelete(lb.fd.ct4Tcp, reply(free));
+          const out = run(lb, TC_EXT, tcp(`198.18.2.${free - min}`, '192.168.50.1', 30066, TCP.SYN));
+          expect(out.retval).toBe(TC_ACT_REDIRECT);
+          expect(expectValid(out.dataOut)).toMatchObject({ saddr: TEST_CONFIG.snatAddr4, sport: free });
+        }
+        // All taken: dropped and counted.
+        const before = drops(DROP_REASON.snatPortsExhausted);
+        expect(run(lb, TC_EXT, tcp('198.18.2.200', '192.168.50.1', 30066, TCP.SYN)).retval).toBe(TC_ACT_SHOT);
+        expect(drops(DROP_REASON.snatPortsExhausted) - before).toBe(1n);
+      } finally {
+        for (let port = min; port <= max; port++) mapDelete(lb.fd.ct4Tcp, reply(port));
+        writeConfig(lb);
+      }
+    });
+
+    it('lb_compat.o (no bpf_loop, the 5.10 clock) SNATs too, from its 16 unrolled candidates', () => {
+      const compat = loadLb({}, { coarseClock: false, sockSetRetval: false }, LB_COMPAT_OBJECT_PATH);
+      try {
+        writeConfig(compat);
+        writeFrontend(compat, {
+          svcId: 60,
+          addr: '0.0.0.0',
+          port: 30060,
+          proto: IPPROTO_TCP,
+          flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+          backends: [{ id: 60, addr: NEIGHBOURS.remoteBackend.ip, port: 8080 }],
+        });
+        mapUpdate(compat.fd.nodeAddrs4, ip4Codec.encode('192.168.50.1'), u32Codec.encode(1));
+        const ports = new Set<number>();
+        for (let i = 0; i < 20; i++) {
+          const out = run(compat, TC_EXT, tcp(`198.18.3.${i + 1}`, '192.168.50.1', 30060, TCP.SYN, 5555));
+          expect(out.retval).toBe(TC_ACT_REDIRECT);
+          ports.add(expectValid(out.dataOut).sport);
+        }
+        expect(ports.size).toBe(20);
+      } finally {
+        compat.close();
+      }
     });
 
     it('hairpin: a pod reaching itself through its service is SNATed so the reply comes back through us', () => {

@@ -42,6 +42,8 @@ import {
 } from '../../src/dataplanes/bpf/layout.js';
 
 export const LB_OBJECT_PATH = fileURLToPath(new URL('../../bpf/lb.o', import.meta.url));
+/** The variant for kernels without bpf_loop (bpf/lb_compat.c). */
+export const LB_COMPAT_OBJECT_PATH = fileURLToPath(new URL('../../bpf/lb_compat.o', import.meta.url));
 
 type MapName = keyof typeof MAPS;
 
@@ -72,8 +74,9 @@ export function loadLb(
     coarseClock: true,
     sockSetRetval: helperSupported(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_FUNC_SET_RETVAL),
   },
+  objectPath: string = LB_OBJECT_PATH,
 ): LoadedLb {
-  const obj = openObject(LB_OBJECT_PATH);
+  const obj = openObject(objectPath);
   try {
     setMapInitialValue(findMap(obj, RODATA_MAP), rodata.encode(constants));
     for (const [name, max] of Object.entries({ ...TEST_CAPACITY, ...capacity })) {
