@@ -32,6 +32,7 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "config.h"
 #include "conntrack.h"
 #include "counters.h"
 #include "ctx.h"
@@ -120,8 +121,8 @@ static __always_inline int kbp_claim_port(struct kbp_ct4_key *rkey, const struct
 static __always_inline int kbp_new_flow(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
 					int role, const struct kbp_svc_val *sv, __u64 now,
 					struct kbp_ct4_val *out, __u32 *reason) {
-	__u32 zero = 0, backend_id = 0;
-	struct kbp_config *cfg = bpf_map_lookup_elem(&kbp_cfg_v1, &zero);
+	__u32 backend_id = 0;
+	struct kbp_config *cfg = kbp_config_live();
 	struct kbp_backend4 *be;
 	struct kbp_ct4_key rkey = {};
 	struct kbp_ct4_key fkey = {};

@@ -294,7 +294,8 @@ struct kbp_svc_drop_key {
 };
 _Static_assert(sizeof(struct kbp_svc_drop_key) == 8, "kbp_svc_drop_key");
 
-/* ---------- node configuration (ARRAY, one entry) ---------- */
+/* ---------- node configuration (kbp_cfg_v2: two generations, kbp_cfggen_v1 names the live one)
+ * ---------- */
 
 struct kbp_config {
 	__be32 snat_addr4;    /* node address used for SNAT and hairpin; 0 disables SNAT */

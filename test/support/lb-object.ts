@@ -21,6 +21,7 @@ import {
   type TestRunResult,
   testRun,
 } from '../../native/libbpf.js';
+import { publishConfig } from '../../src/dataplanes/bpf/kernel-store.js';
 import {
   ACTION,
   ALGORITHM,
@@ -177,7 +178,9 @@ export const TEST_CONFIG: BpfConfigValue = {
 
 export function writeConfig(lb: LoadedLb, value: Partial<BpfConfigValue> = {}): BpfConfigValue {
   const cfg = { ...TEST_CONFIG, ...value };
-  mapUpdate(lb.fd.config, u32Codec.encode(0), config.encode(cfg));
+  // As the agent publishes it: the other generation, then the flip (test runs are sequential,
+  // so no grace period is needed).
+  publishConfig(lb.fd, cfg);
   return cfg;
 }
 

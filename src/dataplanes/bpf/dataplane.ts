@@ -333,7 +333,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       },
       changes.fullSyncRequired ? null : changes.changedServices,
     );
-    this.writeConfig(decisions, plan);
+    await this.writeConfig(decisions, plan);
     this.noteNodeIPs(decisions);
     if (changes.fullSyncRequired) this.writer.resync();
     const result = await this.writer.apply(plan, scope);
@@ -359,7 +359,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     return { full: changes.fullSyncRequired };
   }
 
-  private writeConfig(decisions: ProxyDecisions, plan: BpfPlan): void {
+  private async writeConfig(decisions: ProxyDecisions, plan: BpfPlan): Promise<void> {
     const nodeIP = decisions.families.find((f) => f.family === 'IPv4')?.nodeIP || ANY_ADDRESS.IPv4;
     const anyAddressPorts = plan.frontends
       .filter((f) => f.kind === 'NodePort' && f.key.address === ANY_ADDRESS.IPv4)
@@ -381,6 +381,10 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     };
     const current = this.store.readConfig();
     if ((Object.keys(wanted) as (keyof typeof wanted)[]).some((k) => current[k] !== wanted[k])) {
+      // The generation to write may still be read by a program that started before the last
+      // flip: only after the (short) grace period.
+      const wait = this.store.configGraceRemainingMs();
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
       this.store.writeConfig(wanted);
     }
   }

@@ -508,7 +508,10 @@ export const MAPS = {
   drops: mapLayout('kbp_drops_v1', u32Codec, dropStats, true),
   /** LRU per-CPU hash: {svc_id, reason} -> packets, bytes dropped. */
   svcDrops: mapLayout('kbp_svcdrop_v1', svcDropKey, dropStats, true),
-  config: mapLayout('kbp_cfg_v1', u32Codec, config),
+  /** Two generations of the node configuration (key 0 and 1), published by configGen. */
+  config: mapLayout('kbp_cfg_v2', u32Codec, config),
+  /** One entry: the live generation of `config` (0 or 1). */
+  configGen: mapLayout('kbp_cfggen_v1', u32Codec, u32Codec),
   nodeAddrs4: mapLayout('kbp_node4_v1', ip4Codec, u32Codec),
   nodeAddrs6: mapLayout('kbp_node6_v1', node6Key, u32Codec),
   /** ifindex -> the interface's primary IPv4 address: the SNAT source through it. */

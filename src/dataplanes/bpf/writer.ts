@@ -384,18 +384,29 @@ export class MapWriter {
       .filter((e) => e.isNew)
       .map((e) => e.planned.serviceId);
     if (fresh.length) this.store.resetServiceStats(fresh);
-    this.inBatches(live(), fail, (group) => {
-      const entries = group
-        .map((e) => e.frontend)
-        .filter((f) => {
-          const known = mirror.frontends.get(frontendName(f.key));
-          return !known || !sameValue(known.value, f.value);
-        });
-      if (entries.length === 0) return;
-      this.store.upsertFrontends(entries);
-      for (const f of entries) mirror.frontends.set(frontendName(f.key), f);
-      result.written += entries.length;
-    });
+    // Internal-scope entries before the `all` entries: an `all` entry that sends pods to its
+    // internal sibling (KBP_SVC_F_TWO_SCOPES) must never be live without it, or pods would be
+    // served by the external list (eTP=Local: only the local endpoints, or a drop) meanwhile.
+    // A sibling that goes is deleted after its `all` entry stopped naming it (below).
+    const flip = (scope: 'internal' | 'all') =>
+      this.inBatches(
+        live().filter((e) => (e.frontend.key.scope === 'internal') === (scope === 'internal')),
+        fail,
+        (group) => {
+          const entries = group
+            .map((e) => e.frontend)
+            .filter((f) => {
+              const known = mirror.frontends.get(frontendName(f.key));
+              return !known || !sameValue(known.value, f.value);
+            });
+          if (entries.length === 0) return;
+          this.store.upsertFrontends(entries);
+          for (const f of entries) mirror.frontends.set(frontendName(f.key), f);
+          result.written += entries.length;
+        },
+      );
+    flip('internal');
+    flip('all');
     const entries = live();
     const planned = new Set(entries.map((e) => e.planned.name));
     const candidates = scope
