@@ -16,7 +16,6 @@ import {
   ALGORITHM,
   backend4,
   CT_F,
-  config,
   ct4Key,
   ct4Val,
   PROGRAMS,

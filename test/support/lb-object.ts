@@ -29,7 +29,6 @@ import {
   BE_F,
   type BpfConfigValue,
   backend4,
-  config,
   type DatapathRodata,
   MAPS,
   RODATA_MAP,
