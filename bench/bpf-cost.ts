@@ -165,6 +165,7 @@ export function measureBpfCost(opts: {
       hashSeed: 0x1234abcd,
       nodeportMin: 30000,
       nodeportMax: 32767,
+      newFlowRate: 0,
     });
     writeTrackedFlow(lb);
     const frame = buildPacket({

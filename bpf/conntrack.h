@@ -30,6 +30,30 @@ static __always_inline long kbp_ct_insert(const struct kbp_ct4_key *key,
 	return bpf_map_update_elem(&kbp_ct4any_v1, key, val, flags);
 }
 
+#define KBP_RATE_WINDOW_NS 1000000000ull
+
+/* May this CPU create one more flow now (kbp_config.new_flow_rate per second)? Counts it if so.
+ * Per CPU, so no lock and no shared cache line: the limit scales with the CPUs RSS spreads a
+ * flood over. */
+static __always_inline bool kbp_new_flow_allowed(__u32 limit, __u64 now) {
+	__u32 zero = 0;
+	struct kbp_rate *r;
+
+	if (limit == 0)
+		return true;
+	r = bpf_map_lookup_elem(&kbp_rate_v1, &zero);
+	if (!r)
+		return true;
+	if (now - r->window_ns >= KBP_RATE_WINDOW_NS) {
+		r->window_ns = now;
+		r->count = 0;
+	}
+	if (r->count >= limit)
+		return false;
+	r->count++;
+	return true;
+}
+
 /* The entry for the packet's own tuple, forward or reply. */
 static __always_inline struct kbp_ct4_val *kbp_ct_lookup_pkt(const struct kbp_pkt4 *p) {
 	struct kbp_ct4_key key = {.saddr = p->saddr,

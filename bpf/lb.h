@@ -136,6 +136,10 @@ static __always_inline int kbp_new_flow(void *ctx, const bool xdp, const struct 
 		*reason = KBP_DROP_NO_SNAT_ADDR;
 		return KBP_DROP;
 	}
+	if (!kbp_new_flow_allowed(cfg->new_flow_rate, now)) {
+		*reason = KBP_DROP_NEW_FLOW_RATE;
+		return KBP_DROP;
+	}
 	be = kbp_select_backend(sv, p, cfg, now, &backend_id);
 	if (!be) {
 		*reason = KBP_DROP_BACKEND_MISSING;

@@ -109,6 +109,10 @@ export const DEFAULT_BPF_CONFIG: BpfConfig = {
     socketReverse: 131072,
   },
   conntrackGCIntervalSeconds: 30,
+  // Above what one CPU of most nodes opens for real clients, far below what a flood sends: a
+  // flood on all 16 CPUs of a node then takes about 8 s to cycle a 524,288-entry TCP table,
+  // instead of milliseconds (docs/bpf-datapath.md, "New-flow rate limit").
+  newFlowsPerSecondPerCpu: 2000,
   metricsMaxBackends: 1000,
 };
 
@@ -135,6 +139,7 @@ function defaultBpf(section: KubeProxyConfigurationFile['bpf']): BpfConfig {
       socketReverse: sizes.socketReverse ?? d.mapSizes.socketReverse,
     },
     conntrackGCIntervalSeconds: s.conntrackGCIntervalSeconds ?? d.conntrackGCIntervalSeconds,
+    newFlowsPerSecondPerCpu: s.newFlowsPerSecondPerCpu ?? d.newFlowsPerSecondPerCpu,
     metricsMaxBackends: s.metricsMaxBackends ?? d.metricsMaxBackends,
   };
 }

@@ -36,6 +36,7 @@ const NODE_CONFIG: BpfConfigValue = {
   hashSeed: 0x1234abcd,
   nodeportMin: 30000,
   nodeportMax: 32767,
+  newFlowRate: 0,
 };
 
 describeRoot('publication into the loaded object', () => {

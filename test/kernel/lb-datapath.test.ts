@@ -563,6 +563,51 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     });
   });
 
+  it('refuses new flows above the per-CPU rate and counts them; tracked flows go on', async () => {
+    writeFrontend(lb, {
+      svcId: 90,
+      addr: '10.96.0.90',
+      port: 80,
+      proto: IPPROTO_TCP,
+      backends: [{ id: 90, addr: '10.244.2.90', port: 8080, flags: BE_F.LOCAL }],
+    });
+    const established = sport();
+    expect(
+      parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.90', 80, TCP.SYN, established)).dataOut).daddr,
+    ).toBe('10.244.2.90');
+    // A fresh window on every CPU, then a limit of 5 per CPU per second.
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    const limit = 5;
+    writeConfig(lb, { newFlowRate: limit });
+    try {
+      const before = drops(DROP_REASON.newFlowRate);
+      const before90 = serviceDrops(90, DROP_REASON.newFlowRate);
+      // The run may move between CPUs: at most limit x CPUs get through within the second.
+      const floods = 4 * limit * possibleCpus();
+      let created = 0;
+      let refused = 0;
+      for (let i = 0; i < floods; i++) {
+        const out = run(lb, TC_POD, tcp(`198.18.9.${(i % 250) + 1}`, '10.96.0.90', 80, TCP.SYN));
+        if (out.retval === TC_ACT_SHOT) refused++;
+        else created++;
+        // The established flow keeps its backend all along.
+        expect(
+          parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.90', 80, TCP.ACK, established)).dataOut).daddr,
+        ).toBe('10.244.2.90');
+      }
+      expect(created).toBeGreaterThanOrEqual(limit);
+      expect(created).toBeLessThanOrEqual(limit * possibleCpus());
+      expect(refused).toBe(floods - created);
+      expect(drops(DROP_REASON.newFlowRate) - before).toBe(BigInt(refused));
+      expect(serviceDrops(90, DROP_REASON.newFlowRate) - before90).toBe(BigInt(refused));
+      // The next second has room again.
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      expect(run(lb, TC_POD, tcp('198.18.9.251', '10.96.0.90', 80, TCP.SYN)).retval).toBe(TC_ACT_UNSPEC);
+    } finally {
+      writeConfig(lb);
+    }
+  });
+
   it('loads and runs with the 5.10 clock (kbp_coarse_clock = 0)', () => {
     const fine = loadLb({}, { coarseClock: false, sockSetRetval: false });
     try {

@@ -115,6 +115,7 @@ export function bpfConfig(extra: Partial<BpfConfig> = {}): BpfConfig {
       socketReverse: 1024,
     },
     conntrackGCIntervalSeconds: 30,
+    newFlowsPerSecondPerCpu: 2000,
     metricsMaxBackends: 100,
     ...extra,
   };

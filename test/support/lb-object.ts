@@ -173,6 +173,7 @@ export const TEST_CONFIG: BpfConfigValue = {
   hashSeed: 0x1234abcd,
   nodeportMin: 30000,
   nodeportMax: 32767,
+  newFlowRate: 0,
 };
 
 export function writeConfig(lb: LoadedLb, value: Partial<BpfConfigValue> = {}): BpfConfigValue {

@@ -378,6 +378,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       hashSeed: MAGLEV_HASH_SEED,
       nodeportMin: nodeport.min,
       nodeportMax: nodeport.max,
+      newFlowRate: this.config.bpf.newFlowsPerSecondPerCpu,
     };
     const current = this.store.readConfig();
     if ((Object.keys(wanted) as (keyof typeof wanted)[]).some((k) => current[k] !== wanted[k])) {
