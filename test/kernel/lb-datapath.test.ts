@@ -608,6 +608,62 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     }
   });
 
+  it('a SYN flood against one service: without the limit it evicts another service`s idle flow, with it not', () => {
+    const floodWith = (newFlowRate: number) => {
+      const small = loadLb({ ct4Tcp: 1024 });
+      try {
+        writeConfig(small, { newFlowRate });
+        writeFrontend(small, {
+          svcId: 1,
+          addr: '10.96.1.1',
+          port: 80,
+          proto: IPPROTO_TCP,
+          backends: [{ id: 1, addr: '10.244.2.11', port: 8080, flags: BE_F.LOCAL }],
+        });
+        writeFrontend(small, {
+          svcId: 2,
+          addr: '10.96.1.2',
+          port: 80,
+          proto: IPPROTO_TCP,
+          backends: [{ id: 2, addr: '10.244.2.12', port: 8080, flags: BE_F.LOCAL }],
+        });
+        const idle = sport();
+        run(small, TC_POD, tcp(CLIENT, '10.96.1.1', 80, TCP.SYN, idle));
+        run(small, TC_POD, tcp(CLIENT, '10.96.1.1', 80, TCP.ACK, idle));
+        // The flood's SYNs, each answered by the backend's SYN-ACK (which marks its reply entry
+        // used, as a real backend's answers do).
+        for (let i = 0; i < 16384; i++) {
+          const client = `198.19.${i >> 8}.${i & 0xff}`;
+          run(small, TC_POD, tcp(client, '10.96.1.2', 80, TCP.SYN, 1000));
+          run(
+            small,
+            TC_EGRESS,
+            buildPacket({
+              saddr: '10.244.2.12',
+              daddr: client,
+              proto: IPPROTO_TCP,
+              sport: 8080,
+              dport: 1000,
+              tcpFlags: TCP.SYN | TCP.ACK,
+            }),
+          );
+        }
+        const key = ct4Key.encode({
+          saddr: CLIENT,
+          daddr: '10.96.1.1',
+          sport: idle,
+          dport: 80,
+          proto: IPPROTO_TCP,
+        });
+        return mapLookup(small.fd.ct4Tcp, key, Buffer.alloc(ct4Val.size));
+      } finally {
+        small.close();
+      }
+    };
+    expect(floodWith(0), 'no limit: the idle flow was evicted').toBe(false);
+    expect(floodWith(100), 'limit: the idle flow kept its entry').toBe(true);
+  });
+
   it('loads and runs with the 5.10 clock (kbp_coarse_clock = 0)', () => {
     const fine = loadLb({}, { coarseClock: false, sockSetRetval: false });
     try {
