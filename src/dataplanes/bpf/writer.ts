@@ -415,7 +415,11 @@ export class MapWriter {
           return f ? [[name, f]] : [];
         })
       : [...mirror.frontends.entries()];
-    const gone = candidates.filter(([name, f]) => !planned.has(name) && !failed.has(f.value.serviceId));
+    // `all` entries before internal ones: an `all` entry that goes must not name a sibling
+    // already gone, even for the microseconds between two elements of the batch.
+    const gone = candidates
+      .filter(([name, f]) => !planned.has(name) && !failed.has(f.value.serviceId))
+      .sort(([, a], [, b]) => Number(a.key.scope === 'internal') - Number(b.key.scope === 'internal'));
     if (gone.length) {
       this.store.deleteFrontends(gone.map(([, f]) => f.key));
       for (const [name] of gone) mirror.frontends.delete(name);
