@@ -310,24 +310,27 @@ service:
 /*
  * tc egress of pod-facing and external interfaces: a reply of a tracked, unrouted flow leaving
  * towards its client gets the service address back as its source. Everything else passes.
+ * Returns false when the packet is not a TCP/UDP packet the parser accepts (an ICMP error, say,
+ * which related.h looks at next).
  */
-static __always_inline void kbp_rev4_egress(struct __sk_buff *skb, const bool l3) {
+static __always_inline bool kbp_rev4_egress(struct __sk_buff *skb, const bool l3) {
 	struct kbp_pkt4 p = {};
 	struct kbp_ct4_val *ct, cv;
 
 	if (kbp_parse4(skb, false, l3, &p) < 0)
-		return;
+		return false;
 	ct = kbp_ct_lookup_pkt(&p);
 	if (!ct)
-		return;
+		return true;
 	cv = *ct;
 	if (!kbp_ct_egress_reply(&cv))
-		return;
+		return true;
 	kbp_ct_touch(ct, &cv, &p, kbp_now());
 	kbp_count_traffic(&kbp_svcst_v1, cv.svc_id, p.len, true);
 	kbp_count_traffic(&kbp_best_v1, cv.backend_id, p.len, true);
 	kbp_rewrite4(skb, false, l3, &p, cv.xlate_saddr, cv.xlate_daddr, cv.xlate_sport,
 		     cv.xlate_dport, false);
+	return true;
 }
 
 #endif /* KBP_LB_H */

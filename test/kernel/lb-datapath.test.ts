@@ -44,12 +44,14 @@ import {
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { Lab } from '../../src/lab/netns.js';
 import {
+  buildIcmpError,
   buildPacket,
   ETH_HLEN,
   IPPROTO_ICMP,
   IPPROTO_TCP,
   IPPROTO_UDP,
   parsePacket,
+  quotedPacket,
   replyTo,
   TCP,
 } from '../../src/net/packets.js';
@@ -236,6 +238,35 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       });
       const p = expectValid(run(lb, TC_POD, frame).dataOut);
       expect(p).toMatchObject({ ihlLen: 28, daddr: '10.244.2.5', dport: 8080 });
+    });
+
+    it('an ICMP error about a translated flow reaches the client in service terms (RELATED, egress)', () => {
+      for (const [proto, vip, vport, backend, bport] of [
+        [IPPROTO_UDP, '10.96.0.53', 53, '10.244.2.6', 5353],
+        [IPPROTO_TCP, '10.96.0.10', 80, '10.244.2.5', 8080],
+      ] as const) {
+        const src = sport();
+        const sent =
+          proto === IPPROTO_UDP ? udp(CLIENT, vip, vport, src) : tcp(CLIENT, vip, vport, TCP.SYN, src);
+        const out = run(lb, TC_POD, sent).dataOut;
+        expect(parsePacket(out)).toMatchObject({ daddr: backend, dport: bport });
+        // The backend's host answers the translated packet: port unreachable, quoting all of it.
+        const error = buildIcmpError({ saddr: backend, daddr: CLIENT, quote: out.subarray(ETH_HLEN) });
+        const back = run(lb, TC_EGRESS, error);
+        const icmp = expectValid(back.dataOut);
+        expect(icmp).toMatchObject({ proto: IPPROTO_ICMP, saddr: vip, daddr: CLIENT });
+        // The quote is the packet as the client sent it, checksums included.
+        const quote = expectValid(quotedPacket(back.dataOut));
+        expect(quote).toMatchObject({ saddr: CLIENT, sport: src, daddr: vip, dport: vport });
+        expect(quotedPacket(back.dataOut).subarray(ETH_HLEN)).toEqual(sent.subarray(ETH_HLEN));
+      }
+      // An error quoting a packet of no tracked flow passes untouched.
+      const stranger = buildIcmpError({
+        saddr: '10.244.2.6',
+        daddr: CLIENT,
+        quote: udp(CLIENT, '10.244.2.6', 5353, 1).subarray(ETH_HLEN),
+      });
+      expect(run(lb, TC_EGRESS, stranger).dataOut).toEqual(stranger);
     });
 
     it('counts packets, bytes and connections per service and per backend', () => {

@@ -269,6 +269,20 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
     child.kill();
   });
 
+  it('a UDP client whose backend port is closed sees ECONNREFUSED at once (the ICMP error translated)', async () => {
+    writeFrontend(lb, {
+      svcId: 12,
+      addr: '10.96.0.12',
+      port: 53,
+      proto: IPPROTO_UDP,
+      backends: [{ id: 12, addr: '10.202.0.2', port: 5399 }],
+    });
+    const client = `const s=require('dgram').createSocket('udp4');const t=Date.now();s.on('error',(e)=>{console.log(e.code+' '+(Date.now()-t));process.exit(0);});s.connect(53,'10.96.0.12',()=>{s.send('q');setInterval(()=>s.send('q'),200);});setTimeout(()=>{console.log('timeout');process.exit(0);},3000);`;
+    const [code, ms] = (await lab.exec('pod', process.execPath, ['-e', client])).stdout.trim().split(' ');
+    expect(code).toBe('ECONNREFUSED');
+    expect(Number(ms)).toBeLessThan(1000);
+  });
+
   it('hairpin: a pod reaches itself through its service', async () => {
     writeFrontend(lb, { svcId: 7, addr: '10.96.0.7', port: 80, proto: IPPROTO_TCP, backends: [LOCAL] });
     ok(await lab.requests('pod', '10.96.0.7:80', { proto: 'tcp', count: 5 }), 'local');
