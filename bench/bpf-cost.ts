@@ -10,12 +10,12 @@
 
 import { rmSync } from 'node:fs';
 import { mapUpdate, mapUpdateBatch, testRun } from '../native/libbpf.js';
+import { publishConfig } from '../src/dataplanes/bpf/kernel-store.js';
 import {
   ACTION,
   ALGORITHM,
   backend4,
   CT_F,
-  config,
   ct4Key,
   ct4Val,
   PROGRAMS,
@@ -156,20 +156,17 @@ export function measureBpfCost(opts: {
   });
   const samples: BpfCostSample[] = [];
   try {
-    mapUpdate(
-      lb.fd.config,
-      u32Codec.encode(0),
-      config.encode({
-        snatAddr4: '192.168.50.1',
-        snatAddr6: '::',
-        snatPortMin: 61000,
-        snatPortMax: 61999,
-        maglevSize: 16381,
-        hashSeed: 0x1234abcd,
-        nodeportMin: 30000,
-        nodeportMax: 32767,
-      }),
-    );
+    publishConfig(lb.fd, {
+      snatAddr4: '192.168.50.1',
+      snatAddr6: '::',
+      snatPortMin: 61000,
+      snatPortMax: 61999,
+      maglevSize: 16381,
+      hashSeed: 0x1234abcd,
+      nodeportMin: 30000,
+      nodeportMax: 32767,
+      newFlowRate: 0,
+    });
     writeTrackedFlow(lb);
     const frame = buildPacket({
       saddr: CLIENT,

@@ -27,6 +27,7 @@
 #include "icmp.h"
 #include "lb.h"
 #include "parse.h"
+#include "related.h"
 #include "service.h"
 #include "sock.h"
 #include "verdict.h"
@@ -87,14 +88,16 @@ int kbp_tc_ext_l3(struct __sk_buff *skb) {
 SEC("tc")
 int kbp_tc_egress(struct __sk_buff *skb) {
 	kbp_pull_headers(skb);
-	kbp_rev4_egress(skb, false);
+	if (!kbp_rev4_egress(skb, false))
+		kbp_related4_egress(skb, false);
 	return TC_ACT_UNSPEC;
 }
 
 SEC("tc")
 int kbp_tc_egress_l3(struct __sk_buff *skb) {
 	kbp_pull_headers(skb);
-	kbp_rev4_egress(skb, true);
+	if (!kbp_rev4_egress(skb, true))
+		kbp_related4_egress(skb, true);
 	return TC_ACT_UNSPEC;
 }
 

@@ -32,6 +32,7 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "config.h"
 #include "conntrack.h"
 #include "counters.h"
 #include "ctx.h"
@@ -45,13 +46,83 @@
 #include "service.h"
 #include "verdict.h"
 
+/* One candidate port of a search, kept on the caller's stack while bpf_loop runs it. */
+struct kbp_port_search {
+	struct kbp_ct4_key key; /* the reply key; dport is the candidate */
+	struct kbp_ct4_val val; /* the reply entry */
+	__u32 min;
+	__u32 range;
+	__u32 start;
+	__u32 found;
+};
+
+/* Candidate `i`: the reply entry inserts with BPF_NOEXIST, or the port is taken. */
+static __always_inline bool kbp_port_try(struct kbp_port_search *s, __u32 i) {
+	s->key.dport = bpf_htons((__u16)(s->min + (s->start + i) % s->range));
+	return kbp_ct_insert(&s->key, &s->val, BPF_NOEXIST) == 0;
+}
+
+#ifndef KBP_NO_BPF_LOOP
+/* bpf_loop's callback: 1 stops the loop. */
+static long kbp_port_try_cb(__u32 i, void *ctx) {
+	struct kbp_port_search *s = ctx;
+
+	if (!kbp_port_try(s, i))
+		return 0;
+	s->found = 1;
+	return 1;
+}
+#endif
+
+/*
+ * Claims a free port for a translated source: rkey (the reply key, daddr set) gets the first of
+ * KBP_SNAT_PORT_TRIES candidate ports in [snat_port_min, snat_port_max], from a random start,
+ * whose reply entry inserts with BPF_NOEXIST. bpf_loop (5.17+) runs the candidates without
+ * growing the program; lb_compat.o, for older kernels, unrolls KBP_SNAT_PORT_TRIES_COMPAT of
+ * them. Returns 0, or -1 with *reason set.
+ */
+static __always_inline int kbp_claim_port(struct kbp_ct4_key *rkey, const struct kbp_ct4_val *rval,
+					  const struct kbp_config *cfg, __u32 *reason) {
+	struct kbp_port_search s;
+	__u32 min = cfg->snat_port_min, max = cfg->snat_port_max;
+
+	if (min == 0 || max < min) {
+		*reason = KBP_DROP_NO_SNAT_ADDR;
+		return -1;
+	}
+	__builtin_memcpy(&s.key, rkey, sizeof(s.key));
+	__builtin_memcpy(&s.val, rval, sizeof(s.val));
+	s.min = min;
+	s.range = max - min + 1;
+	s.start = bpf_get_prandom_u32();
+	s.found = 0;
+#ifndef KBP_NO_BPF_LOOP
+	bpf_loop(KBP_SNAT_PORT_TRIES, kbp_port_try_cb, &s, 0);
+#else
+	/* Unrolled: kernels before 6.4 reject the back-edge clang emits for this loop. */
+#pragma clang loop unroll(full)
+	for (__u32 i = 0; i < KBP_SNAT_PORT_TRIES_COMPAT; i++) {
+		if (kbp_port_try(&s, i)) {
+			s.found = 1;
+			break;
+		}
+	}
+#endif
+	if (!s.found) {
+		*reason = KBP_DROP_SNAT_PORTS;
+		return -1;
+	}
+	rkey->dport = s.key.dport;
+	return 0;
+}
+
 /* A new flow: choose the backend, decide SNAT, create both conntrack entries. Fills `out` with
  * the forward entry. Returns KBP_PASS or KBP_DROP with *reason set. */
 static __always_inline int kbp_new_flow(void *ctx, const bool xdp, const struct kbp_pkt4 *p,
 					int role, const struct kbp_svc_val *sv, __u64 now,
 					struct kbp_ct4_val *out, __u32 *reason) {
-	__u32 zero = 0, backend_id = 0;
-	struct kbp_config *cfg = bpf_map_lookup_elem(&kbp_cfg_v1, &zero);
+	__u32 backend_id = 0;
+	struct kbp_config *cfg = kbp_config_live();
 	struct kbp_backend4 *be;
 	struct kbp_ct4_key rkey = {};
 	struct kbp_ct4_key fkey = {};
@@ -63,6 +134,10 @@ static __always_inline int kbp_new_flow(void *ctx, const bool xdp, const struct 
 
 	if (!cfg) {
 		*reason = KBP_DROP_NO_SNAT_ADDR;
+		return KBP_DROP;
+	}
+	if (!kbp_new_flow_allowed(cfg->new_flow_rate, now)) {
+		*reason = KBP_DROP_NEW_FLOW_RATE;
 		return KBP_DROP;
 	}
 	be = kbp_select_backend(sv, p, cfg, now, &backend_id);
@@ -104,49 +179,34 @@ static __always_inline int kbp_new_flow(void *ctx, const bool xdp, const struct 
 	rkey.proto = p->proto;
 
 	if (snat) {
-		__u32 min = cfg->snat_port_min, max = cfg->snat_port_max;
-		__u32 range, start, i;
-		bool placed = false;
-
-		if (cfg->snat_addr4 == 0 || min == 0 || max < min) {
+		if (cfg->snat_addr4 == 0) {
 			*reason = KBP_DROP_NO_SNAT_ADDR;
 			return KBP_DROP;
 		}
-		range = max - min + 1;
-		start = bpf_get_prandom_u32();
 		out->xlate_saddr = kbp_snat_source4(ctx, xdp, backend_addr, cfg);
 		rkey.daddr = out->xlate_saddr;
-		/* Unrolled: kernels before 6.4 reject the back-edge clang emits for this loop. */
-#pragma clang loop unroll(full)
-		for (i = 0; i < KBP_SNAT_PORT_TRIES; i++) {
-			__be16 port = bpf_htons((__u16)(min + (start + i) % range));
-
-			rkey.dport = port;
-			if (kbp_ct_insert(&rkey, &rval, BPF_NOEXIST) == 0) {
-				out->xlate_sport = port;
-				placed = true;
-				break;
-			}
-		}
-		if (!placed) {
-			*reason = KBP_DROP_SNAT_PORTS;
-			return KBP_DROP;
-		}
 	} else {
+		/* The client keeps its port unless another flow already owns the reply tuple (the
+		 * same client port to two frontends of one backend): then, as netfilter resolves
+		 * such a clash, the source port is translated, the address kept. */
 		rkey.daddr = p->saddr;
 		rkey.dport = p->sport;
-		if (kbp_ct_insert(&rkey, &rval, BPF_ANY) != 0) {
-			*reason = KBP_DROP_CT_INSERT;
-			return KBP_DROP;
-		}
+		if (kbp_ct_insert(&rkey, &rval, BPF_NOEXIST) == 0)
+			goto forward;
 	}
+	if (kbp_claim_port(&rkey, &rval, cfg, reason) < 0)
+		return KBP_DROP;
+	out->xlate_sport = rkey.dport;
 
+forward:
 	fkey.saddr = p->saddr;
 	fkey.daddr = p->daddr;
 	fkey.sport = p->sport;
 	fkey.dport = p->dport;
 	fkey.proto = p->proto;
 	if (kbp_ct_insert(&fkey, out, BPF_ANY) != 0) {
+		/* The reply entry, and the port it holds, must not outlive a flow never made. */
+		kbp_ct_delete(&rkey);
 		*reason = KBP_DROP_CT_INSERT;
 		return KBP_DROP;
 	}
@@ -215,8 +275,15 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, const bool l3, int
 		/* A new connection on a tracked tuple: reuse the backend only if the old flow is
 		 * still open (a retransmitted SYN) and its backend is still current. */
 		if (!(cv.flags & KBP_CT_F_REPLY) && new_syn &&
-		    ((cv.tcp_flags & (KBP_TCP_FIN | KBP_TCP_RST)) || !kbp_backend_current(&cv)))
+		    ((cv.tcp_flags & (KBP_TCP_FIN | KBP_TCP_RST)) || !kbp_backend_current(&cv))) {
+			struct kbp_ct4_key old;
+
+			/* The old flow's reply entry goes (and frees its SNAT port) before the new
+			 * flow claims one: it would otherwise linger until GC and clash. */
+			kbp_ct_reply_key(&old, &cv, p.proto);
+			kbp_ct_delete(&old);
 			goto service;
+		}
 		kbp_ct_touch(ct, &cv, &p, now);
 		*svc_id = cv.svc_id;
 		return kbp_deliver(ctx, xdp, l3, &p, &cv, reason, hop);
@@ -243,24 +310,27 @@ service:
 /*
  * tc egress of pod-facing and external interfaces: a reply of a tracked, unrouted flow leaving
  * towards its client gets the service address back as its source. Everything else passes.
+ * Returns false when the packet is not a TCP/UDP packet the parser accepts (an ICMP error, say,
+ * which related.h looks at next).
  */
-static __always_inline void kbp_rev4_egress(struct __sk_buff *skb, const bool l3) {
+static __always_inline bool kbp_rev4_egress(struct __sk_buff *skb, const bool l3) {
 	struct kbp_pkt4 p = {};
 	struct kbp_ct4_val *ct, cv;
 
 	if (kbp_parse4(skb, false, l3, &p) < 0)
-		return;
+		return false;
 	ct = kbp_ct_lookup_pkt(&p);
 	if (!ct)
-		return;
+		return true;
 	cv = *ct;
 	if (!kbp_ct_egress_reply(&cv))
-		return;
+		return true;
 	kbp_ct_touch(ct, &cv, &p, kbp_now());
 	kbp_count_traffic(&kbp_svcst_v1, cv.svc_id, p.len, true);
 	kbp_count_traffic(&kbp_best_v1, cv.backend_id, p.len, true);
 	kbp_rewrite4(skb, false, l3, &p, cv.xlate_saddr, cv.xlate_daddr, cv.xlate_sport,
 		     cv.xlate_dport, false);
+	return true;
 }
 
 #endif /* KBP_LB_H */

@@ -184,12 +184,29 @@ struct {
 	__type(value, struct kbp_drop_stats);
 } kbp_svcdrop_v1 SEC(".maps");
 
+/* The node configuration in two generations (key 0 and 1); kbp_cfggen_v1[0] names the live one.
+ * The agent writes the other generation whole, then flips the live one (config.h): a program
+ * never reads a configuration half written. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 2);
+	__type(key, __u32);
+	__type(value, struct kbp_config);
+} kbp_cfg_v2 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct kbp_config);
-} kbp_cfg_v1 SEC(".maps");
+	__type(value, __u32);
+} kbp_cfggen_v1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kbp_rate);
+} kbp_rate_v1 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

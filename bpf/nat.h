@@ -18,7 +18,10 @@
 #include "maps.h"
 #include "parse.h"
 
-#define KBP_SNAT_PORT_TRIES 16 /* candidate SNAT ports tried per new flow */
+/* Candidate SNAT ports tried per new flow: as many as netfilter's NAT tries (128) where bpf_loop
+ * runs them, the unrolled 16 of lb_compat.o on kernels without it. */
+#define KBP_SNAT_PORT_TRIES	   128
+#define KBP_SNAT_PORT_TRIES_COMPAT 16
 
 /*
  * Rewrites the packet's tuple to {saddr, daddr, sport, dport} with valid checksums.

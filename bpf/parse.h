@@ -64,6 +64,10 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, const bool l3,
 	if (iph->frag_off & bpf_htons(KBP_IP_MF | KBP_IP_OFFSET))
 		return -1;
 	tot_len = bpf_ntohs(iph->tot_len);
+	/* BIG TCP (IPv4, 6.3+): a GSO packet longer than 64 KiB carries tot_len 0; its length is
+	 * the skb's. Only tc sees such packets (XDP runs before GRO). */
+	if (tot_len == 0 && !xdp && ((struct __sk_buff *)ctx)->gso_size)
+		tot_len = kbp_frame_len(ctx, xdp) - KBP_L2_LEN(l3);
 	if (tot_len < ihl_len || KBP_L2_LEN(l3) + tot_len > kbp_frame_len(ctx, xdp))
 		return -1;
 	l4_len = tot_len - ihl_len;

@@ -12,6 +12,7 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "config.h"
 #include "maps.h"
 
 /* Which interface the packet arrived on decides ClusterIP access and the SNAT need. */
@@ -26,8 +27,8 @@ enum kbp_role {
 /* Could this destination port be a NodePort? Keeps the node address lookup off the path of
  * ordinary traffic. */
 static __always_inline bool kbp_nodeport_candidate(__be16 dport) {
-	__u32 zero = 0, port = bpf_ntohs(dport);
-	struct kbp_config *cfg = bpf_map_lookup_elem(&kbp_cfg_v1, &zero);
+	__u32 port = bpf_ntohs(dport);
+	struct kbp_config *cfg = kbp_config_live();
 
 	if (!cfg)
 		return false;

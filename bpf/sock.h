@@ -26,6 +26,7 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "config.h"
 #include "counters.h"
 #include "maps.h"
 #include "parse.h"
@@ -66,7 +67,7 @@ static __always_inline int kbp_sock_xlate4(struct bpf_sock_addr *ctx, bool conne
 	struct kbp_backend4 *be;
 	struct kbp_config *cfg;
 	struct bpf_sock *sk;
-	__u32 zero = 0, backend_id = 0, reason = KBP_DROP_NONE;
+	__u32 backend_id = 0, reason = KBP_DROP_NONE;
 	__u32 proto = ctx->protocol;
 	int verdict;
 
@@ -79,7 +80,7 @@ static __always_inline int kbp_sock_xlate4(struct bpf_sock_addr *ctx, bool conne
 		return KBP_SOCK_PROCEED;
 	if (!kbp_sock_served(ctx))
 		return KBP_SOCK_PROCEED;
-	cfg = bpf_map_lookup_elem(&kbp_cfg_v1, &zero);
+	cfg = kbp_config_live();
 	if (!cfg)
 		return KBP_SOCK_PROCEED;
 

@@ -266,6 +266,8 @@ enum kbp_drop_reason {
 	KBP_DROP_REJECT_FAILED = 8,	 /* building the ICMP port unreachable failed */
 	KBP_DROP_FIB = 9,	   /* no route (or no forwarding) for a KBP_CT_F_ROUTE packet */
 	KBP_DROP_FRAG_NEEDED = 10, /* routed packet too big with DF set: ICMP frag needed sent */
+	KBP_DROP_NEW_FLOW_RATE =
+	    11, /* this CPU created kbp_config.new_flow_rate flows this second */
 	KBP_DROP_MAX = 16,
 };
 _Static_assert(sizeof(enum kbp_drop_reason) == 4, "kbp_drop_reason");
@@ -294,7 +296,8 @@ struct kbp_svc_drop_key {
 };
 _Static_assert(sizeof(struct kbp_svc_drop_key) == 8, "kbp_svc_drop_key");
 
-/* ---------- node configuration (ARRAY, one entry) ---------- */
+/* ---------- node configuration (kbp_cfg_v2: two generations, kbp_cfggen_v1 names the live one)
+ * ---------- */
 
 struct kbp_config {
 	__be32 snat_addr4;    /* node address used for SNAT and hairpin; 0 disables SNAT */
@@ -307,8 +310,19 @@ struct kbp_config {
 	 * NodePort entry. nodeport_max 0 means every port does. */
 	__u16 nodeport_min;
 	__u16 nodeport_max;
+	/* New flows (conntrack entry pairs) one CPU may create per second; above it a new flow is
+	 * refused (KBP_DROP_NEW_FLOW_RATE), so a flood cannot evict established flows from the LRU
+	 * (Katran's MAX_CONN_RATE). 0: no limit. */
+	__u32 new_flow_rate;
 };
-_Static_assert(sizeof(struct kbp_config) == 36, "kbp_config");
+_Static_assert(sizeof(struct kbp_config) == 40, "kbp_config");
+
+/* kbp_rate_v1 (PERCPU_ARRAY, one entry): this CPU's new flows in the current one-second window. */
+struct kbp_rate {
+	__u64 window_ns; /* start of the window */
+	__u64 count;	 /* new flows created in it */
+};
+_Static_assert(sizeof(struct kbp_rate) == 16, "kbp_rate");
 
 /* kbp_node4_v1: key __be32 node address, value __u32 flags (currently 1) */
 struct kbp_node6_key {

@@ -565,6 +565,8 @@ export function linkCreate(progFd: number, targetFd: number, attachType: number,
   return check('bpf_link_create', f.link_create(progFd, targetFd, attachType, opts) as number);
 }
 
+export const BPF_PROG_TYPE_SCHED_CLS = 3;
+export const BPF_PROG_TYPE_XDP = 6;
 export const BPF_PROG_TYPE_CGROUP_SOCK_ADDR = 18;
 /** enum bpf_attach_type: the cgroup socket-address hooks (linux/bpf.h). */
 export const BPF_CGROUP_INET4_CONNECT = 10;
@@ -572,6 +574,8 @@ export const BPF_CGROUP_UDP4_SENDMSG = 14;
 export const BPF_CGROUP_UDP4_RECVMSG = 19;
 export const BPF_CGROUP_INET4_GETPEERNAME = 29;
 export const BPF_FUNC_SET_RETVAL = 187;
+/** bpf_loop (5.17+): bpf/lb.o needs it, bpf/lb_compat.o does not. */
+export const BPF_FUNC_LOOP = 181;
 
 /** Whether programs of `progType` may call helper `helperId` on this kernel (libbpf loads a probe
  * program); an error (a kernel without the program type) reads as no. */

@@ -76,6 +76,7 @@ const bpfSection = object({
     socketReverse: uint32,
   }),
   conntrackGCIntervalSeconds: uint32,
+  newFlowsPerSecondPerCpu: uint32,
   metricsMaxBackends: uint32,
 });
 

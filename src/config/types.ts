@@ -38,6 +38,8 @@ export interface BpfConfig {
     socketReverse: number;
   };
   conntrackGCIntervalSeconds: number;
+  /** New flows one CPU may create per second (kbp_config.new_flow_rate); 0 = no limit. */
+  newFlowsPerSecondPerCpu: number;
   /** Per-backend metric series are exported for at most this many backends (0 = none). */
   metricsMaxBackends: number;
 }

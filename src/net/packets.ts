@@ -150,6 +150,49 @@ export function parsePacket(frame: Buffer): ParsedPacket {
   };
 }
 
+/** An ICMP error frame from `saddr` to `daddr` quoting `quote` (an IPv4 packet, no Ethernet
+ * header): destination unreachable (type 3) by default, code 3 (port unreachable). */
+export function buildIcmpError(spec: {
+  saddr: string;
+  daddr: string;
+  quote: Buffer;
+  type?: number;
+  code?: number;
+  /** Next-hop MTU of a fragmentation needed (code 4). */
+  mtu?: number;
+}): Buffer {
+  const icmp = Buffer.alloc(8 + spec.quote.length);
+  icmp[0] = spec.type ?? 3;
+  icmp[1] = spec.code ?? 3;
+  icmp.writeUInt16BE(spec.mtu ?? 0, 6);
+  spec.quote.copy(icmp, 8);
+  icmp.writeUInt16BE(~onesSum(icmp) & 0xffff, 2);
+  const frame = Buffer.alloc(ETH_HLEN + 20 + icmp.length);
+  macBytes('02:00:00:00:00:02').copy(frame, 0);
+  macBytes('02:00:00:00:00:01').copy(frame, 6);
+  frame.writeUInt16BE(0x0800, 12);
+  const ip = frame.subarray(ETH_HLEN, ETH_HLEN + 20);
+  ip[0] = 0x45;
+  ip.writeUInt16BE(20 + icmp.length, 2);
+  ip[8] = 64;
+  ip[9] = IPPROTO_ICMP;
+  Buffer.from(ipBytes(spec.saddr, 'IPv4')).copy(ip, 12);
+  Buffer.from(ipBytes(spec.daddr, 'IPv4')).copy(ip, 16);
+  ip.writeUInt16BE(~onesSum(ip) & 0xffff, 10);
+  icmp.copy(frame, ETH_HLEN + 20);
+  return frame;
+}
+
+/** The IPv4 packet an ICMP error quotes, as a frame parsePacket reads. */
+export function quotedPacket(icmpFrame: Buffer): Buffer {
+  const p = parsePacket(icmpFrame);
+  const quote = p.l4.subarray(8);
+  const frame = Buffer.alloc(ETH_HLEN + quote.length);
+  frame.writeUInt16BE(0x0800, 12);
+  quote.copy(frame, ETH_HLEN);
+  return frame;
+}
+
 /** The frame a reply to `frame` would be: addresses, ports and MACs swapped, new checksums. */
 export function replyTo(frame: Buffer, tcpFlags: number = TCP.SYN | TCP.ACK): Buffer {
   const p = parsePacket(frame);

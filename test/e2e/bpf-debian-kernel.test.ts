@@ -5,7 +5,9 @@ import { describeRoot } from '../support/privileges.js';
 
 // The project's kernel floor is 5.10 and this machine runs 6.18, whose verifier accepts more than
 // older ones (a back-edge in a loop, for one). Debian 12's 6.1 kernel, booted in the IPVS lab's
-// virtual machine, loads the very object the agent loads, with the agent's own libbpf bindings.
+// virtual machine, loads the very objects the agent loads, with the agent's own libbpf bindings:
+// bpf/lb.o (bpf_loop, which 6.1 has) and bpf/lb_compat.o (for kernels without it), the latter
+// with the constants of a 5.10 kernel (precise clock, no bpf_set_retval).
 
 const PROGRAMS = [
   'kbp_tc_pod',
@@ -33,31 +35,43 @@ describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {
     await guest?.shutdown();
   });
 
-  it('pass its verifier: every program of bpf/lb.o loads', async () => {
+  it('pass its verifier: every program of bpf/lb.o and bpf/lb_compat.o loads', async () => {
     const libbpf = join(PROJECT_ROOT, 'dist/native/libbpf.js');
     const layout = join(PROJECT_ROOT, 'dist/src/dataplanes/bpf/layout.js');
-    const object = join(PROJECT_ROOT, 'bpf/lb.o');
-    // With the load-time constants the agent picks there: bpf_set_retval as the probe finds it.
+    const loader = join(PROJECT_ROOT, 'dist/src/dataplanes/bpf/object.js');
+    const objects = [
+      [join(PROJECT_ROOT, 'bpf/lb.o'), true],
+      [join(PROJECT_ROOT, 'bpf/lb_compat.o'), false],
+    ];
+    // lb.o with the load-time constants the agent picks there (bpf_set_retval as the probe
+    // finds it); lb_compat.o with 5.10's.
     const script = [
       `const l = await import(${JSON.stringify(libbpf)});`,
       `const { rodata, RODATA_MAP } = await import(${JSON.stringify(layout)});`,
-      `const o = l.openObject(${JSON.stringify(object)});`,
+      `const { kernelHasBpfLoop } = await import(${JSON.stringify(loader)});`,
       'const sockSetRetval = l.helperSupported(l.BPF_PROG_TYPE_CGROUP_SOCK_ADDR, l.BPF_FUNC_SET_RETVAL);',
       'console.log("sockSetRetval", sockSetRetval);',
-      'l.setMapInitialValue(l.findMap(o, RODATA_MAP), rodata.encode({ coarseClock: true, sockSetRetval }));',
+      'console.log("bpfLoop", kernelHasBpfLoop());',
+      `for (const [path, modern] of ${JSON.stringify(objects)}) {`,
+      'const o = l.openObject(path);',
+      'l.setMapInitialValue(l.findMap(o, RODATA_MAP), rodata.encode(modern ? { coarseClock: true, sockSetRetval } : { coarseClock: false, sockSetRetval: false }));',
       'l.loadObject(o);',
-      `for (const p of ${JSON.stringify(PROGRAMS)}) console.log(p, l.programFd(o, p) > 0);`,
-      'l.closeObject(o);',
+      `for (const p of ${JSON.stringify(PROGRAMS)}) console.log(path.split("/").pop(), p, l.programFd(o, p) > 0);`,
+      'l.closeObject(o); }',
     ].join(' ');
     const result = await guest!.sh(`uname -r\nnode --input-type=module -e '${script}'`, {
       timeoutMs: 120_000,
     });
     expect(result.stderr).toBe('');
     expect(result.code).toBe(0);
-    const [kernel, setRetval, ...programs] = result.stdout.trim().split('\n');
+    const [kernel, setRetval, bpfLoop, ...programs] = result.stdout.trim().split('\n');
     expect(kernel).toMatch(/^6\.1\./);
     // 6.1 lets the cgroup socket-address hooks set the syscall's error (ECONNREFUSED).
     expect(setRetval).toBe('sockSetRetval true');
-    expect(programs).toEqual(PROGRAMS.map((name) => `${name} true`));
+    // ... and has bpf_loop: the agent picks lb.o there.
+    expect(bpfLoop).toBe('bpfLoop true');
+    expect(programs).toEqual(
+      ['lb.o', 'lb_compat.o'].flatMap((file) => PROGRAMS.map((name) => `${file} ${name} true`)),
+    );
   });
 });

@@ -11,8 +11,10 @@ import {
   mapUpdate,
   mapUpdateBatch,
   possibleCpus,
+  testRun,
 } from '../../native/libbpf.js';
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
+import { collectConntrack } from '../../src/dataplanes/bpf/conntrack-gc.js';
 import { maglevIndex4 } from '../../src/dataplanes/bpf/flow-hash.js';
 import {
   ACTION,
@@ -43,17 +45,21 @@ import {
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { Lab } from '../../src/lab/netns.js';
 import {
+  buildIcmpError,
   buildPacket,
   ETH_HLEN,
   IPPROTO_ICMP,
   IPPROTO_TCP,
   IPPROTO_UDP,
+  onesSum,
   parsePacket,
+  quotedPacket,
   replyTo,
   TCP,
 } from '../../src/net/packets.js';
 import { enterNetns } from '../support/in-netns.js';
 import {
+  LB_COMPAT_OBJECT_PATH,
   type LoadedLb,
   loadLb,
   run,
@@ -236,6 +242,73 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(p).toMatchObject({ ihlLen: 28, daddr: '10.244.2.5', dport: 8080 });
     });
 
+    it('an ICMP error about a translated flow reaches the client in service terms (RELATED, egress)', () => {
+      for (const [proto, vip, vport, backend, bport] of [
+        [IPPROTO_UDP, '10.96.0.53', 53, '10.244.2.6', 5353],
+        [IPPROTO_TCP, '10.96.0.10', 80, '10.244.2.5', 8080],
+      ] as const) {
+        const src = sport();
+        const sent =
+          proto === IPPROTO_UDP ? udp(CLIENT, vip, vport, src) : tcp(CLIENT, vip, vport, TCP.SYN, src);
+        const out = run(lb, TC_POD, sent).dataOut;
+        expect(parsePacket(out)).toMatchObject({ daddr: backend, dport: bport });
+        // The backend's host answers the translated packet: port unreachable, quoting all of it.
+        const error = buildIcmpError({ saddr: backend, daddr: CLIENT, quote: out.subarray(ETH_HLEN) });
+        const back = run(lb, TC_EGRESS, error);
+        const icmp = expectValid(back.dataOut);
+        expect(icmp).toMatchObject({ proto: IPPROTO_ICMP, saddr: vip, daddr: CLIENT });
+        // The quote is the packet as the client sent it, checksums included.
+        const quote = expectValid(quotedPacket(back.dataOut));
+        expect(quote).toMatchObject({ saddr: CLIENT, sport: src, daddr: vip, dport: vport });
+        expect(quotedPacket(back.dataOut).subarray(ETH_HLEN)).toEqual(sent.subarray(ETH_HLEN));
+      }
+      // An error quoting a packet of no tracked flow passes untouched.
+      const stranger = buildIcmpError({
+        saddr: '10.244.2.6',
+        daddr: CLIENT,
+        quote: udp(CLIENT, '10.244.2.6', 5353, 1).subarray(ETH_HLEN),
+      });
+      expect(run(lb, TC_EGRESS, stranger).dataOut).toEqual(stranger);
+    });
+
+    it('translates a BIG TCP packet (IPv4 tot_len 0 on a GSO skb), and leaves tot_len 0 alone otherwise', () => {
+      const src = sport();
+      run(lb, TC_POD, tcp(CLIENT, '10.96.0.10', 80, TCP.SYN, src));
+      const big = buildPacket({
+        saddr: CLIENT,
+        daddr: '10.96.0.10',
+        proto: IPPROTO_TCP,
+        sport: src,
+        dport: 80,
+        tcpFlags: TCP.ACK,
+        payload: Buffer.alloc(3000, 7),
+      });
+      big.writeUInt16BE(0, ETH_HLEN + 2);
+      big.writeUInt16BE(0, ETH_HLEN + 10);
+      big.writeUInt16BE(~onesSum(big.subarray(ETH_HLEN, ETH_HLEN + 20)) & 0xffff, ETH_HLEN + 10);
+      // struct __sk_buff as BPF_PROG_TEST_RUN takes it: gso_segs at 164, gso_size at 176.
+      const gso = (size: number) => {
+        const ctx = Buffer.alloc(192);
+        ctx.writeUInt32LE(size ? 3 : 0, 164);
+        ctx.writeUInt32LE(size, 176);
+        return ctx;
+      };
+      const out = testRun(lb.prog(TC_POD), { data: big, ctx: gso(1448) }).dataOut;
+      expect(out.readUInt16BE(ETH_HLEN + 2)).toBe(0);
+      expect(out.subarray(ETH_HLEN + 16, ETH_HLEN + 20)).toEqual(Buffer.from([10, 244, 2, 5]));
+      expect(out.readUInt16BE(ETH_HLEN + 22)).toBe(8080);
+      expect(onesSum(out.subarray(ETH_HLEN, ETH_HLEN + 20))).toBe(0xffff);
+      // The TCP checksum, over the real length, stays valid.
+      const l4 = out.subarray(ETH_HLEN + 20);
+      const ph = Buffer.alloc(12);
+      out.copy(ph, 0, ETH_HLEN + 12, ETH_HLEN + 20);
+      ph[9] = IPPROTO_TCP;
+      ph.writeUInt16BE(l4.length, 10);
+      expect(onesSum(l4, onesSum(ph))).toBe(0xffff);
+      // Not GSO: a tot_len of 0 is inconsistent, the packet passes untouched.
+      expect(testRun(lb.prog(TC_POD), { data: big, ctx: gso(0) }).dataOut).toEqual(big);
+    });
+
     it('counts packets, bytes and connections per service and per backend', () => {
       const before = stats(lb.fd.svcStats, 1);
       const beBefore = stats(lb.fd.backendStats, 1);
@@ -408,6 +481,122 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(b).not.toBe(a);
     });
 
+    /** A backend's packet to the client (the reply direction). */
+    const fromBackend = (backend: string, clientPort: number, flags: number) =>
+      buildPacket({
+        saddr: backend,
+        daddr: CLIENT,
+        proto: IPPROTO_TCP,
+        sport: 8080,
+        dport: clientPort,
+        tcpFlags: flags,
+      });
+    const ctHas = (key: { saddr: string; daddr: string; sport: number; dport: number }) =>
+      mapLookup(lb.fd.ct4Tcp, ct4Key.encode({ ...key, proto: IPPROTO_TCP }), Buffer.alloc(ct4Val.size));
+
+    it('GC keeps a half-closed flow past the closing timeout; FIN both ways or an RST closes it', async () => {
+      // Only closing flows may go in these passes: other tests' flows keep their entries.
+      const timeouts = {
+        tcpSynSeconds: 3600,
+        tcpEstablishedSeconds: 6 * 3600,
+        tcpClosingSeconds: 10,
+        otherSeconds: 3600,
+      };
+      const gcAt = (secondsLater: number) =>
+        collectConntrack(
+          lb.fd.ct4Tcp,
+          timeouts,
+          undefined,
+          () => process.hrtime.bigint() + BigInt(secondsLater) * 1_000_000_000n,
+          async () => {},
+        );
+      const open = () => {
+        const src = sport();
+        const out = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut);
+        run(lb, TC_EGRESS, fromBackend(out.daddr, src, TCP.SYN | TCP.ACK));
+        run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.ACK, src));
+        return { src, backend: out.daddr };
+      };
+      const half = open();
+      const fwd = { saddr: CLIENT, daddr: '10.96.0.20', sport: half.src, dport: 80 };
+      const rev = { saddr: half.backend, daddr: CLIENT, sport: 8080, dport: half.src };
+      run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.FIN | TCP.ACK, half.src));
+      await gcAt(11);
+      expect(ctHas(fwd), 'half-closed forward entry').toBe(true);
+      expect(ctHas(rev), 'half-closed reply entry').toBe(true);
+      // The server closes its side too: now the closing timeout applies.
+      run(lb, TC_EGRESS, fromBackend(half.backend, half.src, TCP.FIN | TCP.ACK));
+      await gcAt(11);
+      expect(ctHas(fwd)).toBe(false);
+      expect(ctHas(rev)).toBe(false);
+
+      const reset = open();
+      run(lb, TC_EGRESS, fromBackend(reset.backend, reset.src, TCP.RST));
+      await gcAt(11);
+      expect(ctHas({ saddr: CLIENT, daddr: '10.96.0.20', sport: reset.src, dport: 80 })).toBe(false);
+    });
+
+    it('a SYN selects again when the backend left this service though it still serves another; the old reply entry goes', () => {
+      const pair = backends.slice(0, 2);
+      writeFrontend(lb, {
+        svcId: 22,
+        addr: '10.96.0.22',
+        port: 80,
+        proto: IPPROTO_TCP,
+        algorithm: ALGORITHM.rr,
+        backends: pair,
+      });
+      writeFrontend(lb, { svcId: 23, addr: '10.96.0.23', port: 80, proto: IPPROTO_TCP, backends: pair });
+      mapUpdate(lb.fd.rr, u32Codec.encode(22), rrVal.encode({ next: 0 }));
+      const src = sport();
+      const first = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.22', 80, TCP.SYN, src)).dataOut).daddr;
+      expect(first).toBe(pair[0]!.addr);
+      writeFrontend(lb, {
+        svcId: 22,
+        addr: '10.96.0.22',
+        port: 80,
+        proto: IPPROTO_TCP,
+        algorithm: ALGORITHM.rr,
+        backends: [pair[1]!],
+        gen: 1,
+      });
+      // Still in kbp_be4_v1 (service 23 uses it), no longer in service 22.
+      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.22', 80, TCP.ACK, src)).dataOut).daddr).toBe(
+        first,
+      );
+      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.22', 80, TCP.SYN, src)).dataOut).daddr).toBe(
+        pair[1]!.addr,
+      );
+      expect(ctHas({ saddr: first, daddr: CLIENT, sport: 8080, dport: src }), 'old reply entry').toBe(false);
+      expect(ctHas({ saddr: pair[1]!.addr, daddr: CLIENT, sport: 8080, dport: src })).toBe(true);
+    });
+
+    it('two flows sharing a post-DNAT tuple: the second gets another source port, both replies are reversed right', () => {
+      const shared = [{ id: 130, addr: '10.244.3.30', port: 8080, flags: BE_F.LOCAL }];
+      writeFrontend(lb, { svcId: 24, addr: '10.96.0.24', port: 80, proto: IPPROTO_TCP, backends: shared });
+      writeFrontend(lb, { svcId: 25, addr: '10.96.0.25', port: 80, proto: IPPROTO_TCP, backends: shared });
+      const src = sport();
+      const a = expectValid(run(lb, TC_POD, tcp(CLIENT, '10.96.0.24', 80, TCP.SYN, src)).dataOut);
+      const b = expectValid(run(lb, TC_POD, tcp(CLIENT, '10.96.0.25', 80, TCP.SYN, src)).dataOut);
+      expect(a).toMatchObject({ saddr: CLIENT, sport: src, daddr: '10.244.3.30', dport: 8080 });
+      expect(b).toMatchObject({ saddr: CLIENT, daddr: '10.244.3.30', dport: 8080 });
+      expect(b.sport).not.toBe(src);
+      expect(b.sport).toBeGreaterThanOrEqual(TEST_CONFIG.snatPortMin);
+      expect(b.sport).toBeLessThanOrEqual(TEST_CONFIG.snatPortMax);
+      // Later packets of the second flow keep its port.
+      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.25', 80, TCP.ACK, src)).dataOut).sport).toBe(
+        b.sport,
+      );
+      const backA = expectValid(
+        run(lb, TC_EGRESS, fromBackend('10.244.3.30', src, TCP.SYN | TCP.ACK)).dataOut,
+      );
+      expect(backA).toMatchObject({ saddr: '10.96.0.24', sport: 80, daddr: CLIENT, dport: src });
+      const backB = expectValid(
+        run(lb, TC_EGRESS, fromBackend('10.244.3.30', b.sport, TCP.SYN | TCP.ACK)).dataOut,
+      );
+      expect(backB).toMatchObject({ saddr: '10.96.0.25', sport: 80, daddr: CLIENT, dport: src });
+    });
+
     it('records both entries with timestamps and TCP flags for userspace GC', () => {
       const src = sport();
       const before = process.hrtime.bigint();
@@ -443,6 +632,107 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         flags: CT_F.REPLY,
       });
     });
+  });
+
+  it('refuses new flows above the per-CPU rate and counts them; tracked flows go on', async () => {
+    writeFrontend(lb, {
+      svcId: 90,
+      addr: '10.96.0.90',
+      port: 80,
+      proto: IPPROTO_TCP,
+      backends: [{ id: 90, addr: '10.244.2.90', port: 8080, flags: BE_F.LOCAL }],
+    });
+    const established = sport();
+    expect(
+      parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.90', 80, TCP.SYN, established)).dataOut).daddr,
+    ).toBe('10.244.2.90');
+    // A fresh window on every CPU, then a limit of 5 per CPU per second.
+    await new Promise((resolve) => setTimeout(resolve, 1100));
+    const limit = 5;
+    writeConfig(lb, { newFlowRate: limit });
+    try {
+      const before = drops(DROP_REASON.newFlowRate);
+      const before90 = serviceDrops(90, DROP_REASON.newFlowRate);
+      // The run may move between CPUs: at most limit x CPUs get through within the second.
+      const floods = 4 * limit * possibleCpus();
+      let created = 0;
+      let refused = 0;
+      for (let i = 0; i < floods; i++) {
+        const out = run(lb, TC_POD, tcp(`198.18.9.${(i % 250) + 1}`, '10.96.0.90', 80, TCP.SYN));
+        if (out.retval === TC_ACT_SHOT) refused++;
+        else created++;
+        // The established flow keeps its backend all along.
+        expect(
+          parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.90', 80, TCP.ACK, established)).dataOut).daddr,
+        ).toBe('10.244.2.90');
+      }
+      expect(created).toBeGreaterThanOrEqual(limit);
+      expect(created).toBeLessThanOrEqual(limit * possibleCpus());
+      expect(refused).toBe(floods - created);
+      expect(drops(DROP_REASON.newFlowRate) - before).toBe(BigInt(refused));
+      expect(serviceDrops(90, DROP_REASON.newFlowRate) - before90).toBe(BigInt(refused));
+      // The next second has room again.
+      await new Promise((resolve) => setTimeout(resolve, 1100));
+      expect(run(lb, TC_POD, tcp('198.18.9.251', '10.96.0.90', 80, TCP.SYN)).retval).toBe(TC_ACT_UNSPEC);
+    } finally {
+      writeConfig(lb);
+    }
+  });
+
+  it('a SYN flood against one service: without the limit it evicts another service`s idle flow, with it not', () => {
+    const floodWith = (newFlowRate: number) => {
+      const small = loadLb({ ct4Tcp: 1024 });
+      try {
+        writeConfig(small, { newFlowRate });
+        writeFrontend(small, {
+          svcId: 1,
+          addr: '10.96.1.1',
+          port: 80,
+          proto: IPPROTO_TCP,
+          backends: [{ id: 1, addr: '10.244.2.11', port: 8080, flags: BE_F.LOCAL }],
+        });
+        writeFrontend(small, {
+          svcId: 2,
+          addr: '10.96.1.2',
+          port: 80,
+          proto: IPPROTO_TCP,
+          backends: [{ id: 2, addr: '10.244.2.12', port: 8080, flags: BE_F.LOCAL }],
+        });
+        const idle = sport();
+        run(small, TC_POD, tcp(CLIENT, '10.96.1.1', 80, TCP.SYN, idle));
+        run(small, TC_POD, tcp(CLIENT, '10.96.1.1', 80, TCP.ACK, idle));
+        // The flood's SYNs, each answered by the backend's SYN-ACK (which marks its reply entry
+        // used, as a real backend's answers do).
+        for (let i = 0; i < 16384; i++) {
+          const client = `198.19.${i >> 8}.${i & 0xff}`;
+          run(small, TC_POD, tcp(client, '10.96.1.2', 80, TCP.SYN, 1000));
+          run(
+            small,
+            TC_EGRESS,
+            buildPacket({
+              saddr: '10.244.2.12',
+              daddr: client,
+              proto: IPPROTO_TCP,
+              sport: 8080,
+              dport: 1000,
+              tcpFlags: TCP.SYN | TCP.ACK,
+            }),
+          );
+        }
+        const key = ct4Key.encode({
+          saddr: CLIENT,
+          daddr: '10.96.1.1',
+          sport: idle,
+          dport: 80,
+          proto: IPPROTO_TCP,
+        });
+        return mapLookup(small.fd.ct4Tcp, key, Buffer.alloc(ct4Val.size));
+      } finally {
+        small.close();
+      }
+    };
+    expect(floodWith(0), 'no limit: the idle flow was evicted').toBe(false);
+    expect(floodWith(100), 'limit: the idle flow kept its entry').toBe(true);
   });
 
   it('loads and runs with the 5.10 clock (kbp_coarse_clock = 0)', () => {
@@ -891,6 +1181,83 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         );
       }
       expect(ports.size).toBe(20);
+    });
+
+    it('finds the one free SNAT port among 128 (more candidates than the 16 once unrolled)', () => {
+      const backend = { id: 66, addr: NEIGHBOURS.remoteBackend.ip, port: 8066 };
+      writeFrontend(lb, {
+        svcId: 66,
+        addr: '0.0.0.0',
+        port: 30066,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+        backends: [backend],
+      });
+      mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode('192.168.50.1'), u32Codec.encode(1));
+      const min = 62000;
+      const max = 62127;
+      writeConfig(lb, { snatPortMin: min, snatPortMax: max });
+      const reply = (port: number) =>
+        ct4Key.encode({
+          saddr: backend.addr,
+          daddr: TEST_CONFIG.snatAddr4,
+          sport: backend.port,
+          dport: port,
+          proto: IPPROTO_TCP,
+        });
+      const taken = ct4Val.encode({
+        lastSeenNs: 1n,
+        xlateSaddr: '192.168.50.1',
+        xlateDaddr: '198.18.1.1',
+        xlateSport: 30066,
+        xlateDport: 1,
+        svcId: 66,
+        backendId: 66,
+        flags: CT_F.REPLY | CT_F.SNAT | CT_F.ROUTE,
+        tcpFlags: 0,
+      });
+      try {
+        for (let port = min; port <= max; port++) mapUpdate(lb.fd.ct4Tcp, reply(port), taken);
+        // One port at a time comes free; each new flow must find it.
+        for (const free of [62077, 62001, 62126]) {
+          mapDelete(lb.fd.ct4Tcp, reply(free));
+          const out = run(lb, TC_EXT, tcp(`198.18.2.${free - min}`, '192.168.50.1', 30066, TCP.SYN));
+          expect(out.retval).toBe(TC_ACT_REDIRECT);
+          expect(expectValid(out.dataOut)).toMatchObject({ saddr: TEST_CONFIG.snatAddr4, sport: free });
+        }
+        // All taken: dropped and counted.
+        const before = drops(DROP_REASON.snatPortsExhausted);
+        expect(run(lb, TC_EXT, tcp('198.18.2.200', '192.168.50.1', 30066, TCP.SYN)).retval).toBe(TC_ACT_SHOT);
+        expect(drops(DROP_REASON.snatPortsExhausted) - before).toBe(1n);
+      } finally {
+        for (let port = min; port <= max; port++) mapDelete(lb.fd.ct4Tcp, reply(port));
+        writeConfig(lb);
+      }
+    });
+
+    it('lb_compat.o (no bpf_loop, the 5.10 clock) SNATs too, from its 16 unrolled candidates', () => {
+      const compat = loadLb({}, { coarseClock: false, sockSetRetval: false }, LB_COMPAT_OBJECT_PATH);
+      try {
+        writeConfig(compat);
+        writeFrontend(compat, {
+          svcId: 60,
+          addr: '0.0.0.0',
+          port: 30060,
+          proto: IPPROTO_TCP,
+          flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+          backends: [{ id: 60, addr: NEIGHBOURS.remoteBackend.ip, port: 8080 }],
+        });
+        mapUpdate(compat.fd.nodeAddrs4, ip4Codec.encode('192.168.50.1'), u32Codec.encode(1));
+        const ports = new Set<number>();
+        for (let i = 0; i < 20; i++) {
+          const out = run(compat, TC_EXT, tcp(`198.18.3.${i + 1}`, '192.168.50.1', 30060, TCP.SYN, 5555));
+          expect(out.retval).toBe(TC_ACT_REDIRECT);
+          ports.add(expectValid(out.dataOut).sport);
+        }
+        expect(ports.size).toBe(20);
+      } finally {
+        compat.close();
+      }
     });
 
     it('hairpin: a pod reaching itself through its service is SNATed so the reply comes back through us', () => {

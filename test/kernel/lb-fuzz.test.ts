@@ -5,8 +5,10 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { BE_F, PROGRAMS, SVC_F } from '../../src/dataplanes/bpf/layout.js';
 import {
+  buildIcmpError,
   buildPacket,
   ETH_HLEN,
+  IPPROTO_ICMP,
   IPPROTO_TCP,
   IPPROTO_UDP,
   onesSum,
@@ -20,6 +22,7 @@ const TC_ACT_UNSPEC = -1;
 const XDP_PASS = 2;
 const SEED = 0x6b627066;
 const PACKETS = 12_000;
+const ICMP_ERRORS = 6_000;
 
 interface Target {
   prog: string;
@@ -111,6 +114,34 @@ function dnatProblem(input: Buffer, out: Buffer, to: { addr: string; port: numbe
   if (proto === IPPROTO_UDP && input.readUInt16BE(l4 + 6) === 0 && out.readUInt16BE(l4 + 6) !== 0)
     return 'UDP checksum 0 was filled in';
   return null;
+}
+
+/** bpf/related.h's contract: which ICMP errors are rewritten at egress. Returns where the quote
+ * starts and the source the error must leave with, or null for "untouched". */
+function relatedRewrite(
+  f: Buffer,
+  tracked: Map<string, unknown>,
+  vip: string,
+): { quoteAt: number; outerSource: Buffer } | null {
+  if (f.length < ETH_HLEN + 20 || f.readUInt16BE(12) !== 0x0800) return null;
+  const ip = f.subarray(ETH_HLEN);
+  const ihl = (ip[0]! & 0x0f) * 4;
+  if (ip[0]! >> 4 !== 4 || ip[9] !== IPPROTO_ICMP || ip.readUInt16BE(6) & 0x3fff) return null;
+  if (ihl < 20 || ip.length < ihl + 8) return null;
+  const icmp = ip.subarray(ihl);
+  if (icmp[0] !== 3 && icmp[0] !== 11) return null;
+  const q = icmp.subarray(8);
+  if (q.length < 20 || q[0]! >> 4 !== 4) return null;
+  const qihl = (q[0]! & 0x0f) * 4;
+  if (qihl < 20 || (q[9] !== IPPROTO_TCP && q[9] !== IPPROTO_UDP) || q.length < qihl + 4) return null;
+  const a = (b: Buffer) => [...b].join('.');
+  const key = `${q[9]}/${a(q.subarray(12, 16))}:${q.readUInt16BE(qihl)}>${a(q.subarray(16, 20))}:${q.readUInt16BE(qihl + 2)}`;
+  if (!tracked.has(key)) return null;
+  const backendSent = ip.subarray(12, 16).equals(q.subarray(16, 20));
+  return {
+    quoteAt: ETH_HLEN + ihl + 8,
+    outerSource: backendSent ? Buffer.from(vip.split('.').map(Number)) : Buffer.from(ip.subarray(12, 16)),
+  };
 }
 
 describeRoot('bpf/lb.o fuzz', () => {
@@ -219,5 +250,103 @@ describeRoot('bpf/lb.o fuzz', () => {
     expect(tally.rewritten).toBeGreaterThan(1000);
     expect(tally.malformed).toBeGreaterThan(1000);
     expect(tally.untouched).toBeGreaterThan(100);
+  });
+  it(`never rewrites an ICMP error wrongly: ${ICMP_ERRORS} errors quoting tracked and untracked, truncated and mutated packets`, () => {
+    const rand = mulberry32(SEED ^ 0x1c);
+    const int = (n: number) => Math.floor(rand() * n);
+    const vip = TARGETS[0]!.vip;
+    // Tracked flows: the packet as the client sent it, and as it left translated.
+    const flows: { sent: Buffer; out: Buffer }[] = [];
+    for (let i = 0; i < 40; i++) {
+      const proto = i % 2 ? IPPROTO_TCP : IPPROTO_UDP;
+      const sent = buildPacket({
+        saddr: `10.244.9.${1 + i}`,
+        daddr: vip,
+        proto,
+        sport: 30000 + i,
+        dport: proto === IPPROTO_TCP ? 80 : 53,
+        ipOptions: Buffer.alloc(4 * int(11), 1),
+        payload: Buffer.alloc(int(40), 0xcd),
+        udpNoChecksum: rand() < 0.15,
+      });
+      flows.push({ sent, out: run(lb, PROGRAMS.tcFromPod, sent).dataOut });
+    }
+    const tracked = new Map(
+      flows.map((f) => {
+        const q = parsePacket(f.out);
+        return [`${q.proto}/${q.saddr}:${q.sport}>${q.daddr}:${q.dport}`, f];
+      }),
+    );
+    const tally = { rewritten: 0, untouched: 0 };
+    for (let n = 0; n < ICMP_ERRORS; n++) {
+      const flow = flows[int(flows.length)]!;
+      let quote = Buffer.from(flow.out.subarray(ETH_HLEN));
+      if (rand() < 0.2) {
+        const at = 12 + int(8); // an address no flow has
+        quote[at] = quote[at]! ^ (1 + int(255));
+      }
+      if (rand() < 0.3) quote = quote.subarray(0, int(quote.length + 1)); // truncated
+      const fromBackend = rand() < 0.7;
+      let frame = buildIcmpError({
+        saddr: fromBackend && quote.length >= 20 ? parsePacket(flow.out).daddr : '10.1.2.3',
+        daddr: parsePacket(flow.sent).saddr,
+        quote,
+        type: [3, 3, 11, 0, 8, 5][int(6)],
+        code: int(16),
+      });
+      if (rand() < 0.25) {
+        const at = int(frame.length); // anywhere, the headers included
+        frame[at] = frame[at]! ^ (1 + int(255));
+      }
+      if (rand() < 0.1) frame = frame.subarray(0, ETH_HLEN + 20 + int(frame.length - ETH_HLEN - 20));
+      frame = Buffer.from(frame);
+      const where = `error ${n}: ${frame.toString('hex')}`;
+      const out = run(lb, PROGRAMS.tcEgress, frame);
+      expect(out.retval, where).toBe(TC_ACT_UNSPEC);
+      const expected = relatedRewrite(frame, tracked, vip);
+      if (!expected) {
+        expect(out.dataOut.equals(frame), where).toBe(true);
+        tally.untouched++;
+        continue;
+      }
+      tally.rewritten++;
+      expect(out.dataOut.length, where).toBe(frame.length);
+      const outer = (f: Buffer) => f.subarray(ETH_HLEN, ETH_HLEN + 20);
+      const ipOk = (ip: Buffer) => onesSum(ip.subarray(0, (ip[0]! & 0x0f) * 4)) === 0xffff;
+      const icmpOf = (f: Buffer) => f.subarray(ETH_HLEN + 20, ETH_HLEN + f.readUInt16BE(ETH_HLEN + 2));
+      expect(ipOk(outer(out.dataOut)), where).toBe(ipOk(outer(frame)));
+      expect(onesSum(icmpOf(out.dataOut)) === 0xffff, where).toBe(onesSum(icmpOf(frame)) === 0xffff);
+      // Source: the service address when the backend sent the error.
+      expect(out.dataOut.subarray(ETH_HLEN + 12, ETH_HLEN + 16), where).toEqual(expected.outerSource);
+      // The quote: the client's own tuple back, its IP checksum as valid as before, the rest as it was.
+      const qIn = frame.subarray(expected.quoteAt);
+      const qOut = out.dataOut.subarray(expected.quoteAt);
+      const orig = [...tracked.values()].find((f) =>
+        f.out.subarray(ETH_HLEN).subarray(12, 20).equals(qIn.subarray(12, 20)),
+      )!;
+      const origQuote = orig.sent.subarray(ETH_HLEN);
+      expect(qOut.subarray(12, 20), where).toEqual(origQuote.subarray(12, 20));
+      const ihl = (qIn[0]! & 0x0f) * 4;
+      expect(qOut.subarray(ihl, ihl + 4), where).toEqual(origQuote.subarray(ihl, ihl + 4));
+      expect(ipOk(qOut), where).toBe(ipOk(qIn));
+      if (qIn.length >= qIn.readUInt16BE(2) && qIn.readUInt16BE(2) >= ihl + 8) {
+        // A whole datagram quoted: its TCP/UDP checksum is exactly as valid as before.
+        const asFrame = (q: Buffer) =>
+          Buffer.concat([Buffer.from([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 0]), q]);
+        expect(parsePacket(asFrame(qOut)).l4ChecksumOk, where).toBe(parsePacket(asFrame(qIn)).l4ChecksumOk);
+      }
+      const csumAt = ihl + (qIn[9] === IPPROTO_TCP ? 16 : 6);
+      for (let i = 0; i < qIn.length; i++) {
+        const mutable =
+          (i >= 10 && i < 12) ||
+          (i >= 12 && i < 20) ||
+          (i >= ihl && i < ihl + 4) ||
+          (i >= csumAt && i < csumAt + 2);
+        if (!mutable) expect(qOut[i], `${where} quote byte ${i}`).toBe(qIn[i]);
+      }
+    }
+    console.log(`ICMP fuzz: ${JSON.stringify(tally)}`);
+    expect(tally.rewritten).toBeGreaterThan(500);
+    expect(tally.untouched).toBeGreaterThan(500);
   });
 });

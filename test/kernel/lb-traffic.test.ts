@@ -22,7 +22,21 @@ import {
   xdpDetach,
 } from '../../native/libbpf.js';
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
-import { ACTION, BE_F, ip4Codec, PROGRAMS, SVC_F, u32Codec } from '../../src/dataplanes/bpf/layout.js';
+import {
+  collectConntrack,
+  DEFAULT_CONNTRACK_TIMEOUTS,
+  monotonicNs,
+  readConntrack,
+} from '../../src/dataplanes/bpf/conntrack-gc.js';
+import {
+  ACTION,
+  BE_F,
+  ip4Codec,
+  PROGRAMS,
+  SVC_F,
+  TCP_FLAG,
+  u32Codec,
+} from '../../src/dataplanes/bpf/layout.js';
 import { Lab, type RequestResult } from '../../src/lab/netns.js';
 import { IPPROTO_TCP, IPPROTO_UDP } from '../../src/net/packets.js';
 import { inNetns } from '../support/in-netns.js';
@@ -221,6 +235,52 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
     const download = `${check}const s=require('net').connect(90,'10.96.0.9',()=>s.write('S'));s.on('data',eat);s.on('close',()=>console.log(at+':'+bad));setTimeout(()=>process.exit(2),20000).unref();`;
     const down = await lab.exec('pod', process.execPath, ['-e', download]);
     expect(down.stdout.trim()).toBe(`${8 << 20}:0`);
+  });
+
+  it('a half-closed TCP stream idle for 30 s (as conntrack GC sees it) still completes', async () => {
+    // The server reads until the client's FIN, then answers 3 s later. Meanwhile GC runs with
+    // its clock 31 s ahead: the flow, FIN seen one way only, must keep its entries.
+    const server = `require('net').createServer({allowHalfOpen:true},(s)=>{s.resume();s.on('end',()=>setTimeout(()=>s.end('late'),3000));}).listen(9100,'10.202.0.2',()=>console.log('listening'));`;
+    const child = lab.spawn('be', process.execPath, ['-e', server]);
+    await new Promise<void>((resolve) => child.stdout?.once('data', () => resolve()));
+    writeFrontend(lb, {
+      svcId: 11,
+      addr: '10.96.0.11',
+      port: 91,
+      proto: IPPROTO_TCP,
+      backends: [{ id: 11, addr: '10.202.0.2', port: 9100 }],
+    });
+    const client = `const s=require('net').connect(91,'10.96.0.11',()=>s.end('x'));let r='';s.on('data',(d)=>r+=d);s.on('error',(e)=>r+='!'+e.code);s.on('close',()=>console.log(r));setTimeout(()=>process.exit(2),15000).unref();`;
+    const done = lab.exec('pod', process.execPath, ['-e', client], { allowFailure: true });
+    // Wait for the client's FIN on the forward entry, then collect.
+    const finSeen = () =>
+      readConntrack(lb.fd.ct4Tcp).some(
+        (r) => !r.reply && r.svcId === 11 && (r.tcpFlags & TCP_FLAG.FIN) !== 0,
+      );
+    await until('the client FIN in conntrack', async () => finSeen(), 5000);
+    await collectConntrack(
+      lb.fd.ct4Tcp,
+      DEFAULT_CONNTRACK_TIMEOUTS,
+      undefined,
+      () => monotonicNs() + 31_000_000_000n,
+    );
+    expect((await done).stdout.trim()).toBe('late');
+    expect(readConntrack(lb.fd.ct4Tcp).filter((r) => r.svcId === 11)).toHaveLength(2);
+    child.kill();
+  });
+
+  it('a UDP client whose backend port is closed sees ECONNREFUSED at once (the ICMP error translated)', async () => {
+    writeFrontend(lb, {
+      svcId: 12,
+      addr: '10.96.0.12',
+      port: 53,
+      proto: IPPROTO_UDP,
+      backends: [{ id: 12, addr: '10.202.0.2', port: 5399 }],
+    });
+    const client = `const s=require('dgram').createSocket('udp4');const t=Date.now();s.on('error',(e)=>{console.log(e.code+' '+(Date.now()-t));process.exit(0);});s.connect(53,'10.96.0.12',()=>{s.send('q');setInterval(()=>s.send('q'),200);});setTimeout(()=>{console.log('timeout');process.exit(0);},3000);`;
+    const [code, ms] = (await lab.exec('pod', process.execPath, ['-e', client])).stdout.trim().split(' ');
+    expect(code).toBe('ECONNREFUSED');
+    expect(Number(ms)).toBeLessThan(1000);
   });
 
   it('hairpin: a pod reaches itself through its service', async () => {

@@ -116,6 +116,7 @@ export function bpfConfig(extra: Partial<BpfConfig> = {}): BpfConfig {
       socketReverse: 1024,
     },
     conntrackGCIntervalSeconds: 30,
+    newFlowsPerSecondPerCpu: 20000,
     metricsMaxBackends: 100,
     ...extra,
   };

@@ -10,6 +10,7 @@ import {
   findMap,
   helperSupported,
   loadObject,
+  mapDelete,
   mapFd,
   mapUpdate,
   mapUpdateBatch,
@@ -20,13 +21,14 @@ import {
   type TestRunResult,
   testRun,
 } from '../../native/libbpf.js';
+import { publishConfig } from '../../src/dataplanes/bpf/kernel-store.js';
 import {
   ACTION,
   ALGORITHM,
+  affMatchKey,
   BE_F,
   type BpfConfigValue,
   backend4,
-  config,
   type DatapathRodata,
   MAPS,
   RODATA_MAP,
@@ -35,10 +37,13 @@ import {
   slotKey,
   svc4Key,
   svcVal,
+  u8Codec,
   u32Codec,
 } from '../../src/dataplanes/bpf/layout.js';
 
 export const LB_OBJECT_PATH = fileURLToPath(new URL('../../bpf/lb.o', import.meta.url));
+/** The variant for kernels without bpf_loop (bpf/lb_compat.c). */
+export const LB_COMPAT_OBJECT_PATH = fileURLToPath(new URL('../../bpf/lb_compat.o', import.meta.url));
 
 type MapName = keyof typeof MAPS;
 
@@ -69,8 +74,9 @@ export function loadLb(
     coarseClock: true,
     sockSetRetval: helperSupported(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_FUNC_SET_RETVAL),
   },
+  objectPath: string = LB_OBJECT_PATH,
 ): LoadedLb {
-  const obj = openObject(LB_OBJECT_PATH);
+  const obj = openObject(objectPath);
   try {
     setMapInitialValue(findMap(obj, RODATA_MAP), rodata.encode(constants));
     for (const [name, max] of Object.entries({ ...TEST_CAPACITY, ...capacity })) {
@@ -110,7 +116,11 @@ export interface TestFrontend {
   gen?: number;
 }
 
-/** Backends, then the slot generation in one batch, then the frontend entry. */
+/** The backend ids each service's frontends last listed, per loaded object. */
+const servedBy = new WeakMap<LoadedLb, Map<number, number[]>>();
+
+/** Backends, then the slot generation in one batch, then the {backend, service} pairs, then the
+ * frontend entry; pairs of backends the service no longer lists go after it (as the writer). */
 export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
   const gen = f.gen ?? 0;
   for (const b of f.backends) {
@@ -125,6 +135,12 @@ export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
     const values = u32Codec.encodeMany(f.backends.map((b) => b.id));
     mapUpdateBatch(lb.fd.slots, keys, values, f.backends.length);
   }
+  for (const b of f.backends)
+    mapUpdate(
+      lb.fd.affinityMatch,
+      affMatchKey.encode({ backendId: b.id, svcId: f.svcId }),
+      u8Codec.encode(1),
+    );
   mapUpdate(
     lb.fd.svc4,
     svc4Key.encode({ addr: f.addr, port: f.port, proto: f.proto, scope: f.scope ?? SCOPE.all }),
@@ -139,6 +155,13 @@ export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
       action: f.action ?? (f.backends.length > 0 ? ACTION.forward : ACTION.reject),
     }),
   );
+  const served = servedBy.get(lb) ?? new Map<number, number[]>();
+  servedBy.set(lb, served);
+  const ids = f.backends.map((b) => b.id);
+  for (const id of served.get(f.svcId) ?? [])
+    if (!ids.includes(id))
+      mapDelete(lb.fd.affinityMatch, affMatchKey.encode({ backendId: id, svcId: f.svcId }));
+  served.set(f.svcId, ids);
 }
 
 export const TEST_CONFIG: BpfConfigValue = {
@@ -150,11 +173,14 @@ export const TEST_CONFIG: BpfConfigValue = {
   hashSeed: 0x1234abcd,
   nodeportMin: 30000,
   nodeportMax: 32767,
+  newFlowRate: 0,
 };
 
 export function writeConfig(lb: LoadedLb, value: Partial<BpfConfigValue> = {}): BpfConfigValue {
   const cfg = { ...TEST_CONFIG, ...value };
-  mapUpdate(lb.fd.config, u32Codec.encode(0), config.encode(cfg));
+  // As the agent publishes it: the other generation, then the flip (test runs are sequential,
+  // so no grace period is needed).
+  publishConfig(lb.fd, cfg);
   return cfg;
 }
 

@@ -35,6 +35,13 @@ export class MemoryStore implements MapStore {
 
   checkReader(after: string) {
     for (const f of this.frontends.values()) {
+      // Pods follow TWO_SCOPES to the internal sibling: it must be there.
+      if (
+        f.key.scope === 'all' &&
+        f.value.hasInternalScope &&
+        !this.frontends.has(frontendName({ ...f.key, scope: 'internal' }))
+      )
+        this.readerErrors.push(`after ${after}: ${frontendName(f.key)} names a missing internal entry`);
       const { serviceId, gen, count } = f.value;
       for (let slot = 0; slot < count; slot++) {
         const s = this.slots.get(`${serviceId}/${gen}/${slot}`);
@@ -104,11 +111,18 @@ export class MemoryStore implements MapStore {
     this.record('resetBackendStats', ids.length);
   }
   upsertFrontends(entries: readonly FrontendEntry[]) {
-    for (const f of entries) this.frontends.set(frontendName(f.key), f);
+    // A batch update is not atomic: readers see its elements arrive one by one.
+    for (const f of entries) {
+      this.frontends.set(frontendName(f.key), f);
+      this.checkReader(`upsertFrontends (${frontendName(f.key)})`);
+    }
     this.record('upsertFrontends', entries.length);
   }
   deleteFrontends(keys: readonly FrontendEntry['key'][]) {
-    for (const k of keys) this.frontends.delete(frontendName(k));
+    for (const k of keys) {
+      this.frontends.delete(frontendName(k));
+      this.checkReader(`deleteFrontends (${frontendName(k)})`);
+    }
     this.record('deleteFrontends', keys.length);
   }
   read(): StoredState {

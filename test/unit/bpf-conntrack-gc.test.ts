@@ -97,7 +97,17 @@ describe('conntrack GC policy', () => {
       { fwd: 0n, reply: 0n },
       { fwd: TCP_FLAG.ACK | TCP_FLAG.FIN, reply: TCP_FLAG.ACK },
     ).map(record);
-    expect(flowState(6, fin[0], fin[1])).toBe('closing');
+    // Half-closed: the server may still send for as long as an established flow idles.
+    expect(flowState(6, fin[0], fin[1])).toBe('established');
+    const bothFin = flow(
+      1,
+      6,
+      { fwd: 0n, reply: 0n },
+      { fwd: TCP_FLAG.ACK | TCP_FLAG.FIN, reply: TCP_FLAG.ACK | TCP_FLAG.FIN },
+    ).map(record);
+    expect(flowState(6, bothFin[0], bothFin[1])).toBe('closing');
+    const rst = flow(1, 6, { fwd: 0n, reply: 0n }, { fwd: TCP_FLAG.ACK, reply: TCP_FLAG.RST }).map(record);
+    expect(flowState(6, rst[0], rst[1])).toBe('closing');
     expect(flowState(17, undefined, undefined)).toBe('other');
   });
 
@@ -112,8 +122,15 @@ describe('conntrack GC policy', () => {
       // SYN only, 61 s: expired; 59 s: kept
       ...flow(3, 6, { fwd: now - 61n * S }, { fwd: TCP_FLAG.SYN }),
       ...flow(4, 6, { fwd: now - 59n * S }, { fwd: TCP_FLAG.SYN }),
-      // closed 11 s ago: expired, although the reply side is younger than the established timeout
-      ...flow(5, 6, { fwd: now - 11n * S, reply: now - 12n * S }, { fwd: ack | TCP_FLAG.FIN, reply: ack }),
+      // closed both ways 11 s ago: expired, although younger than the established timeout
+      ...flow(
+        5,
+        6,
+        { fwd: now - 11n * S, reply: now - 12n * S },
+        { fwd: ack | TCP_FLAG.FIN, reply: ack | TCP_FLAG.FIN },
+      ),
+      // half-closed 11 s ago: kept (the established timeout applies)
+      ...flow(8, 6, { fwd: now - 11n * S, reply: now - 12n * S }, { fwd: ack | TCP_FLAG.FIN, reply: ack }),
       // UDP 61 s: expired; a reply 30 s ago keeps the other one alive
       ...flow(6, 17, { fwd: now - 61n * S, reply: now - 61n * S }),
       ...flow(7, 17, { fwd: now - 90n * S, reply: now - 30n * S }),

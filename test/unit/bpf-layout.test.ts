@@ -122,6 +122,7 @@ describe('bpf map layouts', () => {
           hashSeed: 0xdeadbeef,
           nodeportMin: 30000,
           nodeportMax: 32767,
+          newFlowRate: 20000,
         },
       ],
       [dropStats, { packets: 2n, bytes: 120n }],

@@ -46,6 +46,7 @@ function maps(over: Partial<TraceMaps> & { frontends?: Record<string, FrontendVa
       hashSeed: 1,
       nodeportMin: 30000,
       nodeportMax: 32767,
+      newFlowRate: 0,
     }),
     slot: (svc, _gen, slot) => slots[svc]?.[slot] ?? 0,
     backend: (id) => backends.get(id) ?? null,

@@ -48,7 +48,7 @@ function setup() {
   return { store, clock, writer, plan };
 }
 
-const web = (ips: string[], extra: Partial<ServicePortDecision> = {}) =>
+const web = (ips: string[], extra: Parameters<typeof servicePort>[2] = {}) =>
   servicePort('ns', 'web', {
     type: 'NodePort',
     nodePort: 30080,
@@ -112,7 +112,11 @@ describe('MapWriter publication order', () => {
       'upsertSlots 4',
       'setMaglev 1',
       'setMaglev 1',
+      'upsertAffinityMatches 2',
       'upsertFrontends 2',
+      // A backend's {backend, service} pairs go at the flip: affinity and SYN re-selection
+      // stop choosing it at once.
+      'deleteAffinityMatches 2',
     ]);
     expect([...store.frontends.values()].every((f) => f.value.gen === 1)).toBe(true);
     // The old generation and the departed backend are still there for readers of the old value.
@@ -126,6 +130,27 @@ describe('MapWriter publication order', () => {
     expect(writer.flushDeferred()).toBe(5);
     expect(store.ops).toEqual(['deleteSlots 4', 'deleteBackends 1']);
     expect(store.slots.size).toBe(4);
+    expect(store.readerErrors).toEqual([]);
+  });
+
+  it('flips the two scopes of a service together: internal entries before the all entries naming them', async () => {
+    const { store, clock, writer, plan } = setup();
+    const split = (externalPolicyLocal: boolean) =>
+      web(['10.1.0.1', '10.1.0.2'], {
+        externalPolicyLocal,
+        loadBalancerIPs: ['198.51.100.9'],
+        type: 'LoadBalancer',
+      });
+    await writer.apply(plan([split(false)]));
+    clock.ms += 1000;
+    await writer.apply(plan([split(true)]));
+    const frontends = [...store.frontends.values()];
+    expect(frontends.filter((f) => f.key.scope === 'internal').length).toBeGreaterThan(0);
+    expect(frontends.filter((f) => f.value.hasInternalScope).length).toBeGreaterThan(0);
+    // And back: the all entries stop naming their siblings before the siblings go.
+    clock.ms += 1000;
+    await writer.apply(plan([split(false)]));
+    expect([...store.frontends.values()].some((f) => f.key.scope === 'internal')).toBe(false);
     expect(store.readerErrors).toEqual([]);
   });
 
@@ -163,13 +188,12 @@ describe('MapWriter publication order', () => {
     expect(store.ranges.size).toBe(1);
     store.ops = [];
     await writer.apply(plan([other]));
-    expect(store.ops).toEqual(['deleteFrontends 3']);
+    expect(store.ops).toEqual(['deleteFrontends 3', 'deleteAffinityMatches 3']);
     clock.ms += 500;
     writer.flushDeferred();
-    expect(store.ops.slice(1)).toEqual([
+    expect(store.ops.slice(2)).toEqual([
       'deleteSlots 3',
       'deleteMaglev 3',
-      'deleteAffinityMatches 3',
       'deleteSourceRanges 1',
       'deleteBackends 1',
     ]);

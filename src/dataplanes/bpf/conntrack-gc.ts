@@ -5,7 +5,8 @@
 // and forgets closed ones quickly.
 //
 // Timeouts follow Cilium's defaults (bpf-ct-timeout-*): TCP SYN 60 s, TCP established 6 h,
-// TCP closing (FIN or RST seen) 10 s, everything else 60 s. They are idle timeouts: each packet
+// TCP closing (RST seen, or FIN seen in both directions) 10 s, everything else 60 s. A half-closed
+// stream (FIN one way only) keeps the established timeout. They are idle timeouts: each packet
 // refreshes last_seen_ns (at most once a second, KBP_CT_REFRESH_NS).
 //
 // Entries are handled as raw bytes (a walk reads hundreds of thousands of them): a record keeps
@@ -77,8 +78,11 @@ export function flowState(
   reply: CtRecord | undefined,
 ): FlowState {
   if (proto !== IPPROTO.TCP) return 'other';
-  const flags = (forward?.tcpFlags ?? 0) | (reply?.tcpFlags ?? 0);
-  if (flags & (TCP_FLAG.FIN | TCP_FLAG.RST)) return 'closing';
+  const fwd = forward?.tcpFlags ?? 0;
+  const rev = reply?.tcpFlags ?? 0;
+  // Closed once either side reset, or both sides sent their FIN. A half-closed stream (one FIN)
+  // may idle as long as an established one: the other side can still send.
+  if ((fwd | rev) & TCP_FLAG.RST || fwd & rev & TCP_FLAG.FIN) return 'closing';
   // Established once the client acknowledged (the server's SYN-ACK) and the server answered.
   const clientAcked = ((forward?.tcpFlags ?? 0) & TCP_FLAG.ACK) !== 0;
   return clientAcked && reply !== undefined ? 'established' : 'syn';

@@ -14,6 +14,7 @@ import type { ProxyDecisions } from '../../brain/types.js';
 import { maglevTableSizeProblem } from '../../config/maglev-table-size.js';
 import type { ProxyConfig } from '../../config/types.js';
 import { findCgroup2Root, resolveCgroup2Dir } from '../../host/cgroup.js';
+import { type PortReservation, reservePorts } from '../../host/reserved-ports.js';
 import type { Logger } from '../../logger.js';
 import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../stats.js';
 import { Attacher, type AttachReport, syncSockHooks } from './attach.js';
@@ -33,8 +34,9 @@ import { type LoadedObject, loadPinnedObject } from './object.js';
 import { ANY_ADDRESS, type BpfPlan, BpfPlanner, type PlanProblem } from './plan.js';
 import { MapWriter } from './writer.js';
 
-/** SNAT source ports: above Linux's default ephemeral range (32768-60999), so the node's own
- * connections never collide with translated ones. */
+/** SNAT source ports: above Linux's default ephemeral range (32768-60999), and reserved in
+ * net.ipv4.ip_local_reserved_ports while the agent runs, so the node's own connections never take
+ * one whatever its ip_local_port_range (docs/bpf-datapath.md, "SNAT ports"). */
 export const SNAT_PORT_RANGE = { min: 61000, max: 65535 } as const;
 /** How long replaced slots, tables and backends stay for programs that read the old values. */
 export const DEFAULT_GRACE_MS = 1000;
@@ -63,6 +65,11 @@ export interface FrontendNames {
 
 export function namesFilePath(pinPath: string): string {
   return `/run/kube-bpf-proxy/${pinPath.replace(/^\/+/, '').replace(/\//g, '_')}.names.json`;
+}
+
+/** Where the agent records the ip_local_reserved_ports value it replaced (beside the names file). */
+export function reservedPortsStatePath(namesFile: string): string {
+  return `${namesFile.replace(/\.names\.json$/, '')}.reserved-ports.json`;
 }
 
 const ZERO: TrafficCounters = {
@@ -155,6 +162,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private refreshTimer: NodeJS.Timeout | null = null;
   private readonly refreshQueue = new SerialQueue();
   private readonly gcQueue = new SerialQueue();
+  private reservation: PortReservation | null = null;
 
   private constructor(
     readonly lb: LoadedObject,
@@ -203,6 +211,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const attacher = new Attacher(lb.pinDir, lb.prog, bpf, log);
     const dp = new BpfDataplane(lb, store, writer, attacher, config, log, options);
     dp.restoreIds();
+    dp.reserveSnatPorts();
     dp.attachSockHooks();
     log.info(
       {
@@ -225,6 +234,23 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       dp.every(bpf.conntrackGCIntervalSeconds * 1000, () => dp.collectConntrack());
     }
     return dp;
+  }
+
+  /** The SNAT range into net.ipv4.ip_local_reserved_ports (put back by close()). */
+  private reserveSnatPorts(): void {
+    const namesFile = this.options.namesFile ?? namesFilePath(this.config.bpf.pinPath);
+    try {
+      this.reservation = reservePorts(
+        [SNAT_PORT_RANGE.min, SNAT_PORT_RANGE.max],
+        reservedPortsStatePath(namesFile),
+      );
+      this.log.info({ ipLocalReservedPorts: this.reservation.value }, 'SNAT ports reserved');
+    } catch (err) {
+      this.log.warn(
+        { err: String(err), range: `${SNAT_PORT_RANGE.min}-${SNAT_PORT_RANGE.max}` },
+        'cannot reserve the SNAT ports in net.ipv4.ip_local_reserved_ports: host connections may collide with SNATed flows',
+      );
+    }
   }
 
   private restoreIds(): void {
@@ -307,7 +333,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       },
       changes.fullSyncRequired ? null : changes.changedServices,
     );
-    this.writeConfig(decisions, plan);
+    await this.writeConfig(decisions, plan);
     this.noteNodeIPs(decisions);
     if (changes.fullSyncRequired) this.writer.resync();
     const result = await this.writer.apply(plan, scope);
@@ -333,7 +359,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     return { full: changes.fullSyncRequired };
   }
 
-  private writeConfig(decisions: ProxyDecisions, plan: BpfPlan): void {
+  private async writeConfig(decisions: ProxyDecisions, plan: BpfPlan): Promise<void> {
     const nodeIP = decisions.families.find((f) => f.family === 'IPv4')?.nodeIP || ANY_ADDRESS.IPv4;
     const anyAddressPorts = plan.frontends
       .filter((f) => f.kind === 'NodePort' && f.key.address === ANY_ADDRESS.IPv4)
@@ -352,9 +378,14 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       hashSeed: MAGLEV_HASH_SEED,
       nodeportMin: nodeport.min,
       nodeportMax: nodeport.max,
+      newFlowRate: this.config.bpf.newFlowsPerSecondPerCpu,
     };
     const current = this.store.readConfig();
     if ((Object.keys(wanted) as (keyof typeof wanted)[]).some((k) => current[k] !== wanted[k])) {
+      // The generation to write may still be read by a program that started before the last
+      // flip: only after the (short) grace period.
+      const wait = this.store.configGraceRemainingMs();
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
       this.store.writeConfig(wanted);
     }
   }
@@ -614,6 +645,12 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       this.writer.flushDeferred(true);
     } finally {
       this.lb.close();
+      try {
+        this.reservation?.release();
+      } catch (err) {
+        this.log.warn({ err: String(err) }, 'cannot restore net.ipv4.ip_local_reserved_ports');
+      }
+      this.reservation = null;
     }
   }
 }

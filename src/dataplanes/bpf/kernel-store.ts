@@ -152,6 +152,7 @@ function rangeKey(r: SourceRange) {
 export class KernelStore implements MapStore {
   readonly families = ['IPv4' as const];
   private readonly cpus = possibleCpus();
+  private configFlippedAtMs: number | null = null;
 
   constructor(
     private readonly fd: Record<MapName, number>,
@@ -421,19 +422,58 @@ export class KernelStore implements MapStore {
   }
 
   readConfig(): BpfConfigValue {
-    const value = Buffer.alloc(configCodec.size);
-    mapLookup(this.fd.config, u32Codec.encode(0), value);
-    return configCodec.decode(value);
+    return readLiveConfig(this.fd);
   }
 
+  /** Publishes the node configuration as a new generation (publishConfig). A caller that writes
+   * again within CONFIG_GRACE_MS of the last flip first waits configGraceRemainingMs(). */
   writeConfig(value: BpfConfigValue): void {
-    mapUpdate(this.fd.config, u32Codec.encode(0), configCodec.encode(value));
+    publishConfig(this.fd, value);
+    this.configFlippedAtMs = performance.now();
+  }
+
+  /** How long until the generation that stopped being live at the last flip may be rewritten. */
+  configGraceRemainingMs(): number {
+    if (this.configFlippedAtMs === null) return 0;
+    return Math.max(0, CONFIG_GRACE_MS - (performance.now() - this.configFlippedAtMs));
   }
 
   /** Whose sockets the socket hooks serve; written before they are attached. */
   writeSockConfig(value: SockConfig): void {
     mapUpdate(this.fd.sockConfig, u32Codec.encode(0), sockConfig.encode(value));
   }
+}
+
+/** Programs read the configuration through a pointer into its live generation for the length of
+ * one run (microseconds, inside an RCU read section); the generation they may still be reading is
+ * rewritten only this long after the flip that retired it. */
+export const CONFIG_GRACE_MS = 50;
+
+type ConfigFds = { config: number; configGen: number };
+
+/** The live generation of kbp_cfg_v2 (kbp_cfggen_v1[0], 0 or 1). */
+export function liveConfigGen(fd: ConfigFds): number {
+  const gen = Buffer.alloc(4);
+  mapLookup(fd.configGen, u32Codec.encode(0), gen);
+  return gen.readUInt32LE(0) & 1;
+}
+
+export function readLiveConfig(fd: ConfigFds): BpfConfigValue {
+  const value = Buffer.alloc(configCodec.size);
+  mapLookup(fd.config, u32Codec.encode(liveConfigGen(fd)), value);
+  return configCodec.decode(value);
+}
+
+/**
+ * Publishes a node configuration atomically, as the service entries are: the whole value into
+ * the generation the programs do not read, then one 4-byte write makes it live. A program sees
+ * the old configuration or the new one, never a mix (an ARRAY value rewritten in place can be
+ * read half old, half new).
+ */
+export function publishConfig(fd: ConfigFds, value: BpfConfigValue): void {
+  const next = liveConfigGen(fd) ^ 1;
+  mapUpdate(fd.config, u32Codec.encode(next), configCodec.encode(value));
+  mapUpdate(fd.configGen, u32Codec.encode(0), u32Codec.encode(next));
 }
 
 /** The backend ids of a Maglev inner table, named by its map id (as the outer map returns it). */

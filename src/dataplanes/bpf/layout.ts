@@ -247,6 +247,7 @@ export const DROP_REASON = cEnum(
     rejectFailed: 8,
     fib: 9,
     fragNeeded: 10,
+    newFlowRate: 11,
   },
   {
     names: {
@@ -389,7 +390,7 @@ export const trafficStats = new StructCodec('kbp_traffic_stats', 48, {
 });
 export const dropStats = new StructCodec('kbp_drop_stats', 16, { packets: u64(0), bytes: u64(8) });
 export const svcDropKey = new StructCodec('kbp_svc_drop_key', 8, { svcId: u32(0), reason: u32(4) });
-export const config = new StructCodec('kbp_config', 36, {
+export const config = new StructCodec('kbp_config', 40, {
   snatAddr4: ip4(0),
   snatAddr6: ip6(4),
   snatPortMin: u16(20),
@@ -398,7 +399,10 @@ export const config = new StructCodec('kbp_config', 36, {
   hashSeed: u32(28),
   nodeportMin: u16(32),
   nodeportMax: u16(34),
+  newFlowRate: u32(36),
 });
+/** kbp_rate_v1 (per CPU): this CPU's new flows in the current one-second window. */
+export const rate = new StructCodec('kbp_rate', 16, { windowNs: u64(0), count: u64(8) });
 export const node6Key = new StructCodec('kbp_node6_key', 16, { addr: ip6(0) });
 export const sockConfig = new StructCodec(
   'kbp_sockcfg',
@@ -508,7 +512,12 @@ export const MAPS = {
   drops: mapLayout('kbp_drops_v1', u32Codec, dropStats, true),
   /** LRU per-CPU hash: {svc_id, reason} -> packets, bytes dropped. */
   svcDrops: mapLayout('kbp_svcdrop_v1', svcDropKey, dropStats, true),
-  config: mapLayout('kbp_cfg_v1', u32Codec, config),
+  /** Two generations of the node configuration (key 0 and 1), published by configGen. */
+  config: mapLayout('kbp_cfg_v2', u32Codec, config),
+  /** One entry: the live generation of `config` (0 or 1). */
+  configGen: mapLayout('kbp_cfggen_v1', u32Codec, u32Codec),
+  /** Per CPU, one entry: new flows in the current second (kbp_config.new_flow_rate). */
+  newFlowRate: mapLayout('kbp_rate_v1', u32Codec, rate, true),
   nodeAddrs4: mapLayout('kbp_node4_v1', ip4Codec, u32Codec),
   nodeAddrs6: mapLayout('kbp_node6_v1', node6Key, u32Codec),
   /** ifindex -> the interface's primary IPv4 address: the SNAT source through it. */

@@ -6,8 +6,11 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { release } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import {
+  BPF_FUNC_LOOP,
   BPF_FUNC_SET_RETVAL,
   BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
+  BPF_PROG_TYPE_SCHED_CLS,
+  BPF_PROG_TYPE_XDP,
   type BpfObject,
   closeObject,
   findMap,
@@ -61,6 +64,8 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
   drops: '',
   svcDrops: 'bpf.mapSizes.services',
   config: '',
+  configGen: '',
+  newFlowRate: '',
   nodeAddrs4: '',
   nodeAddrs6: '',
   ifAddrs4: '',
@@ -93,6 +98,8 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
     drops: null,
     svcDrops: sizes.services,
     config: null,
+    configGen: null,
+    newFlowRate: null,
     nodeAddrs4: null,
     nodeAddrs6: null,
     ifAddrs4: null,
@@ -101,13 +108,28 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
   };
 }
 
-/** bpf/lb.o next to the package root, from src/ (tsx, vitest) or from dist/src/ (built). */
-export function defaultObjectPath(): string {
-  for (const up of ['../../../bpf/lb.o', '../../../../bpf/lb.o']) {
-    const path = fileURLToPath(new URL(up, import.meta.url));
+/** The data plane object for a kernel: bpf/lb.o where tc programs may call bpf_loop (5.17+),
+ * else bpf/lb_compat.o (its SNAT port search unrolled; bpf/lb_compat.c). */
+export function objectFileFor(hasBpfLoop: boolean): string {
+  return hasBpfLoop ? 'lb.o' : 'lb_compat.o';
+}
+
+/** Can tc and XDP programs call bpf_loop here (libbpf's helper probe)? */
+export function kernelHasBpfLoop(): boolean {
+  return (
+    helperSupported(BPF_PROG_TYPE_SCHED_CLS, BPF_FUNC_LOOP) &&
+    helperSupported(BPF_PROG_TYPE_XDP, BPF_FUNC_LOOP)
+  );
+}
+
+/** bpf/lb.o (or lb_compat.o, see objectFileFor) next to the package root, from src/ (tsx,
+ * vitest) or from dist/src/ (built). */
+export function defaultObjectPath(file: string = objectFileFor(kernelHasBpfLoop())): string {
+  for (const up of ['../../../bpf/', '../../../../bpf/']) {
+    const path = fileURLToPath(new URL(up + file, import.meta.url));
     if (existsSync(path)) return path;
   }
-  throw new Error('bpf/lb.o not found: run `npm run build:bpf`');
+  throw new Error(`bpf/${file} not found: run \`npm run build:bpf\``);
 }
 
 /** True when the running kernel is at least major.minor (os.release(), e.g. "6.1.0-18-amd64"). */

@@ -384,18 +384,29 @@ export class MapWriter {
       .filter((e) => e.isNew)
       .map((e) => e.planned.serviceId);
     if (fresh.length) this.store.resetServiceStats(fresh);
-    this.inBatches(live(), fail, (group) => {
-      const entries = group
-        .map((e) => e.frontend)
-        .filter((f) => {
-          const known = mirror.frontends.get(frontendName(f.key));
-          return !known || !sameValue(known.value, f.value);
-        });
-      if (entries.length === 0) return;
-      this.store.upsertFrontends(entries);
-      for (const f of entries) mirror.frontends.set(frontendName(f.key), f);
-      result.written += entries.length;
-    });
+    // Internal-scope entries before the `all` entries: an `all` entry that sends pods to its
+    // internal sibling (KBP_SVC_F_TWO_SCOPES) must never be live without it, or pods would be
+    // served by the external list (eTP=Local: only the local endpoints, or a drop) meanwhile.
+    // A sibling that goes is deleted after its `all` entry stopped naming it (below).
+    const flip = (scope: 'internal' | 'all') =>
+      this.inBatches(
+        live().filter((e) => (e.frontend.key.scope === 'internal') === (scope === 'internal')),
+        fail,
+        (group) => {
+          const entries = group
+            .map((e) => e.frontend)
+            .filter((f) => {
+              const known = mirror.frontends.get(frontendName(f.key));
+              return !known || !sameValue(known.value, f.value);
+            });
+          if (entries.length === 0) return;
+          this.store.upsertFrontends(entries);
+          for (const f of entries) mirror.frontends.set(frontendName(f.key), f);
+          result.written += entries.length;
+        },
+      );
+    flip('internal');
+    flip('all');
     const entries = live();
     const planned = new Set(entries.map((e) => e.planned.name));
     const candidates = scope
@@ -404,7 +415,11 @@ export class MapWriter {
           return f ? [[name, f]] : [];
         })
       : [...mirror.frontends.entries()];
-    const gone = candidates.filter(([name, f]) => !planned.has(name) && !failed.has(f.value.serviceId));
+    // `all` entries before internal ones: an `all` entry that goes must not name a sibling
+    // already gone, even for the microseconds between two elements of the batch.
+    const gone = candidates
+      .filter(([name, f]) => !planned.has(name) && !failed.has(f.value.serviceId))
+      .sort(([, a], [, b]) => Number(a.key.scope === 'internal') - Number(b.key.scope === 'internal'));
     if (gone.length) {
       this.store.deleteFrontends(gone.map(([, f]) => f.key));
       for (const [name] of gone) mirror.frontends.delete(name);
@@ -434,13 +449,22 @@ export class MapWriter {
     const maglev = scopedIds
       ? [...scopedIds].flatMap((id) => mirror.maglev.get(maglevId({ serviceId: id })) ?? [])
       : [...mirror.maglev.values()];
+    // The pairs of backends that left a service go now, not after the grace period: from the
+    // flip on, affinity must not pick them and a SYN on their tracked flows selects again (a
+    // reader of the old generation still finds them in its slots; it needs no pair).
+    const leftMatches = ofScope(mirror.affinityMatches).filter((m) =>
+      unused(m.serviceId, affinityId(m), wantedMatches),
+    );
+    if (leftMatches.length) {
+      this.store.deleteAffinityMatches(leftMatches);
+      for (const m of leftMatches) mirror.affinityMatches.delete(m);
+      result.deleted += leftMatches.length;
+    }
     this.deferred.push({
       dueMs: this.now() + this.options.graceMs,
       slots: slots.filter((s) => unused(s.serviceId, slotId(s), wantedSlots)),
       maglev: maglev.map((m) => m.key).filter((k) => unused(k.serviceId, maglevId(k), wantedMaglev)),
-      affinityMatches: ofScope(mirror.affinityMatches).filter((m) =>
-        unused(m.serviceId, affinityId(m), wantedMatches),
-      ),
+      affinityMatches: [],
       sourceRanges: ofScope(mirror.sourceRanges).filter((r) => unused(r.serviceId, rangeId(r), wantedRanges)),
       backends: backends.filter((b) => !plannedBackends.has(b.id) && !failedBackends.has(b.id)),
     });
@@ -505,8 +529,9 @@ export class MapWriter {
         planned.scheduler === 'maglev' && backendIds.length > 0
           ? { key: { serviceId }, signature: maglevSignature(this.options.maglevTableSize, backendIds) }
           : null,
-      affinityMatches:
-        planned.affinityTimeoutSeconds > 0 ? backendIds.map((backendId) => ({ backendId, serviceId })) : [],
+      // Every service's {backend, service} pairs, not only those with affinity: the datapath
+      // also asks whether a tracked flow's backend still serves its service (SYN re-selection).
+      affinityMatches: backendIds.map((backendId) => ({ backendId, serviceId })),
       sourceRanges: planned.sourceRanges.map((cidr) => ({ serviceId, family: planned.key.family, cidr })),
       isNew: !sameId,
     };
