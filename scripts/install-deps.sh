@@ -5,19 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debs=(clang llvm libbpf-dev libbpf1 linux-libc-dev clang-format iproute2 iptables nftables ipset conntrack
+source scripts/lib/debs.sh
+build_and_test_debs=(clang llvm libbpf-dev libbpf1 linux-libc-dev clang-format iproute2 iptables nftables ipset conntrack
   ethtool wrk socat netcat-openbsd nfacct librsvg2-bin fonts-dejavu-core openssl)
-missing=()
-for p in "${debs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  sudo_cmd=()
-  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  echo "installing Debian packages: ${missing[*]}"
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+install_debs "building and testing" "${build_and_test_debs[@]}"
 
 # The agent image's build and pod-test tools (mmdebstrap, podman, runc, ...).
 bash scripts/install-image-tools.sh

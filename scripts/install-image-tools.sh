@@ -7,16 +7,5 @@
 # mirror's InRelease files for the image's cache key.
 set -euo pipefail
 
-debs=(mmdebstrap podman runc conmon catatonit openssl curl)
-missing=()
-for p in "${debs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  sudo_cmd=()
-  [[ $(id -u) -eq 0 ]] || sudo_cmd=(sudo)
-  echo "installing Debian packages for the image: ${missing[*]}"
-  "${sudo_cmd[@]}" apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
-    -o DPkg::Lock::Timeout=300 "${missing[@]}" >/dev/null
-fi
+source "$(dirname "$0")/lib/debs.sh"
+install_debs "the image" mmdebstrap podman runc conmon catatonit openssl curl

@@ -5,6 +5,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { findCgroup2Root } from '../host/cgroup.js';
+import { AgentLog, type SyncLine } from './agent-log.js';
 import type { Lab } from './netns.js';
 
 export interface AgentStartOptions {
@@ -34,38 +35,29 @@ const PRIVATE_MOUNTS = [
   'exec "$@"',
 ].join('\n');
 
-export interface SyncLine {
-  /** performance.now() when the line arrived. */
-  at: number;
-  durationMs: number;
-  full: boolean;
-}
-
 export class LabAgent {
-  readonly syncs: SyncLine[] = [];
-  /** Every structured log line, for mode-specific facts (e.g. the iptables backend chosen). */
-  readonly lines: Record<string, unknown>[] = [];
-  private log = '';
-  private exited: number | null | undefined;
-  private waiters: (() => void)[] = [];
+  readonly log = new AgentLog('agent');
 
   private constructor(
     private readonly child: ChildProcess,
     readonly startedAt: number,
   ) {
-    let partial = '';
-    child.stderr?.on('data', (d: Buffer) => {
-      partial += d.toString();
-      const lines = partial.split('\n');
-      partial = lines.pop() ?? '';
-      for (const text of lines) this.onLine(text);
-    });
+    child.stderr?.on('data', (d: Buffer) => this.log.feed(d));
     child.stdout?.on('data', () => {});
     // 'close', not 'exit': the last stderr lines (the reason it stopped) arrive before 'close' only.
-    child.once('close', (code) => {
-      this.exited = code;
-      this.notify();
-    });
+    child.once('close', (code) => this.log.end(code));
+  }
+
+  get syncs(): SyncLine[] {
+    return this.log.syncs;
+  }
+
+  get lines(): Record<string, unknown>[] {
+    return this.log.lines;
+  }
+
+  waitForSync(count: number, timeoutMs: number): Promise<SyncLine> {
+    return this.log.waitForSync(count, timeoutMs);
   }
 
   static start(lab: Lab, ns: string, cli: string, args: string[], opts: AgentStartOptions = {}): LabAgent {
@@ -92,55 +84,6 @@ export class LabAgent {
     return new LabAgent(child, startedAt);
   }
 
-  private onLine(text: string): void {
-    this.log = `${this.log}${text}\n`.slice(-20_000);
-    let parsed: Record<string, unknown>;
-    try {
-      parsed = JSON.parse(text) as Record<string, unknown>;
-    } catch {
-      return;
-    }
-    this.lines.push(parsed);
-    if (parsed.msg === 'synced') {
-      this.syncs.push({
-        at: performance.now(),
-        durationMs: Number(parsed.durationMs),
-        full: parsed.full === true,
-      });
-    }
-    this.notify();
-  }
-
-  private notify(): void {
-    const waiters = this.waiters;
-    this.waiters = [];
-    for (const w of waiters) w();
-  }
-
-  /** Resolves with the (count)th sync line; rejects when the agent exits or the time runs out. */
-  waitForSync(count: number, timeoutMs: number): Promise<SyncLine> {
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(
-        () =>
-          reject(new Error(`agent did not sync (${count}) within ${timeoutMs} ms; log tail:\n${this.log}`)),
-        timeoutMs,
-      );
-      const check = () => {
-        const sync = this.syncs[count - 1];
-        if (sync) {
-          clearTimeout(timer);
-          resolve(sync);
-        } else if (this.exited !== undefined) {
-          clearTimeout(timer);
-          reject(new Error(`agent exited (${this.exited}); log tail:\n${this.log}`));
-        } else {
-          this.waiters.push(check);
-        }
-      };
-      check();
-    });
-  }
-
   /** VmRSS and VmHWM (peak) of the agent process, in MiB. */
   memory(): { rssMiB: number; peakMiB: number } {
     const status = readFileSync(`/proc/${this.child.pid}/status`, 'utf8');
@@ -150,16 +93,21 @@ export class LabAgent {
   }
 
   tail(): string {
-    return this.log;
+    return this.log.tail();
   }
 
-  /** SIGTERM, then SIGKILL after 10 s. The kernel state stays; the caller cleans it up. */
-  async stop(): Promise<void> {
-    if (this.exited !== undefined) return;
-    const exited = new Promise<void>((resolve) => this.child.once('close', () => resolve()));
-    this.child.kill('SIGTERM');
-    const timer = setTimeout(() => this.child.kill('SIGKILL'), 10_000);
-    await exited;
-    clearTimeout(timer);
+  /** The kernel state stays; the caller cleans it up. */
+  stop(): Promise<void> {
+    return stopAgentProcess(this.child, this.log);
   }
+}
+
+/** SIGTERM, then SIGKILL after 10 s; resolves once the process is gone (at once if it is). */
+export async function stopAgentProcess(child: ChildProcess, log: AgentLog): Promise<void> {
+  if (log.exitCode !== undefined) return;
+  const closed = new Promise<void>((resolve) => child.once('close', () => resolve()));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  await closed;
+  clearTimeout(timer);
 }

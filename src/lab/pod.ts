@@ -26,7 +26,7 @@ import net from 'node:net';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { stringify } from 'yaml';
-import type { SyncLine } from './agent.js';
+import { AgentLog, type SyncLine } from './agent-log.js';
 import type { Lab } from './netns.js';
 
 const execFileAsync = promisify(execFile);
@@ -66,11 +66,7 @@ export interface ChartPodOptions {
 
 /** A podman-run chart pod in a lab node, followed through `podman logs -f` (each "synced" line). */
 export class ChartPod {
-  readonly syncs: SyncLine[] = [];
-  readonly lines: Record<string, unknown>[] = [];
-  private log = '';
-  private waiters: (() => void)[] = [];
-  private exited: number | null | undefined;
+  readonly log: AgentLog;
   private follower: ReturnType<Podman['spawn']> | null = null;
 
   constructor(
@@ -81,7 +77,17 @@ export class ChartPod {
     readonly probes: PodProbe[],
     /** The agent container's capabilities, as podman applied them. */
     readonly capabilities: string[],
-  ) {}
+  ) {
+    this.log = new AgentLog(`pod ${name}`);
+  }
+
+  get syncs(): SyncLine[] {
+    return this.log.syncs;
+  }
+
+  get lines(): Record<string, unknown>[] {
+    return this.log.lines;
+  }
 
   get agentContainer(): string {
     return `${this.name}-kube-bpf-proxy`;
@@ -91,75 +97,18 @@ export class ChartPod {
   follow(): void {
     const child = this.podman.spawn(['logs', '-f', this.agentContainer]);
     this.follower = child;
-    let partial = '';
-    const onData = (d: Buffer) => {
-      partial += d.toString();
-      const lines = partial.split('\n');
-      partial = lines.pop() ?? '';
-      for (const text of lines) this.onLine(text);
-    };
+    const onData = (d: Buffer) => this.log.feed(d);
     child.stdout?.on('data', onData);
     child.stderr?.on('data', onData);
-    child.once('close', (code) => {
-      this.exited = code;
-      this.notify();
-    });
-  }
-
-  private onLine(text: string): void {
-    this.log = `${this.log}${text}\n`.slice(-20_000);
-    let parsed: Record<string, unknown>;
-    try {
-      parsed = JSON.parse(text) as Record<string, unknown>;
-    } catch {
-      return;
-    }
-    this.lines.push(parsed);
-    if (parsed.msg === 'synced') {
-      this.syncs.push({
-        at: performance.now(),
-        durationMs: Number(parsed.durationMs),
-        full: parsed.full === true,
-      });
-    }
-    this.notify();
-  }
-
-  private notify(): void {
-    const waiters = this.waiters;
-    this.waiters = [];
-    for (const w of waiters) w();
+    child.once('close', (code) => this.log.end(code));
   }
 
   waitForSync(count: number, timeoutMs: number): Promise<SyncLine> {
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(
-        () =>
-          reject(
-            new Error(`pod ${this.name} did not sync (${count}) within ${timeoutMs} ms; log:\n${this.log}`),
-          ),
-        timeoutMs,
-      );
-      const check = () => {
-        const sync = this.syncs[count - 1];
-        if (sync) {
-          clearTimeout(timer);
-          resolve(sync);
-        } else if (this.exited !== undefined) {
-          clearTimeout(timer);
-          reject(
-            new Error(`pod ${this.name}'s agent exited (logs ended, ${this.exited}); log:\n${this.log}`),
-          );
-        } else {
-          this.waiters.push(check);
-        }
-      };
-      check();
-    });
+    return this.log.waitForSync(count, timeoutMs);
   }
 
   tail(): string {
-    return this.log;
+    return this.log.tail();
   }
 
   /**

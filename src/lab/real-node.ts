@@ -14,7 +14,8 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { parseAllDocuments } from 'yaml';
 import type { ProxyMode } from '../config/types.js';
-import { type AgentStartOptions, LabAgent, type SyncLine } from './agent.js';
+import { type AgentStartOptions, LabAgent } from './agent.js';
+import type { SyncLine } from './agent-log.js';
 import { compiledSibling, type Lab } from './netns.js';
 import {
   API_SERVER_IP,

@@ -11,6 +11,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { findCgroup2Root } from '../../src/host/cgroup.js';
+import { stopAgentProcess } from '../../src/lab/agent.js';
+import { AgentLog } from '../../src/lab/agent-log.js';
 import type { Lab } from '../../src/lab/netns.js';
 import type { K8sObject } from './helm.js';
 
@@ -46,10 +48,7 @@ export interface PodAgentSpec {
 }
 
 export class PodAgent {
-  readonly lines: Record<string, unknown>[] = [];
-  private log = '';
-  private exited: number | null | undefined;
-  private waiters: (() => void)[] = [];
+  readonly log = new AgentLog('chart agent');
   readonly args: string[];
 
   private constructor(
@@ -57,26 +56,13 @@ export class PodAgent {
     args: string[],
   ) {
     this.args = args;
-    let partial = '';
-    child.stderr?.on('data', (d: Buffer) => {
-      partial += d.toString();
-      const lines = partial.split('\n');
-      partial = lines.pop() ?? '';
-      for (const text of lines) {
-        this.log = `${this.log}${text}\n`.slice(-20_000);
-        try {
-          this.lines.push(JSON.parse(text) as Record<string, unknown>);
-        } catch {}
-      }
-      this.notify();
-    });
-    child.stdout?.on('data', (d: Buffer) => {
-      this.log = `${this.log}${d.toString()}`.slice(-20_000);
-    });
-    child.once('close', (code) => {
-      this.exited = code;
-      this.notify();
-    });
+    child.stderr?.on('data', (d: Buffer) => this.log.feed(d));
+    child.stdout?.on('data', (d: Buffer) => this.log.feed(d));
+    child.once('close', (code) => this.log.end(code));
+  }
+
+  get lines(): Record<string, unknown>[] {
+    return this.log.lines;
   }
 
   /** Starts the agent container's command in `ns` as the kubelet would for `spec.nodeName`. */
@@ -131,45 +117,16 @@ export class PodAgent {
     return new PodAgent(child, args);
   }
 
-  private notify(): void {
-    const waiters = this.waiters;
-    this.waiters = [];
-    for (const w of waiters) w();
-  }
-
   /** Resolves when a log line matches; rejects when the agent exits or the time runs out. */
-  waitForLine(match: (line: Record<string, unknown>) => boolean, timeoutMs: number): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`agent: no matching line within ${timeoutMs} ms; log tail:\n${this.log}`)),
-        timeoutMs,
-      );
-      const check = () => {
-        if (this.lines.some(match)) {
-          clearTimeout(timer);
-          resolve();
-        } else if (this.exited !== undefined) {
-          clearTimeout(timer);
-          reject(new Error(`agent exited (${this.exited}); log tail:\n${this.log}`));
-        } else {
-          this.waiters.push(check);
-        }
-      };
-      check();
-    });
+  async waitForLine(match: (line: Record<string, unknown>) => boolean, timeoutMs: number): Promise<void> {
+    await this.log.waitForLine(match, timeoutMs);
   }
 
   tail(): string {
-    return this.log;
+    return this.log.tail();
   }
 
-  /** SIGTERM, then SIGKILL after 10 s. */
-  async stop(): Promise<void> {
-    if (this.exited !== undefined) return;
-    const closed = new Promise<void>((resolve) => this.child.once('close', () => resolve()));
-    this.child.kill('SIGTERM');
-    const timer = setTimeout(() => this.child.kill('SIGKILL'), 10_000);
-    await closed;
-    clearTimeout(timer);
+  stop(): Promise<void> {
+    return stopAgentProcess(this.child, this.log);
   }
 }
