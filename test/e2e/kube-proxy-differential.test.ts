@@ -20,7 +20,8 @@ import { type K8sObject, parseObjects } from '../support/helm.js';
 import { collectionPath, create, createNode, mergePatch, objectPath } from '../support/kube-objects.js';
 import { mulberry32 } from '../support/random.js';
 
-const PREFIX = `hcp-diff${process.pid}`;
+// KBP_LAB_PREFIX (e.g. "hnf") keeps runs of several people on one machine apart.
+const PREFIX = `${process.env.KBP_LAB_PREFIX ?? 'hcp'}-diff${process.pid}`;
 const repo = (path: string) => fileURLToPath(new URL(`../../${path}`, import.meta.url));
 const CLI = repo('dist/src/cli/main.js');
 const SEED = Number(process.env.KBP_DIFF_SEED ?? 15);
@@ -123,45 +124,6 @@ export const KNOWN_DIFFERENCES: {
     side: 'ours',
     what: '(our side of it: no ip6 table)',
     match: /^ip6 +\| /,
-  },
-  {
-    id: 'no-endpoint-chains',
-    mode: 'nftables',
-    side: 'kube-proxy',
-    what: 'kube-proxy 1.37 DNATs in the service chain with `numgen random mod N map { i : ip . port }` (one endpoint: `dnat to ip:port`); we jump to one endpoint-* chain per endpoint through a vmap',
-    match: /^ip chain (service|local|external)-[A-Z0-9]{8}-\S+ \| meta l4proto \w+ dnat (ip )?to /,
-  },
-  {
-    id: 'no-endpoint-chains',
-    mode: 'nftables',
-    side: 'ours',
-    what: '(our side of it: endpoint-* chains and the vmaps to them)',
-    match:
-      /^ip chain endpoint-|^ip table ip kube-proxy \| chain endpoint-|^ip chain (service|local)-[A-Z0-9]{8}-\S+ \| numgen random mod \d+ vmap /,
-  },
-  {
-    id: 'hairpin-set',
-    mode: 'nftables',
-    side: 'kube-proxy',
-    what: 'kube-proxy 1.37 masquerades hairpin connections with a set hairpin-connections (endpoint . endpoint . proto . port) matched in the masquerading chain; we mark them in each endpoint chain',
-    match:
-      /^ip set hairpin-connections|^ip table ip kube-proxy \| set hairpin-connections|@hairpin-connections/,
-  },
-  {
-    id: 'inline-masquerade-mark',
-    mode: 'nftables',
-    side: 'kube-proxy',
-    what: 'kube-proxy 1.37 sets the masquerade mark inline (`meta mark set meta mark | 0x00004000`), and masquerades ClusterIP traffic from outside the cluster CIDR with one rule in the services chain (`ip daddr @cluster-ips ip saddr != <clusterCIDR>`); we jump to a mark-for-masquerade chain, from a rule in each service chain',
-    match:
-      /meta mark set meta mark \| 0x00004000( comment "[^"]*")?$|ip daddr @cluster-ips ip saddr != \S+ meta mark set/,
-  },
-  {
-    id: 'inline-masquerade-mark',
-    mode: 'nftables',
-    side: 'ours',
-    what: '(our side of it: the mark-for-masquerade chain and the jumps to it)',
-    match:
-      /jump mark-for-masquerade|^ip chain mark-for-masquerade|^ip table ip kube-proxy \| chain mark-for-masquerade/,
   },
 ];
 
