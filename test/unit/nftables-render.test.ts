@@ -331,7 +331,8 @@ describe('table setup', () => {
       'add rule ip kube-proxy services fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports',
     );
     expect(all).toContain(
-      'add rule ip kube-proxy nodeport-endpoints-check fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports',
+      // proxier.go setupNFTables: no fib match in the endpoints check.
+      'add rule ip kube-proxy nodeport-endpoints-check ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports',
     );
     const v6 = render({ services: [], slices: [], config: { nodePortAddresses: ['::/0'] }, family: 'IPv6' });
     expect(v6).toContain(

@@ -237,9 +237,10 @@ function setupLines(decisions: FamilyDecisions): string[] {
     `type inet_proto . inet_service : verdict ; comment ${quote('vmap to drop or reject packets to service nodeports with no endpoints')} ;`,
   );
   w.rule(SERVICE_ENDPOINTS_CHECK, `${family} daddr . meta l4proto . th dport vmap @${NO_ENDPOINT_SERVICES}`);
+  // Hung off filter-input, which sees only local destinations: no `fib daddr type local` here.
   w.rule(
     NODEPORT_ENDPOINTS_CHECK,
-    `${nodePortDestinations} meta l4proto . th dport vmap @${NO_ENDPOINT_NODEPORTS}`,
+    `${matchAll ? noLocalhost : `${family} daddr @${NODEPORT_IPS}`} meta l4proto . th dport vmap @${NO_ENDPOINT_NODEPORTS}`,
   );
 
   w.map(
