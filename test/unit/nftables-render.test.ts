@@ -573,6 +573,27 @@ describe('service ports', () => {
     );
   });
 
+  it('IPv6 without an IPv6 node IP: ::1 stands for the node in loadBalancerSourceRanges, as in kube-proxy', () => {
+    const lines = render({
+      services: [
+        service('ns1', 'svc1', {
+          type: 'LoadBalancer',
+          clusterIP: 'fd00:30::41',
+          clusterIPs: ['fd00:30::41'],
+          loadBalancerIngress: [{ ip: '2001:db8:80::20', hostname: '', ipMode: 'VIP' }],
+          loadBalancerSourceRanges: ['::/0'],
+          ports: [{ name: 'p80', protocol: 'TCP', port: 80, nodePort: 3001 }],
+        }),
+      ],
+      slices: [slice('ns1', 'svc1', 'svc1-a', [endpoint('fd00:10::1')], p80, 'IPv6')],
+      env: { nodeIPs: ['192.168.0.2'] },
+      family: 'IPv6',
+    });
+    expect(lines).toContain(
+      'add rule ip6 kube-proxy firewall-ULMVA6XW-ns1/svc1/tcp/p80 ip6 saddr != { ::/0 , 2001:db8:80::20 } drop',
+    );
+  });
+
   it('UDP and SCTP use their lower-case protocol in names, matches and keys', () => {
     const lines = render({
       services: [

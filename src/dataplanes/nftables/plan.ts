@@ -13,7 +13,7 @@ import type {
 } from '../../brain/types.js';
 import type { IPFamily } from '../../model/types.js';
 import { cidrContains, isLoopback, parseCIDR, parseIP } from '../../net/ip.js';
-import { serviceKey } from '../types.js';
+import { ruleModeNodeIP, serviceKey } from '../types.js';
 import {
   BASE_CHAINS,
   CLUSTER_IPS,
@@ -294,7 +294,7 @@ export function buildNftRuleset(decisions: FamilyDecisions): NftRuleset {
     decisions,
     family,
     detector: detectorNft(decisions.localDetector, family),
-    nodeIP: decisions.nodeIP === '' ? null : parseIP(decisions.nodeIP),
+    nodeIP: parseIP(ruleModeNodeIP(decisions)),
   };
   const recreate = new Writer(family);
   for (const chain of BASE_CHAINS) {
