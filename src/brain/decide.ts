@@ -51,8 +51,14 @@ export function slicesByService(slices: Iterable<EndpointSlice>): Map<string, En
   return grouped;
 }
 
-/** The families the node serves: those with a node IP, or IPv4 alone when none is known. */
+/**
+ * The families the node serves: env.proxyFamilies when the runner decided them (the rule modes:
+ * both when the kernel has IPv6, as kube-proxy), else those with a node IP, or IPv4 alone when
+ * none is known.
+ */
 export function nodeFamilies(env: NodeEnv, state: ClusterState): IPFamily[] {
+  const chosen = env.proxyFamilies;
+  if (chosen && chosen.length > 0) return IP_FAMILIES.filter((family) => chosen.includes(family));
   const families = IP_FAMILIES.filter((family) => primaryNodeIP(env.nodeIPs, state.node, family) !== '');
   return families.length > 0 ? families : ['IPv4'];
 }

@@ -155,4 +155,10 @@ export interface NodeEnv {
   interfaces: IpAddrInterface[];
   nodeLabels: Record<string, string>;
   iptables: { randomFully: boolean; nfacct: boolean };
+  /**
+   * The families the proxy runs whatever the node IPs are. kube-proxy v1.37's rule modes run both
+   * whenever the kernel has IPv6 (platformCheckSupported), programming the IPv6 tables on a node
+   * without IPv6 addresses too. Unset: the families of the node IPs (IPv4 when none is known).
+   */
+  proxyFamilies?: IPFamily[];
 }

@@ -12,7 +12,7 @@ import { createLogger, type Logger } from '../logger.js';
 import { startStatusServers } from '../metrics/status-servers.js';
 import { formatProblem } from '../model/parse.js';
 import { ChangeTracker } from '../model/tracker.js';
-import { probeNodeEnv, resolveNodeName } from '../sources/host.js';
+import { probeNodeEnv, proxyFamiliesFor, resolveNodeName } from '../sources/host.js';
 import { KubeSource } from '../sources/kube.js';
 import { ManifestSource } from '../sources/manifests.js';
 import type { Source } from '../sources/types.js';
@@ -83,6 +83,9 @@ export async function startAgent(
   const nodeName = resolveNodeName(config.hostnameOverride);
   const tracker = new ChangeTracker(nodeName);
   const { dataplane, iptables, ruleStats, bpfStats } = await openDataplane(config, log);
+  // Decided once, as kube-proxy decides them at start.
+  const proxyFamilies = await proxyFamiliesFor(config.mode);
+  if (proxyFamilies) log.info({ families: proxyFamilies }, 'IP families');
   const status = await startStatusServers({
     config,
     changes: tracker,
@@ -93,7 +96,7 @@ export async function startAgent(
   });
   const loop = new SyncLoop({
     tracker,
-    nodeEnv: () => probeNodeEnv({ nodeName, node: tracker.state().node, iptables }),
+    nodeEnv: () => probeNodeEnv({ nodeName, node: tracker.state().node, iptables, proxyFamilies }),
     config,
     dataplane,
     observers: [loggingObserver(log), ...status.observers, ...observers],

@@ -5,6 +5,15 @@ import type { SyncResult } from '../brain/dataplane.js';
 import type { FamilyDecisions } from '../brain/types.js';
 import type { IPFamily } from '../model/types.js';
 
+/**
+ * The node IP a rule mode tests loadBalancerSourceRanges against: kube-proxy's detectNodeIPs falls
+ * back to the family's loopback address when the node has no IP of that family.
+ */
+export function ruleModeNodeIP(decisions: Pick<FamilyDecisions, 'family' | 'nodeIP'>): string {
+  if (decisions.nodeIP !== '') return decisions.nodeIP;
+  return decisions.family === 'IPv4' ? '127.0.0.1' : '::1';
+}
+
 /** "namespace/name" of the Service a decision belongs to. */
 export function serviceKey(namespace: string, name: string): string {
   return `${namespace}/${name}`;

@@ -2,7 +2,7 @@
 // `render` can show what another node would get. The file holds exactly what `ip -j addr show`
 // prints under "interfaces".
 
-import { readFile } from 'node:fs/promises';
+import { access, readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { z } from 'zod';
 import type { NodeEnv } from '../brain/types.js';
@@ -12,7 +12,7 @@ import {
   probeDefaultRouteIPs,
   probeInterfaces,
 } from '../host/interfaces.js';
-import type { Node } from '../model/types.js';
+import type { IPFamily, Node } from '../model/types.js';
 
 const nodeEnvSchema = z.strictObject({
   nodeName: z.string().min(1),
@@ -22,6 +22,8 @@ const nodeEnvSchema = z.strictObject({
   iptables: z
     .strictObject({ randomFully: z.boolean(), nfacct: z.boolean() })
     .default({ randomFully: true, nfacct: false }),
+  /** As a rule-mode agent on that node would decide them (see NodeEnv.proxyFamilies); unset: the node IPs' families. */
+  proxyFamilies: z.array(z.enum(['IPv4', 'IPv6'])).optional(),
 });
 
 export function parseNodeEnv(text: string, fileName: string): NodeEnv {
@@ -61,6 +63,7 @@ export async function probeNodeEnv(opts: {
   nodeName: string;
   node: Node | null;
   iptables: NodeEnv['iptables'];
+  proxyFamilies?: IPFamily[];
 }): Promise<NodeEnv> {
   const fromNode = nodeIPsFromNode(opts.node);
   return {
@@ -69,5 +72,38 @@ export async function probeNodeEnv(opts: {
     interfaces: await probeInterfaces(),
     nodeLabels: opts.node?.meta.labels ?? {},
     iptables: opts.iptables,
+    ...(opts.proxyFamilies ? { proxyFamilies: opts.proxyFamilies } : {}),
   };
+}
+
+/**
+ * Whether this network namespace's kernel has IPv6, as kube-proxy's platformCheckSupported
+ * decides it: /proc/net/if_inet6 exists and net.ipv6.conf.all.disable_ipv6 is not 1.
+ */
+export async function kernelHasIPv6(
+  read: (path: string) => Promise<string> = (path) => readFile(path, 'utf8'),
+  exists: (path: string) => Promise<boolean> = (path) =>
+    access(path).then(
+      () => true,
+      () => false,
+    ),
+): Promise<boolean> {
+  if (!(await exists('/proc/net/if_inet6'))) return false;
+  const disabled = await read('/proc/sys/net/ipv6/conf/all/disable_ipv6').catch(() => '');
+  return disabled.trim() !== '1';
+}
+
+/**
+ * The families a rule mode runs, decided once at start as kube-proxy v1.37 does: IPv4, and IPv6
+ * too whenever the kernel has it, node IPs or not (kube-proxy then uses ::1 as the IPv6 node IP).
+ * Only the modes the differential test checks against kube-proxy (iptables, nftables); ipvs and
+ * bpf keep deciding by the node IPs: undefined (bpf programs IPv4 only and reports IPv6 as not
+ * programmed).
+ */
+export async function proxyFamiliesFor(
+  mode: string,
+  hasIPv6: () => Promise<boolean> = () => kernelHasIPv6(),
+): Promise<IPFamily[] | undefined> {
+  if (mode !== 'iptables' && mode !== 'nftables') return undefined;
+  return (await hasIPv6()) ? ['IPv4', 'IPv6'] : ['IPv4'];
 }

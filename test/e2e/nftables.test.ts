@@ -436,15 +436,14 @@ describeRoot('nftables mode in network namespaces', () => {
   it('a partial sync after an endpoint change rewrites only that service; its stale chains are flushed, then deleted', async () => {
     const before = decisionsFor([POD2, POD3], env);
     const web = servicePort(before, 'web', 'http');
-    const pod3 = web.endpoints.find((ep) => ep.ip === POD3);
-    if (!pod3) throw new Error('web has no pod3 endpoint');
-    const webPod3 = endpointObjectNames(web, pod3).chain;
     const webChain = servicePortChainNames(web).cluster;
+    const webDns = servicePortChainNames(servicePort(before, 'web', 'dns')).cluster;
     const np = servicePort(before, 'np', 'http');
     const npChain = servicePortChainNames(np).cluster;
     const npHandles = await ruleHandles(npChain);
     const webHandles = await ruleHandles(webChain);
-    expect(await chains()).toContain(webPod3);
+    // v1.37: no endpoint chains without affinity; the service chain DNATs itself.
+    expect((await chains()).filter((c) => c.startsWith('endpoint-') && c.includes('/web/'))).toEqual([]);
 
     const result = await dataplane.sync(decisionsFor([POD2], env), {
       changedServices: new Set([`${NS}/web`]),
@@ -455,22 +454,74 @@ describeRoot('nftables mode in network namespaces', () => {
     expect(dataplane.stats('IPv4')?.lastWritten.blocks).toBe(2);
     expect(await ruleHandles(npChain)).toEqual(npHandles);
     expect(await ruleHandles(webChain)).not.toEqual(webHandles);
-    expect(await chains()).toContain(webPod3);
-    expect(await ruleHandles(webPod3)).toEqual([]);
-    expect(dataplane.pendingStaleChains('IPv4')).toContain(webPod3);
-
+    expect(dataplane.pendingStaleChains('IPv4')).toEqual([]);
     const results = await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 10 });
     expect(backends(results)).toEqual(new Set(['pod2']));
 
+    // No endpoints at all: web's service chains fall out of use.
+    const none = await dataplane.sync(decisionsFor([], env), {
+      changedServices: new Set([`${NS}/web`]),
+      fullSyncRequired: false,
+    });
+    expect(none.full).toBe(false);
+    expect(await chains()).toEqual(expect.arrayContaining([webChain, webDns]));
+    expect(await ruleHandles(webChain)).toEqual([]);
+    expect(dataplane.pendingStaleChains('IPv4').sort()).toEqual([webChain, webDns].sort());
+
     await new Promise((resolve) => setTimeout(resolve, STALE_CHAIN_DELAY_MS + 100));
     const next = await dataplane.sync(decisionsFor([POD2], env), {
-      changedServices: new Set(),
+      changedServices: new Set([`${NS}/web`]),
       fullSyncRequired: false,
     });
     expect(next.full).toBe(false);
-    expect(await chains()).not.toContain(webPod3);
+    // Deleted by the transaction before this sync's, which then created them again.
     expect(dataplane.pendingStaleChains('IPv4')).toEqual([]);
     expect(dataplane.stats('IPv4')?.nftablesCleanupFailures).toBe(0);
+    expect(await ruleHandles(webChain)).toHaveLength(1);
+    expect(backends(await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 5 }))).toEqual(
+      new Set(['pod2']),
+    );
+  });
+
+  it('a stale endpoint chain of an affinity service is flushed, then deleted', async () => {
+    const sticky = servicePort(decisionsFor([POD2], env), 'sticky', 'http');
+    const pod3 = sticky.endpoints.find((ep) => ep.ip === POD3);
+    if (!pod3) throw new Error('sticky has no pod3 endpoint');
+    const stickyPod3 = endpointObjectNames(sticky, pod3).chain;
+    expect(await chains()).toContain(stickyPod3);
+    const withoutPod3 = (): ProxyDecisions => {
+      const d = decisionsFor([POD2], env);
+      for (const family of d.families) {
+        family.servicePorts = family.servicePorts.map((sp) =>
+          sp.name !== 'sticky'
+            ? sp
+            : {
+                ...sp,
+                endpoints: sp.endpoints.filter((ep) => ep.ip !== POD3),
+                clusterEndpoints: sp.clusterEndpoints.filter((ep) => ep.ip !== POD3),
+                allReachableEndpoints: sp.allReachableEndpoints.filter((ep) => ep.ip !== POD3),
+              },
+        );
+      }
+      return d;
+    };
+    await dataplane.sync(withoutPod3(), {
+      changedServices: new Set([`${NS}/sticky`]),
+      fullSyncRequired: false,
+    });
+    expect(await chains()).toContain(stickyPod3);
+    expect(await ruleHandles(stickyPod3)).toEqual([]);
+    expect(dataplane.pendingStaleChains('IPv4')).toContain(stickyPod3);
+    await new Promise((resolve) => setTimeout(resolve, STALE_CHAIN_DELAY_MS + 100));
+    await dataplane.sync(withoutPod3(), { changedServices: new Set(), fullSyncRequired: false });
+    expect(await chains()).not.toContain(stickyPod3);
+    expect(dataplane.pendingStaleChains('IPv4')).toEqual([]);
+    // Back to the shared state.
+    await dataplane.sync(decisionsFor([POD2], env), {
+      changedServices: new Set([`${NS}/sticky`]),
+      fullSyncRequired: false,
+    });
+    expect(await chains()).toContain(stickyPod3);
   });
 
   it('a partial sync that takes the last endpoints away moves the ClusterIP to the reject map', async () => {

@@ -56,6 +56,17 @@ describe('decide', () => {
     expect(d.families.map((f) => f.family)).toEqual(['IPv4']);
   });
 
+  it('serves the families the runner chose (the rule modes: IPv6 too when the kernel has it), node IPs or not', () => {
+    const env = nodeEnv({ nodeIPs: ['192.168.0.2'], proxyFamilies: ['IPv6', 'IPv4'] });
+    const d = decide(state([dual], slices), env, config);
+    expect(d.families.map((f) => f.family)).toEqual(['IPv4', 'IPv6']);
+    // No IPv6 node IP: the IPv6 family still gets its service ports.
+    expect(d.families[1]?.nodeIP).toBe('');
+    expect(d.families[1]?.servicePorts).toHaveLength(1);
+    const v4only = decide(state([dual], slices), nodeEnv({ proxyFamilies: ['IPv4'] }), config);
+    expect(v4only.families.map((f) => f.family)).toEqual(['IPv4']);
+  });
+
   it('lists headless and ExternalName services and FQDN slices as ignored, not as decisions', () => {
     const d = decide(
       state(

@@ -167,7 +167,7 @@ describe('table setup', () => {
   });
 
   it('jumps from the base chains to the regular chains', () => {
-    const jumps = lines.filter((l) => / jump [a-z-]+$/.test(l) && !l.includes('mark-for-masquerade'));
+    const jumps = lines.filter((l) => / jump [a-z-]+$/.test(l));
     expect(jumps).toEqual([
       'add rule ip kube-proxy filter-input ct state new jump nodeport-endpoints-check',
       'add rule ip kube-proxy filter-input ct state new jump service-endpoints-check',
@@ -187,22 +187,62 @@ describe('table setup', () => {
       'nodeport-endpoints-check',
       'firewall-check',
       'cluster-ips-check',
-      'mark-for-masquerade',
       'masquerading',
     ]) {
       expect(lines).toContain(`add chain ip kube-proxy ${chain}`);
       expect(lines).toContain(`flush chain ip kube-proxy ${chain}`);
     }
+    // v1.37 sets the mark inline: no mark-for-masquerade chain.
+    expect(lines.some((l) => l.includes('mark-for-masquerade'))).toBe(false);
   });
 
-  it('marks and masquerades with the masquerade mark, always fully-random', () => {
-    expect(lines).toContain('add rule ip kube-proxy mark-for-masquerade mark set mark or 0x00004000');
+  it('masquerades what carries the mark and hairpin connections, always fully-random', () => {
     const masq = lines.filter((l) => l.startsWith('add rule ip kube-proxy masquerading '));
     expect(masq).toEqual([
       'add rule ip kube-proxy masquerading mark and 0x00004000 != 0 mark set mark xor 0x00004000 masquerade fully-random',
+      'add rule ip kube-proxy masquerading ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random',
     ]);
+    expect(lines).toContain(
+      'add set ip kube-proxy hairpin-connections { type ipv4_addr . ipv4_addr . inet_proto . inet_service ; comment "service hairpin connections" ; }',
+    );
     const bit10 = render({ services: [], slices: [], config: { masqueradeBit: 10 } });
-    expect(bit10).toContain('add rule ip kube-proxy mark-for-masquerade mark set mark or 0x00000400');
+    expect(bit10).toContain(
+      'add rule ip kube-proxy masquerading mark and 0x00000400 != 0 mark set mark xor 0x00000400 masquerade fully-random',
+    );
+  });
+
+  it('masquerades off-cluster ClusterIP traffic per local detector in the services chain, everything with masqueradeAll', () => {
+    const masq = (config: Partial<BrainConfig>) =>
+      render({ services: [], slices: [], config }).filter((l) =>
+        l.startsWith('add rule ip kube-proxy services ip daddr @cluster-ips'),
+      );
+    const head = 'add rule ip kube-proxy services ip daddr @cluster-ips';
+    expect(masq({})).toEqual([
+      `${head} ip saddr != 10.0.0.0/8 mark set mark or 0x00004000 comment "masquerade clusterIP traffic from outside cluster"`,
+    ]);
+    expect(masq({ masqueradeAll: true })).toEqual([
+      `${head} mark set mark or 0x00004000 comment "masquerade all clusterIP traffic"`,
+    ]);
+    expect(masq({ clusterCIDRs: [] })).toEqual([]);
+    expect(
+      masq({
+        detectLocalMode: 'BridgeInterface',
+        detectLocal: { bridgeInterface: 'cbr0', interfaceNamePrefix: '' },
+      }),
+    ).toEqual([
+      `${head} iifname != cbr0 mark set mark or 0x00004000 comment "masquerade clusterIP traffic from outside cluster"`,
+    ]);
+    expect(
+      masq({
+        detectLocalMode: 'InterfaceNamePrefix',
+        detectLocal: { bridgeInterface: '', interfaceNamePrefix: 'veth' },
+      }),
+    ).toEqual([
+      `${head} iifname != veth* mark set mark or 0x00004000 comment "masquerade clusterIP traffic from outside cluster"`,
+    ]);
+    // Before the dispatch through service-ips.
+    const services = lines.filter((l) => l.startsWith('add rule ip kube-proxy services '));
+    expect(services[0]).toContain('@cluster-ips');
   });
 
   it('declares the sets and verdict maps with their types and comments', () => {
@@ -291,7 +331,8 @@ describe('table setup', () => {
       'add rule ip kube-proxy services fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports',
     );
     expect(all).toContain(
-      'add rule ip kube-proxy nodeport-endpoints-check fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports',
+      // proxier.go setupNFTables: no fib match in the endpoints check.
+      'add rule ip kube-proxy nodeport-endpoints-check ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports',
     );
     const v6 = render({ services: [], slices: [], config: { nodePortAddresses: ['::/0'] }, family: 'IPv6' });
     expect(v6).toContain(
@@ -301,50 +342,40 @@ describe('table setup', () => {
 });
 
 describe('service ports', () => {
-  it('ClusterIP: a service chain balancing with numgen over endpoint chains that DNAT', () => {
-    const lines = render(svc1({}, [endpoint('10.180.0.1'), endpoint('10.180.0.2')]));
-    const ep2 =
-      'endpoint-' +
-      servicePortEndpointChainNameBase({ namespace: 'ns1', name: 'svc1', portName: 'p80' }, 'TCP', {
-        ip: '10.180.0.2',
-        port: 80,
-      });
+  it('ClusterIP: the service chain DNATs itself, through a numgen map over several endpoints', () => {
+    // proxier_test.go TestOverallNFTablesRules (svc4) and TestServiceToEndpointDNATs.
+    const lines = render(svc1({}, [endpoint('10.180.0.1', local), endpoint('10.180.0.2', remote)]));
     expect(lines).toEqual(
       expect.arrayContaining([
         `add chain ip kube-proxy ${SVC1}`,
         `flush chain ip kube-proxy ${SVC1}`,
-        `add rule ip kube-proxy ${SVC1} ip daddr 172.30.0.41 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade`,
-        `add rule ip kube-proxy ${SVC1} numgen random mod 2 vmap { 0 : goto ${EP1} , 1 : goto ${ep2} }`,
-        `add rule ip kube-proxy ${EP1} ip saddr 10.180.0.1 jump mark-for-masquerade`,
-        `add rule ip kube-proxy ${EP1} meta l4proto tcp dnat to 10.180.0.1:80`,
+        `add rule ip kube-proxy ${SVC1} meta l4proto tcp dnat ip addr . port to numgen random mod 2 map { 0 : 10.180.0.1 . 80 , 1 : 10.180.0.2 . 80 }`,
         'add element ip kube-proxy cluster-ips { 172.30.0.41 }',
         `add element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 : goto ${SVC1} }`,
+        // Only the local endpoint can hairpin.
+        'add element ip kube-proxy hairpin-connections { 10.180.0.1 . 10.180.0.1 . tcp . 80 }',
       ]),
     );
+    expect(lines.filter((l) => l.includes('hairpin-connections {') && l.includes(' element '))).toHaveLength(
+      1,
+    );
+    // No endpoint chains without affinity, and no per-service masquerade rule.
+    expect(lines.some((l) => /endpoint-[A-Z2-7]{8}-/.test(l))).toBe(false);
+    expect(lines.filter((l) => l.startsWith(`add rule ip kube-proxy ${SVC1}`))).toHaveLength(1);
     // Elements come after every chain they name.
     expect(lines.findIndex((l) => l.startsWith('add element ip kube-proxy service-ips'))).toBeGreaterThan(
-      lines.lastIndexOf(`add rule ip kube-proxy ${EP1} meta l4proto tcp dnat to 10.180.0.1:80`),
+      lines.lastIndexOf(`add chain ip kube-proxy ${SVC1}`),
     );
   });
 
-  it('masquerades off-cluster ClusterIP traffic per local detector, everything with masqueradeAll', () => {
-    const masq = (config: Partial<BrainConfig>) =>
-      render({ ...svc1(), config }).filter((l) => l.startsWith(`add rule ip kube-proxy ${SVC1} ip daddr`));
-    const head = `add rule ip kube-proxy ${SVC1} ip daddr 172.30.0.41 tcp dport 80`;
-    expect(masq({ masqueradeAll: true })).toEqual([`${head} jump mark-for-masquerade`]);
-    expect(masq({ clusterCIDRs: [] })).toEqual([]);
-    expect(
-      masq({
-        detectLocalMode: 'BridgeInterface',
-        detectLocal: { bridgeInterface: 'cbr0', interfaceNamePrefix: '' },
-      }),
-    ).toEqual([`${head} iifname != cbr0 jump mark-for-masquerade`]);
-    expect(
-      masq({
-        detectLocalMode: 'InterfaceNamePrefix',
-        detectLocal: { bridgeInterface: '', interfaceNamePrefix: 'veth' },
-      }),
-    ).toEqual([`${head} iifname != veth* jump mark-for-masquerade`]);
+  it('ClusterIP with one endpoint: a plain DNAT (proxier_test.go svc1)', () => {
+    const lines = render(svc1({}, [endpoint('10.180.0.1', local)]));
+    expect(lines.filter((l) => l.startsWith(`add rule ip kube-proxy ${SVC1}`))).toEqual([
+      `add rule ip kube-proxy ${SVC1} meta l4proto tcp dnat to 10.180.0.1:80`,
+    ]);
+    expect(lines).toContain(
+      'add element ip kube-proxy hairpin-connections { 10.180.0.1 . 10.180.0.1 . tcp . 80 }',
+    );
   });
 
   it('session affinity: a timeout set per endpoint, checked by the service chain and updated by the endpoint', () => {
@@ -357,8 +388,11 @@ describe('service ports', () => {
     for (const line of [setLine, check, numgen, update]) expect(lines).toContain(line);
     expect(lines.indexOf(setLine)).toBeLessThan(lines.indexOf(check));
     expect(lines.indexOf(check)).toBeLessThan(lines.indexOf(numgen));
-    const epRules = lines.filter((l) => l.startsWith(`add rule ip kube-proxy ${EP1} `));
-    expect(epRules[1]).toBe(update);
+    // proxier_test.go svc5: the endpoint chain updates the set and DNATs, nothing else.
+    expect(lines.filter((l) => l.startsWith(`add rule ip kube-proxy ${EP1} `))).toEqual([
+      update,
+      `add rule ip kube-proxy ${EP1} meta l4proto tcp dnat to 10.180.0.1:80`,
+    ]);
   });
 
   it('no endpoints: reject through the no-endpoint maps, for every destination, and no chains', () => {
@@ -394,7 +428,7 @@ describe('service ports', () => {
     );
     const ext = 'external-ULMVA6XW-ns1/svc1/tcp/p80';
     expect(lines.filter((l) => l.startsWith(`add rule ip kube-proxy ${ext}`))).toEqual([
-      `add rule ip kube-proxy ${ext} jump mark-for-masquerade`,
+      `add rule ip kube-proxy ${ext} mark set mark or 0x00004000 comment "masquerade"`,
       `add rule ip kube-proxy ${ext} goto ${SVC1}`,
     ]);
     expect(lines).toContain(`add element ip kube-proxy service-nodeports { tcp . 3001 : goto ${ext} }`);
@@ -424,14 +458,14 @@ describe('service ports', () => {
     const localChain = 'local-ULMVA6XW-ns1/svc1/tcp/p80';
     expect(lines.filter((l) => l.startsWith(`add rule ip kube-proxy ${ext}`))).toEqual([
       `add rule ip kube-proxy ${ext} ip saddr 10.0.0.0/8 goto ${SVC1} comment "short-circuit pod traffic"`,
-      `add rule ip kube-proxy ${ext} fib saddr type local jump mark-for-masquerade comment "masquerade local traffic"`,
+      `add rule ip kube-proxy ${ext} fib saddr type local mark set mark or 0x00004000 comment "masquerade local traffic"`,
       `add rule ip kube-proxy ${ext} fib saddr type local goto ${SVC1} comment "short-circuit local traffic"`,
       `add rule ip kube-proxy ${ext} goto ${localChain}`,
     ]);
-    expect(lines).toContain(
-      `add rule ip kube-proxy ${localChain} numgen random mod 1 vmap { 0 : goto ${EP1} }`,
+    expect(lines).toContain(`add rule ip kube-proxy ${localChain} meta l4proto tcp dnat to 10.180.0.1:80`);
+    expect(lines.find((l) => l.startsWith(`add rule ip kube-proxy ${SVC1} `))).toMatch(
+      /numgen random mod 2 map/,
     );
-    expect(lines.find((l) => l.startsWith(`add rule ip kube-proxy ${SVC1} numgen`))).toMatch(/mod 2 vmap/);
     // Without a detector there is no pod short-circuit.
     const noDetector = etpLocal([endpoint('10.180.0.1', local)], { clusterCIDRs: [] });
     expect(noDetector.some((l) => l.includes('short-circuit pod traffic'))).toBe(false);
@@ -478,7 +512,7 @@ describe('service ports', () => {
       `add element ip kube-proxy service-ips { 172.30.0.41 . tcp . 80 : goto ${localChain} }`,
     );
     expect(withLocal).toContain(
-      `add rule ip kube-proxy ${localChain} ip daddr 172.30.0.41 tcp dport 80 ip saddr != 10.0.0.0/8 jump mark-for-masquerade`,
+      `add rule ip kube-proxy ${localChain} meta l4proto tcp dnat to 10.180.0.1:80`,
     );
     expect(withLocal.some((l) => l.includes(SVC1))).toBe(false);
     const none = render(svc1({ internalTrafficPolicy: 'Local' }, [endpoint('10.180.0.2', remote)]));
@@ -531,11 +565,32 @@ describe('service ports', () => {
         'add table ip6 kube-proxy { comment "rules for kube-proxy" ; }',
         'add set ip6 kube-proxy cluster-ips { type ipv6_addr ; comment "Active ClusterIPs" ; }',
         'add element ip6 kube-proxy nodeport-ips { 2001:db8::2 }',
-        `add rule ip6 kube-proxy ${SVC1} ip6 daddr fd00:30::41 tcp dport 80 ip6 saddr != fd00:10::/64 jump mark-for-masquerade`,
-        `add rule ip6 kube-proxy ${ep} ip6 saddr fd00:10::1 jump mark-for-masquerade`,
-        `add rule ip6 kube-proxy ${ep} meta l4proto tcp dnat to [fd00:10::1]:80`,
+        'add rule ip6 kube-proxy services ip6 daddr @cluster-ips ip6 saddr != fd00:10::/64 mark set mark or 0x00004000 comment "masquerade clusterIP traffic from outside cluster"',
+        `add rule ip6 kube-proxy ${SVC1} meta l4proto tcp dnat to [fd00:10::1]:80`,
+        'add rule ip6 kube-proxy masquerading ct status dnat ip6 saddr . ip6 daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random',
         `add element ip6 kube-proxy service-ips { fd00:30::41 . tcp . 80 : goto ${SVC1} }`,
       ]),
+    );
+  });
+
+  it('IPv6 without an IPv6 node IP: ::1 stands for the node in loadBalancerSourceRanges, as in kube-proxy', () => {
+    const lines = render({
+      services: [
+        service('ns1', 'svc1', {
+          type: 'LoadBalancer',
+          clusterIP: 'fd00:30::41',
+          clusterIPs: ['fd00:30::41'],
+          loadBalancerIngress: [{ ip: '2001:db8:80::20', hostname: '', ipMode: 'VIP' }],
+          loadBalancerSourceRanges: ['::/0'],
+          ports: [{ name: 'p80', protocol: 'TCP', port: 80, nodePort: 3001 }],
+        }),
+      ],
+      slices: [slice('ns1', 'svc1', 'svc1-a', [endpoint('fd00:10::1')], p80, 'IPv6')],
+      env: { nodeIPs: ['192.168.0.2'] },
+      family: 'IPv6',
+    });
+    expect(lines).toContain(
+      'add rule ip6 kube-proxy firewall-ULMVA6XW-ns1/svc1/tcp/p80 ip6 saddr != { ::/0 , 2001:db8:80::20 } drop',
     );
   });
 
@@ -580,8 +635,8 @@ describe('service ports', () => {
 });
 
 describe('transactions', () => {
-  const two = (svc1Endpoints: string[]): Cluster => ({
-    services: [service('ns1', 'svc1'), service('ns2', 'svc2', { clusterIP: '172.30.0.42' })],
+  const two = (svc1Endpoints: string[], svc1Extra: Parameters<typeof service>[2] = {}): Cluster => ({
+    services: [service('ns1', 'svc1', svc1Extra), service('ns2', 'svc2', { clusterIP: '172.30.0.42' })],
     slices: [
       slice(
         'ns1',
@@ -595,8 +650,10 @@ describe('transactions', () => {
   });
 
   it('a partial sync writes only the written blocks, element changes and stale objects', () => {
-    const before = buildNftRuleset(decisions(two(['10.180.0.1', '10.180.0.2'])));
-    const after = buildNftRuleset(decisions(two(['10.180.0.1'])));
+    // Endpoint chains exist only with affinity.
+    const sticky = { sessionAffinity: 'ClientIP' as const, sessionAffinityTimeoutSeconds: 10800 };
+    const before = buildNftRuleset(decisions(two(['10.180.0.1', '10.180.0.2'], sticky)));
+    const after = buildNftRuleset(decisions(two(['10.180.0.1'], sticky)));
     const changes = diffElements(desiredElements(before), desiredElements(after));
     expect(changes).toEqual({ remove: [], add: [] });
     const stale = [...activeObjects(before).chains].filter((c) => !activeObjects(after).chains.has(c));
@@ -623,6 +680,39 @@ describe('transactions', () => {
     expect(lines.slice(-2)).toEqual([
       `flush chain ip kube-proxy ${stale[0]}`,
       'delete set ip kube-proxy affinity-X-ns1/svc1/tcp/p80__10.180.0.2/80',
+    ]);
+    // Affinity turned off: the endpoint chains and affinity sets fall out of use.
+    const plain = activeObjects(buildNftRuleset(decisions(two(['10.180.0.1']))));
+    expect([...plain.chains].filter((c) => c.startsWith('endpoint-'))).toEqual([]);
+    expect(plain.affinitySets.size).toBe(0);
+  });
+
+  it('hairpin-connections follows the local endpoints through element changes', () => {
+    const withLocal = desiredElements(
+      buildNftRuleset(decisions({ ...svc1({}, [endpoint('10.180.0.1', local)]) })),
+    );
+    const withoutLocal = desiredElements(
+      buildNftRuleset(decisions({ ...svc1({}, [endpoint('10.180.0.1', remote)]) })),
+    );
+    const changes = diffElements(withLocal, withoutLocal);
+    expect(changes.remove.map(elementId)).toEqual(['hairpin-connections 10.180.0.1 . 10.180.0.1 . tcp . 80']);
+    expect(changes.add).toEqual([]);
+  });
+
+  it('a full sync that finds the old mark-for-masquerade chain deletes it last', () => {
+    const ruleset = buildNftRuleset(decisions(two(['10.180.0.1'])));
+    const text = assembleTransaction(ruleset, {
+      full: true,
+      recreateBaseChains: false,
+      writeBlock: () => true,
+      elementChanges: { remove: [], add: [] },
+      staleChains: ['endpoint-OLD'],
+      staleAffinitySets: [],
+      legacyChains: ['mark-for-masquerade'],
+    }).text;
+    expect(text.trimEnd().split('\n').slice(-2)).toEqual([
+      'flush chain ip kube-proxy endpoint-OLD',
+      'delete chain ip kube-proxy mark-for-masquerade',
     ]);
   });
 
@@ -668,7 +758,8 @@ describe('transactions', () => {
       expect(text).toContain(`flush map ip kube-proxy ${container}\n`);
     }
     expect(text).toContain('flush set ip kube-proxy cluster-ips\n');
-    expect(text).toContain(`add rule ip kube-proxy ${SVC1} numgen`);
+    expect(text).toContain('flush set ip kube-proxy hairpin-connections\n');
+    expect(text).toContain(`add rule ip kube-proxy ${SVC1} meta l4proto tcp dnat to 10.180.0.1:80`);
   });
 
   it('render text: one family exactly, or all families under comment lines', () => {

@@ -12,7 +12,7 @@ import type {
 } from '../../brain/types.js';
 import type { IPFamily } from '../../model/types.js';
 import { cidrContains, parseCIDR, parseIP } from '../../net/ip.js';
-import { serviceKey } from '../types.js';
+import { ruleModeNodeIP, serviceKey } from '../types.js';
 import {
   endpointChain,
   KUBE_EXTERNAL_SERVICES,
@@ -151,7 +151,7 @@ export function buildIptablesRuleset(
     largeClusterMode: totalEndpoints > LARGE_CLUSTER_ENDPOINTS_THRESHOLD,
     detector: detectorArgs(decisions.localDetector),
     localhostNodePortCounter: options.nfacct && nodePortsOnLoopback(decisions),
-    nodeIP: decisions.nodeIP === '' ? null : parseIP(decisions.nodeIP),
+    nodeIP: parseIP(ruleModeNodeIP(decisions)),
   };
 
   const filterChains = [

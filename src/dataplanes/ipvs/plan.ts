@@ -23,6 +23,7 @@ import {
 } from '../../net/ip.js';
 import { KUBE_MARK_MASQ, KUBE_POSTROUTING, KUBE_PROXY_FIREWALL, KUBE_SERVICES } from '../iptables/names.js';
 import { detectorArgs, forwardAcceptRules, masqueradeRules } from '../iptables/plan.js';
+import { ruleModeNodeIP } from '../types.js';
 import {
   FILTER_CHAINS,
   IPSETS,
@@ -162,7 +163,7 @@ export function buildIpvsState(decisions: FamilyDecisions, options: IpvsRenderOp
   const members = new Map<string, Set<string>>(IPSETS.map((set) => [set.name, new Set<string>()]));
   const add = (set: string, entry: string) => members.get(set)?.add(entry);
   const nodeAddresses = new Set(options.nodeAddresses);
-  const nodeIP = decisions.nodeIP === '' ? null : parseIP(decisions.nodeIP);
+  const nodeIP = parseIP(ruleModeNodeIP(decisions));
   const virtualServers: VirtualServer[] = [];
   const bound = new Set<string>();
   const noNodeAccess: NoNodeAccess[] = [];

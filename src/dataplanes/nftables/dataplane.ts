@@ -12,7 +12,7 @@ import { type CommandRunner, runCommand } from '../../host/command.js';
 import type { IPFamily } from '../../model/types.js';
 import { PartialSyncState } from '../partial-sync.js';
 import { PerFamily, syncEachFamily } from '../types.js';
-import { isAffinitySetName, isServiceChainName, nftFamily, TABLE } from './names.js';
+import { isAffinitySetName, isServiceChainName, LEGACY_CHAINS, nftFamily, TABLE } from './names.js';
 import {
   activeObjects,
   assembleTransaction,
@@ -126,7 +126,7 @@ export class NftablesDataplane implements Dataplane {
     const ruleset = buildNftRuleset(decisions);
     const active = activeObjects(ruleset);
     // A full sync trusts only the kernel: it also finds what an earlier process left behind.
-    const existing = full ? await this.listServiceObjects(decisions.family) : state;
+    const existing = full ? await this.listServiceObjects(decisions.family) : { ...state, legacyChains: [] };
     // A flushed chain someone else deleted meanwhile needs no deletion (which would fail).
     for (const chain of state.staleChains.keys())
       if (!existing.chains.has(chain)) state.staleChains.delete(chain);
@@ -144,6 +144,7 @@ export class NftablesDataplane implements Dataplane {
       elementChanges: full ? { remove: [], add: [] } : diffElements(state.appliedElements, desired),
       staleChains: newlyStale,
       staleAffinitySets: staleSets,
+      legacyChains: existing.legacyChains,
     });
 
     if (tx.text !== '') {
@@ -192,13 +193,14 @@ export class NftablesDataplane implements Dataplane {
   /** The per-service chains and affinity sets the kernel holds in our table. */
   private async listServiceObjects(
     family: IPFamily,
-  ): Promise<{ chains: Set<string>; affinitySets: Set<string> }> {
+  ): Promise<{ chains: Set<string>; affinitySets: Set<string>; legacyChains: string[] }> {
     const fam = nftFamily(family);
     const chains = await this.listNames(['list', 'chains', fam], 'chain');
     const sets = await this.listNames(['-t', 'list', 'sets', fam], 'set');
     return {
       chains: new Set(chains.filter(isServiceChainName)),
       affinitySets: new Set(sets.filter(isAffinitySetName)),
+      legacyChains: chains.filter((chain) => LEGACY_CHAINS.includes(chain)),
     };
   }
 

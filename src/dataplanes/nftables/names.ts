@@ -31,7 +31,12 @@ export const SERVICE_ENDPOINTS_CHECK = 'service-endpoints-check';
 export const NODEPORT_ENDPOINTS_CHECK = 'nodeport-endpoints-check';
 export const FIREWALL_CHECK = 'firewall-check';
 export const CLUSTER_IPS_CHECK = 'cluster-ips-check';
-export const MARK_FOR_MASQUERADE = 'mark-for-masquerade';
+/**
+ * Fixed chains of the layout kube-proxy wrote up to v1.33 (and we before it): v1.37 sets the
+ * masquerade mark inline. A full sync that finds one deletes it, after the flushes that leave
+ * nothing jumping to it (kube-proxy leaves it behind; it is our own leftover too).
+ */
+export const LEGACY_CHAINS: readonly string[] = ['mark-for-masquerade'];
 export const MASQUERADING = 'masquerading';
 export const REJECT_CHAIN = 'reject-chain';
 
@@ -43,6 +48,8 @@ export const SERVICE_NODEPORTS = 'service-nodeports';
 export const NO_ENDPOINT_SERVICES = 'no-endpoint-services';
 export const NO_ENDPOINT_NODEPORTS = 'no-endpoint-nodeports';
 export const FIREWALL_IPS = 'firewall-ips';
+/** endpoint . endpoint . protocol . port of local endpoints: a pod reaching itself through a service. */
+export const HAIRPIN_CONNECTIONS = 'hairpin-connections';
 
 /** The maps and sets whose elements every sync owns (nodeport-ips belongs to the table setup). */
 export const ELEMENT_CONTAINERS = [
@@ -52,8 +59,13 @@ export const ELEMENT_CONTAINERS = [
   NO_ENDPOINT_SERVICES,
   NO_ENDPOINT_NODEPORTS,
   FIREWALL_IPS,
+  HAIRPIN_CONNECTIONS,
 ] as const;
 export type ElementContainer = (typeof ELEMENT_CONTAINERS)[number];
+
+/** The element containers that are sets (the others are verdict maps). */
+export const isSetContainer = (container: string) =>
+  container === CLUSTER_IPS || container === HAIRPIN_CONNECTIONS;
 
 export interface BaseChain {
   name: string;

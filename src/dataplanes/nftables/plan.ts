@@ -1,4 +1,4 @@
-// The nft transaction kube-proxy's nftables proxier (v1.33) writes, built from the brain's
+// The nft transaction kube-proxy's nftables proxier (v1.37.2) writes, built from the brain's
 // decisions (reference/kube-proxy.md §1.13, §4), in the syntax knftables prints and `nft -f`
 // reads. Pure: the applier decides which per-service blocks a partial sync writes, which map
 // elements changed and which chains went stale, and assembles the text with assembleTransaction.
@@ -13,7 +13,7 @@ import type {
 } from '../../brain/types.js';
 import type { IPFamily } from '../../model/types.js';
 import { cidrContains, isLoopback, parseCIDR, parseIP } from '../../net/ip.js';
-import { serviceKey } from '../types.js';
+import { ruleModeNodeIP, serviceKey } from '../types.js';
 import {
   BASE_CHAINS,
   CLUSTER_IPS,
@@ -23,8 +23,9 @@ import {
   endpointObjectNames,
   FIREWALL_CHECK,
   FIREWALL_IPS,
+  HAIRPIN_CONNECTIONS,
+  isSetContainer,
   JUMP_CHAINS,
-  MARK_FOR_MASQUERADE,
   MASQUERADING,
   type NftFamily,
   NO_ENDPOINT_NODEPORTS,
@@ -178,11 +179,19 @@ function setupLines(decisions: FamilyDecisions): string[] {
     ensure(jump.to);
     w.rule(jump.from, jump.match === '' ? `jump ${jump.to}` : `${jump.match} jump ${jump.to}`);
   }
-  for (const chain of [SERVICES, CLUSTER_IPS_CHECK, MASQUERADING, MARK_FOR_MASQUERADE]) ensure(chain);
+  for (const chain of [SERVICES, CLUSTER_IPS_CHECK, MASQUERADING]) ensure(chain);
 
-  w.rule(MARK_FOR_MASQUERADE, `mark set mark or ${mark}`);
-  // One rule, as kube-proxy v1.37 writes it: clear the mark and masquerade what carries it.
+  w.set(
+    HAIRPIN_CONNECTIONS,
+    `type ${addrType} . ${addrType} . inet_proto . inet_service ; comment ${quote('service hairpin connections')} ;`,
+  );
+  // Clear the mark and masquerade what carries it; and a pod reaching itself through a service
+  // (its local endpoints are in hairpin-connections), whose reply would otherwise skip the DNAT.
   w.rule(MASQUERADING, `mark and ${mark} != 0 mark set mark xor ${mark} masquerade fully-random`);
+  w.rule(
+    MASQUERADING,
+    `ct status dnat ${family} saddr . ${family} daddr . meta l4proto . th dport @${HAIRPIN_CONNECTIONS} masquerade fully-random`,
+  );
 
   w.set(CLUSTER_IPS, `type ${addrType} ; comment ${quote('Active ClusterIPs')} ;`);
   w.rule(
@@ -228,9 +237,10 @@ function setupLines(decisions: FamilyDecisions): string[] {
     `type inet_proto . inet_service : verdict ; comment ${quote('vmap to drop or reject packets to service nodeports with no endpoints')} ;`,
   );
   w.rule(SERVICE_ENDPOINTS_CHECK, `${family} daddr . meta l4proto . th dport vmap @${NO_ENDPOINT_SERVICES}`);
+  // Hung off filter-input, which sees only local destinations: no `fib daddr type local` here.
   w.rule(
     NODEPORT_ENDPOINTS_CHECK,
-    `${nodePortDestinations} meta l4proto . th dport vmap @${NO_ENDPOINT_NODEPORTS}`,
+    `${matchAll ? noLocalhost : `${family} daddr @${NODEPORT_IPS}`} meta l4proto . th dport vmap @${NO_ENDPOINT_NODEPORTS}`,
   );
 
   w.map(
@@ -248,6 +258,19 @@ function setupLines(decisions: FamilyDecisions): string[] {
     SERVICE_NODEPORTS,
     `type inet_proto . inet_service : verdict ; comment ${quote('NodePort traffic')} ;`,
   );
+  const masqueradeRule = `mark set mark or ${mark}`;
+  const detector = detectorNft(decisions.localDetector, family);
+  if (decisions.masqueradeAll) {
+    w.rule(SERVICES, `${family} daddr @${CLUSTER_IPS} ${masqueradeRule}`, 'masquerade all clusterIP traffic');
+  } else if (detector) {
+    // Off-cluster sources reaching a ClusterIP (a static route to the service range) may be
+    // forwarded to another node, so they are masqueraded.
+    w.rule(
+      SERVICES,
+      `${family} daddr @${CLUSTER_IPS} ${detector.ifNotLocal} ${masqueradeRule}`,
+      'masquerade clusterIP traffic from outside cluster',
+    );
+  }
   w.rule(SERVICES, `${family} daddr . meta l4proto . th dport vmap @${SERVICE_IPS}`);
   w.rule(SERVICES, `${nodePortDestinations} meta l4proto . th dport vmap @${SERVICE_NODEPORTS}`);
 
@@ -271,7 +294,7 @@ export function buildNftRuleset(decisions: FamilyDecisions): NftRuleset {
     decisions,
     family,
     detector: detectorNft(decisions.localDetector, family),
-    nodeIP: decisions.nodeIP === '' ? null : parseIP(decisions.nodeIP),
+    nodeIP: parseIP(ruleModeNodeIP(decisions)),
   };
   const recreate = new Writer(family);
   for (const chain of BASE_CHAINS) {
@@ -301,10 +324,12 @@ function servicePortBlock(
   noLocalEndpoints: { internal: number; external: number },
 ): NftServicePortBlock {
   const { decisions, family, detector } = context;
+  const masqueradeRule = `mark set mark or ${decisions.masqueradeMark}`;
   const w = new Writer(family);
   const proto = sp.protocol.toLowerCase();
   const chainNames = servicePortChainNames(sp);
   const hasEndpoints = sp.internal.action !== 'reject';
+  // Endpoint chains (and their affinity sets) exist only for ClientIP affinity.
   const affinity = sp.sessionAffinityTimeoutSeconds > 0;
 
   const chains: string[] = [];
@@ -318,7 +343,7 @@ function servicePortBlock(
     sp.allReachableEndpoints.map((ep) => [ep.endpoint, endpointObjectNames(sp, ep)]),
   );
   const epNames = (ep: Endpoint) => endpointNames.get(ep.endpoint) ?? endpointObjectNames(sp, ep);
-  for (const ep of sp.allReachableEndpoints) ensure(epNames(ep).chain);
+  if (affinity) for (const ep of sp.allReachableEndpoints) ensure(epNames(ep).chain);
   const usesClusterChain = sp.clusterEndpoints.length > 0 && sp.usesClusterEndpoints;
   if (usesClusterChain) ensure(chainNames.cluster);
   const usesLocalChain = sp.localEndpoints.length > 0 && sp.usesLocalEndpoints;
@@ -352,6 +377,10 @@ function servicePortBlock(
   const port = String(sp.port);
   const name = sp.servicePortName;
 
+  // A local endpoint reaching itself through the service is masqueraded (the masquerading chain).
+  for (const ep of sp.allReachableEndpoints) {
+    if (ep.isLocal) element(HAIRPIN_CONNECTIONS, [ep.ip, ep.ip, proto, String(ep.port)], null, null);
+  }
   element(CLUSTER_IPS, [sp.clusterIP], null, null);
   if (hasInternal) element(SERVICE_IPS, [sp.clusterIP, proto, port], [`goto ${internalChain}`], null);
   else element(NO_ENDPOINT_SERVICES, [sp.clusterIP, proto, port], [internalVerdict], name);
@@ -404,21 +433,10 @@ function servicePortBlock(
     }
   }
 
-  if (hasInternal) {
-    const clusterIPMatch = `${family} daddr ${sp.clusterIP} ${proto} dport ${sp.port}`;
-    if (decisions.masqueradeAll) {
-      w.rule(internalChain, `${clusterIPMatch} jump ${MARK_FOR_MASQUERADE}`);
-    } else if (detector) {
-      // Off-cluster sources reaching a ClusterIP (a static route to the service range) may be
-      // forwarded to another node, so they are masqueraded.
-      w.rule(internalChain, `${clusterIPMatch} ${detector.ifNotLocal} jump ${MARK_FOR_MASQUERADE}`);
-    }
-  }
-
   if (usesExternalChain) {
     if (sp.externalFromCluster === null) {
       // Endpoints may be on other nodes: masquerade so replies come back through this one.
-      w.rule(chainNames.external, `jump ${MARK_FOR_MASQUERADE}`);
+      w.rule(chainNames.external, masqueradeRule, 'masquerade');
     } else {
       if (detector) {
         // Pod traffic to an external destination ignores the policy, as if it had gone out to
@@ -431,11 +449,7 @@ function servicePortBlock(
       }
       // The host's own traffic has a local source (often the VIP itself): masquerade and route it
       // to any endpoint.
-      w.rule(
-        chainNames.external,
-        `fib saddr type local jump ${MARK_FOR_MASQUERADE}`,
-        'masquerade local traffic',
-      );
+      w.rule(chainNames.external, `fib saddr type local ${masqueradeRule}`, 'masquerade local traffic');
       w.rule(
         chainNames.external,
         `fib saddr type local goto ${chainNames.cluster}`,
@@ -445,15 +459,17 @@ function servicePortBlock(
     if (hasExternal) w.rule(chainNames.external, `goto ${externalPolicyChain}`);
   }
 
-  if (usesClusterChain) serviceToEndpointRules(w, sp, chainNames.cluster, sp.clusterEndpoints, epNames);
-  if (usesLocalChain) serviceToEndpointRules(w, sp, chainNames.local, sp.localEndpoints, epNames);
-
-  for (const ep of sp.allReachableEndpoints) {
-    const { chain, affinitySet } = epNames(ep);
-    // Hairpin: a pod reaching itself through the service is SNATed.
-    w.rule(chain, `${family} saddr ${ep.ip} jump ${MARK_FOR_MASQUERADE}`);
-    if (affinity) w.rule(chain, `update @${affinitySet} { ${family} saddr }`);
-    w.rule(chain, `meta l4proto ${proto} dnat to ${ep.endpoint}`);
+  if (!affinity) {
+    if (usesClusterChain) serviceToEndpointDNATs(w, sp, chainNames.cluster, sp.clusterEndpoints);
+    if (usesLocalChain) serviceToEndpointDNATs(w, sp, chainNames.local, sp.localEndpoints);
+  } else {
+    if (usesClusterChain) serviceToEndpointJumps(w, sp, chainNames.cluster, sp.clusterEndpoints, epNames);
+    if (usesLocalChain) serviceToEndpointJumps(w, sp, chainNames.local, sp.localEndpoints, epNames);
+    for (const ep of sp.allReachableEndpoints) {
+      const { chain, affinitySet } = epNames(ep);
+      w.rule(chain, `update @${affinitySet} { ${family} saddr }`);
+      w.rule(chain, `meta l4proto ${proto} dnat to ${ep.endpoint}`);
+    }
   }
 
   return {
@@ -466,19 +482,42 @@ function servicePortBlock(
   };
 }
 
-function serviceToEndpointRules(
+/**
+ * Without affinity the policy chain DNATs itself: one endpoint, straight to it (a map costs more
+ * to insert than it saves); several, through an anonymous map picked by a random number.
+ */
+function serviceToEndpointDNATs(
+  w: Writer,
+  sp: ServicePortDecision,
+  chain: string,
+  endpoints: Endpoint[],
+): void {
+  const proto = sp.protocol.toLowerCase();
+  const [only] = endpoints;
+  if (endpoints.length === 1 && only) {
+    w.rule(chain, `meta l4proto ${proto} dnat to ${only.endpoint}`);
+    return;
+  }
+  const family = nftFamily(sp.family);
+  const targets = endpoints.map((ep, i) => `${i} : ${ep.ip} . ${ep.port}`).join(' , ');
+  w.rule(
+    chain,
+    `meta l4proto ${proto} dnat ${family} addr . port to numgen random mod ${endpoints.length} map { ${targets} }`,
+  );
+}
+
+/** With affinity: the endpoint a source is remembered for, else one at random, each a chain of its own. */
+function serviceToEndpointJumps(
   w: Writer,
   sp: ServicePortDecision,
   chain: string,
   endpoints: Endpoint[],
   epNames: (ep: Endpoint) => { chain: string; affinitySet: string },
 ): void {
-  if (sp.sessionAffinityTimeoutSeconds > 0) {
-    const family = nftFamily(sp.family);
-    for (const ep of endpoints) {
-      const { chain: target, affinitySet } = epNames(ep);
-      w.rule(chain, `${family} saddr @${affinitySet} goto ${target}`);
-    }
+  const family = nftFamily(sp.family);
+  for (const ep of endpoints) {
+    const { chain: target, affinitySet } = epNames(ep);
+    w.rule(chain, `${family} saddr @${affinitySet} goto ${target}`);
   }
   const targets = endpoints.map((ep, i) => `${i} : goto ${epNames(ep).chain}`).join(' , ');
   w.rule(chain, `numgen random mod ${endpoints.length} vmap { ${targets} }`);
@@ -543,6 +582,8 @@ export interface TransactionPlan {
   staleChains: string[];
   /** Affinity sets no longer used: deleted now (nothing references them after the flushes). */
   staleAffinitySets: string[];
+  /** Fixed chains of an older layout (mark-for-masquerade): deleted last, once nothing jumps to them. */
+  legacyChains?: string[];
 }
 
 export interface NftTransaction {
@@ -563,7 +604,7 @@ export function assembleTransaction(ruleset: NftRuleset, plan: TransactionPlan):
     if (plan.recreateBaseChains) lines.push(...ruleset.recreateBaseChainLines);
     lines.push(...ruleset.setupLines);
     for (const container of ELEMENT_CONTAINERS) {
-      lines.push(`flush ${container === CLUSTER_IPS ? 'set' : 'map'} ${family} ${TABLE} ${container}`);
+      lines.push(`flush ${isSetContainer(container) ? 'set' : 'map'} ${family} ${TABLE} ${container}`);
     }
   }
   let blocksWritten = 0;
@@ -583,6 +624,7 @@ export function assembleTransaction(ruleset: NftRuleset, plan: TransactionPlan):
   }
   for (const chain of plan.staleChains) lines.push(`flush chain ${family} ${TABLE} ${chain}`);
   for (const set of plan.staleAffinitySets) lines.push(`delete set ${family} ${TABLE} ${set}`);
+  for (const chain of plan.legacyChains ?? []) lines.push(`delete chain ${family} ${TABLE} ${chain}`);
   return { text: lines.length > 0 ? `${lines.join('\n')}\n` : '', blocksWritten, elementsWritten };
 }
 
