@@ -7,7 +7,7 @@ import { closeFd } from '../native/libc.js';
 import { backend4, u32Codec } from '../src/dataplanes/bpf/layout.js';
 import { mapPinPath, PIN_LAYOUT_VERSION } from '../src/dataplanes/bpf/object.js';
 import { endpointChain } from '../src/dataplanes/iptables/names.js';
-import { servicePortEndpointChainNameBase } from '../src/dataplanes/nftables/names.js';
+import { servicePortChainNameBase } from '../src/dataplanes/nftables/names.js';
 import type { Lab } from '../src/lab/netns.js';
 import { NAMESPACE, SERVICE_TCP_PORT, TCP_TARGET_PORT } from './scenario.js';
 
@@ -42,23 +42,19 @@ export async function endpointInKernel(
       return result.code === 0;
     }
     case 'nftables': {
-      const base = servicePortEndpointChainNameBase(
-        { namespace: NAMESPACE, name: service, portName: 'http' },
-        'TCP',
-        {
-          ip,
-          port: TCP_TARGET_PORT,
-        },
-      );
+      // kube-proxy 1.37's layout DNATs in the service chain itself (a numgen map of ip . port).
+      const base = servicePortChainNameBase({ namespace: NAMESPACE, name: service, portName: 'http' }, 'TCP');
       const result = await ctx.lab.exec(
         ctx.nodeNs,
         'nft',
-        ['list', 'chain', 'ip', 'kube-proxy', `endpoint-${base}`],
-        {
-          allowFailure: true,
-        },
+        ['list', 'chain', 'ip', 'kube-proxy', `service-${base}`],
+        { allowFailure: true },
       );
-      return result.code === 0;
+      return (
+        result.code === 0 &&
+        (result.stdout.includes(`${ip} . ${TCP_TARGET_PORT}`) ||
+          result.stdout.includes(`${ip}:${TCP_TARGET_PORT}`))
+      );
     }
     case 'bpf':
     case 'bpf-sock': {
