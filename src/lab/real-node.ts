@@ -16,6 +16,7 @@ import { parseAllDocuments } from 'yaml';
 import type { ProxyMode } from '../config/types.js';
 import { type AgentStartOptions, LabAgent } from './agent.js';
 import type { SyncLine } from './agent-log.js';
+import { CHART, helm } from './helm.js';
 import { compiledSibling, type Lab } from './netns.js';
 import {
   API_SERVER_IP,
@@ -37,8 +38,6 @@ const ROOT = fileURLToPath(
 );
 /** Where scripts/install-deps.sh builds the CNI plugins and scripts/install-helm.sh helm. */
 export const CNI_BIN = join(ROOT, '.tools/cni/bin');
-const HELM = join(ROOT, '.tools/bin/helm');
-const CHART = join(ROOT, 'charts/kube-bpf-proxy');
 const mainScript = compiledSibling(import.meta.url, '../cli/main.js');
 
 const CLUSTER_CIDR = '10.244.0.0/16';
@@ -591,30 +590,19 @@ export async function renderChart(
   set: string[] = [],
 ): Promise<RenderedAgent> {
   const home = join(workDir, 'helm');
-  const { stdout } = await execFileAsync(
-    HELM,
-    [
-      'template',
-      'kbp',
-      CHART,
-      '-n',
-      'kube-system',
-      '--set',
-      'k8sServiceHost=10.10.0.1',
-      '--set',
-      `proxyMode=${mode}`,
-      ...set.flatMap((value) => ['--set', value]),
-    ],
-    {
-      env: {
-        PATH: process.env.PATH ?? '',
-        HOME: home,
-        HELM_CACHE_HOME: join(home, 'cache'),
-        HELM_CONFIG_HOME: join(home, 'config'),
-        HELM_DATA_HOME: join(home, 'data'),
-      },
-    },
-  );
+  const stdout = await helm(home, [
+    'template',
+    'kbp',
+    CHART,
+    '-n',
+    'kube-system',
+    '--set',
+    'k8sServiceHost=10.10.0.1',
+    '--set',
+    `proxyMode=${mode}`,
+    ...set.flatMap((value) => ['--set', value]),
+  ]);
+
   // biome-ignore lint/suspicious/noExplicitAny: rendered manifests are untyped YAML
   const objects = parseAllDocuments(stdout).map((doc) => doc.toJS() as any);
   const configMap = objects.find((o) => o?.kind === 'ConfigMap' && o.data?.['config.conf']);

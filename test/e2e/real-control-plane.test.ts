@@ -19,9 +19,10 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { LabAgent } from '../../src/lab/agent.js';
 import { type BuiltCluster, buildCluster } from '../../src/lab/cluster.js';
+import { CHART, helm } from '../../src/lab/helm.js';
 import { deleteStaleNamespaces, Lab, type RequestResult } from '../../src/lab/netns.js';
 import { ControlPlane, describeControlPlane } from '../support/control-plane.js';
-import { CHART, helm, type K8sObject, parseObjects } from '../support/helm.js';
+import { type K8sObject, parseObjects } from '../support/helm.js';
 import {
   create,
   createNode,
