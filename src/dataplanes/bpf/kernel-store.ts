@@ -52,7 +52,7 @@ import {
   u32Codec,
 } from './layout.js';
 import { MAP_SIZE_SETTING, type MapName } from './object.js';
-import type { FrontendAction, FrontendKey, FrontendKind } from './plan.js';
+import { DATAPATH_FAMILIES, type FrontendAction, type FrontendKey, type FrontendKind } from './plan.js';
 import {
   type AffinityMatch,
   type BackendEntry,
@@ -150,7 +150,7 @@ function rangeKey(r: SourceRange) {
 }
 
 export class KernelStore implements MapStore {
-  readonly families = ['IPv4' as const];
+  readonly families = DATAPATH_FAMILIES;
   private readonly cpus = possibleCpus();
   private configFlippedAtMs: number | null = null;
 

@@ -24,6 +24,9 @@ export const SCHEDULERS: readonly BpfScheduler[] = ['random', 'rr', 'maglev'];
 /** The address of a NodePort frontend open on every node address (nodePortAddresses match-all). */
 export const ANY_ADDRESS: Record<IPFamily, string> = { IPv4: '0.0.0.0', IPv6: '::' };
 
+/** The families the datapath programs: IPv4 (the v6 maps exist, the v6 programs do not yet). */
+export const DATAPATH_FAMILIES: readonly IPFamily[] = ['IPv4'];
+
 /** count and slot are 16-bit in kbp_svc_val and kbp_slot_key. */
 export const MAX_BACKENDS_PER_FRONTEND = 65535;
 
@@ -668,7 +671,7 @@ export function renderBpfText(decisions: ProxyDecisions, bpf: BpfConfig, family?
     { ...decisions, families: decisions.families.filter((f) => !family || f.family === family) },
     {
       defaultScheduler: bpf.scheduler,
-      families: ['IPv4'],
+      families: DATAPATH_FAMILIES,
       capacity: {
         frontends: sizes.services,
         backends: sizes.backends - 1,
