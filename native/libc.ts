@@ -109,6 +109,8 @@ export function openRawIPv4Socket(): number {
 
 /** Sends one IPv4 packet (header included) on a raw socket, routed by its destination address. */
 export function sendIPv4Packet(fd: number, packet: Buffer): void {
+  // struct sockaddr_in: sin_family in host order (little-endian on x86-64 and arm64), the port
+  // (unused by raw sockets), then the destination address copied from the IP header.
   const to = Buffer.alloc(16);
   to.writeUInt16LE(AF_INET, 0);
   packet.copy(to, 4, 16, 20);
