@@ -15,6 +15,9 @@ const c = {
   ),
   strerror: libc.func('const char *strerror(int errnum)'),
   socket: libc.func('int socket(int domain, int type, int protocol)'),
+  sendto: libc.func(
+    'intptr_t sendto(int fd, const uint8_t *buf, size_t len, int flags, const uint8_t *addr, uint32_t addrlen)',
+  ),
   getsockopt: libc.func(
     'int getsockopt(int fd, int level, int name, _Out_ uint8_t *value, _Inout_ uint32_t *len)',
   ),
@@ -89,4 +92,28 @@ export function netnsCookie(): bigint {
   } finally {
     closeFd(fd);
   }
+}
+
+const SOCK_RAW = 3;
+const IPPROTO_RAW = 255;
+
+/**
+ * A raw IPv4 socket (IPPROTO_RAW: the caller writes the whole IP header, source address included)
+ * in the calling thread's network namespace, for the lab's packet generators. Needs CAP_NET_RAW.
+ */
+export function openRawIPv4Socket(): number {
+  const fd = c.socket(AF_INET, SOCK_RAW, IPPROTO_RAW) as number;
+  if (fd < 0) throw new NativeError('socket', lastErrno(), 'AF_INET, SOCK_RAW');
+  return fd;
+}
+
+/** Sends one IPv4 packet (header included) on a raw socket, routed by its destination address. */
+export function sendIPv4Packet(fd: number, packet: Buffer): void {
+  // struct sockaddr_in: sin_family in host order (little-endian on x86-64 and arm64), the port
+  // (unused by raw sockets), then the destination address copied from the IP header.
+  const to = Buffer.alloc(16);
+  to.writeUInt16LE(AF_INET, 0);
+  packet.copy(to, 4, 16, 20);
+  if ((c.sendto(fd, packet, packet.length, 0, to, to.length) as number) < 0)
+    throw new NativeError('sendto', lastErrno());
 }

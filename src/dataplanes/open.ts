@@ -46,7 +46,7 @@ const OPENERS: Record<ProxyMode, Opener> = {
       { backend: dataplane.backend, ...dataplane.capabilities },
       'iptables backend chosen for the ipvs companion rules',
     );
-    return { dataplane: reconciled(dataplane, log), iptables: dataplane.capabilities };
+    return { dataplane: reconciled(dataplane, log), iptables: dataplane.capabilities, ruleStats: dataplane };
   },
   nftables: async (_config, log) => {
     const dataplane = await openNftablesDataplane();

@@ -29,6 +29,7 @@ export function compiledSibling(moduleUrl: string, file: string): string {
 
 const backendScript = compiledSibling(import.meta.url, 'backend-server.js');
 const clientScript = compiledSibling(import.meta.url, 'traffic-client.js');
+const synFloodScript = compiledSibling(import.meta.url, 'syn-flood.js');
 
 export class Lab {
   readonly prefix: string;
@@ -186,6 +187,29 @@ export class Lab {
       .split('\n')
       .filter((line) => line.trim() !== '')
       .map((line) => JSON.parse(line) as RequestResult);
+  }
+
+  /**
+   * A SYN flood from a namespace (syn-flood.js): spoofed sources from `sources` (default
+   * 198.18.0.0/15), as fast as one raw socket goes, until `count` SYNs or `seconds` have passed.
+   */
+  async synFlood(
+    ns: string,
+    target: string,
+    opts: { count: number; seconds: number; sources?: string },
+  ): Promise<{ sent: number; seconds: number }> {
+    const args = [
+      synFloodScript,
+      '--target',
+      target,
+      '--count',
+      String(opts.count),
+      '--seconds',
+      String(opts.seconds),
+    ];
+    if (opts.sources) args.push('--sources', opts.sources);
+    const { stdout } = await this.exec(ns, process.execPath, args);
+    return JSON.parse(stdout) as { sent: number; seconds: number };
   }
 
   /**

@@ -308,6 +308,30 @@ describeRoot('ipvs mode in the IPVS lab (Debian kernel under QEMU)', () => {
     }
   });
 
+  it('a failed companion iptables-restore is counted per family and leaves the rules as they were', async () => {
+    expect(dataplane.stats('IPv4')).toEqual({ restoreFailures: 0 });
+    // Sorted: a chain made again may be listed in another place.
+    const rules = async () => sh('iptables-nft-save | grep -v "^#" | sort');
+    const before = await rules();
+    // Another tool's nft base chain under the name of one of the restore's chains (unreferenced
+    // here: no LoadBalancer source ranges), as a node running other nft software may have.
+    const chain = 'KUBE-SOURCE-RANGES-FIREWALL';
+    await sh(
+      `iptables-nft -t filter -F ${chain} && iptables-nft -t filter -X ${chain} && ` +
+        `nft add chain ip filter ${chain} '{ type filter hook input priority 10; policy accept; }'`,
+    );
+    const withForeignChain = await rules();
+    await expect(dataplane.sync(decisions([0, 1]), FULL)).rejects.toThrow(/IPv4 iptables-restore failed/);
+    expect(dataplane.stats('IPv4')).toEqual({ restoreFailures: 1 });
+    // iptables-restore is one transaction: nothing of it was applied.
+    expect(await rules()).toBe(withForeignChain);
+    // Once the name is free again, the next sync restores the chain; the counter stays.
+    await sh(`nft delete chain ip filter ${chain}`);
+    await dataplane.sync(decisions([0, 1]), FULL);
+    expect(await rules()).toBe(before);
+    expect(dataplane.stats('IPv4')).toEqual({ restoreFailures: 1 });
+  });
+
   it('cleanup removes the virtual servers, kube-ipvs0, the ipsets and the rules', async () => {
     const report = await cleanupNode({ pinPath: `/nonexistent/kbp-ipvs-${process.pid}`, exec: guest.exec });
     expect(report.errors).toEqual([]);

@@ -2,7 +2,9 @@
 // proxier does on each sync: ipsets, kube-ipvs0 and its addresses, virtual and real servers (one
 // `ipvsadm -R` batch of differences), the companion iptables rules (one iptables-restore), then
 // stale addresses. Removed TCP real servers drain: weight 0 until their connections are gone
-// (kube-proxy's graceful termination manager); UDP and SCTP ones go at once.
+// (kube-proxy's graceful termination manager); UDP and SCTP ones go at once. Failed companion
+// iptables-restore runs are counted per family, the one rule-mode metric kube-proxy 1.37's ipvs
+// proxier sets (kubeproxy_sync_proxy_rules_iptables_restore_failures_total).
 
 import type { ChangeSet, Dataplane, SyncResult } from '../../brain/dataplane.js';
 import type { FamilyDecisions, ProxyDecisions } from '../../brain/types.js';
@@ -20,7 +22,8 @@ import {
   waitFlags,
 } from '../iptables/backend.js';
 import { ensureJumps } from '../iptables/dataplane.js';
-import { syncEachFamily } from '../types.js';
+import type { RuleModeStats } from '../stats.js';
+import { PerFamily, syncEachFamily } from '../types.js';
 import {
   diffVirtualServers,
   ipsetRestoreInput,
@@ -61,12 +64,20 @@ export class IpvsDataplane implements Dataplane {
   private jumpsEnsured = new Set<IPFamily>();
   private drainTimer: NodeJS.Timeout | null = null;
   private drainRunning: Promise<void> = Promise.resolve();
+  private readonly familyStats = new PerFamily<Required<Pick<RuleModeStats, 'restoreFailures'>>>(() => ({
+    restoreFailures: 0,
+  }));
 
   constructor(
     readonly backend: IptablesBackend,
     readonly capabilities: IptablesCapabilities,
     private readonly options: IpvsDataplaneOptions & { exec: CommandRunner },
   ) {}
+
+  /** The family's counters for the metrics; undefined before its first sync. */
+  stats(family: IPFamily): RuleModeStats | undefined {
+    return this.familyStats.peek(family);
+  }
 
   /** Real servers still draining, as "<ipvsadm service>/<ip:port>". */
   drainingRealServers(): string[] {
@@ -181,6 +192,7 @@ export class IpvsDataplane implements Dataplane {
   private async syncFamily(decisions: FamilyDecisions, interfaces: IpAddrInterface[]): Promise<void> {
     const { exec, config } = this.options;
     const family = decisions.family;
+    const stats = this.familyStats.get(family);
     const state = buildIpvsState(decisions, {
       scheduler: config.ipvs.scheduler,
       randomFully: this.capabilities.randomFully,
@@ -234,6 +246,7 @@ export class IpvsDataplane implements Dataplane {
       { input: state.iptablesRestore, allowFailure: true },
     );
     if (restore.code !== 0) {
+      stats.restoreFailures++;
       throw new IpvsSyncError(`${family} iptables-restore failed: ${restore.stderr.trim()}`);
     }
 
