@@ -41,6 +41,7 @@
 #include "nat.h"
 #include "parse.h"
 #include "policy.h"
+#include "related.h"
 #include "rodata.h"
 #include "select.h"
 #include "service.h"
@@ -236,13 +237,8 @@ static __always_inline int kbp_deliver(void *ctx, const bool xdp, const bool l3,
 	if (kbp_rewrite4(ctx, xdp, l3, p, t->xlate_saddr, t->xlate_daddr, t->xlate_sport,
 			 t->xlate_dport, verdict != KBP_PASS) < 0)
 		return KBP_PASS;
-	if (verdict == KBP_TX) {
-		void *data = kbp_data(ctx, xdp);
-
-		if (data + sizeof(hop->macs) > kbp_data_end(ctx, xdp))
-			return KBP_PASS;
-		__builtin_memcpy(data, hop->macs, sizeof(hop->macs));
-	}
+	if (verdict == KBP_TX && kbp_tx_macs(ctx, xdp, hop) < 0)
+		return KBP_PASS;
 	return verdict;
 }
 
@@ -260,7 +256,7 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, const bool l3, int
 	__u64 now;
 
 	if (kbp_parse4(ctx, xdp, l3, &p) < 0)
-		return KBP_PASS;
+		return kbp_related4_ingress(ctx, xdp, l3, hop);
 
 	/* The clock is read only for tracked and new flows: other traffic never pays for it. */
 	ct = kbp_ct_lookup_pkt(&p);
