@@ -90,7 +90,8 @@ static __always_inline int kbp_related4(void *ctx, const bool xdp, const bool l3
 	if (ih->type != KBP_ICMP_DEST_UNREACH && ih->type != KBP_ICMP_TIME_EXCEEDED)
 		return KBP_PASS;
 	in = (void *)(ih + 1);
-	if ((void *)(in + 1) > end || in->version != 4)
+	/* A quoted later fragment holds no ports. */
+	if ((void *)(in + 1) > end || in->version != 4 || (in->frag_off & bpf_htons(KBP_IP_OFFSET)))
 		return KBP_PASS;
 	in_len = (__u32)in->ihl * 4;
 	if (in_len < sizeof(*in) || in_len > 60)

@@ -186,7 +186,7 @@ function relatedRewrite(f: Buffer, entries: Map<string, Entry>, ingress: boolean
   const icmp = ip.subarray(ihl);
   if (icmp[0] !== 3 && icmp[0] !== 11) return null;
   const q = icmp.subarray(8);
-  if (q.length < 20 || q[0]! >> 4 !== 4) return null;
+  if (q.length < 20 || q[0]! >> 4 !== 4 || q.readUInt16BE(6) & 0x1fff) return null; // a later fragment: no ports
   const qihl = (q[0]! & 0x0f) * 4;
   if (qihl < 20 || (q[9] !== IPPROTO_TCP && q[9] !== IPPROTO_UDP) || q.length < qihl + 4) return null;
   // Addressed to the quoted packet's sender, or not ours.
@@ -425,6 +425,7 @@ describeRoot('bpf/lb.o fuzz', () => {
         const at = 12 + int(8); // an address no flow has
         quote[at] = quote[at]! ^ (1 + int(255));
       }
+      if (rand() < 0.05) quote.writeUInt16BE(rand() < 0.5 ? 0x2000 : 1 + int(0x1fff), 6); // a fragment
       if (rand() < 0.3) quote = quote.subarray(0, int(quote.length + 1)); // truncated
       const q = parsePacket(quoted);
       let frame = buildIcmpError({
