@@ -4,7 +4,8 @@
  *
  * Packet walk at ingress (IPv4, TCP and UDP; everything else passes untouched):
  *   1. parse: Ethernet (none on L3 devices), IPv4 honouring ihl, TCP or UDP; fragments,
- *      truncated or inconsistent headers pass untouched (never rewritten).
+ *      truncated or inconsistent headers pass untouched (never rewritten), and an ICMP error
+ *      about a tracked flow goes to related.h.
  *   2. conntrack: the packet's tuple in kbp_ct4tcp_v1 / kbp_ct4any_v1. A forward hit is
  *      rewritten to the entry's xlate tuple, counted, and passed on; a reply hit only when the
  *      flow is routed (below), other replies are left to the egress program.
