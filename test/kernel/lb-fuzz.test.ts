@@ -426,6 +426,13 @@ describeRoot('bpf/lb.o fuzz', () => {
         quote[at] = quote[at]! ^ (1 + int(255));
       }
       if (rand() < 0.05) quote.writeUInt16BE(rand() < 0.5 ? 0x2000 : 1 + int(0x1fff), 6); // a fragment
+      if (rand() < 0.1) {
+        // A random inner header: IPv4, TCP or UDP, any header length, anything else random.
+        quote = Buffer.alloc(int(100));
+        for (let i = 0; i < quote.length; i++) quote[i] = int(256);
+        if (quote.length > 0) quote[0] = 0x40 | int(16);
+        if (quote.length > 9) quote[9] = rand() < 0.5 ? IPPROTO_TCP : IPPROTO_UDP;
+      }
       if (rand() < 0.3) quote = quote.subarray(0, int(quote.length + 1)); // truncated
       const q = parsePacket(quoted);
       let frame = buildIcmpError({
