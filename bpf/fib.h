@@ -75,6 +75,16 @@ static __always_inline int kbp_route4(void *ctx, const bool xdp, const bool l3,
 	return KBP_DROP;
 }
 
+/* KBP_TX (XDP only): the FIB's next hop MACs into the frame. */
+static __always_inline int kbp_tx_macs(void *ctx, const bool xdp, const struct kbp_hop *hop) {
+	void *data = kbp_data(ctx, xdp);
+
+	if (data + sizeof(hop->macs) > kbp_data_end(ctx, xdp))
+		return -1;
+	__builtin_memcpy(data, hop->macs, sizeof(hop->macs));
+	return 0;
+}
+
 /*
  * A packet from an L3 device has no Ethernet header, but redirecting to an Ethernet device
  * needs one (the kernel strips it again for an L3 target): room for it, with the FIB's MACs.

@@ -21,6 +21,11 @@
 /* Room for the quote of an ICMP error: the original IPv4 header (<= 60) and 8 bytes of it. */
 #define KBP_QUOTE_MAX (60 + 8)
 
+/* Bytes popped behind the MAC header while a packet becomes an ICMP error: past the checksum start
+ * of any packet here (a TCP/UDP header behind a 60-byte IPv4 header, or behind the outer headers
+ * of an encapsulation such as VXLAN). */
+#define KBP_CSUM_POP 128
+
 /* linux/icmp.h pulls in libc socket headers, so the 8-byte ICMP header is spelled out here. */
 #define KBP_ICMP_DEST_UNREACH 3
 #define KBP_ICMP_PORT_UNREACH 3
@@ -81,18 +86,29 @@ static __always_inline int kbp_icmp_unreach4(struct __sk_buff *skb, const bool l
 	err.icmp.mtu = bpf_htons(mtu);
 	err.icmp.checksum = kbp_csum_buf(&err, sizeof(err.icmp) + quote_len);
 
-	/* Shrinking also resets GSO state: a GRO-merged packet answers as one. */
-	if (bpf_skb_change_tail(skb, l2 + l3_len, 0) < 0)
+	/* The checksum state must become the ICMP message's (docs/bpf-datapath.md, "Reject"). A
+	 * CHECKSUM_PARTIAL skb (TCP/UDP from a local socket, through a veth) would have a device
+	 * without checksum offload, or a host forwarding it, write a TCP/UDP checksum into the
+	 * quote; no helper sets CHECKSUM_NONE, but the kernel does so itself when a checksum start
+	 * lies before the data (skb_postpull_rcsum, which BPF_F_RECOMPUTE_CSUM stores call). So:
+	 * grow to the message's length plus KBP_CSUM_POP (which also resets GSO state: a GRO-merged
+	 * packet answers as one), pop KBP_CSUM_POP bytes behind the MAC header, past the old
+	 * checksum start (bpf_skb_adjust_room also clears CHECKSUM_UNNECESSARY), and store with
+	 * BPF_F_RECOMPUTE_CSUM, which also keeps a CHECKSUM_COMPLETE sum right. */
+	if (bpf_skb_change_tail(skb, l2 + l3_len + KBP_CSUM_POP, 0) < 0 ||
+	    bpf_skb_adjust_room(skb, -(__s32)KBP_CSUM_POP, BPF_ADJ_ROOM_MAC, 0) < 0)
 		return -1;
 	if (!l3) {
 		__builtin_memcpy(mac, eth.h_source, ETH_ALEN);
 		__builtin_memcpy(eth.h_source, eth.h_dest, ETH_ALEN);
 		__builtin_memcpy(eth.h_dest, mac, ETH_ALEN);
+		/* Not BPF_F_RECOMPUTE_CSUM: at tc the MAC header is outside skb->csum. */
 		if (bpf_skb_store_bytes(skb, 0, &eth, sizeof(eth), 0) < 0)
 			return -1;
 	}
-	if (bpf_skb_store_bytes(skb, l2, &ip, sizeof(ip), 0) < 0 ||
-	    bpf_skb_store_bytes(skb, l2 + sizeof(ip), &err, sizeof(err.icmp) + quote_len, 0) < 0)
+	if (bpf_skb_store_bytes(skb, l2, &ip, sizeof(ip), BPF_F_RECOMPUTE_CSUM) < 0 ||
+	    bpf_skb_store_bytes(skb, l2 + sizeof(ip), &err, sizeof(err.icmp) + quote_len,
+				BPF_F_RECOMPUTE_CSUM) < 0)
 		return -1;
 	return 0;
 }

@@ -4,7 +4,8 @@
  *
  * Packet walk at ingress (IPv4, TCP and UDP; everything else passes untouched):
  *   1. parse: Ethernet (none on L3 devices), IPv4 honouring ihl, TCP or UDP; fragments,
- *      truncated or inconsistent headers pass untouched (never rewritten).
+ *      truncated or inconsistent headers pass untouched (never rewritten), and an ICMP error
+ *      about a tracked flow goes to related.h.
  *   2. conntrack: the packet's tuple in kbp_ct4tcp_v1 / kbp_ct4any_v1. A forward hit is
  *      rewritten to the entry's xlate tuple, counted, and passed on; a reply hit only when the
  *      flow is routed (below), other replies are left to the egress program.
@@ -41,6 +42,7 @@
 #include "nat.h"
 #include "parse.h"
 #include "policy.h"
+#include "related.h"
 #include "rodata.h"
 #include "select.h"
 #include "service.h"
@@ -236,13 +238,8 @@ static __always_inline int kbp_deliver(void *ctx, const bool xdp, const bool l3,
 	if (kbp_rewrite4(ctx, xdp, l3, p, t->xlate_saddr, t->xlate_daddr, t->xlate_sport,
 			 t->xlate_dport, verdict != KBP_PASS) < 0)
 		return KBP_PASS;
-	if (verdict == KBP_TX) {
-		void *data = kbp_data(ctx, xdp);
-
-		if (data + sizeof(hop->macs) > kbp_data_end(ctx, xdp))
-			return KBP_PASS;
-		__builtin_memcpy(data, hop->macs, sizeof(hop->macs));
-	}
+	if (verdict == KBP_TX && kbp_tx_macs(ctx, xdp, hop) < 0)
+		return KBP_PASS;
 	return verdict;
 }
 
@@ -260,7 +257,7 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, const bool l3, int
 	__u64 now;
 
 	if (kbp_parse4(ctx, xdp, l3, &p) < 0)
-		return KBP_PASS;
+		return kbp_related4_ingress(ctx, xdp, l3, hop);
 
 	/* The clock is read only for tracked and new flows: other traffic never pays for it. */
 	ct = kbp_ct_lookup_pkt(&p);

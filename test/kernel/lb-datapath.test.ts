@@ -57,6 +57,13 @@ import {
   replyTo,
   TCP,
 } from '../../src/net/packets.js';
+import {
+  buildRoutingNamespace,
+  macOf,
+  NEIGHBOURS,
+  OUTSIDE,
+  SAME_SEGMENT_BACKEND,
+} from '../support/fib-lab.js';
 import { enterNetns } from '../support/in-netns.js';
 import {
   LB_COMPAT_OBJECT_PATH,
@@ -80,7 +87,6 @@ const XDP_TX = 3;
 const { tcFromPod: TC_POD, tcFromExternal: TC_EXT, xdpFromExternal: XDP_EXT, tcEgress: TC_EGRESS } = PROGRAMS;
 
 const CLIENT = '10.244.1.10';
-const OUTSIDE = '203.0.113.7';
 
 let lb: LoadedLb;
 let nextSport = 20000;
@@ -118,37 +124,6 @@ function drops(reason: number) {
   const buf = Buffer.alloc(perCpuValueSize(dropStats.size, possibleCpus()));
   mapLookup(lb.fd.drops, u32Codec.encode(reason), buf);
   return sumPerCpu(dropStats, buf, possibleCpus()).packets;
-}
-
-// Routed packets (SNAT, replies from node-address VIPs) are forwarded by tc with bpf_fib_lookup,
-// which answers from the namespace the test run happens in: this one, with interfaces
-// towards the remote backends, the outside client and local pods, and fixed neighbours.
-const NEIGHBOURS = {
-  remoteBackend: { net: '10.244.9.1/24', ip: '10.244.9.60', mac: '02:00:00:00:09:60' },
-  outside: { net: '203.0.113.1/24', ip: OUTSIDE, mac: '02:00:00:00:71:07' },
-  pod: { net: '10.244.2.1/24', ip: '10.244.2.61', mac: '02:00:00:00:02:61' },
-};
-/** Another node's backend on the outside segment (device r1): reached through the same interface. */
-const SAME_SEGMENT_BACKEND = { ip: '203.0.113.60', mac: '02:00:00:00:71:60' };
-
-async function buildRoutingNamespace(lab: Lab): Promise<void> {
-  await lab.addNamespace('fib');
-  await lab.sysctl('fib', 'net.ipv4.ip_forward', '1');
-  let i = 0;
-  for (const n of Object.values(NEIGHBOURS)) {
-    const dev = `r${i++}`;
-    await lab.exec('fib', 'ip', ['link', 'add', dev, 'type', 'veth', 'peer', 'name', `${dev}p`]);
-    await lab.exec('fib', 'ip', ['link', 'set', dev, 'up']);
-    await lab.exec('fib', 'ip', ['link', 'set', `${dev}p`, 'up']);
-    await lab.exec('fib', 'ip', ['addr', 'add', n.net, 'dev', dev]);
-    await lab.exec('fib', 'ip', ['neigh', 'add', n.ip, 'lladdr', n.mac, 'dev', dev, 'nud', 'permanent']);
-  }
-  const s = SAME_SEGMENT_BACKEND;
-  await lab.exec('fib', 'ip', ['neigh', 'add', s.ip, 'lladdr', s.mac, 'dev', 'r1', 'nud', 'permanent']);
-}
-
-function macOf(frame: Buffer, at: 0 | 6): string {
-  return [...frame.subarray(at, at + 6)].map((b) => b.toString(16).padStart(2, '0')).join(':');
 }
 
 describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
@@ -269,6 +244,31 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         quote: udp(CLIENT, '10.244.2.6', 5353, 1).subarray(ETH_HLEN),
       });
       expect(run(lb, TC_EGRESS, stranger).dataOut).toEqual(stranger);
+    });
+
+    it('an ICMP error from the client about a reply reaches the backend in its terms, through the stack (RELATED, ingress)', () => {
+      const src = sport();
+      const out = run(lb, TC_POD, udp(CLIENT, '10.96.0.53', 53, src)).dataOut;
+      const sentByBackend = replyTo(out);
+      const seenByClient = run(lb, TC_EGRESS, sentByBackend).dataOut;
+      expect(parsePacket(seenByClient)).toMatchObject({ saddr: '10.96.0.53', sport: 53 });
+      // The client's socket is gone: its host answers the reply with port unreachable.
+      const error = buildIcmpError({
+        saddr: CLIENT,
+        daddr: '10.96.0.53',
+        quote: seenByClient.subarray(ETH_HLEN),
+      });
+      const fwd = run(lb, TC_POD, error);
+      expect(fwd.retval).toBe(TC_ACT_UNSPEC);
+      expect(expectValid(fwd.dataOut)).toMatchObject({
+        proto: IPPROTO_ICMP,
+        saddr: CLIENT,
+        daddr: '10.244.2.6',
+      });
+      // The quote is the reply exactly as the backend sent it, checksums included.
+      expect(quotedPacket(fwd.dataOut).subarray(ETH_HLEN)).toEqual(sentByBackend.subarray(ETH_HLEN));
+      // The same error at egress is not the egress program's: untouched.
+      expect(run(lb, TC_EGRESS, error).dataOut).toEqual(error);
     });
 
     it('translates a BIG TCP packet (IPv4 tot_len 0 on a GSO skb), and leaves tot_len 0 alone otherwise', () => {
@@ -1148,6 +1148,130 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(run(lb, TC_EGRESS, reply).dataOut).toEqual(reply);
       const stranger = tcp('10.244.9.60', OUTSIDE, 4444, TCP.ACK);
       expect(run(lb, TC_EGRESS, stranger).dataOut).toEqual(stranger);
+    });
+
+    it('an ICMP error about a SNATed flow reaches the client in its terms, forwarded by tc (RELATED, ingress)', () => {
+      const src = sport();
+      const sent = tcp(OUTSIDE, '192.168.50.1', 30060, TCP.SYN, src);
+      const out = run(lb, TC_EXT, sent).dataOut;
+      const snat = parsePacket(out);
+      // A router on the backend's path cannot forward it: frag needed to the SNAT address,
+      // quoting the IPv4 header and 8 bytes (RFC 792).
+      const error = buildIcmpError({
+        saddr: '10.244.9.254',
+        daddr: snat.saddr,
+        quote: out.subarray(ETH_HLEN, ETH_HLEN + 28),
+        code: 4,
+        mtu: 1400,
+      });
+      const back = run(lb, TC_EXT, error);
+      expect(back.retval).toBe(TC_ACT_REDIRECT);
+      expect(expectValid(back.dataOut)).toMatchObject({
+        proto: IPPROTO_ICMP,
+        saddr: '10.244.9.254',
+        daddr: OUTSIDE,
+      });
+      expect(macOf(back.dataOut, 0)).toBe(NEIGHBOURS.outside.mac);
+      expect(back.dataOut[ETH_HLEN + 8]).toBe(63); // forwarded by us
+      expect(back.dataOut.readUInt16BE(ETH_HLEN + 26)).toBe(1400); // the MTU as the router said
+      // The quote is the client's packet in its own terms, so its socket finds the connection.
+      const quote = parsePacket(quotedPacket(back.dataOut));
+      expect(quote).toMatchObject({
+        ipChecksumOk: true,
+        saddr: OUTSIDE,
+        sport: src,
+        daddr: '192.168.50.1',
+        dport: 30060,
+      });
+      // Addressed elsewhere than the quoted packet's sender: not ours, untouched.
+      const stray = buildIcmpError({
+        saddr: '10.244.9.254',
+        daddr: '10.244.9.1',
+        quote: out.subarray(ETH_HLEN),
+      });
+      expect(run(lb, TC_EXT, stray).dataOut).toEqual(stray);
+    });
+
+    it('a backend`s port unreachable about a SNATed UDP flow reaches the client from the service address', () => {
+      writeFrontend(lb, {
+        svcId: 67,
+        addr: '0.0.0.0',
+        port: 30067,
+        proto: IPPROTO_UDP,
+        flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+        backends: [{ id: 67, addr: NEIGHBOURS.remoteBackend.ip, port: 5353 }],
+      });
+      const src = sport();
+      const out = run(lb, TC_EXT, udp(OUTSIDE, '192.168.50.1', 30067, src)).dataOut;
+      const error = buildIcmpError({
+        saddr: NEIGHBOURS.remoteBackend.ip,
+        daddr: parsePacket(out).saddr,
+        quote: out.subarray(ETH_HLEN),
+      });
+      const back = run(lb, TC_EXT, error);
+      expect(back.retval).toBe(TC_ACT_REDIRECT);
+      expect(expectValid(back.dataOut)).toMatchObject({ saddr: '192.168.50.1', daddr: OUTSIDE });
+      // The whole datagram quoted: its UDP checksum is valid in the client's terms too.
+      expect(expectValid(quotedPacket(back.dataOut))).toMatchObject({
+        saddr: OUTSIDE,
+        sport: src,
+        daddr: '192.168.50.1',
+        dport: 30067,
+      });
+    });
+
+    it('an ICMP error from the client`s side about a SNATed flow`s reply reaches the backend in its terms, forwarded by tc', () => {
+      const out = run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.1', 30060)).dataOut;
+      const sentByBackend = replyTo(out);
+      const seenByClient = run(lb, TC_EXT, sentByBackend).dataOut;
+      // A router on the client's path: frag needed to the node address the reply came from.
+      const error = buildIcmpError({
+        saddr: '203.0.113.254',
+        daddr: '192.168.50.1',
+        quote: seenByClient.subarray(ETH_HLEN, ETH_HLEN + 28),
+        code: 4,
+        mtu: 1400,
+      });
+      const fwd = run(lb, TC_EXT, error);
+      expect(fwd.retval).toBe(TC_ACT_REDIRECT);
+      // From the SNAT address, as the flow's packets come (MASQUERADE does the same to such errors).
+      expect(expectValid(fwd.dataOut)).toMatchObject({
+        proto: IPPROTO_ICMP,
+        saddr: TEST_CONFIG.snatAddr4,
+        daddr: NEIGHBOURS.remoteBackend.ip,
+      });
+      expect(macOf(fwd.dataOut, 0)).toBe(NEIGHBOURS.remoteBackend.mac);
+      const b = parsePacket(sentByBackend);
+      expect(parsePacket(quotedPacket(fwd.dataOut))).toMatchObject({
+        ipChecksumOk: true,
+        saddr: b.saddr,
+        sport: b.sport,
+        daddr: b.daddr,
+        dport: b.dport,
+      });
+    });
+
+    it('XDP sends an ICMP error about a routed flow back out with XDP_TX when the FIB says so, else leaves it to tc', () => {
+      const outsideIf = ifNameToIndex('r1');
+      const src = sport();
+      const out = runXdpOn(lb, XDP_EXT, tcp(OUTSIDE, '192.168.50.1', 30064, TCP.SYN, src), outsideIf).dataOut;
+      const error = buildIcmpError({
+        saddr: SAME_SEGMENT_BACKEND.ip,
+        daddr: TEST_CONFIG.snatAddr4,
+        quote: out.subarray(ETH_HLEN, ETH_HLEN + 28),
+      });
+      const back = runXdpOn(lb, XDP_EXT, error, outsideIf);
+      expect(back.retval).toBe(XDP_TX);
+      expect(expectValid(back.dataOut)).toMatchObject({
+        proto: IPPROTO_ICMP,
+        saddr: '192.168.50.1',
+        daddr: OUTSIDE,
+      });
+      expect(macOf(back.dataOut, 0)).toBe(NEIGHBOURS.outside.mac);
+      expect(parsePacket(quotedPacket(back.dataOut))).toMatchObject({ sport: src, dport: 30064 });
+      const elsewhere = runXdpOn(lb, XDP_EXT, error, ifNameToIndex('r0'));
+      expect(elsewhere.retval).toBe(XDP_PASS);
+      expect(elsewhere.dataOut).toEqual(error);
     });
 
     it('SNATs to the address of the interface the flow leaves through, as MASQUERADE does', () => {

@@ -3,7 +3,10 @@
 // checksums exactly as valid as they were. The frontends here forward, so nothing is dropped.
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { BE_F, PROGRAMS, SVC_F } from '../../src/dataplanes/bpf/layout.js';
+import { mapUpdate } from '../../native/libbpf.js';
+import { ifNameToIndex } from '../../native/libc.js';
+import { BE_F, ip4Codec, PROGRAMS, SVC_F, u32Codec } from '../../src/dataplanes/bpf/layout.js';
+import { Lab } from '../../src/lab/netns.js';
 import {
   buildIcmpError,
   buildPacket,
@@ -13,13 +16,26 @@ import {
   IPPROTO_UDP,
   onesSum,
   parsePacket,
+  replyTo,
 } from '../../src/net/packets.js';
-import { type LoadedLb, loadLb, run, writeConfig, writeFrontend } from '../support/lb-object.js';
+import { buildRoutingNamespace, NEIGHBOURS } from '../support/fib-lab.js';
+import { enterNetns } from '../support/in-netns.js';
+import {
+  type LoadedLb,
+  loadLb,
+  run,
+  runXdpOn,
+  TEST_CONFIG,
+  writeConfig,
+  writeFrontend,
+} from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
 import { mulberry32 } from '../support/random.js';
 
 const TC_ACT_UNSPEC = -1;
+const TC_ACT_REDIRECT = 7;
 const XDP_PASS = 2;
+const XDP_TX = 3;
 const SEED = 0x6b627066;
 const PACKETS = 12_000;
 const ICMP_ERRORS = 6_000;
@@ -116,13 +132,52 @@ function dnatProblem(input: Buffer, out: Buffer, to: { addr: string; port: numbe
   return null;
 }
 
-/** bpf/related.h's contract: which ICMP errors are rewritten at egress. Returns where the quote
- * starts and the source the error must leave with, or null for "untouched". */
-function relatedRewrite(
-  f: Buffer,
-  tracked: Map<string, unknown>,
-  vip: string,
-): { quoteAt: number; outerSource: Buffer } | null {
+interface Tuple {
+  saddr: string;
+  daddr: string;
+  sport: number;
+  dport: number;
+}
+
+/** A conntrack entry as bpf/lb.h makes it: the tuple its direction is translated to. */
+interface Entry {
+  xlate: Tuple;
+  reply: boolean;
+  /** KBP_CT_F_ROUTE (here always with KBP_CT_F_SNAT): forwarded by tc/XDP itself. */
+  route: boolean;
+}
+
+const tupleOf = (f: Buffer): Tuple => {
+  const p = parsePacket(f);
+  return { saddr: p.saddr, daddr: p.daddr, sport: p.sport, dport: p.dport };
+};
+const reversed = (t: Tuple): Tuple => ({ saddr: t.daddr, daddr: t.saddr, sport: t.dport, dport: t.sport });
+const keyOf = (proto: number, t: Tuple) => `${proto}/${t.saddr}:${t.sport}>${t.daddr}:${t.dport}`;
+const addrBytes = (a: string) => Buffer.from(a.split('.').map(Number));
+
+/** Both entries of a flow, from the packet its client sent and the packet that became. */
+function addFlow(entries: Map<string, Entry>, sent: Buffer, out: Buffer, route: boolean): void {
+  const proto = parsePacket(sent).proto;
+  const c = tupleOf(sent);
+  const x = tupleOf(out);
+  entries.set(keyOf(proto, c), { xlate: x, reply: false, route });
+  entries.set(keyOf(proto, reversed(x)), { xlate: reversed(c), reply: true, route });
+}
+
+interface RelatedRewrite {
+  quoteAt: number;
+  saddr: Buffer;
+  daddr: Buffer;
+  /** Forwarded by the program (TTL decremented, MACs may change). */
+  routed: boolean;
+  /** The entry's destination: where a routed error goes. */
+  to: string;
+  quote: Tuple;
+}
+
+/** bpf/related.h's contract: which ICMP errors are rewritten, at egress or at ingress, and how;
+ * null for "untouched". */
+function relatedRewrite(f: Buffer, entries: Map<string, Entry>, ingress: boolean): RelatedRewrite | null {
   if (f.length < ETH_HLEN + 20 || f.readUInt16BE(12) !== 0x0800) return null;
   const ip = f.subarray(ETH_HLEN);
   const ihl = (ip[0]! & 0x0f) * 4;
@@ -131,22 +186,60 @@ function relatedRewrite(
   const icmp = ip.subarray(ihl);
   if (icmp[0] !== 3 && icmp[0] !== 11) return null;
   const q = icmp.subarray(8);
-  if (q.length < 20 || q[0]! >> 4 !== 4) return null;
+  if (q.length < 20 || q[0]! >> 4 !== 4 || q.readUInt16BE(6) & 0x1fff) return null; // a later fragment: no ports
   const qihl = (q[0]! & 0x0f) * 4;
   if (qihl < 20 || (q[9] !== IPPROTO_TCP && q[9] !== IPPROTO_UDP) || q.length < qihl + 4) return null;
+  // Addressed to the quoted packet's sender, or not ours.
+  if (!ip.subarray(16, 20).equals(q.subarray(12, 16))) return null;
   const a = (b: Buffer) => [...b].join('.');
-  const key = `${q[9]}/${a(q.subarray(12, 16))}:${q.readUInt16BE(qihl)}>${a(q.subarray(16, 20))}:${q.readUInt16BE(qihl + 2)}`;
-  if (!tracked.has(key)) return null;
-  const backendSent = ip.subarray(12, 16).equals(q.subarray(16, 20));
+  const quoted = {
+    saddr: a(q.subarray(12, 16)),
+    daddr: a(q.subarray(16, 20)),
+    sport: q.readUInt16BE(qihl),
+    dport: q.readUInt16BE(qihl + 2),
+  };
+  const e = entries.get(keyOf(q[9]!, reversed(quoted)));
+  if (!e) return null;
+  // Egress owns the errors about unrouted forward packets, ingress the others.
+  if ((e.reply && !e.route) === ingress) return null;
+  const routed = ingress && e.route;
+  if (routed && ip[8]! <= 1) return null; // TTL runs out here: the stack's
+  const fromPeer = ip.subarray(12, 16).equals(q.subarray(16, 20));
+  const towardsSnatBackend = !e.reply && e.route;
   return {
     quoteAt: ETH_HLEN + ihl + 8,
-    outerSource: backendSent ? Buffer.from(vip.split('.').map(Number)) : Buffer.from(ip.subarray(12, 16)),
+    saddr: fromPeer || towardsSnatBackend ? addrBytes(e.xlate.saddr) : Buffer.from(ip.subarray(12, 16)),
+    daddr: addrBytes(e.xlate.daddr),
+    routed,
+    to: e.xlate.daddr,
+    quote: reversed(e.xlate),
   };
+}
+
+/** Inserts `n` 4-byte NOP option words into the outer IPv4 header (length and checksum fixed). */
+function withOuterOptions(f: Buffer, n: number): Buffer {
+  const ihl = (f[ETH_HLEN]! & 0x0f) * 4;
+  if (f.length < ETH_HLEN + ihl || ihl + 4 * n > 60) return f;
+  const g = Buffer.concat([
+    f.subarray(0, ETH_HLEN + ihl),
+    Buffer.alloc(4 * n, 1),
+    f.subarray(ETH_HLEN + ihl),
+  ]);
+  g[ETH_HLEN] = 0x40 | ((ihl + 4 * n) / 4);
+  g.writeUInt16BE(g.readUInt16BE(ETH_HLEN + 2) + 4 * n, ETH_HLEN + 2);
+  g.writeUInt16BE(0, ETH_HLEN + 10);
+  g.writeUInt16BE(~onesSum(g.subarray(ETH_HLEN, ETH_HLEN + ihl + 4 * n)) & 0xffff, ETH_HLEN + 10);
+  return g;
 }
 
 describeRoot('bpf/lb.o fuzz', () => {
   let lb: LoadedLb;
-  beforeAll(() => {
+  // ICMP errors about routed flows are forwarded with bpf_fib_lookup: from a namespace with routes.
+  const lab = new Lab(`kbpfz${process.pid}`);
+  let leave: (() => void) | null = null;
+  beforeAll(async () => {
+    await buildRoutingNamespace(lab);
+    leave = enterNetns(lab.ns('fib'));
     lb = loadLb();
     writeConfig(lb);
     let id = 70;
@@ -165,7 +258,11 @@ describeRoot('bpf/lb.o fuzz', () => {
       }
     }
   });
-  afterAll(() => lb?.close());
+  afterAll(async () => {
+    lb?.close();
+    leave?.();
+    await lab.destroy();
+  });
 
   it('the checksum reader notices a flipped bit (the oracle below relies on it)', () => {
     const f = buildPacket({ saddr: '1.2.3.4', daddr: '5.6.7.8', proto: IPPROTO_TCP, sport: 1, dport: 2 });
@@ -251,102 +348,176 @@ describeRoot('bpf/lb.o fuzz', () => {
     expect(tally.malformed).toBeGreaterThan(1000);
     expect(tally.untouched).toBeGreaterThan(100);
   });
-  it(`never rewrites an ICMP error wrongly: ${ICMP_ERRORS} errors quoting tracked and untracked, truncated and mutated packets`, () => {
+  it(`never rewrites an ICMP error wrongly: ${ICMP_ERRORS} errors about tracked and untracked flows, routed or not, both ways, through every program`, async () => {
     const rand = mulberry32(SEED ^ 0x1c);
     const int = (n: number) => Math.floor(rand() * n);
-    const vip = TARGETS[0]!.vip;
-    // Tracked flows: the packet as the client sent it, and as it left translated.
-    const flows: { sent: Buffer; out: Buffer }[] = [];
-    for (let i = 0; i < 40; i++) {
+    const options = () => Buffer.alloc(4 * int(11), 1);
+    for (const [svcId, proto, port, bport] of [
+      [80, IPPROTO_TCP, 30070, 8080],
+      [81, IPPROTO_UDP, 30071, 5353],
+    ] as const)
+      writeFrontend(lb, {
+        svcId,
+        addr: '0.0.0.0',
+        port,
+        proto,
+        flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+        backends: [{ id: svcId, addr: NEIGHBOURS.remoteBackend.ip, port: bport }],
+      });
+    mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode(TEST_CONFIG.snatAddr4), u32Codec.encode(1));
+    // Tracked flows, unrouted (a pod to a ClusterIP) and routed (outside to a NodePort, SNATed):
+    // each with the packet as its client sent it, as it left translated, and the reply as the
+    // client saw it.
+    const entries = new Map<string, Entry>();
+    const flows: { out: Buffer; seenByClient: Buffer }[] = [];
+    for (let i = 0; i < 80; i++) {
       const proto = i % 2 ? IPPROTO_TCP : IPPROTO_UDP;
+      const routed = i >= 40;
       const sent = buildPacket({
-        saddr: `10.244.9.${1 + i}`,
-        daddr: vip,
+        saddr: routed ? `203.0.113.${100 + i}` : `10.244.9.${1 + i}`,
+        daddr: routed ? TEST_CONFIG.snatAddr4 : TARGETS[0]!.vip,
         proto,
         sport: 30000 + i,
-        dport: proto === IPPROTO_TCP ? 80 : 53,
-        ipOptions: Buffer.alloc(4 * int(11), 1),
+        dport: routed ? (proto === IPPROTO_TCP ? 30070 : 30071) : proto === IPPROTO_TCP ? 80 : 53,
+        ipOptions: options(),
         payload: Buffer.alloc(int(40), 0xcd),
         udpNoChecksum: rand() < 0.15,
       });
-      flows.push({ sent, out: run(lb, PROGRAMS.tcFromPod, sent).dataOut });
+      const out = run(lb, routed ? PROGRAMS.tcFromExternal : PROGRAMS.tcFromPod, sent);
+      expect(out.retval).toBe(routed ? TC_ACT_REDIRECT : TC_ACT_UNSPEC);
+      const reply = run(lb, routed ? PROGRAMS.tcFromExternal : PROGRAMS.tcEgress, replyTo(out.dataOut));
+      expect(parsePacket(reply.dataOut).saddr).toBe(parsePacket(sent).daddr);
+      addFlow(entries, sent, out.dataOut, routed);
+      flows.push({ out: out.dataOut, seenByClient: reply.dataOut });
     }
-    const tracked = new Map(
-      flows.map((f) => {
-        const q = parsePacket(f.out);
-        return [`${q.proto}/${q.saddr}:${q.sport}>${q.daddr}:${q.dport}`, f];
-      }),
-    );
-    const tally = { rewritten: 0, untouched: 0 };
+    const outsideIf = ifNameToIndex('r1');
+    // Half the outside clients are known neighbours (XDP_TX); the others need resolving (tc).
+    const neighbours = new Set<string>();
+    for (let i = 40; i < 80; i += 2) {
+      const ip = `203.0.113.${100 + i}`;
+      await lab.exec('fib', 'ip', [
+        'neigh',
+        'add',
+        ip,
+        'lladdr',
+        `02:00:00:00:72:${i}`,
+        'dev',
+        'r1',
+        'nud',
+        'permanent',
+      ]);
+      neighbours.add(ip);
+    }
+    const programs = [
+      { name: PROGRAMS.tcEgress, ingress: false, xdp: false },
+      { name: PROGRAMS.tcFromPod, ingress: true, xdp: false },
+      { name: PROGRAMS.tcFromExternal, ingress: true, xdp: false },
+      { name: PROGRAMS.xdpFromExternal, ingress: true, xdp: true },
+    ];
+    const tally = { rewritten: 0, forwarded: 0, xdpTx: 0, untouched: 0 };
     for (let n = 0; n < ICMP_ERRORS; n++) {
       const flow = flows[int(flows.length)]!;
-      let quote = Buffer.from(flow.out.subarray(ETH_HLEN));
+      // About the forward packet (from the backend's side) or the reply (from the client's).
+      const aboutReply = rand() < 0.5;
+      const quoted = aboutReply ? flow.seenByClient : flow.out;
+      let quote = Buffer.from(quoted.subarray(ETH_HLEN));
       if (rand() < 0.2) {
         const at = 12 + int(8); // an address no flow has
         quote[at] = quote[at]! ^ (1 + int(255));
       }
+      if (rand() < 0.05) quote.writeUInt16BE(rand() < 0.5 ? 0x2000 : 1 + int(0x1fff), 6); // a fragment
+      if (rand() < 0.1) {
+        // A random inner header: IPv4, TCP or UDP, any header length, anything else random.
+        quote = Buffer.alloc(int(100));
+        for (let i = 0; i < quote.length; i++) quote[i] = int(256);
+        if (quote.length > 0) quote[0] = 0x40 | int(16);
+        if (quote.length > 9) quote[9] = rand() < 0.5 ? IPPROTO_TCP : IPPROTO_UDP;
+      }
       if (rand() < 0.3) quote = quote.subarray(0, int(quote.length + 1)); // truncated
-      const fromBackend = rand() < 0.7;
+      const q = parsePacket(quoted);
       let frame = buildIcmpError({
-        saddr: fromBackend && quote.length >= 20 ? parsePacket(flow.out).daddr : '10.1.2.3',
-        daddr: parsePacket(flow.sent).saddr,
+        saddr: rand() < 0.6 ? q.daddr : '10.1.2.3', // the other end itself, or a router
+        daddr: q.saddr,
         quote,
         type: [3, 3, 11, 0, 8, 5][int(6)],
         code: int(16),
       });
+      if (rand() < 0.2) frame = withOuterOptions(frame, 1 + int(10));
+      if (rand() < 0.05) frame[ETH_HLEN + 8] = int(2); // TTL out
       if (rand() < 0.25) {
         const at = int(frame.length); // anywhere, the headers included
         frame[at] = frame[at]! ^ (1 + int(255));
       }
       if (rand() < 0.1) frame = frame.subarray(0, ETH_HLEN + 20 + int(frame.length - ETH_HLEN - 20));
       frame = Buffer.from(frame);
-      const where = `error ${n}: ${frame.toString('hex')}`;
-      const out = run(lb, PROGRAMS.tcEgress, frame);
-      expect(out.retval, where).toBe(TC_ACT_UNSPEC);
-      const expected = relatedRewrite(frame, tracked, vip);
-      if (!expected) {
-        expect(out.dataOut.equals(frame), where).toBe(true);
-        tally.untouched++;
-        continue;
-      }
-      tally.rewritten++;
-      expect(out.dataOut.length, where).toBe(frame.length);
-      const outer = (f: Buffer) => f.subarray(ETH_HLEN, ETH_HLEN + 20);
-      const ipOk = (ip: Buffer) => onesSum(ip.subarray(0, (ip[0]! & 0x0f) * 4)) === 0xffff;
-      const icmpOf = (f: Buffer) => f.subarray(ETH_HLEN + 20, ETH_HLEN + f.readUInt16BE(ETH_HLEN + 2));
-      expect(ipOk(outer(out.dataOut)), where).toBe(ipOk(outer(frame)));
-      expect(onesSum(icmpOf(out.dataOut)) === 0xffff, where).toBe(onesSum(icmpOf(frame)) === 0xffff);
-      // Source: the service address when the backend sent the error.
-      expect(out.dataOut.subarray(ETH_HLEN + 12, ETH_HLEN + 16), where).toEqual(expected.outerSource);
-      // The quote: the client's own tuple back, its IP checksum as valid as before, the rest as it was.
-      const qIn = frame.subarray(expected.quoteAt);
-      const qOut = out.dataOut.subarray(expected.quoteAt);
-      const orig = [...tracked.values()].find((f) =>
-        f.out.subarray(ETH_HLEN).subarray(12, 20).equals(qIn.subarray(12, 20)),
-      )!;
-      const origQuote = orig.sent.subarray(ETH_HLEN);
-      expect(qOut.subarray(12, 20), where).toEqual(origQuote.subarray(12, 20));
-      const ihl = (qIn[0]! & 0x0f) * 4;
-      expect(qOut.subarray(ihl, ihl + 4), where).toEqual(origQuote.subarray(ihl, ihl + 4));
-      expect(ipOk(qOut), where).toBe(ipOk(qIn));
-      if (qIn.length >= qIn.readUInt16BE(2) && qIn.readUInt16BE(2) >= ihl + 8) {
-        // A whole datagram quoted: its TCP/UDP checksum is exactly as valid as before.
-        const asFrame = (q: Buffer) =>
-          Buffer.concat([Buffer.from([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 0]), q]);
-        expect(parsePacket(asFrame(qOut)).l4ChecksumOk, where).toBe(parsePacket(asFrame(qIn)).l4ChecksumOk);
-      }
-      const csumAt = ihl + (qIn[9] === IPPROTO_TCP ? 16 : 6);
-      for (let i = 0; i < qIn.length; i++) {
-        const mutable =
-          (i >= 10 && i < 12) ||
-          (i >= 12 && i < 20) ||
-          (i >= ihl && i < ihl + 4) ||
-          (i >= csumAt && i < csumAt + 2);
-        if (!mutable) expect(qOut[i], `${where} quote byte ${i}`).toBe(qIn[i]);
+      for (const prog of programs) {
+        const where = `error ${n} through ${prog.name}: ${frame.toString('hex')}`;
+        const out = prog.xdp ? runXdpOn(lb, prog.name, frame, outsideIf) : run(lb, prog.name, frame);
+        let expected = relatedRewrite(frame, entries, prog.ingress);
+        // XDP forwards only back out of the interface it came in on, to a known neighbour; it
+        // leaves the rest to tc.
+        if (prog.xdp && expected?.routed && !neighbours.has(expected.to)) expected = null;
+        const pass = prog.xdp ? XDP_PASS : TC_ACT_UNSPEC;
+        if (!expected) {
+          expect(out.retval, where).toBe(pass);
+          expect(out.dataOut.equals(frame), where).toBe(true);
+          tally.untouched++;
+          continue;
+        }
+        expect(out.retval, where).toBe(expected.routed ? (prog.xdp ? XDP_TX : TC_ACT_REDIRECT) : pass);
+        if (expected.routed) tally.forwarded++;
+        else tally.rewritten++;
+        if (expected.routed && prog.xdp) tally.xdpTx++;
+        const o = out.dataOut;
+        expect(o.length, where).toBe(frame.length);
+        const ihl = (frame[ETH_HLEN]! & 0x0f) * 4;
+        const ipOk = (ip: Buffer, len: number) => onesSum(ip.subarray(0, len)) === 0xffff;
+        const icmpOf = (f: Buffer) => f.subarray(ETH_HLEN + ihl, ETH_HLEN + f.readUInt16BE(ETH_HLEN + 2));
+        expect(ipOk(o.subarray(ETH_HLEN), ihl), where).toBe(ipOk(frame.subarray(ETH_HLEN), ihl));
+        expect(onesSum(icmpOf(o)) === 0xffff, where).toBe(onesSum(icmpOf(frame)) === 0xffff);
+        expect(o.subarray(ETH_HLEN + 12, ETH_HLEN + 16), where).toEqual(expected.saddr);
+        expect(o.subarray(ETH_HLEN + 16, ETH_HLEN + 20), where).toEqual(expected.daddr);
+        expect(o[ETH_HLEN + 8], where).toBe(frame[ETH_HLEN + 8]! - (expected.routed ? 1 : 0));
+        // The quote: the sender's own tuple, each checksum as valid as before, the rest as it was.
+        const qIn = frame.subarray(expected.quoteAt);
+        const qOut = o.subarray(expected.quoteAt);
+        const qihl = (qIn[0]! & 0x0f) * 4;
+        const a = (b: Buffer) => [...b].join('.');
+        expect(
+          {
+            saddr: a(qOut.subarray(12, 16)),
+            daddr: a(qOut.subarray(16, 20)),
+            sport: qOut.readUInt16BE(qihl),
+            dport: qOut.readUInt16BE(qihl + 2),
+          },
+          where,
+        ).toEqual(expected.quote);
+        expect(ipOk(qOut, qihl), where).toBe(ipOk(qIn, qihl));
+        if (qIn.length >= qIn.readUInt16BE(2) && qIn.readUInt16BE(2) >= qihl + 8) {
+          // A whole datagram quoted: its TCP/UDP checksum is exactly as valid as before.
+          const asFrame = (x: Buffer) =>
+            Buffer.concat([Buffer.from([0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 0]), x]);
+          expect(parsePacket(asFrame(qOut)).l4ChecksumOk, where).toBe(parsePacket(asFrame(qIn)).l4ChecksumOk);
+        }
+        const csumAt = expected.quoteAt + qihl + (qIn[9] === IPPROTO_TCP ? 16 : 6);
+        const q0 = expected.quoteAt;
+        for (let i = 0; i < frame.length; i++) {
+          const mutable =
+            (expected.routed && i < 12) || // the next hop's MACs
+            i === ETH_HLEN + 8 || // TTL
+            (i >= ETH_HLEN + 10 && i < ETH_HLEN + 20) || // outer checksum, addresses
+            (i >= ETH_HLEN + ihl + 2 && i < ETH_HLEN + ihl + 4) || // ICMP checksum
+            (i >= q0 + 10 && i < q0 + 20) || // quote checksum, addresses
+            (i >= q0 + qihl && i < q0 + qihl + 4) || // quote ports
+            (i >= csumAt && i < csumAt + 2); // quote L4 checksum
+          if (!mutable && o[i] !== frame[i]) expect.fail(`${where}: byte ${i} changed`);
+        }
       }
     }
     console.log(`ICMP fuzz: ${JSON.stringify(tally)}`);
     expect(tally.rewritten).toBeGreaterThan(500);
+    expect(tally.forwarded).toBeGreaterThan(500);
+    expect(tally.xdpTx).toBeGreaterThan(100);
     expect(tally.untouched).toBeGreaterThan(500);
   });
 });

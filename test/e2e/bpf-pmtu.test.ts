@@ -1,0 +1,137 @@
+// ICMP errors about SNATed NodePort flows, with real TCP between namespaces this test creates, and
+// the reject's checksum state on a path that computes offloaded checksums.
+//
+//   cl (10.221.0.1) --c0/q0-- rc (router) --q1/l0-- lb (10.222.0.1 | 10.223.0.1) --l1/r0-- rt (router) --r1/b0-- be (10.224.0.2)
+//
+// lb is the node: kbp_tc_ext and the egress program on l0 and l1, a NodePort whose backend is on
+// "another node" (be), so the flow is SNATed to 10.223.0.1 and forwarded by tc both ways; strict
+// rp_filter and an INVALID drop rule, as distributions ship a node. The narrow (1,400-byte) hop is
+// a router's link, never an endpoint's own (whose MSS would avoid the problem): rt's towards the
+// backend (rt answers the client's bulk upload with frag needed to the SNAT address), or rc's
+// towards the client (rc answers the backend's bulk download with frag needed to the node
+// address). Only when lb translates these errors does the sender learn the MTU; otherwise the
+// transfer stalls (the PMTU black hole).
+
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { BPF_TCX_EGRESS, BPF_TCX_INGRESS, linkCreate, mapUpdate } from '../../native/libbpf.js';
+import { closeFd, ifNameToIndex } from '../../native/libc.js';
+import { ACTION, ip4Codec, PROGRAMS, SVC_F, u32Codec } from '../../src/dataplanes/bpf/layout.js';
+import { Lab } from '../../src/lab/netns.js';
+import { IPPROTO_TCP } from '../../src/net/packets.js';
+import { inNetns } from '../support/in-netns.js';
+import { type LoadedLb, loadLb, writeConfig, writeFrontend } from '../support/lb-object.js';
+import { describeRoot } from '../support/privileges.js';
+
+const NODE_IP = '10.222.0.1';
+const SNAT_IP = '10.223.0.1';
+const BACKEND = { id: 1, addr: '10.224.0.2', port: 9000 };
+const BULK = 4 << 20;
+
+describeRoot('bpf/lb.o: PMTU discovery across a 1,400-MTU link on a NodePort flow (namespaces)', () => {
+  const lab = new Lab(`kbpmtu${process.pid}`);
+  let lb: LoadedLb;
+  const links: number[] = [];
+
+  /** Runs `fn` with `dev` in `ns` at MTU 1400, back to 1500 afterwards. */
+  async function narrow<T>(ns: string, dev: string, fn: () => Promise<T>): Promise<T> {
+    await lab.exec(ns, 'ip', ['link', 'set', dev, 'mtu', '1400']);
+    try {
+      return await fn();
+    } finally {
+      await lab.exec(ns, 'ip', ['link', 'set', dev, 'mtu', '1500']);
+    }
+  }
+
+  beforeAll(async () => {
+    lb = loadLb();
+    writeConfig(lb, { snatAddr4: SNAT_IP });
+    for (const ns of ['cl', 'rc', 'lb', 'rt', 'be']) await lab.addNamespace(ns);
+    await lab.link('cl', 'c0', 'rc', 'q0');
+    await lab.link('rc', 'q1', 'lb', 'l0');
+    await lab.link('lb', 'l1', 'rt', 'r0');
+    await lab.link('rt', 'r1', 'be', 'b0');
+    for (const [ns, dev, cidr] of [
+      ['cl', 'c0', '10.221.0.1/24'],
+      ['rc', 'q0', '10.221.0.2/24'],
+      ['rc', 'q1', '10.222.0.2/24'],
+      ['lb', 'l0', `${NODE_IP}/24`],
+      ['lb', 'l1', `${SNAT_IP}/24`],
+      ['rt', 'r0', '10.223.0.2/24'],
+      ['rt', 'r1', '10.224.0.1/24'],
+      ['be', 'b0', '10.224.0.2/24'],
+    ] as const)
+      await lab.addAddress(ns, dev, cidr);
+    await lab.addRoute('cl', 'default', 'via', '10.221.0.2');
+    await lab.addRoute('rc', 'default', 'via', NODE_IP);
+    await lab.addRoute('lb', '10.221.0.0/24', 'via', '10.222.0.2');
+    await lab.addRoute('lb', '10.224.0.0/24', 'via', '10.223.0.2');
+    await lab.addRoute('rt', 'default', 'via', SNAT_IP);
+    await lab.addRoute('be', 'default', 'via', '10.224.0.1');
+    for (const ns of ['rc', 'lb', 'rt']) await lab.sysctl(ns, 'net.ipv4.ip_forward', '1');
+    await lab.sysctl('lb', 'net.ipv4.conf.all.rp_filter', '1');
+    await lab.dropInvalidForwards('lb');
+    mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode(NODE_IP), u32Codec.encode(1));
+    inNetns(lab.ns('lb'), () => {
+      for (const dev of ['l0', 'l1']) {
+        links.push(linkCreate(lb.prog(PROGRAMS.tcFromExternal), ifNameToIndex(dev), BPF_TCX_INGRESS));
+        links.push(linkCreate(lb.prog(PROGRAMS.tcEgress), ifNameToIndex(dev), BPF_TCX_EGRESS));
+      }
+    });
+    // The backend: an upload is counted and answered with its length; 'S' asks for BULK bytes.
+    const server = `require('net').createServer((s)=>{let n=0;s.once('data',(d)=>{if(d[0]===0x53){s.end(Buffer.alloc(${BULK},7));return;}n+=d.length;s.on('data',(x)=>n+=x.length);s.on('end',()=>s.end(String(n)));});}).listen(${BACKEND.port},'${BACKEND.addr}',()=>console.log('listening'));`;
+    const child = lab.spawn('be', process.execPath, ['-e', server]);
+    await new Promise<void>((resolve) => child.stdout?.once('data', () => resolve()));
+    writeFrontend(lb, {
+      svcId: 1,
+      addr: '0.0.0.0',
+      port: 30100,
+      proto: IPPROTO_TCP,
+      flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+      backends: [BACKEND],
+    });
+  });
+
+  afterAll(async () => {
+    for (const fd of links) closeFd(fd);
+    await lab.destroy();
+    lb?.close();
+  });
+
+  /** The client's run, bounded: what it printed, or 'timeout' when the transfer stalled. */
+  async function client(script: string): Promise<string> {
+    const bounded = `${script}setTimeout(()=>{console.log('timeout');process.exit(0);},15000).unref();`;
+    return (await lab.exec('cl', process.execPath, ['-e', bounded])).stdout.trim();
+  }
+
+  it('an upload with DF learns the MTU of a router`s link on the backend`s side (frag needed to the SNAT address)', async () => {
+    const upload = `const s=require('net').connect(30100,'${NODE_IP}',()=>s.end(Buffer.alloc(${BULK},1)));let r='';s.on('data',(d)=>r+=d);s.on('close',()=>console.log(r));`;
+    expect(await narrow('rt', 'r1', () => client(upload))).toBe(String(BULK));
+  });
+
+  it('a download with DF learns the MTU of a router`s link on the client`s side (frag needed to the node address)', async () => {
+    const download = `const s=require('net').connect(30100,'${NODE_IP}',()=>s.write('S'));let n=0;s.on('data',(d)=>n+=d.length);s.on('close',()=>console.log(n));`;
+    expect(await narrow('rc', 'q0', () => client(download))).toBe(String(BULK));
+  });
+
+  it('the reject of a CHECKSUM_PARTIAL SYN survives a router without TX checksum offload', async () => {
+    // cl's veth offloads its checksums (the default), so the SYN reaches lb CHECKSUM_PARTIAL;
+    // rc's link to cl does not, so rc computes any checksum still pending on the way back.
+    writeFrontend(lb, {
+      svcId: 2,
+      addr: '0.0.0.0',
+      port: 30101,
+      proto: IPPROTO_TCP,
+      flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+      backends: [],
+      action: ACTION.reject,
+    });
+    await lab.exec('rc', 'ethtool', ['-K', 'q0', 'tx', 'off']);
+    try {
+      const [r] = await lab.requests('cl', `${NODE_IP}:30101`, { proto: 'tcp', count: 1, timeoutMs: 3000 });
+      expect(r!.error).toMatch(/ECONNREFUSED/);
+      expect(r!.ms).toBeLessThan(1000);
+    } finally {
+      await lab.exec('rc', 'ethtool', ['-K', 'q0', 'tx', 'on']);
+    }
+  });
+});
