@@ -9,7 +9,8 @@
 // (--source-port fixes its tuple).
 // With --datagram BYTES (UDP) each datagram is that long and asks the backend to echo it
 // (backend-server.ts); its line has "bytes", the count echoed back unchanged, or the error
-// "echo differs".
+// "echo differs", or "answer from <ip:port>" when the echo did not come from the target (an
+// untranslated reply, which a connected socket would drop).
 // Usage: node traffic-client.js --proto tcp|udp --target HOST:PORT --count N [--timeout MS] [--source-port P] [--source-address IP] [--download BYTES] [--interval MS] [--datagram BYTES]
 
 import { createSocket } from 'node:dgram';
@@ -122,9 +123,13 @@ function udpRequest(datagramBytes?: number): Promise<Answer> {
       socket.close();
       reject(new Error('timeout'));
     }, timeoutMs);
-    socket.on('message', (msg) => {
+    socket.on('message', (msg, rinfo) => {
       clearTimeout(timer);
       socket.close();
+      if (datagramBytes !== undefined && (rinfo.address !== host || rinfo.port !== port)) {
+        reject(new Error(`answer from ${rinfo.address}:${rinfo.port}`));
+        return;
+      }
       const line = datagramBytes !== undefined ? msg.indexOf(10) : msg.length;
       let answer: Answer;
       try {

@@ -167,8 +167,12 @@ interface Cell {
   /** Backends that must see another address than the client's (SNAT towards another node). */
   snatAt?: string[];
   downloadBytes?: number;
-  /** UDP: each datagram is this long (fragmented on the way) and must come back echoed intact. */
+  /** UDP: each datagram is this long (fragmented on the way) and must come back echoed intact,
+   * from the address and port it was sent to. */
   datagramBytes?: number;
+  /** A node whose stack reassembles the datagrams and fragments them again (netfilter conntrack
+   * at PREROUTING, then the output's MTU): its ReasmOKs and FragCreates must grow. */
+  reassembledAt?: string;
 }
 
 const CLIENT_PODS = [
@@ -359,6 +363,7 @@ const CELLS: Cell[] = [
     backends: ['a2', 'b2'],
     clientAddress: 'preserved',
     datagramBytes: 3000,
+    reassembledAt: NODE_A.name,
   },
   {
     name: '64 KiB UDP datagram: outside → NodePort on node-b, local backend, echoed',
@@ -368,6 +373,7 @@ const CELLS: Cell[] = [
     backends: ['b2'],
     clientAddress: 'any',
     datagramBytes: BIG_DATAGRAM,
+    reassembledAt: NODE_B.name,
   },
   {
     name: '64 KiB UDP datagram: outside → NodePort on node-a, remote backend (SNAT, routed by tc), echoed',
@@ -378,8 +384,18 @@ const CELLS: Cell[] = [
     clientAddress: 'any',
     snatAt: ['b2'],
     datagramBytes: BIG_DATAGRAM,
+    reassembledAt: NODE_B.name,
   },
 ];
+
+/** The IPv4 counters of a namespace's stack (/proc/net/snmp, "Ip:" lines), by name. */
+async function ipStats(lab: Lab, ns: string): Promise<Record<string, number>> {
+  const { stdout } = await lab.exec(ns, 'cat', ['/proc/net/snmp']);
+  const [names, values] = stdout.split('\n').filter((line) => line.startsWith('Ip:'));
+  const keys = (names ?? '').split(/\s+/).slice(1);
+  const nums = (values ?? '').split(/\s+/).slice(1).map(Number);
+  return Object.fromEntries(keys.map((k, i) => [k, nums[i]!]));
+}
 
 /** What went wrong in a cell, one line per problem; empty when it passed. */
 function problems(cell: Cell, clientIP: string, results: RequestResult[]): string[] {
@@ -483,6 +499,8 @@ for (const { mode, agent } of VARIANTS) {
             ? REAL_NODES.find((n) => n.name === host)!.ip
             : nodes.pod(cell.from).ip;
         const download = cell.downloadBytes !== undefined;
+        const reassembler = cell.reassembledAt ? nodes.nodeNs(cell.reassembledAt) : null;
+        const before = reassembler ? await ipStats(lab, reassembler) : null;
         const results = await lab.requests(ns, cell.target, {
           proto: cell.proto,
           count: download ? 1 : REQUESTS,
@@ -491,6 +509,13 @@ for (const { mode, agent } of VARIANTS) {
           datagramBytes: cell.datagramBytes,
         });
         expect(problems(cell, clientIP, results)).toEqual([]);
+        if (reassembler && before) {
+          const after = await ipStats(lab, reassembler);
+          expect(after.ReasmOKs, `${cell.reassembledAt} reassembled`).toBeGreaterThan(before.ReasmOKs!);
+          expect(after.FragCreates, `${cell.reassembledAt} fragmented again`).toBeGreaterThan(
+            before.FragCreates!,
+          );
+        }
       });
     }
   });
