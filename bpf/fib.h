@@ -71,6 +71,17 @@ static __always_inline int kbp_route4(void *ctx, const bool xdp, const bool l3,
 		*reason = KBP_DROP_FRAG_NEEDED;
 		return KBP_FRAG_NEEDED;
 	}
+	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		/* Too big without DF (the fragments of a big datagram from a 1500-byte link into a
+		 * 1450-byte overlay): no program can fragment, and the stack would drop the
+		 * packet's node-address source as a martian, so it goes out as it is. An overlay
+		 * carries it (vxlan's outer packet is fragmented by the underlay); a plain device
+		 * drops it. Without tot_len the kernel found the route and the neighbour before it
+		 * judged the skb's length, so the MACs are there. */
+		__builtin_memcpy(hop->macs, fib.dmac, ETH_ALEN);
+		__builtin_memcpy(hop->macs + ETH_ALEN, fib.smac, ETH_ALEN);
+		return KBP_REDIRECT;
+	}
 	*reason = KBP_DROP_FIB;
 	return KBP_DROP;
 }

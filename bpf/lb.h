@@ -3,9 +3,10 @@
  * The service load balancer shared by the tc and XDP programs (over a `void *ctx`, see ctx.h).
  *
  * Packet walk at ingress (IPv4, TCP and UDP; everything else passes untouched):
- *   1. parse: Ethernet (none on L3 devices), IPv4 honouring ihl, TCP or UDP; fragments,
- *      truncated or inconsistent headers pass untouched (never rewritten), and an ICMP error
- *      about a tracked flow goes to related.h.
+ *   1. parse: Ethernet (none on L3 devices), IPv4 honouring ihl, TCP or UDP; truncated or
+ *      inconsistent headers pass untouched (never rewritten), and an ICMP error about a tracked
+ *      flow goes to related.h. Fragments (tc only, frag.h): the first is handled as a whole
+ *      packet, later ones with its ports and an L3-only rewrite.
  *   2. conntrack: the packet's tuple in kbp_ct4tcp_v1 / kbp_ct4any_v1. A forward hit is
  *      rewritten to the entry's xlate tuple, counted, and passed on; a reply hit only when the
  *      flow is routed (below), other replies are left to the egress program.
@@ -285,6 +286,10 @@ static __always_inline int kbp_lb4(void *ctx, const bool xdp, const bool l3, int
 		*svc_id = cv.svc_id;
 		return kbp_deliver(ctx, xdp, l3, &p, &cv, reason, hop);
 	}
+	/* A later fragment never starts a flow: its first fragment did, or the datagram is not
+	 * ours. */
+	if (p.frag == KBP_PKT_FRAG_LATER)
+		return KBP_PASS;
 
 service:
 	if (kbp_lookup_service(p.daddr, p.dport, p.proto, role, &sv) < 0)

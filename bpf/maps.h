@@ -28,6 +28,7 @@
 #define KBP_MAX_NODE_ADDR 256
 #define KBP_MAX_IFADDR	  4096
 #define KBP_MAX_SOCK_REV  131072
+#define KBP_MAX_FRAG	  8192
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -245,5 +246,21 @@ struct {
 	__type(key, struct kbp_sockrev4_key);
 	__type(value, struct kbp_sockrev4_val);
 } kbp_sockrev4_v1 SEC(".maps");
+
+/* Datagrams in flight as fragments: entries are never deleted (fragments may come in any order),
+ * the LRU forgets the oldest. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KBP_MAX_FRAG);
+	__type(key, struct kbp_frag4_key);
+	__type(value, struct kbp_frag4_val);
+} kbp_frag4_v1 SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kbp_frag_stats);
+} kbp_fragst_v1 SEC(".maps");
 
 #endif /* KBP_MAPS_H */

@@ -23,12 +23,39 @@
 #define KBP_SNAT_PORT_TRIES	   128
 #define KBP_SNAT_PORT_TRIES_COMPAT 16
 
+/* The IP header's part of a rewrite: the addresses, this hop's TTL decrement when the program
+ * forwards the packet itself (by redirect, not by the stack; the TTL shares a 16-bit word with the
+ * protocol, which only the IP header sums), the header checksum. Returns the addresses' checksum
+ * difference, which the L4 pseudo header shares. */
+static __always_inline __u32 kbp_rewrite4_ip(struct iphdr *iph, __be32 saddr, __be32 daddr,
+					     bool ttl_dec) {
+	__u32 addr_diff = 0;
+
+	addr_diff = kbp_csum_diff32(addr_diff, iph->saddr, saddr);
+	addr_diff = kbp_csum_diff32(addr_diff, iph->daddr, daddr);
+	iph->saddr = saddr;
+	iph->daddr = daddr;
+	if (ttl_dec) {
+		__u16 *ttl_word = (__u16 *)&iph->ttl;
+		__u16 old_word = *ttl_word;
+
+		iph->ttl--;
+		iph->check =
+		    kbp_csum_apply(iph->check, kbp_csum_diff32(addr_diff, old_word, *ttl_word));
+	} else {
+		iph->check = kbp_csum_apply(iph->check, addr_diff);
+	}
+	return addr_diff;
+}
+
 /*
- * Rewrites the packet's tuple to {saddr, daddr, sport, dport} with valid checksums.
+ * Rewrites the packet's tuple to {saddr, daddr, sport, dport} with valid checksums; a later
+ * fragment (no L4 header) gets the addresses only.
  * XDP updates every checksum per RFC 1624. tc writes the IP checksum the same way (the IP header
  * sum stays invariant, so skb->csum stays right) but leaves the L4 checksum to
  * bpf_l4_csum_replace, which also handles CHECKSUM_PARTIAL skbs (see the reference's veth
- * gotcha); the helper calls come last because they invalidate packet pointers.
+ * gotcha); the helper calls come last because they invalidate packet pointers. A first
+ * fragment's L4 checksum covers the whole datagram: only ever updated, never recomputed.
  */
 static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const bool l3,
 					const struct kbp_pkt4 *p, __be32 saddr, __be32 daddr,
@@ -41,12 +68,16 @@ static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const bool l3
 	/* __builtin_offsetof: clang 14 turns bpf_helpers.h's offsetof in a ?: into a load. */
 	__u32 csum_off = tcp ? __builtin_offsetof(struct tcphdr, check)
 			     : __builtin_offsetof(struct udphdr, check);
-	__u32 addr_diff = 0, port_diff = 0, old_ports, new_ports;
+	__u32 addr_diff, port_diff = 0, old_ports, new_ports;
 	__u16 *l4_check;
 	__be16 *ports;
 
 	if ((void *)(iph + 1) > end || ihl_len < sizeof(*iph))
 		return -1;
+	if (p->frag == KBP_PKT_FRAG_LATER) {
+		kbp_rewrite4_ip(iph, saddr, daddr, ttl_dec);
+		return 0;
+	}
 	ports = (void *)iph + ihl_len;
 	if ((void *)ports + (tcp ? sizeof(struct tcphdr) : sizeof(struct udphdr)) > end)
 		return -1;
@@ -54,27 +85,12 @@ static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const bool l3
 	if ((void *)(l4_check + 1) > end)
 		return -1;
 
-	addr_diff = kbp_csum_diff32(addr_diff, iph->saddr, saddr);
-	addr_diff = kbp_csum_diff32(addr_diff, iph->daddr, daddr);
+	addr_diff = kbp_rewrite4_ip(iph, saddr, daddr, ttl_dec);
 	old_ports = *(__u32 *)ports;
-	iph->saddr = saddr;
-	iph->daddr = daddr;
 	ports[0] = sport;
 	ports[1] = dport;
 	new_ports = *(__u32 *)ports;
 	port_diff = kbp_csum_diff32(port_diff, old_ports, new_ports);
-	if (ttl_dec) {
-		/* Forwarded by redirect, not by the stack: this hop's TTL decrement is ours. The
-		 * TTL shares a 16-bit word with the protocol; only the IP header sums it. */
-		__u16 *ttl_word = (__u16 *)&iph->ttl;
-		__u16 old_word = *ttl_word;
-
-		iph->ttl--;
-		iph->check =
-		    kbp_csum_apply(iph->check, kbp_csum_diff32(addr_diff, old_word, *ttl_word));
-	} else {
-		iph->check = kbp_csum_apply(iph->check, addr_diff);
-	}
 
 	if (xdp) {
 		/* UDP checksum 0 means "none"; a computed 0 is sent as 0xffff. */

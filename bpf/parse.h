@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The parsed packet (struct kbp_pkt4) and the parser: IPv4 TCP and UDP, everything else is left
- * alone (docs/bpf-datapath.md, "Packet walk", step 1).
+ * The parsed packet (struct kbp_pkt4) and the parser: IPv4 TCP and UDP, whole or fragmented (the
+ * tc programs only, see frag.h); everything else is left alone (docs/bpf-datapath.md, "Packet
+ * walk", step 1).
  */
 #ifndef KBP_PARSE_H
 #define KBP_PARSE_H
@@ -18,6 +19,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "ctx.h"
+#include "frag.h"
 #include "types.h"
 
 #define KBP_IP_DF	      0x4000
@@ -35,17 +37,21 @@ struct kbp_pkt4 {
 	__u16 ihl_len;	/* IPv4 header length in bytes */
 	__u32 len;	/* frame length, for byte counters */
 	__u8 ttl;
-	__u8 df; /* Don't Fragment set */
+	__u8 df;   /* Don't Fragment set */
+	__u8 frag; /* KBP_PKT_WHOLE, KBP_PKT_FRAG_FIRST or KBP_PKT_FRAG_LATER (frag.h) */
 };
 
-/* 0 when the packet is an unfragmented IPv4 TCP/UDP packet whose headers are complete and
- * consistent; -1 for everything the load balancer must leave alone. */
+/* 0 when the packet is an IPv4 TCP/UDP packet whose headers are complete and consistent: whole,
+ * a first fragment (its ports recorded), or, in tc, a later fragment whose first fragment's ports
+ * were recorded (p->sport, p->dport are those); -1 for everything the load balancer must leave
+ * alone. */
 static __always_inline int kbp_parse4(void *ctx, const bool xdp, const bool l3,
 				      struct kbp_pkt4 *p) {
 	void *data = kbp_data(ctx, xdp);
 	void *end = kbp_data_end(ctx, xdp);
 	struct iphdr *iph = data + KBP_L2_LEN(l3);
 	__u32 ihl_len, tot_len, l4_len;
+	__u8 frag = KBP_PKT_WHOLE;
 	void *l4;
 
 	if ((void *)(iph + 1) > end)
@@ -61,8 +67,14 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, const bool l3,
 	ihl_len = (__u32)iph->ihl * 4;
 	if (ihl_len < sizeof(*iph))
 		return -1;
-	if (iph->frag_off & bpf_htons(KBP_IP_MF | KBP_IP_OFFSET))
-		return -1;
+	/* The one test whole packets pay. XDP leaves fragments to tc, which alone records them: a
+	 * datagram's fragments then meet one program whichever hook they arrive at. */
+	if (iph->frag_off & bpf_htons(KBP_IP_MF | KBP_IP_OFFSET)) {
+		if (xdp)
+			return -1;
+		frag = iph->frag_off & bpf_htons(KBP_IP_OFFSET) ? KBP_PKT_FRAG_LATER
+								: KBP_PKT_FRAG_FIRST;
+	}
 	tot_len = bpf_ntohs(iph->tot_len);
 	/* BIG TCP (IPv4, 6.3+): a GSO packet longer than 64 KiB carries tot_len 0; its length is
 	 * the skb's. Only tc sees such packets (XDP runs before GRO). */
@@ -73,7 +85,13 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, const bool l3,
 	l4_len = tot_len - ihl_len;
 	l4 = (void *)iph + ihl_len;
 
-	if (iph->protocol == IPPROTO_TCP) {
+	if (frag == KBP_PKT_FRAG_LATER) {
+		if (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP)
+			return -1;
+		if (kbp_frag_ports(iph, &p->sport, &p->dport) < 0)
+			return -1;
+		p->tcp_flags = 0;
+	} else if (iph->protocol == IPPROTO_TCP) {
 		struct tcphdr *th = l4;
 
 		if ((void *)(th + 1) > end || l4_len < sizeof(*th))
@@ -90,7 +108,8 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, const bool l3,
 		if ((void *)(uh + 1) > end)
 			return -1;
 		ulen = bpf_ntohs(uh->len);
-		if (ulen < sizeof(*uh) || ulen > l4_len)
+		/* A first fragment's UDP length is the whole datagram's. */
+		if (ulen < sizeof(*uh) || (ulen > l4_len && frag == KBP_PKT_WHOLE))
 			return -1;
 		p->sport = uh->source;
 		p->dport = uh->dest;
@@ -103,8 +122,11 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, const bool l3,
 	p->proto = iph->protocol;
 	p->ttl = iph->ttl;
 	p->df = !!(iph->frag_off & bpf_htons(KBP_IP_DF));
+	p->frag = frag;
 	p->ihl_len = ihl_len;
 	p->len = kbp_frame_len(ctx, xdp);
+	if (frag == KBP_PKT_FRAG_FIRST)
+		kbp_frag_record(iph, p->sport, p->dport);
 	return 0;
 }
 

@@ -330,6 +330,35 @@ struct kbp_node6_key {
 };
 _Static_assert(sizeof(struct kbp_node6_key) == 16, "kbp_node6_key");
 
+/* ---------- IPv4 fragments (frag.h) ---------- */
+
+/* kbp_frag4_v1 (LRU): a datagram being fragmented, by the fields every fragment repeats... */
+struct kbp_frag4_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 id; /* the IP identification */
+	__u8 proto;
+	__u8 pad;
+};
+_Static_assert(sizeof(struct kbp_frag4_key) == 12, "kbp_frag4_key");
+
+/* ...-> the ports of its first fragment, which only that fragment carries. */
+struct kbp_frag4_val {
+	__be16 sport;
+	__be16 dport;
+};
+_Static_assert(sizeof(struct kbp_frag4_val) == 4, "kbp_frag4_val");
+
+/* kbp_fragst_v1 (PERCPU_ARRAY, one entry): the fragments of TCP/UDP datagrams the tc programs saw,
+ * counted by each program that sees one (ingress and egress alike). */
+struct kbp_frag_stats {
+	__u64 first;	     /* first fragments: ports recorded in kbp_frag4_v1 */
+	__u64 later_known;   /* later fragments given their first fragment's ports */
+	__u64 later_unknown; /* later fragments without a recorded first one: passed untouched */
+	__u64 record_failed; /* first fragments whose record could not be written */
+};
+_Static_assert(sizeof(struct kbp_frag_stats) == 32, "kbp_frag_stats");
+
 /* ---------- socket load balancing (cgroup socket hooks) ---------- */
 
 /* kbp_sockcfg.scope: whose sockets the socket hooks translate. */

@@ -2,7 +2,9 @@
 // {"backend": <name>, "client": "<ip>:<port>"}, so a client learns which backend it reached and
 // a test learns which source address the backend saw (masquerade or not). GET /bytes/<N> answers
 // with N bytes instead (the same facts in x-backend and x-client headers), for bulk transfers
-// that exercise segmentation offloads and MTUs, which one-line answers never do.
+// that exercise segmentation offloads and MTUs, which one-line answers never do. A UDP datagram
+// that starts with ECHO comes back whole after the answer line (the JSON, then "\n"), so a client
+// can check that a datagram larger than the MTU (fragments) made it intact both ways.
 // Usage: node backend-server.js --name be1 [--tcp 8080[,9100...]] [--udp 5353[,...]]
 
 import { createSocket } from 'node:dgram';
@@ -18,6 +20,7 @@ const pending: Promise<void>[] = [];
 const plain = (address: string | undefined) => (address ?? '').replace(/^::ffff:/, '');
 
 const CHUNK = Buffer.alloc(64 * 1024, 0x6b);
+const ECHO = Buffer.from('ECHO');
 
 /** Writes `total` bytes, waiting for the socket to drain so memory stays bounded. */
 function streamBytes(res: ServerResponse, total: number, client: string): void {
@@ -63,12 +66,10 @@ for (const port of ports(values.tcp)) {
 
 for (const port of ports(values.udp)) {
   const socket = createSocket({ type: 'udp6', ipv6Only: false });
-  socket.on('message', (_msg, rinfo) => {
-    socket.send(
-      JSON.stringify({ backend: name, client: `${plain(rinfo.address)}:${rinfo.port}` }),
-      rinfo.port,
-      rinfo.address,
-    );
+  socket.on('message', (msg, rinfo) => {
+    const answer = JSON.stringify({ backend: name, client: `${plain(rinfo.address)}:${rinfo.port}` });
+    const echo = msg.subarray(0, ECHO.length).equals(ECHO);
+    socket.send(echo ? Buffer.concat([Buffer.from(`${answer}\n`), msg]) : answer, rinfo.port, rinfo.address);
   });
   pending.push(new Promise((resolve) => socket.bind(port, '::', resolve)));
 }

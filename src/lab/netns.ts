@@ -154,7 +154,8 @@ export class Lab {
   /**
    * Sends `count` requests (a new TCP connection with one HTTP request each, or one UDP datagram
    * each) from a namespace and returns, per request, the answering backend's name or the error.
-   * With downloadBytes, each TCP request fetches that many bytes and timeoutMs bounds the transfer.
+   * With downloadBytes, each TCP request fetches that many bytes and timeoutMs bounds the transfer;
+   * with datagramBytes, each UDP datagram is that long and must come back echoed.
    */
   async requests(
     ns: string,
@@ -166,6 +167,7 @@ export class Lab {
       sourcePort?: number;
       sourceAddress?: string;
       downloadBytes?: number;
+      datagramBytes?: number;
     },
   ): Promise<RequestResult[]> {
     const args = [
@@ -182,6 +184,7 @@ export class Lab {
     if (opts.sourcePort) args.push('--source-port', String(opts.sourcePort));
     if (opts.sourceAddress) args.push('--source-address', opts.sourceAddress);
     if (opts.downloadBytes !== undefined) args.push('--download', String(opts.downloadBytes));
+    if (opts.datagramBytes !== undefined) args.push('--datagram', String(opts.datagramBytes));
     const { stdout } = await this.exec(ns, process.execPath, args);
     return stdout
       .split('\n')
@@ -275,7 +278,7 @@ export interface RequestResult {
   seenClient: string | null;
   error: string | null;
   ms: number;
-  /** Downloads only: the bytes that arrived. */
+  /** Downloads: the bytes that arrived; echoed datagrams: the bytes echoed back intact. */
   bytes?: number;
 }
 

@@ -7,7 +7,11 @@
 // DNS client or a statsd sender does, and prints {"backend", "error", "at"} (Date.now()) for each
 // answer or socket error as it comes: one conntrack flow whose fate a test can follow
 // (--source-port fixes its tuple).
-// Usage: node traffic-client.js --proto tcp|udp --target HOST:PORT --count N [--timeout MS] [--source-port P] [--source-address IP] [--download BYTES] [--interval MS]
+// With --datagram BYTES (UDP) each datagram is that long and asks the backend to echo it
+// (backend-server.ts); its line has "bytes", the count echoed back unchanged, or the error
+// "echo differs", or "answer from <ip:port>" when the echo did not come from the target (an
+// untranslated reply, which a connected socket would drop).
+// Usage: node traffic-client.js --proto tcp|udp --target HOST:PORT --count N [--timeout MS] [--source-port P] [--source-address IP] [--download BYTES] [--interval MS] [--datagram BYTES]
 
 import { createSocket } from 'node:dgram';
 import { request } from 'node:http';
@@ -23,6 +27,7 @@ const { values } = parseArgs({
     'source-address': { type: 'string' },
     download: { type: 'string' },
     interval: { type: 'string' },
+    datagram: { type: 'string' },
   },
 });
 const target = values.target ?? '';
@@ -102,28 +107,47 @@ function tcpRequest(): Promise<Answer> {
   });
 }
 
-function udpRequest(): Promise<Answer> {
+/** The datagram --datagram sends: ECHO, then a pattern no two nearby offsets share. */
+function echoDatagram(size: number): Buffer {
+  const d = Buffer.alloc(Math.max(size, 4));
+  for (let i = 4; i < d.length; i++) d[i] = (i * 31 + 7) & 0xff;
+  d.write('ECHO', 0);
+  return d;
+}
+
+function udpRequest(datagramBytes?: number): Promise<Answer> {
+  const sent = datagramBytes !== undefined ? echoDatagram(datagramBytes) : Buffer.from('ping');
   return new Promise((resolve, reject) => {
     const socket = createSocket(host.includes(':') ? 'udp6' : 'udp4');
     const timer = setTimeout(() => {
       socket.close();
       reject(new Error('timeout'));
     }, timeoutMs);
-    socket.on('message', (msg) => {
+    socket.on('message', (msg, rinfo) => {
       clearTimeout(timer);
       socket.close();
-      try {
-        resolve(JSON.parse(msg.toString()) as Answer);
-      } catch {
-        reject(new Error(`bad answer: ${msg}`));
+      if (datagramBytes !== undefined && (rinfo.address !== host || rinfo.port !== port)) {
+        reject(new Error(`answer from ${rinfo.address}:${rinfo.port}`));
+        return;
       }
+      const line = datagramBytes !== undefined ? msg.indexOf(10) : msg.length;
+      let answer: Answer;
+      try {
+        answer = JSON.parse(msg.subarray(0, line < 0 ? msg.length : line).toString()) as Answer;
+      } catch {
+        reject(new Error(`bad answer: ${msg.subarray(0, 200)}`));
+        return;
+      }
+      if (datagramBytes === undefined) resolve(answer);
+      else if (line >= 0 && msg.subarray(line + 1).equals(sent)) resolve({ ...answer, bytes: sent.length });
+      else reject(new Error('echo differs'));
     });
     socket.on('error', (err) => {
       clearTimeout(timer);
       socket.close();
       reject(err);
     });
-    const send = () => socket.send('ping', port, host);
+    const send = () => socket.send(sent, port, host);
     if (sourcePort || sourceAddress) socket.bind({ port: sourcePort ?? 0, address: sourceAddress }, send);
     else send();
   });
@@ -174,7 +198,7 @@ for (let i = 0; i < count; i++) {
     const answer = await (downloadBytes !== undefined
       ? download(downloadBytes)
       : values.proto === 'udp'
-        ? udpRequest()
+        ? udpRequest(values.datagram ? Number(values.datagram) : undefined)
         : tcpRequest());
     const ms = performance.now() - started;
     console.log(

@@ -180,6 +180,13 @@ export function renderBpfStats(stats: BpfStats, maxBackends: number): string {
     stats.drops.map((d) => [d.reason, d.bytes]),
   );
   byLabel(
+    'kube_bpf_proxy_fragments_total',
+    'counter',
+    'IPv4 fragments of TCP/UDP datagrams the bpf tc programs saw, by event (later_unknown: passed untouched)',
+    'event',
+    stats.fragments.map((f) => [f.event, f.packets]),
+  );
+  byLabel(
     'kube_bpf_proxy_map_entries',
     'gauge',
     'Entries in a BPF map',

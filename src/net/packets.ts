@@ -26,6 +26,8 @@ export interface PacketSpec {
   ttl?: number;
   /** Don't Fragment (default set). */
   dontFragment?: boolean;
+  /** The IP identification (default 0x1234). */
+  ipId?: number;
   srcMac?: string;
   dstMac?: string;
 }
@@ -69,7 +71,7 @@ export function buildPacket(spec: PacketSpec): Buffer {
   const ip = frame.subarray(ETH_HLEN, ETH_HLEN + ihlLen);
   ip[0] = 0x40 | (ihlLen / 4);
   ip.writeUInt16BE(ihlLen + l4Len, 2);
-  ip.writeUInt16BE(0x1234, 4);
+  ip.writeUInt16BE(spec.ipId ?? 0x1234, 4);
   ip.writeUInt16BE(spec.dontFragment === false ? 0 : 0x4000, 6);
   ip[8] = spec.ttl ?? 64;
   ip[9] = spec.proto;
@@ -110,8 +112,13 @@ export interface ParsedPacket {
   sport: number;
   dport: number;
   tcpFlags: number;
+  ipId: number;
+  /** The fragment offset in bytes, and More Fragments: 0 and false for a whole packet. */
+  fragOffset: number;
+  moreFragments: boolean;
   ipChecksumOk: boolean;
-  /** TCP/UDP checksum over the pseudo header; UDP checksum 0 counts as ok. ICMP: its own checksum. */
+  /** TCP/UDP checksum over the pseudo header; UDP checksum 0 counts as ok. ICMP: its own checksum.
+   * A fragment's is meaningless (it covers the whole datagram): check the reassembled one. */
   l4ChecksumOk: boolean;
   /** The L4 bytes (header and payload, as tot_len says). */
   l4: Buffer;
@@ -128,7 +135,9 @@ export function parsePacket(frame: Buffer): ParsedPacket {
   const ihlLen = (ip[0]! & 0x0f) * 4;
   const totLen = ip.readUInt16BE(2);
   const proto = ip[9]!;
+  const fragOffset = (ip.readUInt16BE(6) & 0x1fff) * 8;
   const l4 = ip.subarray(ihlLen, totLen);
+  const ports = proto !== IPPROTO_ICMP && fragOffset === 0;
   const saddr = Buffer.from(ip.subarray(12, 16));
   const daddr = Buffer.from(ip.subarray(16, 20));
   let l4ChecksumOk: boolean;
@@ -141,9 +150,12 @@ export function parsePacket(frame: Buffer): ParsedPacket {
     proto,
     ihlLen,
     totLen,
-    sport: proto === IPPROTO_ICMP ? 0 : l4.readUInt16BE(0),
-    dport: proto === IPPROTO_ICMP ? 0 : l4.readUInt16BE(2),
-    tcpFlags: proto === IPPROTO_TCP ? l4[13]! : 0,
+    sport: ports ? l4.readUInt16BE(0) : 0,
+    dport: ports ? l4.readUInt16BE(2) : 0,
+    tcpFlags: proto === IPPROTO_TCP && fragOffset === 0 ? l4[13]! : 0,
+    ipId: ip.readUInt16BE(4),
+    fragOffset,
+    moreFragments: (ip.readUInt16BE(6) & 0x2000) !== 0,
     ipChecksumOk: onesSum(ip.subarray(0, ihlLen)) === 0xffff,
     l4ChecksumOk,
     l4,
@@ -206,4 +218,53 @@ export function replyTo(frame: Buffer, tcpFlags: number = TCP.SYN | TCP.ACK): Bu
     srcMac: '02:00:00:00:00:02',
     dstMac: '02:00:00:00:00:01',
   });
+}
+
+/**
+ * Splits a frame's IPv4 datagram into fragments of at most `chunk` payload bytes (a multiple of
+ * 8), as a host fragments it: each fragment repeats the IP header (its options included), with
+ * DF clear, MF on all but the last, the offset, its own length and header checksum.
+ */
+export function fragmentPacket(frame: Buffer, chunk: number): Buffer[] {
+  if (chunk <= 0 || chunk % 8 !== 0) throw new Error('fragment payload must be a positive multiple of 8');
+  const ip = frame.subarray(ETH_HLEN);
+  const ihlLen = (ip[0]! & 0x0f) * 4;
+  const payload = ip.subarray(ihlLen, ip.readUInt16BE(2));
+  const out: Buffer[] = [];
+  for (let at = 0; at < payload.length; at += chunk) {
+    const part = payload.subarray(at, at + chunk);
+    const f = Buffer.concat([frame.subarray(0, ETH_HLEN + ihlLen), part]);
+    const h = f.subarray(ETH_HLEN, ETH_HLEN + ihlLen);
+    h.writeUInt16BE(ihlLen + part.length, 2);
+    h.writeUInt16BE((at + chunk < payload.length ? 0x2000 : 0) | (at / 8), 6);
+    h.writeUInt16BE(0, 10);
+    h.writeUInt16BE(~onesSum(h) & 0xffff, 10);
+    out.push(f);
+  }
+  return out;
+}
+
+/** The datagram the fragments (any order) make up, as one frame: the first fragment's headers,
+ * the payloads by offset. Throws when one is missing. */
+export function reassemble(fragments: Buffer[]): Buffer {
+  const sorted = [...fragments].sort((a, b) => parsePacket(a).fragOffset - parsePacket(b).fragOffset);
+  const first = sorted[0]!;
+  const ihlLen = (first[ETH_HLEN]! & 0x0f) * 4;
+  const parts: Buffer[] = [];
+  let next = 0;
+  for (const f of sorted) {
+    const p = parsePacket(f);
+    if (p.fragOffset !== next) throw new Error(`fragment at ${next} missing`);
+    const body = f.subarray(ETH_HLEN + p.ihlLen, ETH_HLEN + p.totLen);
+    parts.push(body);
+    next += body.length;
+  }
+  if (parsePacket(sorted[sorted.length - 1]!).moreFragments) throw new Error('last fragment missing');
+  const frame = Buffer.concat([first.subarray(0, ETH_HLEN + ihlLen), ...parts]);
+  const h = frame.subarray(ETH_HLEN, ETH_HLEN + ihlLen);
+  h.writeUInt16BE(ihlLen + next, 2);
+  h.writeUInt16BE(0, 6);
+  h.writeUInt16BE(0, 10);
+  h.writeUInt16BE(~onesSum(h) & 0xffff, 10);
+  return frame;
 }

@@ -36,6 +36,9 @@ const REQUESTS = 20;
 const REQUEST_TIMEOUT_MS = 1000;
 const DOWNLOAD_BYTES = 64 * 1024 * 1024;
 const DOWNLOAD_TIMEOUT_MS = 30_000;
+/** Near the UDP maximum (65,507 bytes of payload, less the echo's answer line): 45 fragments at
+ * the outside link's MTU, 46 over the overlay's. */
+const BIG_DATAGRAM = 65_000;
 
 const NODE_A = REAL_NODES[0]!;
 const NODE_B = REAL_NODES[1]!;
@@ -76,12 +79,13 @@ const SERVICES: LabService[] = [
     endpoints: [{ hostNode: NODE_B.name }],
   },
   { name: 'only-a', type: 'ClusterIP', clusterIP: '10.96.1.1', ports: [http()], endpoints: [{ pod: 'a2' }] },
-  // A NodePort too: the bulk downloads enter at node-b (local backend) and node-a (remote).
+  // A NodePort too: the bulk downloads and the big datagrams enter at node-b (local backend) and
+  // node-a (remote).
   {
     name: 'only-b',
     type: 'NodePort',
     clusterIP: '10.96.1.2',
-    ports: [http(80, 30082)],
+    ports: [http(80, 30082), { name: 'dns', protocol: 'UDP', port: 53, targetPort: DNS, nodePort: 30083 }],
     endpoints: [{ pod: 'b2' }],
   },
   {
@@ -163,6 +167,12 @@ interface Cell {
   /** Backends that must see another address than the client's (SNAT towards another node). */
   snatAt?: string[];
   downloadBytes?: number;
+  /** UDP: each datagram is this long (fragmented on the way) and must come back echoed intact,
+   * from the address and port it was sent to. */
+  datagramBytes?: number;
+  /** A node whose stack reassembles the datagrams and fragments them again (netfilter conntrack
+   * at PREROUTING, then the output's MTU): its ReasmOKs and FragCreates must grow. */
+  reassembledAt?: string;
 }
 
 const CLIENT_PODS = [
@@ -343,7 +353,49 @@ const CELLS: Cell[] = [
     snatAt: ['b2'],
     downloadBytes: DOWNLOAD_BYTES,
   },
+  // Datagrams larger than the MTU travel as IPv4 fragments, both ways: every fragment must get
+  // the translation of the first, which alone carries the ports.
+  {
+    name: '3,000-byte UDP datagram: pod on node-a → ClusterIP UDP, backends on both nodes, echoed',
+    from: 'a1',
+    target: '10.96.1.3:53',
+    proto: 'udp',
+    backends: ['a2', 'b2'],
+    clientAddress: 'preserved',
+    datagramBytes: 3000,
+    reassembledAt: NODE_A.name,
+  },
+  {
+    name: '64 KiB UDP datagram: outside → NodePort on node-b, local backend, echoed',
+    from: 'outside',
+    target: `${NODE_B.ip}:30083`,
+    proto: 'udp',
+    backends: ['b2'],
+    clientAddress: 'any',
+    datagramBytes: BIG_DATAGRAM,
+    reassembledAt: NODE_B.name,
+  },
+  {
+    name: '64 KiB UDP datagram: outside → NodePort on node-a, remote backend (SNAT, routed by tc), echoed',
+    from: 'outside',
+    target: `${NODE_A.ip}:30083`,
+    proto: 'udp',
+    backends: ['b2'],
+    clientAddress: 'any',
+    snatAt: ['b2'],
+    datagramBytes: BIG_DATAGRAM,
+    reassembledAt: NODE_B.name,
+  },
 ];
+
+/** The IPv4 counters of a namespace's stack (/proc/net/snmp, "Ip:" lines), by name. */
+async function ipStats(lab: Lab, ns: string): Promise<Record<string, number>> {
+  const { stdout } = await lab.exec(ns, 'cat', ['/proc/net/snmp']);
+  const [names, values] = stdout.split('\n').filter((line) => line.startsWith('Ip:'));
+  const keys = (names ?? '').split(/\s+/).slice(1);
+  const nums = (values ?? '').split(/\s+/).slice(1).map(Number);
+  return Object.fromEntries(keys.map((k, i) => [k, nums[i]!]));
+}
 
 /** What went wrong in a cell, one line per problem; empty when it passed. */
 function problems(cell: Cell, clientIP: string, results: RequestResult[]): string[] {
@@ -373,6 +425,9 @@ function problems(cell: Cell, clientIP: string, results: RequestResult[]): strin
   for (const r of results) {
     if (cell.downloadBytes !== undefined && r.backend && r.bytes !== cell.downloadBytes) {
       out.push(`${r.bytes} of ${cell.downloadBytes} bytes arrived`);
+    }
+    if (cell.datagramBytes !== undefined && r.backend && r.bytes !== cell.datagramBytes) {
+      out.push(`${r.bytes} of ${cell.datagramBytes} bytes echoed`);
     }
   }
   return [...new Set(out)];
@@ -444,13 +499,23 @@ for (const { mode, agent } of VARIANTS) {
             ? REAL_NODES.find((n) => n.name === host)!.ip
             : nodes.pod(cell.from).ip;
         const download = cell.downloadBytes !== undefined;
+        const reassembler = cell.reassembledAt ? nodes.nodeNs(cell.reassembledAt) : null;
+        const before = reassembler ? await ipStats(lab, reassembler) : null;
         const results = await lab.requests(ns, cell.target, {
           proto: cell.proto,
           count: download ? 1 : REQUESTS,
           timeoutMs: download ? DOWNLOAD_TIMEOUT_MS : REQUEST_TIMEOUT_MS,
           downloadBytes: cell.downloadBytes,
+          datagramBytes: cell.datagramBytes,
         });
         expect(problems(cell, clientIP, results)).toEqual([]);
+        if (reassembler && before) {
+          const after = await ipStats(lab, reassembler);
+          expect(after.ReasmOKs, `${cell.reassembledAt} reassembled`).toBeGreaterThan(before.ReasmOKs!);
+          expect(after.FragCreates, `${cell.reassembledAt} fragmented again`).toBeGreaterThan(
+            before.FragCreates!,
+          );
+        }
       });
     }
   });

@@ -7,7 +7,12 @@
 // repetition into a miss (reference/libbpf-from-node.md, gotcha 2). Two conntrack entries make
 // the flow ping-pong instead: client->VIP is rewritten to client->backend and client->backend
 // back to client->VIP, so every repetition takes the tracked-flow path; two reply entries do
-// the same for the egress program (backend->client and VIP->client).
+// the same for the egress program (backend->client and VIP->client). A first fragment ping-pongs
+// the same way and records its ports under both destinations, so a later fragment of the
+// datagram ping-pongs too.
+//
+// KBP_BENCH_BASELINE=<an older lb.o> also measures that object against this one, round by round
+// interleaved, and prints the ratios (docs/bpf-datapath.md, "Performance").
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
@@ -19,9 +24,9 @@ import {
   writeServices,
   writeTrackedFlow,
 } from '../../bench/bpf-cost.js';
-import { testRun } from '../../native/libbpf.js';
+import { type TestRunResult, testRun } from '../../native/libbpf.js';
 import { PROGRAMS } from '../../src/dataplanes/bpf/layout.js';
-import { buildPacket, IPPROTO_TCP, parsePacket, TCP } from '../../src/net/packets.js';
+import { buildPacket, fragmentPacket, IPPROTO_TCP, parsePacket, TCP } from '../../src/net/packets.js';
 import { type LoadedLb, loadLb, writeConfig } from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
 
@@ -29,6 +34,9 @@ const SERVICES = 100_000;
 const REPEAT = 1_000_000;
 const ROUNDS = 5;
 const CAPACITY = 131_072;
+const BASELINE = process.env.KBP_BENCH_BASELINE;
+/** What the fragment-tracking change added: absent from an older baseline object. */
+const MAPS_SINCE_BASELINE = ['fragments4', 'fragStats'] as const;
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -62,15 +70,30 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     tcpFlags: TCP.ACK,
   });
 
+  const [firstFragment, laterFragment] = fragmentPacket(
+    buildPacket({
+      saddr: CLIENT,
+      daddr: VIP,
+      proto: IPPROTO_TCP,
+      sport: 40000,
+      dport: 80,
+      tcpFlags: TCP.ACK,
+      payload: Buffer.alloc(1000, 0x5a),
+      dontFragment: false,
+    }),
+    512,
+  ) as [Buffer, Buffer];
+  const capacity = {
+    svc4: CAPACITY,
+    slots: CAPACITY,
+    backends4: CAPACITY,
+    svcStats: CAPACITY,
+    backendStats: CAPACITY,
+    rr: CAPACITY,
+  };
+
   beforeAll(() => {
-    lb = loadLb({
-      svc4: CAPACITY,
-      slots: CAPACITY,
-      backends4: CAPACITY,
-      svcStats: CAPACITY,
-      backendStats: CAPACITY,
-      rr: CAPACITY,
-    });
+    lb = loadLb(capacity);
     writeConfig(lb);
     writeServices(lb, 1, 1);
     writeTrackedFlow(lb);
@@ -111,6 +134,63 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     expect(back).toMatchObject({ saddr: VIP, sport: 80, ipChecksumOk: true, l4ChecksumOk: true });
     expect(testRun(lb.prog(PROGRAMS.tcEgress), { data: reply, repeat: 2 }).dataOut).toEqual(reply);
     measure('tracked-flow path', 1);
+  });
+
+  it('measures a first and a later fragment of a tracked flow (both ping-pong)', () => {
+    const tc = lb.prog(PROGRAMS.tcFromPod);
+    expect(testRun(tc, { data: firstFragment, repeat: 2 }).dataOut).toEqual(firstFragment);
+    const once = parsePacket(testRun(tc, { data: laterFragment }).dataOut);
+    expect(once).toMatchObject({ daddr: BACKEND, fragOffset: 512, ipChecksumOk: true });
+    expect(testRun(tc, { data: laterFragment, repeat: 2 }).dataOut).toEqual(laterFragment);
+    const rows = (
+      [
+        ['tc first fragment', firstFragment],
+        ['tc later fragment', laterFragment],
+        ['tc tracked flow', frame],
+      ] as const
+    ).map(([name, data]) => {
+      const ns = Array.from({ length: ROUNDS }, () => testRun(tc, { data, repeat: REPEAT }).durationNs);
+      expect(median(ns)).toBeGreaterThan(0);
+      return `  ${name.padEnd(18)} ${String(median(ns)).padStart(4)} ns/packet (rounds: ${ns.join(', ')})`;
+    });
+    console.log(`fragment paths: 1 service, repeat ${REPEAT}, median of ${ROUNDS}\n${rows.join('\n')}`);
+  });
+
+  it.runIf(BASELINE)('compares with the baseline object, rounds interleaved', () => {
+    const base = loadLb(capacity, undefined, BASELINE!, MAPS_SINCE_BASELINE);
+    try {
+      writeConfig(base);
+      writeServices(base, 1, 1);
+      writeTrackedFlow(base);
+      const cases = [
+        ['tc tracked flow', PROGRAMS.tcFromPod, frame],
+        ['XDP tracked flow', PROGRAMS.xdpFromExternal, frame],
+        ['tc egress reply', PROGRAMS.tcEgress, reply],
+        ['tc not a service', PROGRAMS.tcFromPod, miss],
+      ] as const;
+      const rows: string[] = [];
+      for (const [name, prog, data] of cases) {
+        const ns: Record<'base' | 'now', number[]> = { base: [], now: [] };
+        const once = (which: 'base' | 'now'): TestRunResult =>
+          testRun((which === 'base' ? base : lb).prog(prog), { data, repeat: REPEAT });
+        // Alternating which goes first, so neither always runs on a warmer cache.
+        for (let round = 0; round < 2 * ROUNDS; round++) {
+          const order = round % 2 ? (['now', 'base'] as const) : (['base', 'now'] as const);
+          for (const which of order) ns[which].push(once(which).durationNs);
+        }
+        const b = median(ns.base);
+        const n = median(ns.now);
+        expect(b).toBeGreaterThan(0);
+        rows.push(
+          `  ${name.padEnd(18)} baseline ${String(b).padStart(4)}  now ${String(n).padStart(4)} ns/packet  now/baseline ${(n / b).toFixed(3)}`,
+        );
+      }
+      console.log(
+        `baseline ${BASELINE}, repeat ${REPEAT}, medians of ${2 * ROUNDS} interleaved rounds\n${rows.join('\n')}`,
+      );
+    } finally {
+      base.close();
+    }
   });
 
   it(`measures with ${SERVICES.toLocaleString('en')} services`, () => {

@@ -75,11 +75,14 @@ export function loadLb(
     sockSetRetval: helperSupported(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_FUNC_SET_RETVAL),
   },
   objectPath: string = LB_OBJECT_PATH,
+  /** Maps an older object (a benchmark's baseline) does not have: their fds are -1. */
+  absentMaps: readonly MapName[] = [],
 ): LoadedLb {
   const obj = openObject(objectPath);
   try {
     setMapInitialValue(findMap(obj, RODATA_MAP), rodata.encode(constants));
     for (const [name, max] of Object.entries({ ...TEST_CAPACITY, ...capacity })) {
+      if (absentMaps.includes(name as MapName)) continue;
       setMapMaxEntries(findMap(obj, MAPS[name as MapName].name), max);
     }
     loadObject(obj);
@@ -88,7 +91,10 @@ export function loadLb(
     throw err;
   }
   const fd = Object.fromEntries(
-    Object.entries(MAPS).map(([key, layout]) => [key, mapFd(findMap(obj, layout.name))]),
+    Object.entries(MAPS).map(([key, layout]) => [
+      key,
+      absentMaps.includes(key as MapName) ? -1 : mapFd(findMap(obj, layout.name)),
+    ]),
   ) as Record<MapName, number>;
   return { obj, fd, constants, prog: (name) => programFd(obj, name), close: () => closeObject(obj) };
 }

@@ -495,6 +495,10 @@ describe('bpf data plane counters (BpfStatsProvider)', () => {
         { reason: 'no_endpoints', packets: 3n, bytes: 180n },
         { reason: 'source_range', packets: 1, bytes: 60 },
       ],
+      fragments: [
+        { event: 'first', packets: 5n },
+        { event: 'later_unknown', packets: 2n },
+      ],
       maps: [{ name: 'kbp_ct4tcp_v1', entries: 12, capacity: 262144 }],
       conntrackEntries: [{ family: 'IPv4', entries: 12 }],
       conntrackGC: { runs: 4n, scannedEntries: 100n, deletedEntries: 9n, seconds: 0.25 },
@@ -541,6 +545,7 @@ describe('bpf data plane counters (BpfStatsProvider)', () => {
 
     expect(sampleValue(e, 'kube_bpf_proxy_drops_total', { reason: 'no_endpoints' })).toBe(3);
     expect(sampleValue(e, 'kube_bpf_proxy_drop_bytes_total', { reason: 'source_range' })).toBe(60);
+    expect(sampleValue(e, 'kube_bpf_proxy_fragments_total', { event: 'later_unknown' })).toBe(2);
     expect(sampleValue(e, 'kube_bpf_proxy_map_entries', { map: 'kbp_ct4tcp_v1' })).toBe(12);
     expect(sampleValue(e, 'kube_bpf_proxy_map_capacity', { map: 'kbp_ct4tcp_v1' })).toBe(262144);
     expect(sampleValue(e, 'kube_bpf_proxy_conntrack_entries', { ip_family: 'IPv4' })).toBe(12);

@@ -575,6 +575,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       services: [],
       backends: [],
       drops: [],
+      fragments: [],
       maps: [],
       conntrackEntries: [{ family: 'IPv4', entries: this.gc.entries.ct4Tcp + this.gc.entries.ct4Any }],
       conntrackGC: {
@@ -615,6 +616,10 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
         packets: d.packets,
         bytes: d.bytes,
       });
+    }
+    const frags = this.store.fragmentStats();
+    for (const [event, packets] of Object.entries(frags ?? {})) {
+      stats.fragments.push({ event: event.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), packets });
     }
     const slots = (plan?.frontends ?? []).reduce((n, f) => n + f.backendIds.length, 0);
     const entries: Partial<Record<keyof typeof MAPS, number>> = {

@@ -31,6 +31,8 @@ import {
   config as configCodec,
   type DropStats,
   dropStats,
+  type FragStats,
+  fragStats,
   ip4Codec,
   MAPS,
   perCpuValueSize,
@@ -418,6 +420,14 @@ export class KernelStore implements MapStore {
     const value = Buffer.alloc(perCpuValueSize(dropStats.size, this.cpus));
     return mapLookup(this.fd.drops, u32Codec.encode(reason), value)
       ? sumPerCpu(dropStats, value, this.cpus)
+      : null;
+  }
+
+  /** kbp_fragst_v1, summed over CPUs. */
+  fragmentStats(): FragStats | null {
+    const value = Buffer.alloc(perCpuValueSize(fragStats.size, this.cpus));
+    return mapLookup(this.fd.fragStats, u32Codec.encode(0), value)
+      ? sumPerCpu(fragStats, value, this.cpus)
       : null;
   }
 

@@ -422,6 +422,22 @@ export const sockRev4Val = new StructCodec(
   { addr: ip4(0), port: port(4), svcId: u32(8) },
   { pad: 6 },
 );
+/** kbp_frag4_v1 (LRU): a fragmented datagram, by the fields every fragment repeats... */
+export const frag4Key = new StructCodec(
+  'kbp_frag4_key',
+  12,
+  { saddr: ip4(0), daddr: ip4(4), id: port(8), proto: u8(10) },
+  { pad: 11 },
+);
+/** ...-> the ports its first fragment carried. */
+export const frag4Val = new StructCodec('kbp_frag4_val', 4, { sport: port(0), dport: port(2) });
+/** kbp_fragst_v1 (per CPU, one entry): fragments of TCP/UDP datagrams the tc programs saw. */
+export const fragStats = new StructCodec('kbp_frag_stats', 32, {
+  first: u64(0),
+  laterKnown: u64(8),
+  laterUnknown: u64(16),
+  recordFailed: u64(24),
+});
 
 export type Svc4Key = StructValue<typeof svc4Key.fields>;
 export type Svc6Key = StructValue<typeof svc6Key.fields>;
@@ -446,6 +462,9 @@ export type BpfConfigValue = StructValue<typeof config.fields>;
 export type SockConfig = StructValue<typeof sockConfig.fields>;
 export type SockRev4Key = StructValue<typeof sockRev4Key.fields>;
 export type SockRev4Val = StructValue<typeof sockRev4Val.fields>;
+export type Frag4Key = StructValue<typeof frag4Key.fields>;
+export type Frag4Val = StructValue<typeof frag4Val.fields>;
+export type FragStats = StructValue<typeof fragStats.fields>;
 
 export const STRUCTS: readonly StructCodec<Fields>[] = [
   svc4Key,
@@ -473,6 +492,9 @@ export const STRUCTS: readonly StructCodec<Fields>[] = [
   sockConfig,
   sockRev4Key,
   sockRev4Val,
+  frag4Key,
+  frag4Val,
+  fragStats,
 ] as unknown as readonly StructCodec<Fields>[];
 
 // ---------- maps ----------
@@ -526,6 +548,10 @@ export const MAPS = {
   sockConfig: mapLayout('kbp_sockcfg_v1', u32Codec, sockConfig),
   /** LRU: {socket cookie, backend} -> the service address the socket asked for. */
   sockRev4: mapLayout('kbp_sockrev4_v1', sockRev4Key, sockRev4Val),
+  /** LRU: {saddr, daddr, IP id, proto} of a fragmented datagram -> its first fragment's ports. */
+  fragments4: mapLayout('kbp_frag4_v1', frag4Key, frag4Val),
+  /** Per CPU, one entry: fragments recorded, followed, and passed untouched. */
+  fragStats: mapLayout('kbp_fragst_v1', u32Codec, fragStats, true),
 } as const satisfies Record<string, MapLayout>;
 
 /** The programs in bpf/lb.o. */

@@ -71,6 +71,8 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
   ifAddrs4: '',
   sockConfig: '',
   sockRev4: 'bpf.mapSizes.socketReverse',
+  fragments4: '',
+  fragStats: '',
 };
 
 /** max_entries of every map from bpf.mapSizes; null keeps the object's own value. */
@@ -105,6 +107,9 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
     ifAddrs4: null,
     sockConfig: null,
     sockRev4: sizes.socketReverse,
+    // Datagrams in flight as fragments: the object's 8192 (an LRU: the oldest are forgotten).
+    fragments4: null,
+    fragStats: null,
   };
 }
 

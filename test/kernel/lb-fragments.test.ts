@@ -1,0 +1,280 @@
+// IPv4 fragments through bpf/lb.o (bpf/frag.h) with BPF_PROG_TEST_RUN: every fragment of a
+// datagram gets the translation of its first fragment, in both directions, on the routed (SNAT)
+// path too; a fragment whose first one was not seen passes untouched and is counted.
+
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { mapLookup, mapUpdate, possibleCpus } from '../../native/libbpf.js';
+import {
+  BE_F,
+  fragStats,
+  ip4Codec,
+  PROGRAMS,
+  perCpuValueSize,
+  SVC_F,
+  sumPerCpu,
+  u32Codec,
+} from '../../src/dataplanes/bpf/layout.js';
+import { Lab } from '../../src/lab/netns.js';
+import {
+  buildPacket,
+  ETH_HLEN,
+  fragmentPacket,
+  IPPROTO_TCP,
+  IPPROTO_UDP,
+  type ParsedPacket,
+  parsePacket,
+  reassemble,
+  TCP,
+} from '../../src/net/packets.js';
+import { buildRoutingNamespace, macOf, NEIGHBOURS } from '../support/fib-lab.js';
+import { enterNetns } from '../support/in-netns.js';
+import { type LoadedLb, loadLb, run, TEST_CONFIG, writeConfig, writeFrontend } from '../support/lb-object.js';
+import { describeRoot } from '../support/privileges.js';
+
+const TC_ACT_UNSPEC = -1;
+const TC_ACT_REDIRECT = 7;
+const XDP_PASS = 2;
+const { tcFromPod: TC_POD, tcFromExternal: TC_EXT, tcEgress: TC_EGRESS, xdpFromExternal: XDP_EXT } = PROGRAMS;
+
+const CLIENT = '10.244.1.10';
+const OUTSIDE = NEIGHBOURS.outside.ip;
+const NODE = '192.168.50.1';
+const DNS = { vip: '10.96.0.53', port: 53, backend: '10.244.2.6', backendPort: 5353 };
+const WEB = { vip: '10.96.0.10', port: 80, backend: '10.244.2.5', backendPort: 8080 };
+const NODEPORT = { port: 30053, backend: NEIGHBOURS.remoteBackend.ip, backendPort: 5353 };
+/** IPv4 options every fragment repeats: NOP, NOP, NOP, EOL, then a router alert. */
+const OPTIONS = Buffer.from([1, 1, 1, 0, 0x94, 4, 0, 0]);
+
+let lb: LoadedLb;
+let nextId = 0x100;
+let nextPort = 41000;
+
+/** A datagram of `size` payload bytes (a recognisable pattern) with a fresh IP id. */
+function datagram(
+  saddr: string,
+  daddr: string,
+  sport: number,
+  dport: number,
+  size: number,
+  extra: { proto?: typeof IPPROTO_TCP | typeof IPPROTO_UDP; ipOptions?: Buffer; ipId?: number } = {},
+) {
+  const payload = Buffer.alloc(size);
+  for (let i = 0; i < size; i++) payload[i] = (i * 7 + 3) & 0xff;
+  return buildPacket({
+    saddr,
+    daddr,
+    proto: extra.proto ?? IPPROTO_UDP,
+    sport,
+    dport,
+    tcpFlags: TCP.ACK,
+    payload,
+    ipOptions: extra.ipOptions,
+    dontFragment: false,
+    ipId: extra.ipId ?? nextId++,
+  });
+}
+
+function fragCounters() {
+  const buf = Buffer.alloc(perCpuValueSize(fragStats.size, possibleCpus()));
+  mapLookup(lb.fd.fragStats, u32Codec.encode(0), buf);
+  return sumPerCpu(fragStats, buf, possibleCpus());
+}
+
+function countersSince(before: ReturnType<typeof fragCounters>) {
+  const now = fragCounters();
+  return {
+    first: now.first - before.first,
+    laterKnown: now.laterKnown - before.laterKnown,
+    laterUnknown: now.laterUnknown - before.laterUnknown,
+  };
+}
+
+/** Runs each fragment through `prog`; expects `retval` for all, returns the outputs. */
+function runAll(prog: string, frags: Buffer[], retval: number): Buffer[] {
+  return frags.map((f, i) => {
+    const out = run(lb, prog, f);
+    expect(out.retval, `fragment ${i}`).toBe(retval);
+    expect(out.dataOut.length, `fragment ${i} length`).toBe(f.length);
+    return out.dataOut;
+  });
+}
+
+/** The datagram the outputs reassemble to: valid checksums, the payload as sent. */
+function expectReassembled(outs: Buffer[], sent: Buffer): ParsedPacket {
+  for (const [i, o] of outs.entries())
+    expect(parsePacket(o).ipChecksumOk, `fragment ${i} IP checksum`).toBe(true);
+  const whole = parsePacket(reassemble(outs));
+  expect(whole.l4ChecksumOk, 'reassembled L4 checksum').toBe(true);
+  const p = parsePacket(sent);
+  const hdr = p.proto === IPPROTO_TCP ? 20 : 8;
+  expect(whole.l4.subarray(hdr).equals(p.l4.subarray(hdr)), 'payload').toBe(true);
+  return whole;
+}
+
+describeRoot('bpf/lb.o IPv4 fragments (BPF_PROG_TEST_RUN)', () => {
+  const lab = new Lab(`kbpfrag${process.pid}`);
+  let leave: (() => void) | null = null;
+  beforeAll(async () => {
+    await buildRoutingNamespace(lab);
+    leave = enterNetns(lab.ns('fib'));
+    lb = loadLb();
+    writeConfig(lb);
+    writeFrontend(lb, {
+      svcId: 1,
+      addr: DNS.vip,
+      port: DNS.port,
+      proto: IPPROTO_UDP,
+      backends: [{ id: 1, addr: DNS.backend, port: DNS.backendPort, flags: BE_F.LOCAL }],
+    });
+    writeFrontend(lb, {
+      svcId: 2,
+      addr: WEB.vip,
+      port: WEB.port,
+      proto: IPPROTO_TCP,
+      backends: [{ id: 2, addr: WEB.backend, port: WEB.backendPort, flags: BE_F.LOCAL }],
+    });
+    writeFrontend(lb, {
+      svcId: 3,
+      addr: '0.0.0.0',
+      port: NODEPORT.port,
+      proto: IPPROTO_UDP,
+      flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+      backends: [{ id: 3, addr: NODEPORT.backend, port: NODEPORT.backendPort }],
+    });
+    mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode(NODE), u32Codec.encode(1));
+  });
+  afterAll(async () => {
+    lb?.close();
+    leave?.();
+    await lab.destroy();
+  });
+
+  it('a 3,000-byte UDP datagram to a ClusterIP: every fragment goes to the backend, the first with the backend port', () => {
+    const sport = nextPort++;
+    const sent = datagram(CLIENT, DNS.vip, sport, DNS.port, 3000);
+    const frags = fragmentPacket(sent, 1480);
+    expect(frags).toHaveLength(3);
+    const start = fragCounters();
+    const outs = runAll(TC_POD, frags, TC_ACT_UNSPEC);
+    for (const o of outs) expect(parsePacket(o)).toMatchObject({ saddr: CLIENT, daddr: DNS.backend });
+    expect(parsePacket(outs[0]!)).toMatchObject({ sport, dport: DNS.backendPort });
+    // Later fragments: only the IP header changed (addresses and its checksum).
+    for (let i = 1; i < 3; i++) {
+      expect(outs[i]!.subarray(ETH_HLEN + 28).equals(frags[i]!.subarray(ETH_HLEN + 28))).toBe(true);
+    }
+    expect(expectReassembled(outs, sent)).toMatchObject({
+      daddr: DNS.backend,
+      sport,
+      dport: DNS.backendPort,
+    });
+    expect(countersSince(start)).toEqual({ first: 1n, laterKnown: 2n, laterUnknown: 0n });
+  });
+
+  it('the fragmented reply, IP options in each fragment, leaves with the service address at egress', () => {
+    const sport = nextPort++;
+    run(
+      lb,
+      TC_POD,
+      buildPacket({ saddr: CLIENT, daddr: DNS.vip, proto: IPPROTO_UDP, sport, dport: DNS.port }),
+    );
+    const reply = datagram(DNS.backend, CLIENT, DNS.backendPort, sport, 4000, { ipOptions: OPTIONS });
+    const frags = fragmentPacket(reply, 1472);
+    expect(frags).toHaveLength(3);
+    // At ingress from the backend's pod the reply crosses the stack untranslated ...
+    const atIngress = runAll(TC_POD, frags, TC_ACT_UNSPEC);
+    for (const [i, o] of atIngress.entries()) expect(o.equals(frags[i]!), `fragment ${i}`).toBe(true);
+    // ... and every fragment gets the VIP back on its way out.
+    const outs = runAll(TC_EGRESS, frags, TC_ACT_UNSPEC);
+    for (const o of outs) expect(parsePacket(o)).toMatchObject({ saddr: DNS.vip, daddr: CLIENT, ihlLen: 28 });
+    expect(expectReassembled(outs, reply)).toMatchObject({ sport: DNS.port, dport: sport });
+  });
+
+  it('a fragmented TCP segment follows its flow', () => {
+    const sport = nextPort++;
+    run(
+      lb,
+      TC_POD,
+      buildPacket({ saddr: CLIENT, daddr: WEB.vip, proto: IPPROTO_TCP, sport, dport: WEB.port }),
+    );
+    const sent = datagram(CLIENT, WEB.vip, sport, WEB.port, 2500, { proto: IPPROTO_TCP });
+    const outs = runAll(TC_POD, fragmentPacket(sent, 1480), TC_ACT_UNSPEC);
+    for (const o of outs) expect(parsePacket(o).daddr).toBe(WEB.backend);
+    expect(expectReassembled(outs, sent)).toMatchObject({ dport: WEB.backendPort, tcpFlags: TCP.ACK });
+  });
+
+  it('a later fragment before its first one passes untouched and is counted; another datagram`s id is not its own', () => {
+    const sport = nextPort++;
+    const sent = datagram(CLIENT, DNS.vip, sport, DNS.port, 3000);
+    const [first, middle, last] = fragmentPacket(sent, 1480) as [Buffer, Buffer, Buffer];
+    const start = fragCounters();
+    const early = run(lb, TC_POD, last);
+    expect(early.retval).toBe(TC_ACT_UNSPEC);
+    expect(early.dataOut.equals(last)).toBe(true);
+    expect(countersSince(start)).toEqual({ first: 0n, laterKnown: 0n, laterUnknown: 1n });
+
+    expect(parsePacket(run(lb, TC_POD, first).dataOut)).toMatchObject({ daddr: DNS.backend, dport: 5353 });
+    // The same IP id and protocol from another source is another datagram: not translated.
+    const ipId = parsePacket(first).ipId;
+    const other = datagram('10.244.1.99', DNS.vip, sport, DNS.port, 3000, { ipId });
+    const stranger = fragmentPacket(other, 1480)[1]!;
+    expect(run(lb, TC_POD, stranger).dataOut.equals(stranger)).toBe(true);
+    expect(parsePacket(run(lb, TC_POD, middle).dataOut).daddr).toBe(DNS.backend);
+    expect(countersSince(start)).toEqual({ first: 1n, laterKnown: 1n, laterUnknown: 2n });
+  });
+
+  it('fragments of a datagram to no service pass untouched', () => {
+    const sent = datagram(CLIENT, '10.244.2.9', nextPort++, 9999, 3000);
+    const frags = fragmentPacket(sent, 1480);
+    const outs = runAll(TC_POD, frags, TC_ACT_UNSPEC);
+    for (const [i, o] of outs.entries()) expect(o.equals(frags[i]!), `fragment ${i}`).toBe(true);
+  });
+
+  it('a NodePort datagram to a remote backend: every fragment gets the same SNAT address and port and the same route; so does the reply', () => {
+    const sport = nextPort++;
+    const sent = datagram(OUTSIDE, NODE, sport, NODEPORT.port, 4000);
+    const frags = fragmentPacket(sent, 1480);
+    const outs = runAll(TC_EXT, frags, TC_ACT_REDIRECT);
+    for (const [i, o] of outs.entries()) {
+      expect(parsePacket(o), `fragment ${i}`).toMatchObject({
+        saddr: TEST_CONFIG.snatAddr4,
+        daddr: NODEPORT.backend,
+      });
+      expect(macOf(o, 0), `fragment ${i}`).toBe(NEIGHBOURS.remoteBackend.mac);
+      expect(o[ETH_HLEN + 8], `fragment ${i} TTL`).toBe(63);
+    }
+    const whole = expectReassembled(outs, sent);
+    expect(whole.dport).toBe(NODEPORT.backendPort);
+    expect(whole.sport).toBeGreaterThanOrEqual(TEST_CONFIG.snatPortMin);
+    expect(whole.sport).toBeLessThanOrEqual(TEST_CONFIG.snatPortMax);
+
+    const reply = datagram(NODEPORT.backend, TEST_CONFIG.snatAddr4, NODEPORT.backendPort, whole.sport, 3000);
+    const back = runAll(TC_EXT, fragmentPacket(reply, 1480), TC_ACT_REDIRECT);
+    for (const o of back) {
+      expect(parsePacket(o)).toMatchObject({ saddr: NODE, daddr: OUTSIDE });
+      expect(macOf(o, 0)).toBe(NEIGHBOURS.outside.mac);
+    }
+    expect(expectReassembled(back, reply)).toMatchObject({ sport: NODEPORT.port, dport: sport });
+  });
+
+  it('XDP leaves fragments to tc, even those of a tracked flow', () => {
+    const sport = nextPort++;
+    const whole = buildPacket({
+      saddr: OUTSIDE,
+      daddr: NODE,
+      proto: IPPROTO_UDP,
+      sport,
+      dport: NODEPORT.port,
+    });
+    expect(run(lb, XDP_EXT, whole).retval).toBe(XDP_PASS); // creates the flow, leaves routing to tc
+    const frags = fragmentPacket(datagram(OUTSIDE, NODE, sport, NODEPORT.port, 3000), 1480);
+    const start = fragCounters();
+    for (const [i, f] of frags.entries()) {
+      const out = run(lb, XDP_EXT, f);
+      expect(out.retval, `fragment ${i}`).toBe(XDP_PASS);
+      expect(out.dataOut.equals(f), `fragment ${i}`).toBe(true);
+    }
+    expect(countersSince(start)).toEqual({ first: 0n, laterKnown: 0n, laterUnknown: 0n });
+    const outs = runAll(TC_EXT, frags, TC_ACT_REDIRECT);
+    for (const o of outs) expect(parsePacket(o).saddr).toBe(TEST_CONFIG.snatAddr4);
+  });
+});
