@@ -233,27 +233,23 @@ function rewriteProblem(input: Buffer, out: Buffer, to: Tuple, later: boolean): 
   return got === want ? null : `L4 checksum ${got.toString(16)}, want ${want.toString(16)}`;
 }
 
-interface Tuple {
-  saddr: string;
-  daddr: string;
-  sport: number;
-  dport: number;
-}
+/** One direction's addresses and ports (the protocol is the entry key's). */
+type Ends = Omit<Tuple, 'proto'>;
 
 /** A conntrack entry as bpf/lb.h makes it: the tuple its direction is translated to. */
 interface Entry {
-  xlate: Tuple;
+  xlate: Ends;
   reply: boolean;
   /** KBP_CT_F_ROUTE (here always with KBP_CT_F_SNAT): forwarded by tc/XDP itself. */
   route: boolean;
 }
 
-const tupleOf = (f: Buffer): Tuple => {
+const tupleOf = (f: Buffer): Ends => {
   const p = parsePacket(f);
   return { saddr: p.saddr, daddr: p.daddr, sport: p.sport, dport: p.dport };
 };
-const reversed = (t: Tuple): Tuple => ({ saddr: t.daddr, daddr: t.saddr, sport: t.dport, dport: t.sport });
-const keyOf = (proto: number, t: Tuple) => `${proto}/${t.saddr}:${t.sport}>${t.daddr}:${t.dport}`;
+const reversed = (t: Ends): Ends => ({ saddr: t.daddr, daddr: t.saddr, sport: t.dport, dport: t.sport });
+const keyOf = (proto: number, t: Ends) => `${proto}/${t.saddr}:${t.sport}>${t.daddr}:${t.dport}`;
 const addrBytes = (a: string) => Buffer.from(a.split('.').map(Number));
 
 /** Both entries of a flow, from the packet its client sent and the packet that became. */
@@ -273,7 +269,7 @@ interface RelatedRewrite {
   routed: boolean;
   /** The entry's destination: where a routed error goes. */
   to: string;
-  quote: Tuple;
+  quote: Ends;
 }
 
 /** bpf/related.h's contract: which ICMP errors are rewritten, at egress or at ingress, and how;
