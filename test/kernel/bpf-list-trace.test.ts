@@ -33,6 +33,7 @@ function config(): ProxyConfig {
     mapSizes: {
       services: 256,
       backends: 256,
+      backendCounters: 256,
       backendSlots: 1024,
       conntrack: 1024,
       affinity: 256,
@@ -206,7 +207,7 @@ describeRoot('list and trace on a live data plane', () => {
       '10.1.0.1:8080',
       '10.1.0.2:8080',
     ]);
-    expect(web.backends.reduce((n, b) => n + b.stats.connections, 0)).toBe(1);
+    expect(web.backends.reduce((n, b) => n + (b.stats?.connections ?? 0), 0)).toBe(1);
     const lb = views.find((v) => v.frontend === 'TCP/203.0.113.10:80')!;
     expect(lb.flags).toEqual(['affinity=600s', 'source-ranges']);
     expect(views.find((v) => v.servicePort === 'ns/empty')!.action).toBe('reject');

@@ -52,6 +52,7 @@ describeRoot('publication into the loaded object', () => {
       d,
       {
         defaultScheduler: 'random',
+        maglevFrontends: 'external',
         families: store.families,
         capacity: { frontends: 1024, backends: 1024, slots: 4096, sourceRanges: 1024 },
         nowMs: Date.now(),

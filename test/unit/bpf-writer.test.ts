@@ -36,6 +36,7 @@ function setup() {
       decisions(sps),
       {
         defaultScheduler: 'random',
+        maglevFrontends: 'external',
         families: ['IPv4'],
         capacity: { frontends: 100, backends: 100, slots: 100, sourceRanges: 100 },
         nowMs: clock.ms,
@@ -284,6 +285,7 @@ describe('MapWriter restart', () => {
       decisions(sps),
       {
         defaultScheduler: 'random',
+        maglevFrontends: 'external',
         families: ['IPv4'],
         capacity: { frontends: 100, backends: 100, slots: 100, sourceRanges: 100 },
         nowMs: 0,
@@ -319,6 +321,7 @@ describe('MapWriter restart', () => {
       decisions([web(['10.1.0.1'])]),
       {
         defaultScheduler: 'random',
+        maglevFrontends: 'external',
         families: ['IPv4'],
         capacity: { frontends: 100, backends: 100, slots: 100, sourceRanges: 100 },
         nowMs: 0,

@@ -134,6 +134,7 @@ describe('the brain, memoised per Service, against decide() from scratch', () =>
 
 const OPTIONS: PlanOptions = {
   defaultScheduler: 'random',
+  maglevFrontends: 'external',
   families: ['IPv4'],
   capacity: { frontends: 1000, backends: 1000, slots: 10_000, sourceRanges: 1000 },
   nowMs: 0,
