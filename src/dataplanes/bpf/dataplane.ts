@@ -365,6 +365,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
         written: result.written,
         deleted: result.deleted,
         maglevTables: result.maglevTables,
+        maglevEntries: result.maglevEntries,
       },
       'bpf maps synced',
     );
