@@ -295,7 +295,9 @@ export class KernelStore implements MapStore {
     }
   }
 
-  private resetStats(map: 'svcStats' | 'backendStats', ids: readonly number[]): void {
+  private resetStats(map: 'svcStats' | 'backendStats', allIds: readonly number[]): void {
+    // Backend ids past kbp_best_v1 (bpf.mapSizes.backendCounters) have no counters to reset.
+    const ids = allIds.filter((id) => id < this.capacity[map]);
     const size = perCpuValueSize(MAPS[map].valueSize, this.cpus);
     this.updateBatch(map, u32Codec.encodeMany(ids), Buffer.alloc(size * ids.length), ids.length);
   }
