@@ -260,6 +260,31 @@ describe('MapWriter publication order', () => {
     expect(store.readerErrors).toEqual([]);
   });
 
+  it('runs out of free generations only after 255 changes within one grace period', async () => {
+    const { store, clock, writer, plan } = setup();
+    // 300 different lists of two out of 20 backends another service keeps (their ids stay).
+    const pool = Array.from({ length: 20 }, (_, i) => `10.2.0.${i + 1}`);
+    const keep = servicePort('ns', 'keep', {
+      clusterIP: '10.96.0.77',
+      endpoints: pool.map((ip) => ep(ip, 8080)),
+    });
+    const pairs = pool.flatMap((a) => pool.filter((b) => b !== a).map((b) => [a, b]));
+    for (const pair of pairs.slice(0, 300)) {
+      clock.ms += 1;
+      await writer.apply(plan([web(pair), keep]));
+      expect(store.readerErrors).toEqual([]);
+    }
+    const webIds = new Set(
+      [...store.frontends.values()]
+        .filter((f) => f.key.port !== 80 || f.key.address !== '10.96.0.77')
+        .map((f) => f.value.serviceId),
+    );
+    const gens = new Set([...store.slots.values()].filter((s) => webIds.has(s.serviceId)).map((s) => s.gen));
+    expect(Math.max(...gens)).toBe(255);
+    // The generation due soonest was rewritten, never the live one: readers never saw a hole.
+    expect(store.readerErrors).toEqual([]);
+  });
+
   it('removes a service: frontends at the flip, the rest after the grace period', async () => {
     const { store, clock, writer, plan } = setup();
     const other = servicePort('ns', 'other', { clusterIP: '10.96.0.99', endpoints: [ep('10.1.0.9', 80)] });
@@ -386,6 +411,22 @@ describe('MapWriter restart', () => {
     const result = await writer.apply(p2);
     expect(first.store.ops).toEqual([]);
     expect(result.written).toBe(0);
+  });
+
+  it('merges the one-table-per-frontend Maglev layout of an older agent into one table per backend set', async () => {
+    const first = setup();
+    await first.writer.apply(first.plan([web(['10.1.0.1', '10.1.0.2'], { schedulerAnnotation: 'maglev' })]));
+    // What an older agent left: each frontend with a copy of its own.
+    for (const [serviceId, table] of first.store.maglevByService())
+      first.store.installMaglevTable({ serviceId }, table);
+    expect(first.store.maglevTables.size).toBe(2);
+    const writer = new MapWriter(first.store, { maglevTableSize: M, graceMs: 500, now: () => 0 });
+    writer.restore();
+    first.store.ops = [];
+    await writer.apply(first.plan([web(['10.1.0.1', '10.1.0.2'], { schedulerAnnotation: 'maglev' })]));
+    expect(first.store.ops).toEqual(['shareMaglevTable 1']);
+    expect(first.store.maglevTables.size).toBe(1);
+    expect(first.store.readerErrors).toEqual([]);
   });
 
   it('cleans up what a crashed writer left behind without disturbing the live generation', async () => {
