@@ -147,6 +147,7 @@ export function measureBpfCost(opts: {
     mapSizes: {
       services: capacity,
       backends: capacity,
+      backendCounters: capacity,
       backendSlots: capacity,
       conntrack: 16384,
       affinity: 1024,

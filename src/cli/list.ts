@@ -35,7 +35,9 @@ function bytes(n: number): string {
   return `${v.toFixed(1)}${units[u]}`;
 }
 
-function counterColumns(c: Counters): string[] {
+/** A backend without counters of its own (id past bpf.mapSizes.backendCounters) shows dashes. */
+function counterColumns(c: Counters | null): string[] {
+  if (!c) return ['-', '-', '-', '-', '-', '-'];
   return [
     String(c.connections),
     String(c.inPackets),

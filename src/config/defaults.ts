@@ -88,6 +88,9 @@ const LOG_FLUSH_FREQUENCY_SECONDS = 5;
 
 export const DEFAULT_BPF_CONFIG: BpfConfig = {
   scheduler: 'random',
+  // Cilium's default too: Maglev where consistency across nodes matters (traffic from outside
+  // may reach any node), random for ClusterIPs, whose clients sit on the node that picks.
+  maglevFrontends: 'external',
   maglevTableSize: DEFAULT_MAGLEV_TABLE_SIZE,
   // Empty: found by the agent (src/dataplanes/bpf/discover.ts) rather than named, since CNIs name
   // their pod veths differently and a node's uplink can be anything.
@@ -100,6 +103,8 @@ export const DEFAULT_BPF_CONFIG: BpfConfig = {
   mapSizes: {
     services: 65536,
     backends: 262144,
+    // 48 bytes per CPU each: 768 KiB per CPU (docs/bpf-datapath.md, "Per-CPU counter memory").
+    backendCounters: 16384,
     backendSlots: 1048576,
     conntrack: 524288,
     affinity: 65536,
@@ -122,6 +127,7 @@ function defaultBpf(section: KubeProxyConfigurationFile['bpf']): BpfConfig {
   const sizes = s.mapSizes ?? {};
   return {
     scheduler: s.scheduler ?? d.scheduler,
+    maglevFrontends: s.maglevFrontends ?? d.maglevFrontends,
     maglevTableSize: s.maglevTableSize ?? d.maglevTableSize,
     podInterfaces: s.podInterfaces ?? [...d.podInterfaces],
     externalInterfaces: s.externalInterfaces ?? [...d.externalInterfaces],
@@ -132,6 +138,7 @@ function defaultBpf(section: KubeProxyConfigurationFile['bpf']): BpfConfig {
     mapSizes: {
       services: sizes.services ?? d.mapSizes.services,
       backends: sizes.backends ?? d.mapSizes.backends,
+      backendCounters: sizes.backendCounters ?? d.mapSizes.backendCounters,
       backendSlots: sizes.backendSlots ?? d.mapSizes.backendSlots,
       conntrack: sizes.conntrack ?? d.mapSizes.conntrack,
       affinity: sizes.affinity ?? d.mapSizes.affinity,

@@ -59,6 +59,7 @@ const outputRouting = object({ splitStream: boolean, infoBufferSize: quantity })
 
 const bpfSection = object({
   scheduler: oneOf<BpfConfig['scheduler']>(['random', 'rr', 'maglev']),
+  maglevFrontends: oneOf<BpfConfig['maglevFrontends']>(['external', 'all']),
   maglevTableSize: uint32,
   podInterfaces: list(string),
   externalInterfaces: list(string),
@@ -69,6 +70,7 @@ const bpfSection = object({
   mapSizes: object({
     services: uint32,
     backends: uint32,
+    backendCounters: uint32,
     backendSlots: uint32,
     conntrack: uint32,
     affinity: uint32,

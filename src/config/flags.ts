@@ -507,6 +507,16 @@ const FLAG_SPECS: readonly FlagSpec[] = [
     { choices: ['random', 'rr', 'maglev'] },
   ),
   flag(
+    'bpf-maglev-frontends',
+    'string',
+    `Frontends the default scheduler maglev applies to: external (NodePort, LoadBalancer, externalIPs; ClusterIPs random) or all (default ${BPF.maglevFrontends})`,
+    (s, v) => {
+      s.bpf.maglevFrontends = v as BpfConfig['maglevFrontends'];
+      return 'bpf.maglevFrontends';
+    },
+    { choices: ['external', 'all'] },
+  ),
+  flag(
     'bpf-maglev-table-size',
     'uint32',
     `Maglev table size, a prime (default ${BPF.maglevTableSize})`,

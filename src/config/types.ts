@@ -7,10 +7,15 @@ export const PROXY_MODES: readonly ProxyMode[] = ['bpf', 'iptables', 'nftables',
 export type DetectLocalMode = 'ClusterCIDR' | 'NodeCIDR' | 'BridgeInterface' | 'InterfaceNamePrefix';
 
 export type BpfScheduler = 'random' | 'rr' | 'maglev';
+/** Which frontends `scheduler: maglev` gives a Maglev table: the external ones (NodePort,
+ * LoadBalancer, externalIPs; ClusterIPs pick at random), or all of them. */
+export type MaglevFrontends = 'external' | 'all';
 
 export interface BpfConfig {
   /** Default backend choice; a service may override it with the annotation kube-bpf-proxy.io/scheduler. */
   scheduler: BpfScheduler;
+  /** Which frontends the default scheduler maglev applies to (the annotation applies to all). */
+  maglevFrontends: MaglevFrontends;
   /** Prime; 16381 by default. */
   maglevTableSize: number;
   /** Interface name patterns (trailing "*" matches a prefix) facing pods: tc ingress. */
@@ -30,6 +35,8 @@ export interface BpfConfig {
   mapSizes: {
     services: number;
     backends: number;
+    /** Backend ids with per-CPU counters of their own (kbp_best_v1): ids 1 … backendCounters - 1. */
+    backendCounters: number;
     backendSlots: number;
     conntrack: number;
     affinity: number;

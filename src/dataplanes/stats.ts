@@ -36,7 +36,11 @@ export interface BackendTraffic extends TrafficCounters {
 
 export interface BpfStats {
   services: ServiceTraffic[];
+  /** Backends with counters of their own. */
   backends: BackendTraffic[];
+  /** Backends whose id is past the per-CPU counter map (bpf.mapSizes.backendCounters): counted in
+   * their services' series only. */
+  backendsNotCounted: number;
   /** kbp_drops_v1, by reason name (e.g. "no_endpoints", "source_range"). */
   drops: { reason: string; packets: CounterValue; bytes: CounterValue }[];
   /** kbp_fragst_v1: IPv4 fragments the tc programs saw, by event ("first", "later_known",

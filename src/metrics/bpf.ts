@@ -152,6 +152,12 @@ export function renderBpfStats(stats: BpfStats, maxBackends: number): string {
     'Backends without per-backend series because of bpf.metricsMaxBackends',
   );
   out.sample('kube_bpf_proxy_backends_not_exported', '', stats.backends.length - exported.length);
+  out.family(
+    'kube_bpf_proxy_backends_not_counted',
+    'gauge',
+    'Backends without counters of their own because of bpf.mapSizes.backendCounters (counted in their services)',
+  );
+  out.sample('kube_bpf_proxy_backends_not_counted', '', stats.backendsNotCounted);
 
   const byLabel = (
     name: string,

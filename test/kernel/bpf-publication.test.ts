@@ -1,22 +1,27 @@
 // Publication through the agent's own writer and store into the loaded object, with the programs
 // run (BPF_PROG_TEST_RUN) against what was published: the node configuration flips as a whole
 // generation, a two-scope service's internal entry is live before the entry that sends pods to
-// it, and affinity lets go of a removed backend at the flip, not after the grace period.
+// it, affinity lets go of a removed backend at the flip, not after the grace period, changes in
+// quick succession are each published at once, and frontends with the same backends read one
+// Maglev table, rewritten in place where its entries moved.
 
 import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mapLookup, mapUpdate, testRun } from '../../native/libbpf.js';
+import { dumpMap, mapLookup, mapUpdate, testRun } from '../../native/libbpf.js';
 import type { ProxyDecisions } from '../../src/brain/types.js';
+import { maglevIndex4 } from '../../src/dataplanes/bpf/flow-hash.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
 import {
   CONFIG_GRACE_MS,
   encodeFrontendKey,
   KernelStore,
   liveConfigGen,
+  readMaglevTable,
 } from '../../src/dataplanes/bpf/kernel-store.js';
 import { type BpfConfigValue, config, PROGRAMS, svc4Key, u32Codec } from '../../src/dataplanes/bpf/layout.js';
+import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
-import { planBpf } from '../../src/dataplanes/bpf/plan.js';
+import { type PlanOptions, planBpf } from '../../src/dataplanes/bpf/plan.js';
 import type { FrontendEntry } from '../../src/dataplanes/bpf/store.js';
 import { MapWriter } from '../../src/dataplanes/bpf/writer.js';
 import { silentLogger } from '../../src/logger.js';
@@ -47,11 +52,13 @@ describeRoot('publication into the loaded object', () => {
   /** Called before each upsertFrontends reaches the kernel. */
   let beforeFrontends: (entries: readonly FrontendEntry[]) => void = () => {};
 
-  const plan = (d: ProxyDecisions) => {
+  const plan = (d: ProxyDecisions, options: Partial<PlanOptions> = {}) => {
     ids = planBpf(
       d,
       {
-        defaultScheduler: 'random',
+        ...options,
+        defaultScheduler: options.defaultScheduler ?? 'random',
+        maglevFrontends: 'external',
         families: store.families,
         capacity: { frontends: 1024, backends: 1024, slots: 4096, sourceRanges: 1024 },
         nowMs: Date.now(),
@@ -194,5 +201,77 @@ describeRoot('publication into the loaded object', () => {
     // The old generation and the backend entry are still there (grace period); the pair is not.
     for (let i = 0; i < 5; i++)
       expect(parsePacket(fromPod(syn('10.96.5.1', client)).dataOut).daddr).toBe(remaining);
+  });
+
+  it('publishes changes in quick succession at once, each served as soon as it is written', async () => {
+    const quick = (ip: string) =>
+      servicePort('ns', 'quick', { clusterIP: '10.96.6.1', endpoints: [ep(ip, 8080, { isLocal: true })] });
+    await writer.apply(plan(decisions([quick('10.244.2.61')])));
+    const servedBy = () => parsePacket(fromPod(syn('10.96.6.1')).dataOut).daddr;
+    expect(servedBy()).toBe('10.244.2.61');
+    const latencies: number[] = [];
+    for (const ip of ['10.244.2.62', '10.244.2.63']) {
+      const started = performance.now();
+      const result = await writer.apply(plan(decisions([quick(ip)])));
+      latencies.push(performance.now() - started);
+      expect(result.failures).toEqual([]);
+      expect(servedBy()).toBe(ip);
+    }
+    // Within the 1 s grace period of the first change: three generations are in the map.
+    const quickId = ids.frontends.find((f) => f.servicePortName === 'ns/quick')!.serviceId;
+    const slots = store.read().slots.filter((s) => s.serviceId === quickId);
+    expect(slots.map((s) => s.gen).sort()).toEqual([0, 1, 2]);
+    console.log(
+      `back-to-back publication (grace period 1000 ms): second change ${latencies[0]!.toFixed(1)} ms, third ${latencies[1]!.toFixed(1)} ms`,
+    );
+  });
+
+  it('Maglev: external frontends with the same backends read one table, rewritten in place', async () => {
+    const web = (ips: string[]) =>
+      servicePort('ns', 'mg', {
+        clusterIP: '10.96.7.1',
+        type: 'LoadBalancer',
+        nodePort: 30700,
+        loadBalancerIPs: ['198.51.100.71'],
+        externallyAccessible: true,
+        endpoints: ips.map((ip) => ep(ip, 8080)),
+      });
+    const tables = () => {
+      const outer = dumpMap(lb.fd.maglev, 4, 4);
+      return new Map(outer.keys.map((k, i) => [u32Codec.decode(k), u32Codec.decode(outer.values[i]!)]));
+    };
+    const ips = ['10.244.3.1', '10.244.3.2', '10.244.3.3', '10.244.3.4'];
+    const first = plan(decisions([web(ips)]), { defaultScheduler: 'maglev' });
+    await writer.apply(first);
+    const ofKind = (p: typeof first, kind: string) => p.frontends.find((f) => f.kind === kind)!;
+    const [lbId, npId, cipId] = ['LoadBalancer', 'NodePort', 'ClusterIP'].map(
+      (k) => ofKind(first, k).serviceId,
+    );
+    expect(ofKind(first, 'ClusterIP').scheduler).toBe('random');
+    const before = tables();
+    expect(before.has(cipId!)).toBe(false);
+    expect(before.get(lbId!)).toBe(before.get(npId!));
+    const tableId = before.get(lbId!)!;
+
+    const second = plan(decisions([web(ips.slice(1))]), { defaultScheduler: 'maglev' });
+    const result = await writer.apply(second);
+    // Same inner map, a quarter of its entries rewritten (those of the backend that left).
+    expect(tables().get(lbId!)).toBe(tableId);
+    expect(tables().get(npId!)).toBe(tableId);
+    const members = ofKind(second, 'LoadBalancer').backendIds.map((id) => ({
+      name: second.backends.find((b) => b.id === id)!.name,
+      id,
+    }));
+    const table = buildMaglevTable(members, 251);
+    expect(readMaglevTable(tableId)).toEqual(table);
+    expect(result.maglevEntries).toBeLessThan(251 / 2);
+    expect(result.maglevEntries).toBeGreaterThan(0);
+    // The datapath picks what the new table says.
+    const byId = new Map(second.backends.map((b) => [b.id, b.address]));
+    for (let i = 0; i < 20; i++) {
+      const sport = nextPort;
+      const got = parsePacket(fromPod(syn('198.51.100.71')).dataOut).daddr;
+      expect(got).toBe(byId.get(table[maglevIndex4(CLIENT, sport, 80, 6, NODE_CONFIG.hashSeed, 251)]!));
+    }
   });
 });

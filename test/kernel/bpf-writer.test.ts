@@ -69,6 +69,7 @@ function startAgent(): Agent {
         d,
         {
           defaultScheduler: 'random',
+          maglevFrontends: 'external',
           families: store.families,
           capacity: {
             frontends: lb.capacity.svc4,

@@ -98,6 +98,7 @@ export function decisions(
 export function bpfConfig(extra: Partial<BpfConfig> = {}): BpfConfig {
   return {
     scheduler: 'random',
+    maglevFrontends: 'external',
     maglevTableSize: 16381,
     podInterfaces: [],
     externalInterfaces: [],
@@ -109,6 +110,7 @@ export function bpfConfig(extra: Partial<BpfConfig> = {}): BpfConfig {
     mapSizes: {
       services: 1024,
       backends: 4096,
+      backendCounters: 4096,
       backendSlots: 8192,
       conntrack: 16384,
       affinity: 4096,

@@ -21,7 +21,10 @@ export class MemoryStore implements MapStore {
   frontends = new Map<string, FrontendEntry>();
   slots = new Map<string, SlotEntry>();
   backends = new Map<number, BackendEntry>();
-  maglev = new Map<string, { key: MaglevKey; table: Uint32Array }>();
+  /** Maglev tables by id, and the table each service id points at (the outer map). */
+  maglevTables = new Map<number, Uint32Array>();
+  maglevRefs = new Map<number, number>();
+  private nextTableId = 1;
   matches = new Map<string, AffinityMatch>();
   ranges = new Map<string, SourceRange>();
   ops: string[] = [];
@@ -51,12 +54,43 @@ export class MemoryStore implements MapStore {
           this.readerErrors.push(`after ${after}: slot names missing backend ${s.backendId}`);
       }
     }
-    for (const m of this.maglev.values()) {
-      for (const id of new Set(m.table)) {
-        if (!this.backends.has(id))
-          this.readerErrors.push(`after ${after}: Maglev names missing backend ${id}`);
-      }
+    for (const f of this.frontends.values()) this.checkMaglev(after, f);
+  }
+
+  /** The Maglev table of a frontend that forwards by Maglev names backends that exist and that
+   * one of its slot generations holds: while a table is rewritten in place, each entry is its old
+   * owner or its new one. */
+  private checkMaglev(after: string, f: FrontendEntry) {
+    const tableId = this.maglevRefs.get(f.value.serviceId);
+    if (f.value.scheduler !== 'maglev' || f.value.action !== 'forward' || tableId === undefined) return;
+    const named = new Set(
+      [...this.slots.values()].filter((s) => s.serviceId === f.value.serviceId).map((s) => s.backendId),
+    );
+    for (const id of new Set(this.maglevTables.get(tableId)!)) {
+      if (!this.backends.has(id))
+        this.readerErrors.push(`after ${after}: Maglev names missing backend ${id}`);
+      else if (!named.has(id))
+        this.readerErrors.push(
+          `after ${after}: Maglev of ${frontendName(f.key)} names backend ${id} it never held`,
+        );
     }
+  }
+
+  /** Tables no frontend points at are freed, as the kernel frees an inner map. */
+  private freeUnusedTables() {
+    const used = new Set(this.maglevRefs.values());
+    for (const id of this.maglevTables.keys()) if (!used.has(id)) this.maglevTables.delete(id);
+  }
+
+  private installedTable(tableId: number): Uint32Array {
+    const table = this.maglevTables.get(tableId);
+    if (!table) throw new Error(`Maglev table ${tableId} is not installed`);
+    return table;
+  }
+
+  /** The Maglev table each service id reads, by content. */
+  maglevByService(): Map<number, Uint32Array> {
+    return new Map([...this.maglevRefs].map(([serviceId, id]) => [serviceId, this.maglevTables.get(id)!]));
   }
 
   upsertBackends(entries: readonly BackendEntry[]) {
@@ -80,12 +114,38 @@ export class MemoryStore implements MapStore {
     for (const k of keys) this.slots.delete(`${k.serviceId}/${k.gen}/${k.slot}`);
     this.record('deleteSlots', keys.length);
   }
-  setMaglev(key: MaglevKey, table: Uint32Array) {
-    this.maglev.set(`${key.serviceId}`, { key, table });
-    this.record('setMaglev', 1);
+  installMaglevTable(key: MaglevKey, table: Uint32Array) {
+    const id = this.nextTableId++;
+    this.maglevTables.set(id, Uint32Array.from(table));
+    this.maglevRefs.set(key.serviceId, id);
+    this.freeUnusedTables();
+    this.record('installMaglevTable', table.length);
+    return id;
+  }
+  shareMaglevTable(key: MaglevKey, tableId: number) {
+    this.installedTable(tableId);
+    this.maglevRefs.set(key.serviceId, tableId);
+    this.freeUnusedTables();
+    this.record('shareMaglevTable', 1);
+  }
+  readMaglevTable(tableId: number) {
+    return Uint32Array.from(this.installedTable(tableId));
+  }
+  writeMaglevEntries(tableId: number, indexes: Uint32Array, backendIds: Uint32Array) {
+    const table = this.installedTable(tableId);
+    // Not atomic either: the readers of this table see the entries change one by one.
+    const readers = [...this.frontends.values()].filter(
+      (f) => this.maglevRefs.get(f.value.serviceId) === tableId,
+    );
+    indexes.forEach((index, i) => {
+      table[index] = backendIds[i]!;
+      for (const f of readers) this.checkMaglev(`writeMaglevEntries (entry ${index})`, f);
+    });
+    this.record('writeMaglevEntries', indexes.length);
   }
   deleteMaglev(keys: readonly MaglevKey[]) {
-    for (const k of keys) this.maglev.delete(`${k.serviceId}`);
+    for (const k of keys) this.maglevRefs.delete(k.serviceId);
+    this.freeUnusedTables();
     this.record('deleteMaglev', keys.length);
   }
   upsertAffinityMatches(entries: readonly AffinityMatch[]) {
@@ -130,10 +190,11 @@ export class MemoryStore implements MapStore {
       frontends: [...this.frontends.values()],
       slots: [...this.slots.values()],
       backends: [...this.backends.values()],
-      maglev: [...this.maglev.values()].map((m) => ({
-        key: m.key,
-        backendIds: [...new Set(m.table)],
-        size: m.table.length,
+      maglev: [...this.maglevRefs].map(([serviceId, tableId]) => ({ key: { serviceId }, tableId })),
+      maglevTables: [...this.maglevTables].map(([id, table]) => ({
+        id,
+        backendIds: [...new Set(table)],
+        size: table.length,
       })),
       affinityMatches: [...this.matches.values()],
       sourceRanges: [...this.ranges.values()],

@@ -37,4 +37,24 @@ describe('IdAllocator', () => {
     expect(a.idOf('e')).toBeUndefined();
     expect(() => new IdAllocator('x', 5, 4, 0)).toThrow(/empty/);
   });
+
+  it('hands out ids of the preferred part first, and the rest only while that part has none free', () => {
+    // Backend ids: only those below bpf.mapSizes.backendCounters have counters of their own.
+    const a = new IdAllocator('backend', 1, 1000, 100, undefined, 3);
+    expect(['a', 'b', 'c', 'd'].map((k) => a.allocate(k, 0))).toEqual([1, 2, 3, 4]);
+    a.release('b', 0);
+    // 2 is in quarantine until 100: the next id comes from the rest of the range.
+    expect(a.allocate('e', 50)).toBe(5);
+    expect(a.allocate('f', 100)).toBe(2);
+    // Churn in a small cluster keeps its ids low: released ids come back after their quarantine.
+    for (let t = 200; t < 2000; t += 200) {
+      a.release('f', t);
+      expect(a.allocate(`g${t}`, t + 100)).toBe(2);
+      a.release(`g${t}`, t + 100);
+      expect(a.allocate('f', t + 200)).toBe(2);
+    }
+    expect(a.clone().allocate('h', 5000)).toBe(6);
+    // The preferred part and its cursor are restored and copied like the rest.
+    expect(a.state().cursors).toEqual([3, 6]);
+  });
 });

@@ -6,6 +6,7 @@ import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
 
 const options: PlanOptions = {
   defaultScheduler: 'random',
+  maglevFrontends: 'external',
   families: ['IPv4'],
   capacity: { frontends: 100, backends: 100, slots: 1000, sourceRanges: 100 },
   nowMs: 1_000,
@@ -169,15 +170,23 @@ describe('planBpf frontends', () => {
 
 describe('scheduler choice', () => {
   it('uses the annotation, or the default with a problem when the annotation is invalid', () => {
-    expect(resolveScheduler({ schedulerAnnotation: 'maglev', servicePortName: 'a/b' }, 'random')).toEqual({
-      scheduler: 'maglev',
-      problem: null,
-    });
-    expect(resolveScheduler({ schedulerAnnotation: null, servicePortName: 'a/b' }, 'rr').scheduler).toBe(
-      'rr',
+    const annotated = resolveScheduler(
+      { schedulerAnnotation: 'maglev', servicePortName: 'a/b' },
+      'random',
+      'external',
     );
-    const bad = resolveScheduler({ schedulerAnnotation: 'wlc', servicePortName: 'a/b' }, 'random');
-    expect(bad.scheduler).toBe('random');
+    expect([annotated.scheduler('ClusterIP'), annotated.problem]).toEqual(['maglev', null]);
+    expect(
+      resolveScheduler({ schedulerAnnotation: null, servicePortName: 'a/b' }, 'rr', 'external').scheduler(
+        'ClusterIP',
+      ),
+    ).toBe('rr');
+    const bad = resolveScheduler(
+      { schedulerAnnotation: 'wlc', servicePortName: 'a/b' },
+      'random',
+      'external',
+    );
+    expect(bad.scheduler('NodePort')).toBe('random');
     expect(bad.problem!.reason).toMatch(/"wlc" is not one of random, rr, maglev/);
     const p = plan(
       decisions([
@@ -188,6 +197,43 @@ describe('scheduler choice', () => {
     );
     expect(p.frontends.map((f) => f.scheduler)).toEqual(['maglev', 'rr']);
     expect(p.problems).toHaveLength(1);
+  });
+
+  it('gives the default maglev to external frontends only, unless bpf.maglevFrontends is all or the Service asks', () => {
+    const sps = decisions([
+      servicePort('ns', 'web', {
+        clusterIP: '10.96.0.1',
+        type: 'LoadBalancer',
+        nodePort: 30080,
+        loadBalancerIPs: ['198.51.100.1'],
+        externalIPs: ['192.0.2.1'],
+        externallyAccessible: true,
+        endpoints: [ep('10.1.0.1', 80)],
+      }),
+      servicePort('ns', 'asks', {
+        clusterIP: '10.96.0.2',
+        schedulerAnnotation: 'maglev',
+        endpoints: [ep('10.1.0.2', 80)],
+      }),
+    ]);
+    const schedulers = (maglevFrontends: PlanOptions['maglevFrontends']) =>
+      plan(sps, { defaultScheduler: 'maglev', maglevFrontends }).frontends.map(
+        (f) => `${f.servicePortName} ${f.kind} ${f.scheduler}`,
+      );
+    expect(schedulers('external')).toEqual([
+      'ns/web NodePort maglev',
+      'ns/web ClusterIP random',
+      'ns/asks ClusterIP maglev',
+      'ns/web ExternalIP maglev',
+      'ns/web LoadBalancer maglev',
+    ]);
+    expect(schedulers('all').every((s) => s.endsWith('maglev'))).toBe(true);
+    // rr is cheap: it applies everywhere.
+    expect(
+      plan(sps, { defaultScheduler: 'rr' })
+        .frontends.filter((f) => f.serviceName === 'web')
+        .every((f) => f.scheduler === 'rr'),
+    ).toBe(true);
   });
 });
 

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import type { ServicePortDecision } from '../../src/brain/types.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
+import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { type BpfPlan, frontendName, planBpf } from '../../src/dataplanes/bpf/plan.js';
 import { MapWriter } from '../../src/dataplanes/bpf/writer.js';
 import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
@@ -10,12 +11,7 @@ const M = 251;
 
 class Clock {
   ms = 0;
-  slept: number[] = [];
   now = () => this.ms;
-  sleep = async (ms: number) => {
-    this.slept.push(ms);
-    this.ms += ms;
-  };
 }
 
 function setup() {
@@ -25,7 +21,6 @@ function setup() {
     maglevTableSize: M,
     graceMs: 500,
     now: clock.now,
-    sleep: clock.sleep,
   });
   let ids = {
     serviceIds: new IdAllocator('service', 1, 100, 60_000),
@@ -36,6 +31,7 @@ function setup() {
       decisions(sps),
       {
         defaultScheduler: 'random',
+        maglevFrontends: 'external',
         families: ['IPv4'],
         capacity: { frontends: 100, backends: 100, slots: 100, sourceRanges: 100 },
         nowMs: clock.ms,
@@ -70,13 +66,21 @@ describe('MapWriter publication order', () => {
       'resetBackendStats 2',
       'upsertBackends 2',
       'upsertSlots 4',
-      'setMaglev 1',
-      'setMaglev 1',
+      // The two frontends have the same backends: one table, read by both.
+      `installMaglevTable ${M}`,
+      'shareMaglevTable 1',
       'upsertAffinityMatches 4',
       'resetServiceStats 2',
       'upsertFrontends 2',
     ]);
-    expect(result).toMatchObject({ written: 12, maglevTables: 2, failures: [], degraded: [] });
+    expect(result).toMatchObject({
+      written: 12,
+      maglevTables: 1,
+      maglevEntries: M + 2,
+      failures: [],
+      degraded: [],
+    });
+    expect(store.maglevTables.size).toBe(1);
     expect(
       [...store.frontends.values()].map((f) => [
         frontendName(f.key),
@@ -97,7 +101,7 @@ describe('MapWriter publication order', () => {
       ]),
     );
     expect(store.ops).toEqual([]);
-    expect(again).toMatchObject({ written: 0, deleted: 0, maglevTables: 0 });
+    expect(again).toMatchObject({ written: 0, deleted: 0, maglevTables: 0, maglevEntries: 0 });
   });
 
   it('publishes a new generation before the flip and removes the old one only after the grace period', async () => {
@@ -105,19 +109,35 @@ describe('MapWriter publication order', () => {
     await writer.apply(plan([web(['10.1.0.1', '10.1.0.2'], { schedulerAnnotation: 'maglev' })]));
     store.ops = [];
     clock.ms = 10_000;
-    await writer.apply(plan([web(['10.1.0.1', '10.1.0.3'], { schedulerAnnotation: 'maglev' })]));
+    const tableBefore = [...store.maglevTables.values()][0]!.slice();
+    const changed = await writer.apply(
+      plan([web(['10.1.0.1', '10.1.0.3'], { schedulerAnnotation: 'maglev' })]),
+    );
+    // The shared table is rewritten in place, only where the owner changed: the entries of the
+    // backend that left (about half of them here), nothing else.
+    const tableAfter = buildMaglevTable(
+      [
+        { name: '10.1.0.1:8080', id: 1 },
+        { name: '10.1.0.3:8080', id: 3 },
+      ],
+      M,
+    );
+    const moved = tableAfter.filter((id, i) => id !== tableBefore[i]).length;
+    expect(moved).toBeGreaterThanOrEqual(tableBefore.filter((id) => id === 2).length);
+    expect(moved).toBeLessThan(M);
     expect(store.ops).toEqual([
       'resetBackendStats 1',
       'upsertBackends 1',
       'upsertSlots 4',
-      'setMaglev 1',
-      'setMaglev 1',
+      `writeMaglevEntries ${moved}`,
       'upsertAffinityMatches 2',
       'upsertFrontends 2',
       // A backend's {backend, service} pairs go at the flip: affinity and SYN re-selection
       // stop choosing it at once.
       'deleteAffinityMatches 2',
     ]);
+    expect(changed).toMatchObject({ maglevTables: 1, maglevEntries: moved });
+    expect([...store.maglevTables.values()]).toEqual([tableAfter]);
     expect([...store.frontends.values()].every((f) => f.value.gen === 1)).toBe(true);
     // The old generation and the departed backend are still there for readers of the old value.
     expect(store.slots.size).toBe(8);
@@ -154,7 +174,7 @@ describe('MapWriter publication order', () => {
     expect(store.readerErrors).toEqual([]);
   });
 
-  it('waits for pending deletions before flipping a generation again', async () => {
+  it('publishes a change at once while the previous one waits out its grace period', async () => {
     const { store, clock, writer, plan } = setup();
     await writer.apply(plan([web(['10.1.0.1'])]));
     clock.ms = 1_000;
@@ -162,11 +182,106 @@ describe('MapWriter publication order', () => {
     clock.ms += 100;
     store.ops = [];
     await writer.apply(plan([web(['10.1.0.2'])]));
-    expect(clock.slept).toEqual([400]);
-    expect(store.ops.slice(0, 1)).toEqual(['deleteSlots 2']);
-    // Generation 0 is live again (one slot per frontend); generation 1 (two each) waits for its grace.
-    expect(store.slots.size).toBe(6);
-    expect([...store.frontends.values()].every((f) => f.value.gen === 0)).toBe(true);
+    // Nothing was deleted first: generation 0 (one slot per frontend) is still in its grace
+    // period, so the new list went into generation 2, and generation 1 (two each) waits too.
+    expect(store.ops.some((op) => op.startsWith('delete') && !op.startsWith('deleteAffinity'))).toBe(false);
+    expect([...store.frontends.values()].map((f) => f.value.gen)).toEqual([2, 2]);
+    expect(store.slots.size).toBe(8);
+    expect(writer.nextDeferredDue()).toBe(1_500);
+    clock.ms = 1_500;
+    expect(writer.flushDeferred()).toBe(2);
+    clock.ms = 1_600;
+    // Generation 1 and the backend that left.
+    expect(writer.flushDeferred()).toBe(5);
+    expect([...store.slots.values()].map((s) => s.gen)).toEqual([2, 2]);
+    expect(store.readerErrors).toEqual([]);
+  });
+
+  it('keeps a generation waiting out its grace period when a change is undone within it', async () => {
+    const { store, clock, writer, plan } = setup();
+    // 10.1.0.1 keeps its id while it is away: another service still uses it.
+    const keep = servicePort('ns', 'keep', { clusterIP: '10.96.0.77', endpoints: [ep('10.1.0.1', 8080)] });
+    const lists = [['10.1.0.1', '10.1.0.2'], ['10.1.0.2'], ['10.1.0.1', '10.1.0.2']];
+    await writer.apply(plan([web(lists[0]!), keep]));
+    clock.ms = 1_000;
+    await writer.apply(plan([web(lists[1]!), keep]));
+    clock.ms += 10;
+    store.ops = [];
+    await writer.apply(plan([web(lists[2]!), keep]));
+    // Generation 0 still holds the list: no slot is written, the flip goes back to it, and its
+    // deletion is cancelled; generation 1 goes after its grace period.
+    // (The backends are written for their local flag: web's first endpoint is its local one.)
+    expect(store.ops).toEqual(['upsertBackends 2', 'upsertAffinityMatches 2', 'upsertFrontends 2']);
+    const webIds = new Set(
+      [...store.frontends.values()]
+        .filter((f) => f.key.address !== '10.96.0.77')
+        .map((f) => f.value.serviceId),
+    );
+    const webGens = () =>
+      [...store.slots.values()].filter((s) => webIds.has(s.serviceId)).map((s) => `${s.gen}/${s.backendId}`);
+    expect(
+      [...store.frontends.values()].filter((f) => webIds.has(f.value.serviceId)).map((f) => f.value.gen),
+    ).toEqual([0, 0]);
+    clock.ms += 1_000;
+    writer.flushDeferred();
+    expect(webGens().sort()).toEqual(['0/1', '0/1', '0/2', '0/2']);
+    expect(store.readerErrors).toEqual([]);
+  });
+
+  it('shares a table between services with the same backends, and leaves it alone when one moves', async () => {
+    const { store, clock, writer, plan } = setup();
+    const svc = (name: string, ip: string, ips: string[]) =>
+      servicePort('ns', name, {
+        clusterIP: ip,
+        schedulerAnnotation: 'maglev',
+        endpoints: ips.map((e) => ep(e, 80)),
+      });
+    const both = ['10.1.0.1', '10.1.0.2', '10.1.0.3'];
+    await writer.apply(plan([svc('a', '10.96.0.1', both), svc('b', '10.96.0.2', both)]));
+    expect(store.maglevTables.size).toBe(1);
+    const shared = [...store.maglevTables.values()][0]!.slice();
+    clock.ms = 1_000;
+    store.ops = [];
+    const moved = plan([svc('a', '10.96.0.1', both), svc('b', '10.96.0.2', ['10.1.0.1', '10.1.0.2'])]);
+    const result = await writer.apply(moved);
+    // a still reads the three-backend table, untouched; b gets a table of its own.
+    expect(store.ops.filter((op) => op.includes('Maglev'))).toEqual([`installMaglevTable ${M}`]);
+    expect(result).toMatchObject({ maglevTables: 1, maglevEntries: M + 1 });
+    const byService = store.maglevByService();
+    const a = moved.frontends.find((f) => f.serviceName === 'a')!.serviceId;
+    expect(byService.get(a)).toEqual(shared);
+    expect(store.maglevTables.size).toBe(2);
+    // b back to the three: it shares a's table again, and its own is freed.
+    clock.ms = 2_000;
+    store.ops = [];
+    await writer.apply(plan([svc('a', '10.96.0.1', both), svc('b', '10.96.0.2', both)]));
+    expect(store.ops.filter((op) => op.includes('Maglev'))).toEqual(['shareMaglevTable 1']);
+    expect(store.maglevTables.size).toBe(1);
+    expect(store.readerErrors).toEqual([]);
+  });
+
+  it('runs out of free generations only after 255 changes within one grace period', async () => {
+    const { store, clock, writer, plan } = setup();
+    // 300 different lists of two out of 20 backends another service keeps (their ids stay).
+    const pool = Array.from({ length: 20 }, (_, i) => `10.2.0.${i + 1}`);
+    const keep = servicePort('ns', 'keep', {
+      clusterIP: '10.96.0.77',
+      endpoints: pool.map((ip) => ep(ip, 8080)),
+    });
+    const pairs = pool.flatMap((a) => pool.filter((b) => b !== a).map((b) => [a, b]));
+    for (const pair of pairs.slice(0, 300)) {
+      clock.ms += 1;
+      await writer.apply(plan([web(pair), keep]));
+      expect(store.readerErrors).toEqual([]);
+    }
+    const webIds = new Set(
+      [...store.frontends.values()]
+        .filter((f) => f.key.port !== 80 || f.key.address !== '10.96.0.77')
+        .map((f) => f.value.serviceId),
+    );
+    const gens = new Set([...store.slots.values()].filter((s) => webIds.has(s.serviceId)).map((s) => s.gen));
+    expect(Math.max(...gens)).toBe(255);
+    // The generation due soonest was rewritten, never the live one: readers never saw a hole.
     expect(store.readerErrors).toEqual([]);
   });
 
@@ -273,7 +388,6 @@ describe('MapWriter restart', () => {
       maglevTableSize: M,
       graceMs: 500,
       now: clock.now,
-      sleep: clock.sleep,
     });
     const restored = writer.restore();
     const serviceIds = new IdAllocator('service', 1, 100, 60_000);
@@ -284,6 +398,7 @@ describe('MapWriter restart', () => {
       decisions(sps),
       {
         defaultScheduler: 'random',
+        maglevFrontends: 'external',
         families: ['IPv4'],
         capacity: { frontends: 100, backends: 100, slots: 100, sourceRanges: 100 },
         nowMs: 0,
@@ -296,6 +411,22 @@ describe('MapWriter restart', () => {
     const result = await writer.apply(p2);
     expect(first.store.ops).toEqual([]);
     expect(result.written).toBe(0);
+  });
+
+  it('merges the one-table-per-frontend Maglev layout of an older agent into one table per backend set', async () => {
+    const first = setup();
+    await first.writer.apply(first.plan([web(['10.1.0.1', '10.1.0.2'], { schedulerAnnotation: 'maglev' })]));
+    // What an older agent left: each frontend with a copy of its own.
+    for (const [serviceId, table] of first.store.maglevByService())
+      first.store.installMaglevTable({ serviceId }, table);
+    expect(first.store.maglevTables.size).toBe(2);
+    const writer = new MapWriter(first.store, { maglevTableSize: M, graceMs: 500, now: () => 0 });
+    writer.restore();
+    first.store.ops = [];
+    await writer.apply(first.plan([web(['10.1.0.1', '10.1.0.2'], { schedulerAnnotation: 'maglev' })]));
+    expect(first.store.ops).toEqual(['shareMaglevTable 1']);
+    expect(first.store.maglevTables.size).toBe(1);
+    expect(first.store.readerErrors).toEqual([]);
   });
 
   it('cleans up what a crashed writer left behind without disturbing the live generation', async () => {
@@ -311,7 +442,6 @@ describe('MapWriter restart', () => {
       maglevTableSize: M,
       graceMs: 500,
       now: clock.now,
-      sleep: clock.sleep,
     });
     writer.restore();
     first.store.ops = [];
@@ -319,6 +449,7 @@ describe('MapWriter restart', () => {
       decisions([web(['10.1.0.1'])]),
       {
         defaultScheduler: 'random',
+        maglevFrontends: 'external',
         families: ['IPv4'],
         capacity: { frontends: 100, backends: 100, slots: 100, sourceRanges: 100 },
         nowMs: 0,

@@ -121,6 +121,21 @@ describe('loadConfigFile', () => {
     expect(result.config.clusterCIDRs).toEqual(['10.244.0.0/16']);
   });
 
+  test('bpf.maglevFrontends and bpf.mapSizes.backendCounters from the file, the flag on top', async () => {
+    const path = join(dir, 'maglev.conf');
+    writeFileSync(
+      path,
+      'apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nbpf:\n  scheduler: maglev\n  maglevFrontends: all\n  mapSizes:\n    backendCounters: 4096\n',
+    );
+    const fromFile = await loadConfigFile(path, {});
+    expect(
+      fromFile.ok && [fromFile.config.bpf.maglevFrontends, fromFile.config.bpf.mapSizes.backendCounters],
+    ).toEqual(['all', 4096]);
+    const flags = readConfigFlags(parse([`--config=${path}`, '--bpf-maglev-frontends', 'external']));
+    const result = await loadConfigFile(path, flags);
+    expect(result.ok && result.config.bpf.maglevFrontends).toBe('external');
+  });
+
   test('without --config, flags and defaults only', async () => {
     const result = await loadConfigFile(undefined, { 'proxy-mode': 'nftables' });
     expect(result.ok && result.config.mode).toBe('nftables');

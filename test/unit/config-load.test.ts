@@ -132,6 +132,7 @@ describe('the kubeadm config.conf, unchanged', () => {
     expect(config.mode).toBe('bpf');
     expect(config.bpf.scheduler).toBe('random');
     expect(config.bpf.maglevTableSize).toBe(16381);
+    expect(config.bpf.maglevFrontends).toBe('external');
     expect(config.bpf.pinPath).toBe('/sys/fs/bpf/kube-bpf-proxy');
     expect(config.bpf.xdpMode).toBe('off');
     // Empty lists: the agent finds the interfaces.
@@ -140,6 +141,7 @@ describe('the kubeadm config.conf, unchanged', () => {
     expect(config.bpf.mapSizes).toEqual({
       services: 65536,
       backends: 262144,
+      backendCounters: 16384,
       backendSlots: 1048576,
       conntrack: 524288,
       affinity: 65536,

@@ -134,6 +134,7 @@ describe('the brain, memoised per Service, against decide() from scratch', () =>
 
 const OPTIONS: PlanOptions = {
   defaultScheduler: 'random',
+  maglevFrontends: 'external',
   families: ['IPv4'],
   capacity: { frontends: 1000, backends: 1000, slots: 10_000, sourceRanges: 1000 },
   nowMs: 0,
@@ -185,11 +186,14 @@ function mapsByName(store: MemoryStore) {
     ),
     slots: store.slots.size,
     backends: sorted([...store.backends.values()].map((b) => backendName(b.id))),
+    // Whole tables, entry by entry (a table rewritten in place must equal one built afresh), and
+    // how many there are (frontends with the same backends share one).
     maglev: sorted(
-      [...store.maglev.values()].map(
-        (m) => `${name(m.key.serviceId)} ${sorted([...new Set(m.table)].map(backendName)).join()}`,
+      [...store.maglevByService()].map(
+        ([serviceId, table]) => `${name(serviceId)} ${[...table].map(backendName).join()}`,
       ),
     ),
+    maglevTables: store.maglevTables.size,
     affinityMatches: sorted(
       [...store.matches.values()].map((m) => `${name(m.serviceId)} ${backendName(m.backendId)}`),
     ),
@@ -197,7 +201,7 @@ function mapsByName(store: MemoryStore) {
   };
 }
 
-const writerOptions = { maglevTableSize: 251, graceMs: 0, now: () => 0, sleep: async () => {} };
+const writerOptions = { maglevTableSize: 251, graceMs: 0, now: () => 0 };
 
 describe('the bpf plan and maps, changed per Service, against a plan and maps from scratch', () => {
   for (const seed of [11, 12, 13]) {

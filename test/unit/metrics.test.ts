@@ -486,6 +486,7 @@ describe('bpf data plane counters (BpfStatsProvider)', () => {
         // A second LoadBalancer IP of the same port: added to the same series.
         { ...base, frontend: 'LoadBalancer', ...traffic(3), droppedPackets: 4n },
       ],
+      backendsNotCounted: 4,
       backends: [
         { family: 'IPv4', backend: '10.244.2.2:8080', ...traffic(5) },
         { family: 'IPv4', backend: '10.244.1.2:8080', ...traffic(6) },
@@ -542,6 +543,8 @@ describe('bpf data plane counters (BpfStatsProvider)', () => {
       }),
     ).toBe(48);
     expect(sampleValue(e, 'kube_bpf_proxy_backends_not_exported')).toBe(1);
+    // Backends past bpf.mapSizes.backendCounters: no series of their own, and said so.
+    expect(sampleValue(e, 'kube_bpf_proxy_backends_not_counted')).toBe(4);
 
     expect(sampleValue(e, 'kube_bpf_proxy_drops_total', { reason: 'no_endpoints' })).toBe(3);
     expect(sampleValue(e, 'kube_bpf_proxy_drop_bytes_total', { reason: 'source_range' })).toBe(60);

@@ -30,7 +30,7 @@ import { IPPROTO, KernelStore } from './kernel-store.js';
 import { DROP_REASON, MAPS, SOCK_SCOPE, type TrafficStats } from './layout.js';
 import { LinkWatch } from './link-watch.js';
 import { MAGLEV_HASH_SEED } from './maglev.js';
-import { type LoadedObject, loadPinnedObject } from './object.js';
+import { type LoadedObject, loadPinnedObject, MAP_SIZE_SETTING } from './object.js';
 import { ANY_ADDRESS, type BpfPlan, BpfPlanner, type PlanProblem } from './plan.js';
 import { MapWriter } from './writer.js';
 
@@ -163,6 +163,8 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private readonly refreshQueue = new SerialQueue();
   private readonly gcQueue = new SerialQueue();
   private reservation: PortReservation | null = null;
+  /** Backends whose id is past kbp_best_v1 at the last sync (counted per service only). */
+  private uncountedBackends = 0;
 
   private constructor(
     readonly lb: LoadedObject,
@@ -175,7 +177,15 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   ) {
     this.ids = {
       serviceIds: new IdAllocator('service', 1, lb.capacity.svcStats - 1, ID_QUARANTINE_MS),
-      backendIds: new IdAllocator('backend', 1, lb.capacity.backendStats - 1, ID_QUARANTINE_MS),
+      // Ids with per-CPU counters of their own first (kbp_best_v1 is indexed by backend id).
+      backendIds: new IdAllocator(
+        'backend',
+        1,
+        lb.capacity.backends4 - 1,
+        ID_QUARANTINE_MS,
+        undefined,
+        lb.capacity.backendStats - 1,
+      ),
     };
     this.planner = new BpfPlanner(this.ids);
   }
@@ -321,6 +331,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       decisions,
       {
         defaultScheduler: bpf.scheduler,
+        maglevFrontends: bpf.maglevFrontends,
         families: this.store.families,
         capacity: {
           frontends: this.lb.capacity.svc4,
@@ -344,6 +355,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       ...result.degraded.map((f) => ({ servicePortName: f.servicePortName, reason: f.error })),
     ]);
     this.writeNames(plan, scope);
+    this.noteUncountedBackends(plan);
     this.cleanStaleUdp(plan);
     this.scheduleFlush();
     this.log.debug(
@@ -353,6 +365,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
         written: result.written,
         deleted: result.deleted,
         maglevTables: result.maglevTables,
+        maglevEntries: result.maglevEntries,
       },
       'bpf maps synced',
     );
@@ -430,6 +443,19 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       this.namesWritten = null;
       this.log.debug({ err, path }, 'could not write frontend names for list/trace');
     }
+  }
+
+  /** Says once, when their number changes, that some backends have no counters of their own. */
+  private noteUncountedBackends(plan: BpfPlan): void {
+    const limit = this.lb.capacity.backendStats;
+    const uncounted = plan.backends.reduce((n, b) => n + (b.id >= limit ? 1 : 0), 0);
+    if (uncounted !== this.uncountedBackends && uncounted > 0) {
+      this.log.warn(
+        { backends: uncounted, capacity: limit, setting: MAP_SIZE_SETTING.backendStats },
+        'backends without per-backend counters (ids past the per-CPU counter map): counted in their services only',
+      );
+    }
+    this.uncountedBackends = uncounted;
   }
 
   /** kube-proxy deletes UDP conntrack entries towards endpoints that left: so do we. */
@@ -574,6 +600,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const stats: BpfStats = {
       services: [],
       backends: [],
+      backendsNotCounted: this.uncountedBackends,
       drops: [],
       fragments: [],
       maps: [],
@@ -600,7 +627,8 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     }
     for (const b of plan?.backends ?? []) {
       const raw = this.store.trafficStats('backend', b.id);
-      const counters = raw ? toCounters(raw) : ZERO;
+      if (!raw) continue; // past kbp_best_v1: no series rather than one stuck at zero
+      const counters = toCounters(raw);
       stats.backends.push({
         family: b.family,
         backend: b.name,

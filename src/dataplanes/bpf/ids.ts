@@ -3,21 +3,33 @@
 // allocator is rebuilt from the pinned maps), and a released id is not handed out again while a
 // tracked flow may still name it: it sits in quarantine, and new ids come from a cursor that moves
 // forward through the range, so reuse only happens after a full wrap-around.
+// A range may prefer its low part (backend ids: only ids below bpf.mapSizes.backendCounters have
+// per-CPU counters of their own): ids come from there, cursor and all, while it has a free one.
 
 export interface IdAllocatorState {
   /** key → id, for the keys in use. */
   assigned: ReadonlyMap<string, number>;
   /** id → the time (ms) it may be reused. */
   quarantined: ReadonlyMap<number, number>;
-  /** Where the search for the next free id starts. */
+  /** Where the search for the next free id starts, in the preferred part and in the rest. */
+  cursors: readonly number[];
+}
+
+/** A part of the range searched on its own, with its own cursor. */
+interface Zone {
+  min: number;
+  max: number;
   cursor: number;
+  /** Before this time (ms) the zone has no id to give: every id is in use or in quarantine (a
+   * full zone is not searched id by id on every allocation). 0: not known, search. */
+  freeAtMs: number;
 }
 
 export class IdAllocator {
   private readonly byKey: Map<string, number>;
   private readonly byId: Map<number, string>;
   private readonly quarantined: Map<number, number>;
-  private cursor: number;
+  private readonly zones: Zone[];
 
   constructor(
     /** What the ids name, for error messages ("service", "backend"). */
@@ -26,6 +38,8 @@ export class IdAllocator {
     readonly max: number,
     readonly quarantineMs: number,
     state?: IdAllocatorState,
+    /** Ids up to this one are handed out first. */
+    readonly preferredMax = max,
   ) {
     if (!(Number.isInteger(min) && Number.isInteger(max) && min >= 1 && max >= min)) {
       throw new Error(`${what} id range [${min}, ${max}] is empty`);
@@ -33,15 +47,26 @@ export class IdAllocator {
     this.byKey = new Map(state?.assigned ?? []);
     this.byId = new Map([...this.byKey].map(([k, id]) => [id, k]));
     this.quarantined = new Map(state?.quarantined ?? []);
-    this.cursor = state?.cursor ?? min;
+    const split = Math.max(min, Math.min(preferredMax, max));
+    const bounds = split < max ? [[min, split] as const, [split + 1, max] as const] : [[min, max] as const];
+    this.zones = bounds.map(([lo, hi], i) => ({
+      min: lo,
+      max: hi,
+      cursor: state?.cursors[i] ?? lo,
+      freeAtMs: 0,
+    }));
   }
 
   clone(): IdAllocator {
-    return new IdAllocator(this.what, this.min, this.max, this.quarantineMs, this.state());
+    return new IdAllocator(this.what, this.min, this.max, this.quarantineMs, this.state(), this.preferredMax);
   }
 
   state(): IdAllocatorState {
-    return { assigned: new Map(this.byKey), quarantined: new Map(this.quarantined), cursor: this.cursor };
+    return {
+      assigned: new Map(this.byKey),
+      quarantined: new Map(this.quarantined),
+      cursors: this.zones.map((z) => z.cursor),
+    };
   }
 
   get size(): number {
@@ -60,6 +85,10 @@ export class IdAllocator {
     return this.byKey.entries();
   }
 
+  private zoneOf(id: number): Zone {
+    return this.zones.find((z) => id <= z.max)!;
+  }
+
   /** Records an id found in the kernel at start-up. False when it conflicts with one already known. */
   restore(key: string, id: number): boolean {
     if (id < this.min || id > this.max) return false;
@@ -69,7 +98,8 @@ export class IdAllocator {
     this.byKey.set(key, id);
     this.byId.set(id, key);
     this.quarantined.delete(id);
-    if (id >= this.cursor) this.cursor = id === this.max ? this.min : id + 1;
+    const zone = this.zoneOf(id);
+    if (id >= zone.cursor) zone.cursor = id === zone.max ? zone.min : id + 1;
     return true;
   }
 
@@ -83,13 +113,25 @@ export class IdAllocator {
   allocate(key: string, nowMs: number): number | null {
     const known = this.byKey.get(key);
     if (known !== undefined) return known;
-    const span = this.max - this.min + 1;
-    for (let i = 0, id = this.cursor; i < span; i++, id = id === this.max ? this.min : id + 1) {
+    for (const zone of this.zones) {
+      if (zone.freeAtMs > nowMs) continue;
+      const id = this.search(zone, nowMs);
+      if (id !== null) return this.take(key, id, zone);
+    }
+    return null;
+  }
+
+  /** The zone's next free id from its cursor on; when there is none, notes when there may be one. */
+  private search(zone: Zone, nowMs: number): number | null {
+    let freeAtMs = Number.POSITIVE_INFINITY;
+    const span = zone.max - zone.min + 1;
+    for (let i = 0, id = zone.cursor; i < span; i++, id = id === zone.max ? zone.min : id + 1) {
       if (this.byId.has(id)) continue;
       const until = this.quarantined.get(id);
-      if (until !== undefined && until > nowMs) continue;
-      return this.take(key, id);
+      if (until === undefined || until <= nowMs) return id;
+      freeAtMs = Math.min(freeAtMs, until);
     }
+    zone.freeAtMs = freeAtMs;
     return null;
   }
 
@@ -97,27 +139,29 @@ export class IdAllocator {
   release(key: string, nowMs: number): void {
     const id = this.byKey.get(key);
     if (id === undefined) return;
-    this.byKey.delete(key);
-    this.byId.delete(id);
-    this.quarantined.set(id, nowMs + this.quarantineMs);
+    this.free(key, id, nowMs);
   }
 
   /** Releases every id whose key is not in `keep`; the ids go to quarantine. */
   releaseAllExcept(keep: ReadonlySet<string>, nowMs: number): void {
-    for (const [key, id] of [...this.byKey]) {
-      if (keep.has(key)) continue;
-      this.byKey.delete(key);
-      this.byId.delete(id);
-      this.quarantined.set(id, nowMs + this.quarantineMs);
-    }
+    for (const [key, id] of [...this.byKey]) if (!keep.has(key)) this.free(key, id, nowMs);
     for (const [id, until] of [...this.quarantined]) if (until <= nowMs) this.quarantined.delete(id);
   }
 
-  private take(key: string, id: number): number {
+  private free(key: string, id: number, nowMs: number): void {
+    this.byKey.delete(key);
+    this.byId.delete(id);
+    const until = nowMs + this.quarantineMs;
+    this.quarantined.set(id, until);
+    const zone = this.zoneOf(id);
+    zone.freeAtMs = Math.min(zone.freeAtMs, until);
+  }
+
+  private take(key: string, id: number, zone: Zone): number {
     this.byKey.set(key, id);
     this.byId.set(id, key);
     this.quarantined.delete(id);
-    this.cursor = id === this.max ? this.min : id + 1;
+    zone.cursor = id === zone.max ? zone.min : id + 1;
     return id;
   }
 }

@@ -140,6 +140,10 @@ function counters(s: TrafficStats | null): Counters {
   };
 }
 
+function maybeCounters(s: TrafficStats | null): Counters | null {
+  return s ? counters(s) : null;
+}
+
 export interface BackendView {
   slot: number;
   id: number;
@@ -147,8 +151,9 @@ export interface BackendView {
   port: number;
   local: boolean;
   terminating: boolean;
-  /** What this backend counted for every service that uses it. */
-  stats: Counters;
+  /** What this backend counted for every service that uses it; null when its id is past the
+   * per-CPU counter map (bpf.mapSizes.backendCounters): its traffic is in its services' counters. */
+  stats: Counters | null;
 }
 
 export interface AttachmentView {
@@ -270,7 +275,7 @@ export function listFrontends(maps: PinnedMaps, names: ReadonlyMap<number, strin
         port: b?.port ?? 0,
         local: b?.isLocal ?? false,
         terminating: b?.terminating ?? false,
-        stats: counters(maps.store.trafficStats('backend', id)),
+        stats: maybeCounters(maps.store.trafficStats('backend', id)),
       });
     }
     return {

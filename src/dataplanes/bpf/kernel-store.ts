@@ -14,6 +14,7 @@ import {
   mapFdById,
   mapInfo,
   mapLookup,
+  mapLookupBatch,
   mapUpdate,
   mapUpdateBatch,
   possibleCpus,
@@ -229,26 +230,36 @@ export class KernelStore implements MapStore {
     );
   }
 
-  setMaglev(key: MaglevKey, table: Uint32Array): void {
+  installMaglevTable(key: MaglevKey, table: Uint32Array): number {
     const inner = createMap(BPF_MAP_TYPE_ARRAY, 'kbp_mglv_inner', 4, 4, table.length, {
       mapFlags: BPF_F_INNER_MAP,
     });
     try {
-      const indexes = Buffer.alloc(4 * table.length);
-      for (let i = 0; i < table.length; i++) indexes.writeUInt32LE(i, 4 * i);
-      mapUpdateBatch(
-        inner,
-        indexes,
-        Buffer.from(table.buffer, table.byteOffset, table.byteLength),
-        table.length,
-      );
+      writeU32Entries(inner, arrayIndexes(table.length), table);
       // The outer map takes its own reference: one update swaps the whole table for readers.
       this.guard('maglev', () =>
         mapUpdate(this.fd.maglev, u32Codec.encode(key.serviceId), u32Codec.encode(inner)),
       );
+      return mapInfo(inner).id;
     } finally {
       closeFd(inner);
     }
+  }
+
+  shareMaglevTable(key: MaglevKey, tableId: number): void {
+    withMapId(tableId, (inner) =>
+      this.guard('maglev', () =>
+        mapUpdate(this.fd.maglev, u32Codec.encode(key.serviceId), u32Codec.encode(inner)),
+      ),
+    );
+  }
+
+  readMaglevTable(tableId: number): Uint32Array {
+    return readMaglevTable(tableId);
+  }
+
+  writeMaglevEntries(tableId: number, indexes: Uint32Array, backendIds: Uint32Array): void {
+    withMapId(tableId, (inner) => writeU32Entries(inner, indexes, backendIds));
   }
 
   deleteMaglev(keys: readonly MaglevKey[]): void {
@@ -286,7 +297,9 @@ export class KernelStore implements MapStore {
     }
   }
 
-  private resetStats(map: 'svcStats' | 'backendStats', ids: readonly number[]): void {
+  private resetStats(map: 'svcStats' | 'backendStats', allIds: readonly number[]): void {
+    // Backend ids past kbp_best_v1 (bpf.mapSizes.backendCounters) have no counters to reset.
+    const ids = allIds.filter((id) => id < this.capacity[map]);
     const size = perCpuValueSize(MAPS[map].valueSize, this.cpus);
     this.updateBatch(map, u32Codec.encodeMany(ids), Buffer.alloc(size * ids.length), ids.length);
   }
@@ -353,13 +366,13 @@ export class KernelStore implements MapStore {
           terminating: (b.flags & BE_F.TERMINATING) !== 0,
         };
       }),
-      maglev: maglev.keys.map((k, i) => {
-        const table = readMaglevTable(u32Codec.decode(maglev.values[i]!));
-        return {
-          key: { serviceId: u32Codec.decode(k) },
-          backendIds: [...new Set(table)],
-          size: table.length,
-        };
+      maglev: maglev.keys.map((k, i) => ({
+        key: { serviceId: u32Codec.decode(k) },
+        tableId: u32Codec.decode(maglev.values[i]!),
+      })),
+      maglevTables: [...new Set(maglev.values.map((v) => u32Codec.decode(v)))].map((id) => {
+        const table = readMaglevTable(id);
+        return { id, backendIds: [...new Set(table)], size: table.length };
       }),
       affinityMatches: matches.keys.map((k) => {
         const m = affMatchKey.decode(k);
@@ -486,16 +499,40 @@ export function publishConfig(fd: ConfigFds, value: BpfConfigValue): void {
   mapUpdate(fd.configGen, u32Codec.encode(0), u32Codec.encode(next));
 }
 
-/** The backend ids of a Maglev inner table, named by its map id (as the outer map returns it). */
-export function readMaglevTable(mapId: number): Uint32Array {
+/** Runs `use` with an fd of the map named by its id (as the outer Maglev map returns it). */
+function withMapId<T>(mapId: number, use: (fd: number) => T): T {
   const fd = mapFdById(mapId);
   try {
-    const size = mapInfo(fd).maxEntries;
-    const { values } = dumpMap(fd, 4, 4, size);
-    const table = new Uint32Array(values.length);
-    for (let i = 0; i < values.length; i++) table[i] = values[i]!.readUInt32LE(0);
-    return table;
+    return use(fd);
   } finally {
     closeFd(fd);
   }
+}
+
+/** 0, 1, …, n - 1 as the packed __u32 keys of an ARRAY map. */
+function arrayIndexes(n: number): Uint32Array {
+  const indexes = new Uint32Array(n);
+  for (let i = 0; i < n; i++) indexes[i] = i;
+  return indexes;
+}
+
+const bytesOf = (a: Uint32Array) => Buffer.from(a.buffer, a.byteOffset, a.byteLength);
+
+/** entry indexes[i] = values[i] of a map with __u32 keys and values, in one batch. */
+function writeU32Entries(fd: number, indexes: Uint32Array, values: Uint32Array): void {
+  if (indexes.length > 0) mapUpdateBatch(fd, bytesOf(indexes), bytesOf(values), indexes.length);
+}
+
+/** The backend ids of a Maglev inner table, named by its map id (as the outer map returns it): one
+ * batch lookup of the whole array. */
+export function readMaglevTable(mapId: number): Uint32Array {
+  return withMapId(mapId, (fd) => {
+    const size = mapInfo(fd).maxEntries;
+    const keys = Buffer.alloc(4 * size);
+    const values = Buffer.alloc(4 * size);
+    const { count } = mapLookupBatch(fd, null, Buffer.alloc(8), keys, values, size);
+    const table = new Uint32Array(size);
+    for (let i = 0; i < count; i++) table[keys.readUInt32LE(4 * i)] = values.readUInt32LE(4 * i);
+    return table;
+  });
 }

@@ -60,7 +60,7 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
   srcRange6: 'bpf.mapSizes.sourceRanges',
   rr: 'bpf.mapSizes.services',
   svcStats: 'bpf.mapSizes.services',
-  backendStats: 'bpf.mapSizes.backends',
+  backendStats: 'bpf.mapSizes.backendCounters',
   drops: '',
   svcDrops: 'bpf.mapSizes.services',
   config: '',
@@ -96,7 +96,8 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
     // Indexed by id: ids run from 1 to capacity - 1.
     rr: sizes.services,
     svcStats: sizes.services,
-    backendStats: sizes.backends,
+    // Backend ids past it have no counters of their own (they are counted in their services').
+    backendStats: sizes.backendCounters,
     drops: null,
     svcDrops: sizes.services,
     config: null,

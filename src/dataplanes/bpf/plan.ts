@@ -13,7 +13,7 @@ import type {
   ScopeVerdict,
   ServicePortDecision,
 } from '../../brain/types.js';
-import type { BpfConfig, BpfScheduler } from '../../config/types.js';
+import type { BpfConfig, BpfScheduler, MaglevFrontends } from '../../config/types.js';
 import type { IPFamily, Protocol } from '../../model/types.js';
 import { cidrContains, joinHostPort, parseCIDR, parseIP } from '../../net/ip.js';
 import { IdAllocator } from './ids.js';
@@ -104,6 +104,8 @@ export interface PlanCapacity {
 
 export interface PlanOptions {
   defaultScheduler: BpfScheduler;
+  /** The frontends a default scheduler of maglev applies to (bpf.maglevFrontends). */
+  maglevFrontends: MaglevFrontends;
   /** The families the loaded object has maps for; service ports of other families are reported. */
   families: readonly IPFamily[];
   capacity: PlanCapacity;
@@ -128,17 +130,27 @@ export function frontendName(key: FrontendKey): string {
   return key.scope === 'internal' ? `${base}/internal` : base;
 }
 
-/** The scheduler a service port uses, and the problem with its annotation if it has a bad one. */
+/**
+ * The scheduler of each kind of frontend of a service port, and the problem with its annotation if
+ * it has a bad one. The annotation applies to every frontend; the default `maglev` only to those
+ * `maglevFrontends` names (a ClusterIP left out picks at random: its Maglev table would cost a
+ * table per backend set for consistency nobody needs — its clients are on the node that picks).
+ */
 export function resolveScheduler(
   sp: Pick<ServicePortDecision, 'schedulerAnnotation' | 'servicePortName'>,
   defaultScheduler: BpfScheduler,
-): { scheduler: BpfScheduler; problem: PlanProblem | null } {
+  maglevFrontends: MaglevFrontends,
+): { scheduler: (kind: FrontendKind) => BpfScheduler; problem: PlanProblem | null } {
   const value = sp.schedulerAnnotation;
-  if (value === null) return { scheduler: defaultScheduler, problem: null };
-  const wanted = value.trim() as BpfScheduler;
-  if (SCHEDULERS.includes(wanted)) return { scheduler: wanted, problem: null };
+  const wanted = value?.trim() as BpfScheduler | undefined;
+  if (wanted !== undefined && SCHEDULERS.includes(wanted)) return { scheduler: () => wanted, problem: null };
+  const byDefault = (kind: FrontendKind): BpfScheduler =>
+    defaultScheduler === 'maglev' && maglevFrontends === 'external' && kind === 'ClusterIP'
+      ? 'random'
+      : defaultScheduler;
+  if (value === null) return { scheduler: byDefault, problem: null };
   return {
-    scheduler: defaultScheduler,
+    scheduler: byDefault,
     problem: {
       servicePortName: sp.servicePortName,
       reason: `annotation ${SCHEDULER_ANNOTATION}=${JSON.stringify(value)} is not one of ${SCHEDULERS.join(', ')}; using the default scheduler ${defaultScheduler}`,
@@ -390,7 +402,7 @@ function planServicePort(
     });
     return;
   }
-  const { scheduler, problem } = resolveScheduler(sp, options.defaultScheduler);
+  const { scheduler, problem } = resolveScheduler(sp, options.defaultScheduler, options.maglevFrontends);
   if (problem) c.problems.push(problem);
 
   const drafts: FrontendDraft[] = [];
@@ -469,7 +481,7 @@ function planServicePort(
       namespace: sp.namespace,
       serviceName: sp.name,
       portName: sp.portName,
-      scheduler,
+      scheduler: scheduler(d.kind),
       action: d.action,
       backendIds: ids,
       localCount: d.endpoints.filter((e) => e.isLocal).length,
@@ -671,6 +683,7 @@ export function renderBpfText(decisions: ProxyDecisions, bpf: BpfConfig, family?
     { ...decisions, families: decisions.families.filter((f) => !family || f.family === family) },
     {
       defaultScheduler: bpf.scheduler,
+      maglevFrontends: bpf.maglevFrontends,
       families: DATAPATH_FAMILIES,
       capacity: {
         frontends: sizes.services,

@@ -67,8 +67,11 @@ export interface StoredState {
   frontends: FrontendEntry[];
   slots: SlotEntry[];
   backends: BackendEntry[];
-  /** The backend ids each Maglev table holds (the table is a function of them and M). */
-  maglev: { key: MaglevKey; backendIds: number[]; size: number }[];
+  /** The Maglev table each frontend reads (frontends with the same backends share one). */
+  maglev: { key: MaglevKey; tableId: number }[];
+  /** Each table named above, once: the backend ids it holds (the table is a function of them and
+   * M) and its size M. */
+  maglevTables: { id: number; backendIds: number[]; size: number }[];
   affinityMatches: AffinityMatch[];
   sourceRanges: SourceRange[];
 }
@@ -93,8 +96,16 @@ export interface MapStore {
   deleteBackends(entries: readonly Pick<BackendEntry, 'id' | 'family'>[]): void;
   upsertSlots(entries: readonly SlotEntry[]): void;
   deleteSlots(keys: readonly SlotKey[]): void;
-  /** Builds a fresh inner table and swaps it in with one update of the outer map. */
-  setMaglev(key: MaglevKey, table: Uint32Array): void;
+  /** Fills a fresh inner table and points `key` at it with one update of the outer map; returns
+   * the table's id. The table lives as long as a frontend points at it. */
+  installMaglevTable(key: MaglevKey, table: Uint32Array): number;
+  /** Points `key` at an installed table (one update of the outer map). */
+  shareMaglevTable(key: MaglevKey, tableId: number): void;
+  /** An installed table's entries as the maps hold them. */
+  readMaglevTable(tableId: number): Uint32Array;
+  /** Rewrites entries of an installed table in place: entry indexes[i] becomes backendIds[i]. */
+  writeMaglevEntries(tableId: number, indexes: Uint32Array, backendIds: Uint32Array): void;
+  /** Removes the frontends' entries of the outer map (a table nothing points at is freed). */
   deleteMaglev(keys: readonly MaglevKey[]): void;
   upsertAffinityMatches(entries: readonly AffinityMatch[]): void;
   deleteAffinityMatches(entries: readonly AffinityMatch[]): void;

@@ -2,17 +2,22 @@
 // half-written service:
 //   1. backends (before anything names them), with their counters zeroed when the id is new;
 //   2. the complete new slot generation of every changed frontend, in one batch;
-//   3. Maglev tables: a fresh inner map per changed table, swapped in with one outer-map update;
+//   3. Maglev tables, one per backend set, shared by the frontends with that set: a table only
+//      this frontend reads has just its changed entries rewritten in place; otherwise a table
+//      already holding the set is shared, or a fresh one filled and swapped in (one outer update);
 //   4. affinity matches and source ranges that are new;
 //   5. the frontend values (the flip to the new generation), new frontends, removed frontends;
 //   6. after a grace period: the old generation's slots and every other entry nothing uses now.
+// A publication never waits for an earlier one's grace period: a frontend that changes again
+// within it gets a generation of its own (there are 256), and an entry wanted again before its
+// deletion is due is simply kept.
 // Incremental: the writer mirrors what the maps hold (read back from the pinned maps at start-up
 // or after a failed write) and writes only the difference. A frontend whose entries do not fit
 // (map full) keeps its previous state and is reported; the others are written.
 
 import { joinHostPort } from '../../net/ip.js';
 import { buildMaglevTable, MAGLEV_HASH_SEED } from './maglev.js';
-import type { BpfPlan, PlannedFrontend } from './plan.js';
+import type { BpfPlan, PlannedBackend, PlannedFrontend } from './plan.js';
 import { frontendName } from './plan.js';
 import {
   type AffinityMatch,
@@ -34,7 +39,6 @@ export interface WriterOptions {
   /** How long removed entries stay after the flip (programs that read the old value finish). */
   graceMs: number;
   now?: () => number;
-  sleep?: (ms: number) => Promise<void>;
 }
 
 export interface ServiceFailure {
@@ -46,7 +50,9 @@ export interface ApplyResult {
   /** Entries written or deleted now (deferred deletions are counted when they run). */
   written: number;
   deleted: number;
+  /** Maglev tables built (filled fresh or rewritten in place), and the table entries written. */
   maglevTables: number;
+  maglevEntries: number;
   /** Service ports left at their previous state because a map is full. */
   failures: ServiceFailure[];
   /** Service ports programmed without something they asked for (a Maglev table). */
@@ -99,27 +105,111 @@ class ByService<K extends { serviceId: number }, V extends K> {
   }
 }
 
+/** The Maglev tables in the maps: which one each frontend (service id) reads, and what each holds. */
+class MaglevTables {
+  /** Service id → the id of the table it reads. */
+  readonly refs = new Map<number, number>();
+  readonly tables = new Map<number, { signature: string; size: number; readers: Set<number> }>();
+  /** Signature → the table new readers of that backend set share. */
+  private readonly bySignature = new Map<string, number>();
+
+  /** The table holding `signature` that new readers share, if any. */
+  holding(signature: string): number | undefined {
+    return this.bySignature.get(signature);
+  }
+
+  table(serviceId: number) {
+    const id = this.refs.get(serviceId);
+    return id === undefined ? undefined : { id, ...this.tables.get(id)! };
+  }
+
+  /** A table the maps hold (installed now, or read back). */
+  add(id: number, signature: string, size: number): void {
+    this.tables.set(id, { signature, size, readers: new Set() });
+    if (!this.bySignature.has(signature)) this.bySignature.set(signature, id);
+  }
+
+  /** The table now holds another backend set (rewritten in place). */
+  resign(id: number, signature: string): void {
+    const t = this.tables.get(id)!;
+    if (this.bySignature.get(t.signature) === id) this.bySignature.delete(t.signature);
+    t.signature = signature;
+    if (!this.bySignature.has(signature)) this.bySignature.set(signature, id);
+  }
+
+  point(serviceId: number, tableId: number): void {
+    this.unref(serviceId);
+    this.refs.set(serviceId, tableId);
+    this.tables.get(tableId)!.readers.add(serviceId);
+  }
+
+  /** The frontend reads no table now; a table nobody reads is gone from the maps. */
+  unref(serviceId: number): void {
+    const id = this.refs.get(serviceId);
+    if (id === undefined) return;
+    this.refs.delete(serviceId);
+    const t = this.tables.get(id)!;
+    t.readers.delete(serviceId);
+    if (t.readers.size > 0) return;
+    this.tables.delete(id);
+    if (this.bySignature.get(t.signature) === id) this.bySignature.delete(t.signature);
+  }
+}
+
 /** The exact contents of the maps the writer owns. */
 interface Mirror {
   frontends: Map<string, FrontendEntry>;
   slots: ByService<SlotKey, SlotEntry>;
   backends: Map<number, BackendEntry>;
-  maglev: Map<string, { key: MaglevKey; signature: string }>;
+  maglev: MaglevTables;
   affinityMatches: ByService<AffinityMatch, AffinityMatch>;
   sourceRanges: ByService<SourceRange, SourceRange>;
 }
 
-interface Deferred {
-  dueMs: number;
-  slots: SlotKey[];
-  maglev: MaglevKey[];
-  affinityMatches: AffinityMatch[];
-  sourceRanges: SourceRange[];
-  backends: BackendEntry[];
+/** Entries to delete once their grace period is over, by entry id. An entry wanted again before
+ * then stays: its deletion is cancelled, nothing waits. */
+class PendingDeletions {
+  readonly slots = new Map<string, { key: SlotKey; dueMs: number }>();
+  readonly maglev = new Map<number, { key: MaglevKey; dueMs: number }>();
+  readonly sourceRanges = new Map<string, { key: SourceRange; dueMs: number }>();
+  readonly backends = new Map<number, { key: BackendEntry; dueMs: number }>();
+
+  /** Adds entries not already waiting (an entry keeps the earlier of two due times). */
+  static schedule<I, K>(
+    into: Map<I, { key: K; dueMs: number }>,
+    keys: K[],
+    idOf: (k: K) => I,
+    dueMs: number,
+  ) {
+    for (const key of keys) {
+      const id = idOf(key);
+      if (!into.has(id)) into.set(id, { key, dueMs });
+    }
+  }
+
+  /** The entries due by `now` (all with `force`), taken out. */
+  static take<I, K>(from: Map<I, { key: K; dueMs: number }>, now: number, force: boolean): K[] {
+    const due: K[] = [];
+    for (const [id, p] of from) {
+      if (!force && p.dueMs > now) continue;
+      due.push(p.key);
+      from.delete(id);
+    }
+    return due;
+  }
+
+  nextDue(): number | null {
+    let due = Number.POSITIVE_INFINITY;
+    for (const m of [this.slots, this.maglev, this.sourceRanges, this.backends])
+      for (const p of m.values()) due = Math.min(due, p.dueMs);
+    return due === Number.POSITIVE_INFINITY ? null : due;
+  }
 }
 
+/** kbp_slot_key.gen and kbp_svc_val.gen are 8-bit. */
+const GENERATIONS = 256;
+
 const slotId = (k: SlotKey) => `${k.serviceId}/${k.gen}/${k.slot}`;
-const maglevId = (k: MaglevKey) => String(k.serviceId);
 const affinityId = (m: AffinityMatch) => `${m.serviceId}/${m.backendId}`;
 const rangeId = (r: SourceRange) => `${r.serviceId}/${r.cidr}`;
 const maglevSignature = (size: number, ids: readonly number[]) =>
@@ -154,16 +244,14 @@ interface FrontendEntries {
 export class MapWriter {
   private mirror: Mirror | null = null;
   private stale = false;
-  private deferred: Deferred[] = [];
+  private pending = new PendingDeletions();
   private readonly now: () => number;
-  private readonly sleep: (ms: number) => Promise<void>;
 
   constructor(
     private readonly store: MapStore,
     private readonly options: WriterOptions,
   ) {
     this.now = options.now ?? Date.now;
-    this.sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)));
   }
 
   /**
@@ -173,7 +261,7 @@ export class MapWriter {
   restore(): { serviceIds: [string, number][]; backendIds: [string, number][] } {
     const state = this.store.read();
     this.mirror = mirrorOf(state, this.options.maglevTableSize);
-    this.deferred = [];
+    this.pending = new PendingDeletions();
     this.stale = false;
     const serviceIds = state.frontends.map((f): [string, number] => [frontendName(f.key), f.value.serviceId]);
     const backendIds = state.backends.map((b): [string, number] => [joinHostPort(b.address, b.port), b.id]);
@@ -184,48 +272,33 @@ export class MapWriter {
   flushDeferred(force = false): number {
     const mirror = this.mirror;
     if (!mirror) {
-      this.deferred = [];
+      this.pending = new PendingDeletions();
       return 0;
     }
-    const now = this.now();
-    let deleted = 0;
-    const keep: Deferred[] = [];
     try {
-      deleted = this.deleteDue(mirror, now, force, keep);
+      return this.deleteDue(mirror, this.now(), force);
     } catch (err) {
       this.mirror = null;
       throw err;
     }
-    this.deferred = keep;
-    return deleted;
   }
 
-  private deleteDue(mirror: Mirror, now: number, force: boolean, keep: Deferred[]): number {
-    let deleted = 0;
-    for (const d of this.deferred) {
-      if (!force && d.dueMs > now) {
-        keep.push(d);
-        continue;
-      }
-      // Slots and tables first, backends last: nothing may name a backend that is gone.
-      if (d.slots.length) this.store.deleteSlots(d.slots);
-      for (const k of d.slots) mirror.slots.delete(k);
-      if (d.maglev.length) this.store.deleteMaglev(d.maglev);
-      for (const k of d.maglev) mirror.maglev.delete(maglevId(k));
-      if (d.affinityMatches.length) this.store.deleteAffinityMatches(d.affinityMatches);
-      for (const m of d.affinityMatches) mirror.affinityMatches.delete(m);
-      if (d.sourceRanges.length) this.store.deleteSourceRanges(d.sourceRanges);
-      for (const r of d.sourceRanges) mirror.sourceRanges.delete(r);
-      if (d.backends.length) this.store.deleteBackends(d.backends);
-      for (const b of d.backends) mirror.backends.delete(b.id);
-      deleted +=
-        d.slots.length +
-        d.maglev.length +
-        d.affinityMatches.length +
-        d.sourceRanges.length +
-        d.backends.length;
-    }
-    return deleted;
+  private deleteDue(mirror: Mirror, now: number, force: boolean): number {
+    const take = <I, K>(m: Map<I, { key: K; dueMs: number }>) => PendingDeletions.take(m, now, force);
+    // Slots and tables first, backends last: nothing may name a backend that is gone.
+    const slots = take(this.pending.slots);
+    if (slots.length) this.store.deleteSlots(slots);
+    for (const k of slots) mirror.slots.delete(k);
+    const maglev = take(this.pending.maglev);
+    if (maglev.length) this.store.deleteMaglev(maglev);
+    for (const k of maglev) mirror.maglev.unref(k.serviceId);
+    const ranges = take(this.pending.sourceRanges);
+    if (ranges.length) this.store.deleteSourceRanges(ranges);
+    for (const r of ranges) mirror.sourceRanges.delete(r);
+    const backends = take(this.pending.backends);
+    if (backends.length) this.store.deleteBackends(backends);
+    for (const b of backends) mirror.backends.delete(b.id);
+    return slots.length + maglev.length + ranges.length + backends.length;
   }
 
   /** Makes the next apply read the maps again instead of trusting the mirror (full syncs: repairs
@@ -236,23 +309,28 @@ export class MapWriter {
 
   /** When the next deferred deletion is due (ms since the epoch of `now`), or null. */
   nextDeferredDue(): number | null {
-    return this.deferred.length ? Math.min(...this.deferred.map((d) => d.dueMs)) : null;
+    return this.pending.nextDue();
   }
 
   /**
-   * Brings the maps to the plan. Throws on a failure other than a full map; the mirror is then
-   * read back from the maps before the next apply.
+   * Brings the maps to the plan, at once: deletions an earlier apply left pending wait out their
+   * own grace period. Throws on a failure other than a full map; the mirror is then read back
+   * from the maps before the next apply.
    */
   async apply(plan: BpfPlan, scope: ReadonlySet<string> | null = null): Promise<ApplyResult> {
     // A mirror read back now may hold anything: only a write of every frontend brings it to the plan.
     const whole = scope === null || !this.mirror || this.stale;
     if (!this.mirror || this.stale) this.restore();
-    // Entries deleted by the previous apply must be gone before generations flip again.
-    const due = this.nextDeferredDue();
-    if (due !== null && due > this.now()) await this.sleep(due - this.now());
-    const result: ApplyResult = { written: 0, deleted: 0, maglevTables: 0, failures: [], degraded: [] };
+    const result: ApplyResult = {
+      written: 0,
+      deleted: 0,
+      maglevTables: 0,
+      maglevEntries: 0,
+      failures: [],
+      degraded: [],
+    };
     try {
-      result.deleted = this.flushDeferred(true);
+      result.deleted = this.flushDeferred();
       this.write(plan, whole ? null : scope, result);
     } catch (err) {
       this.mirror = null;
@@ -266,9 +344,17 @@ export class MapWriter {
   /** `scope`: the only frontends (by name) that may differ from the mirror; null for all of them. */
   private write(plan: BpfPlan, scope: ReadonlySet<string> | null, result: ApplyResult): void {
     const mirror = this.mirror!;
+    const pending = this.pending;
     const backendsById = new Map(plan.backends.map((b) => [b.id, b]));
     const inScope = scope ? plan.frontends.filter((f) => scope.has(f.name)) : plan.frontends;
     const wanted = inScope.map((f) => this.entriesOf(f, mirror, backendsById));
+    // Whatever is wanted again stays: its pending deletion is cancelled.
+    for (const e of wanted) {
+      for (const s of e.slots) pending.slots.delete(slotId(s));
+      for (const r of e.sourceRanges) pending.sourceRanges.delete(rangeId(r));
+      if (e.maglev) pending.maglev.delete(e.planned.serviceId);
+    }
+    for (const id of [...pending.backends.keys()]) if (backendsById.has(id)) pending.backends.delete(id);
     // The service ids the scoped frontends held before this write: their old entries may go.
     const scopedIds = scope
       ? new Set([...scope].flatMap((name) => mirror.frontends.get(name)?.value.serviceId ?? []))
@@ -283,7 +369,6 @@ export class MapWriter {
       });
     };
     const live = () => wanted.filter((e) => !failed.has(e.planned.serviceId));
-
     // 1. Backends. A backend's flags (local, terminating) sum up every frontend naming it: a
     // scoped write also refreshes those the scoped frontends stopped naming but others still do.
     if (scopedIds) {
@@ -339,33 +424,12 @@ export class MapWriter {
       result.written += entries.length;
     });
 
-    // 3. Maglev tables, built only when the backend set (or M) changed.
+    // 3. Maglev tables.
+    const wantsBySvc = new Map(
+      live().flatMap((e) => (e.maglev ? [[e.planned.serviceId, e.maglev.signature]] : [])),
+    );
     for (const e of live()) {
-      const m = e.maglev;
-      if (!m || mirror.maglev.get(maglevId(m.key))?.signature === m.signature) continue;
-      const members = e.planned.backendIds.map((id) => {
-        const b = backendsById.get(id)!;
-        return { name: b.name, id };
-      });
-      const table = buildMaglevTable(
-        members,
-        this.options.maglevTableSize,
-        this.options.maglevSeed ?? MAGLEV_HASH_SEED,
-      );
-      try {
-        this.store.setMaglev(m.key, table);
-      } catch (err) {
-        // Only a new key can overflow the outer map; without a table the datapath picks at
-        // random, so the frontend stays programmed.
-        if (!(err instanceof MapFullError)) throw err;
-        result.degraded.push({
-          servicePortName: e.planned.servicePortName,
-          error: `${e.planned.name}: ${err.message}; backends are chosen at random instead of by Maglev`,
-        });
-        continue;
-      }
-      mirror.maglev.set(maglevId(m.key), { key: m.key, signature: m.signature });
-      result.maglevTables++;
+      if (e.maglev) this.writeMaglev(e, e.maglev, mirror, backendsById, wantsBySvc, result);
     }
 
     // 4. Affinity matches and source ranges that are new.
@@ -430,7 +494,7 @@ export class MapWriter {
     // keeps all it had. A scoped write looks only at the entries of the scoped frontends' service
     // ids; a backend goes when the plan (which counts every frontend's references) has dropped it.
     const wantedSlots = new Set(entries.flatMap((e) => e.slots.map(slotId)));
-    const wantedMaglev = new Set(entries.flatMap((e) => (e.maglev ? [maglevId(e.maglev.key)] : [])));
+    const wantedMaglev = new Set(entries.flatMap((e) => (e.maglev ? [e.planned.serviceId] : [])));
     const wantedMatches = new Set(entries.flatMap((e) => e.affinityMatches.map(affinityId)));
     const wantedRanges = new Set(entries.flatMap((e) => e.sourceRanges.map(rangeId)));
     const unused = (serviceId: number, id: string, wantedIds: Set<string>) =>
@@ -446,9 +510,9 @@ export class MapWriter {
     const backends = scopedIds
       ? [...new Set(slots.map((s) => s.backendId))].flatMap((id) => mirror.backends.get(id) ?? [])
       : [...mirror.backends.values()];
-    const maglev = scopedIds
-      ? [...scopedIds].flatMap((id) => mirror.maglev.get(maglevId({ serviceId: id })) ?? [])
-      : [...mirror.maglev.values()];
+    const maglevReaders = scopedIds
+      ? [...scopedIds].filter((id) => mirror.maglev.refs.has(id))
+      : [...mirror.maglev.refs.keys()];
     // The pairs of backends that left a service go now, not after the grace period: from the
     // flip on, affinity must not pick them and a SYN on their tracked flows selects again (a
     // reader of the old generation still finds them in its slots; it needs no pair).
@@ -460,14 +524,99 @@ export class MapWriter {
       for (const m of leftMatches) mirror.affinityMatches.delete(m);
       result.deleted += leftMatches.length;
     }
-    this.deferred.push({
-      dueMs: this.now() + this.options.graceMs,
-      slots: slots.filter((s) => unused(s.serviceId, slotId(s), wantedSlots)),
-      maglev: maglev.map((m) => m.key).filter((k) => unused(k.serviceId, maglevId(k), wantedMaglev)),
-      affinityMatches: [],
-      sourceRanges: ofScope(mirror.sourceRanges).filter((r) => unused(r.serviceId, rangeId(r), wantedRanges)),
-      backends: backends.filter((b) => !plannedBackends.has(b.id) && !failedBackends.has(b.id)),
-    });
+    const due = this.now() + this.options.graceMs;
+    PendingDeletions.schedule(
+      pending.slots,
+      slots.filter((s) => unused(s.serviceId, slotId(s), wantedSlots)),
+      slotId,
+      due,
+    );
+    PendingDeletions.schedule(
+      pending.maglev,
+      maglevReaders
+        .filter((id) => !wantedMaglev.has(id) && !failed.has(id))
+        .map((serviceId) => ({ serviceId })),
+      (k) => k.serviceId,
+      due,
+    );
+    PendingDeletions.schedule(
+      pending.sourceRanges,
+      ofScope(mirror.sourceRanges).filter((r) => unused(r.serviceId, rangeId(r), wantedRanges)),
+      rangeId,
+      due,
+    );
+    PendingDeletions.schedule(
+      pending.backends,
+      backends.filter((b) => !plannedBackends.has(b.id) && !failedBackends.has(b.id)),
+      (b) => b.id,
+      due,
+    );
+  }
+
+  /**
+   * Step 3 for one frontend: makes it read a table of its backend set. A table of that set
+   * already in the maps is shared; else the table it reads now is rewritten in place when every
+   * frontend reading it moves to this set (only the entries whose owner changed, as Katran does:
+   * each entry names its old backend or its new one, both in the maps and in one of the frontend's
+   * generations); else a fresh table is filled and swapped in.
+   */
+  private writeMaglev(
+    e: FrontendEntries,
+    m: { key: MaglevKey; signature: string },
+    mirror: Mirror,
+    backendsById: ReadonlyMap<number, PlannedBackend>,
+    wantsBySvc: ReadonlyMap<number, string>,
+    result: ApplyResult,
+  ): void {
+    const tables = mirror.maglev;
+    const serviceId = m.key.serviceId;
+    const current = tables.table(serviceId);
+    const holding = tables.holding(m.signature);
+    if (current?.signature === m.signature && (holding === undefined || holding === current.id)) return;
+    try {
+      if (holding !== undefined) {
+        this.store.shareMaglevTable(m.key, holding);
+        tables.point(serviceId, holding);
+        result.maglevEntries++;
+        return;
+      }
+      const table = buildMaglevTable(
+        e.planned.backendIds.map((id) => ({ name: backendsById.get(id)!.name, id })),
+        this.options.maglevTableSize,
+        this.options.maglevSeed ?? MAGLEV_HASH_SEED,
+      );
+      if (
+        current &&
+        current.size === table.length &&
+        [...current.readers].every((reader) => wantsBySvc.get(reader) === m.signature)
+      ) {
+        const old = this.store.readMaglevTable(current.id);
+        const indexes: number[] = [];
+        for (let i = 0; i < table.length; i++) if (old[i] !== table[i]) indexes.push(i);
+        this.store.writeMaglevEntries(
+          current.id,
+          Uint32Array.from(indexes),
+          Uint32Array.from(indexes, (i) => table[i]!),
+        );
+        tables.resign(current.id, m.signature);
+        result.maglevTables++;
+        result.maglevEntries += indexes.length;
+        return;
+      }
+      const id = this.store.installMaglevTable(m.key, table);
+      tables.add(id, m.signature, table.length);
+      tables.point(serviceId, id);
+      result.maglevTables++;
+      result.maglevEntries += table.length + 1;
+    } catch (err) {
+      // Only a new key can overflow the outer map; without a table the datapath picks at
+      // random, so the frontend stays programmed.
+      if (!(err instanceof MapFullError)) throw err;
+      result.degraded.push({
+        servicePortName: e.planned.servicePortName,
+        error: `${e.planned.name}: ${err.message}; backends are chosen at random instead of by Maglev`,
+      });
+    }
   }
 
   /** Runs `write` over all frontends at once; when a map is full, once per frontend to find who fits. */
@@ -498,13 +647,9 @@ export class MapWriter {
     const { serviceId, backendIds } = planned;
     for (const id of backendIds)
       if (!backendsById.has(id)) throw new Error(`plan names backend ${id} it does not hold`);
-    // The generation the frontend reads now is kept when it already holds exactly this list.
     const current = mirror.frontends.get(planned.name)?.value;
     const sameId = current?.serviceId === serviceId;
-    const holds = (gen: number) =>
-      backendIds.every((id, slot) => mirror.slots.get({ serviceId, gen, slot })?.backendId === id) &&
-      !mirror.slots.has({ serviceId, gen, slot: backendIds.length });
-    const gen = !sameId ? 0 : holds(current.gen) ? current.gen : current.gen ^ 1;
+    const gen = this.generationFor(serviceId, backendIds, sameId ? current.gen : null, mirror);
     const frontend: FrontendEntry = {
       key: planned.key,
       value: {
@@ -536,6 +681,49 @@ export class MapWriter {
       isNew: !sameId,
     };
   }
+
+  /**
+   * The slot generation a frontend's list goes into: the live one when it holds the list already,
+   * else another that holds it (one waiting out its grace period after a change that was undone),
+   * else one nothing uses, so a generation readers may still see is never rewritten. Only after
+   * 255 changes of one frontend within a grace period is the generation due soonest rewritten.
+   */
+  private generationFor(
+    serviceId: number,
+    backendIds: readonly number[],
+    liveGen: number | null,
+    mirror: Mirror,
+  ): number {
+    const byGen = new Map<number, { slots: Map<number, number>; dueMs: number }>();
+    for (const s of mirror.slots.ofService(serviceId)) {
+      const g = byGen.get(s.gen) ?? { slots: new Map<number, number>(), dueMs: Number.POSITIVE_INFINITY };
+      g.slots.set(s.slot, s.backendId);
+      g.dueMs = Math.min(g.dueMs, this.pending.slots.get(slotId(s))?.dueMs ?? Number.NEGATIVE_INFINITY);
+      byGen.set(s.gen, g);
+    }
+    const holds = (gen: number) => {
+      const slots = byGen.get(gen)?.slots;
+      return (
+        (slots?.size ?? 0) === backendIds.length && backendIds.every((id, slot) => slots!.get(slot) === id)
+      );
+    };
+    if (liveGen !== null && holds(liveGen)) return liveGen;
+    for (const gen of byGen.keys()) if (gen !== liveGen && holds(gen)) return gen;
+    for (let gen = 0; gen < GENERATIONS; gen++) if (gen !== liveGen && !byGen.has(gen)) return gen;
+    let soonest = -1;
+    for (const [gen, g] of byGen)
+      if (gen !== liveGen && (soonest < 0 || g.dueMs < byGen.get(soonest)!.dueMs)) soonest = gen;
+    return soonest;
+  }
+}
+
+function maglevOf(state: StoredState, maglevTableSize: number): MaglevTables {
+  const tables = new MaglevTables();
+  // A table of another size is replaced: its signature cannot match.
+  for (const t of state.maglevTables)
+    tables.add(t.id, maglevSignature(t.size === maglevTableSize ? t.size : -1, t.backendIds), t.size);
+  for (const m of state.maglev) tables.point(m.key.serviceId, m.tableId);
+  return tables;
 }
 
 function mirrorOf(state: StoredState, maglevTableSize: number): Mirror {
@@ -543,13 +731,7 @@ function mirrorOf(state: StoredState, maglevTableSize: number): Mirror {
     frontends: new Map(state.frontends.map((f) => [frontendName(f.key), f])),
     slots: new ByService(slotId, state.slots),
     backends: new Map(state.backends.map((b) => [b.id, b])),
-    maglev: new Map(
-      state.maglev.map((m) => [
-        maglevId(m.key),
-        // A table of another size is rewritten: its signature cannot match.
-        { key: m.key, signature: maglevSignature(m.size === maglevTableSize ? m.size : -1, m.backendIds) },
-      ]),
-    ),
+    maglev: maglevOf(state, maglevTableSize),
     affinityMatches: new ByService(affinityId, state.affinityMatches),
     sourceRanges: new ByService(rangeId, state.sourceRanges),
   };
