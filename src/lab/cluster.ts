@@ -2,16 +2,20 @@
 // per node on a shared L2 segment (a bridge in a "wire" namespace), one per pod behind its node
 // (a veth whose host side is named vethp<N>, routed /32 as many CNIs do), pod-CIDR routes between
 // nodes, and external clients on the wire whose traffic to service addresses enters at the first
-// node. Each pod runs a backend answering on the ports its EndpointSlices name.
+// node. Each pod runs a backend answering on the ports its EndpointSlices name. The nodes carry a
+// distribution's defaults, not settings the product would like: rp_filter strict or loose, the
+// conntrack INVALID drop in FORWARD, a default route.
 
 import type { ClusterState } from '../model/types.js';
 import { formatIP, parseCIDR } from '../net/ip.js';
-import type { Lab } from './netns.js';
+import type { Lab, ReversePathFilter } from './netns.js';
 
 export interface NodeSpec {
   name: string;
   ip: string;
   podCIDR: string;
+  /** Default: strict (1) on the first node, as RHEL ships it, loose (2) on the others, as Ubuntu does. */
+  rpFilter?: ReversePathFilter;
 }
 
 export interface PodSpec {
@@ -105,14 +109,14 @@ export async function buildCluster(lab: Lab, spec: ClusterSpec): Promise<BuiltCl
     await lab.exec('wire', 'ip', ['link', 'set', wireSide, 'master', 'br0']);
   };
 
-  for (const node of spec.nodes) {
+  for (const [index, node] of spec.nodes.entries()) {
     const ns = nodeNs(node.name);
     await lab.addNamespace(ns);
+    await lab.reversePathFilter(ns, node.rpFilter ?? (index === 0 ? 1 : 2));
+    await lab.dropInvalidForwards(ns);
     await attachToWire(ns);
     await lab.addAddress(ns, 'eth0', `${node.ip}/24`);
     await lab.sysctl(ns, 'net.ipv4.ip_forward', '1');
-    await lab.sysctl(ns, 'net.ipv4.conf.all.rp_filter', '0');
-    await lab.sysctl(ns, 'net.ipv4.conf.default.rp_filter', '0');
     for (const other of spec.nodes) {
       if (other !== node) await lab.addRoute(ns, other.podCIDR, 'via', other.ip);
     }

@@ -14,6 +14,9 @@ export interface BackendOptions {
   udpPorts?: number[];
 }
 
+/** net.ipv4 rp_filter as distributions ship it: 1 strict (RHEL), 2 loose (systemd's 50-default.conf). */
+export type ReversePathFilter = 1 | 2;
+
 const NETNS_DIR = '/run/netns';
 /**
  * The compiled JavaScript file next to a module: scripts that run as separate node processes
@@ -97,6 +100,15 @@ export class Lab {
       '-j',
       'DROP',
     ]);
+  }
+
+  /**
+   * net.ipv4.conf.{all,default}.rp_filter: an interface's effective value is max(all, its own), and
+   * interfaces created later take default.
+   */
+  async reversePathFilter(ns: string, mode: ReversePathFilter): Promise<void> {
+    for (const scope of ['all', 'default'])
+      await this.sysctl(ns, `net.ipv4.conf.${scope}.rp_filter`, String(mode));
   }
 
   async sysctl(ns: string, key: string, value: string): Promise<void> {

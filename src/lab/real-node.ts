@@ -17,7 +17,7 @@ import type { ProxyMode } from '../config/types.js';
 import { type AgentStartOptions, LabAgent } from './agent.js';
 import type { SyncLine } from './agent-log.js';
 import { CHART, helm } from './helm.js';
-import { compiledSibling, type Lab } from './netns.js';
+import { compiledSibling, type Lab, type ReversePathFilter } from './netns.js';
 import {
   API_SERVER_IP,
   API_SERVER_PORT,
@@ -54,8 +54,7 @@ export interface RealNode {
   /** flannel.1's address: the pod CIDR's network address, as flannel assigns it. */
   vtep: string;
   cni: 'bridge' | 'ptp';
-  /** net.ipv4.conf.{all,default}.rp_filter. */
-  rpFilter: 1 | 2;
+  rpFilter: ReversePathFilter;
 }
 
 export const REAL_NODES: RealNode[] = [
@@ -233,10 +232,7 @@ export class RealNodeLab {
     const { lab } = this;
     const ns = nodeNs(node.name);
     await lab.addNamespace(ns);
-    // The effective rp_filter of an interface is max(all, itself); new interfaces take default.
-    for (const scope of ['all', 'default']) {
-      await lab.sysctl(ns, `net.ipv4.conf.${scope}.rp_filter`, String(node.rpFilter));
-    }
+    await lab.reversePathFilter(ns, node.rpFilter);
     await lab.sysctl(ns, 'net.ipv4.ip_forward', '1');
     // kubeadm's preflight demands it wherever pods share a bridge (node-a's cni0).
     await lab.sysctl(ns, 'net.bridge.bridge-nf-call-iptables', '1');

@@ -215,12 +215,8 @@ describeRoot('bpf conntrack under a real agent: a SYN flood, a half-closed strea
     // The steady and half-close backends are this test's own servers, not the lab's HTTP one.
     for (const pod of spec.pods) pod.tcpPorts = pod.tcpPorts.filter((p) => p === 8080);
     spec.pods.push(CLIENT_POD);
+    // buildCluster shapes the node as distributions ship it: strict rp_filter, INVALID dropped.
     cluster = await buildCluster(lab, spec);
-    // A node as distributions ship it: strict reverse-path filtering, invalid packets dropped.
-    const node = cluster.nodeNs(NODE.name);
-    await lab.sysctl(node, 'net.ipv4.conf.all.rp_filter', '1');
-    await lab.sysctl(node, 'net.ipv4.conf.default.rp_filter', '1');
-    await lab.dropInvalidForwards(node);
     for (const ip of STEADY_BACKENDS) {
       await waitForListening(
         lab.spawn(cluster.podNs(`pod-${ip}`), process.execPath, ['-e', LINE_SERVER, ip]),

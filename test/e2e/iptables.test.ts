@@ -183,6 +183,9 @@ describeRoot('iptables mode in network namespaces', () => {
       await lab.addRoute(ns, 'default', 'via', nodeAddress.split('/')[0] as string);
     }
     await lab.sysctl('node', 'net.ipv4.ip_forward', '1');
+    // A node as distributions ship it: strict rp_filter (as RHEL ships it) and the conntrack INVALID drop in FORWARD.
+    await lab.reversePathFilter('node', 1);
+    await lab.dropInvalidForwards('node');
     // The pods are dual-stack (nodad: no duplicate address detection delay in a fresh namespace).
     await lab.sysctl('node', 'net.ipv6.conf.all.forwarding', '1');
     for (const pod of [1, 2, 3]) {

@@ -208,6 +208,9 @@ describeRoot('nftables mode in network namespaces', () => {
       await lab.exec(ns, 'ip', ['-6', 'route', 'add', 'default', 'via', nodeAddress.split('/')[0] as string]);
     }
     await lab.sysctl('node', 'net.ipv4.ip_forward', '1');
+    // A node as distributions ship it: loose rp_filter (systemd's default) and the conntrack INVALID drop in FORWARD.
+    await lab.reversePathFilter('node', 2);
+    await lab.dropInvalidForwards('node');
     await lab.sysctl('node', 'net.ipv6.conf.all.forwarding', '1');
     // A real node has a default route: traffic that is not DNATed is forwarded (and meets the
     // filter chains) instead of failing with "network unreachable" at routing.

@@ -188,6 +188,9 @@ describeRoot('socket-level load balancing on the cgroup hooks', () => {
     await lab.addAddress('pod', 'p0', '10.212.0.1/24');
     await lab.addAddress('be', 'b1', '10.212.0.2/24');
     await lab.addRoute('pod', '10.210.0.0/24', 'via', '10.212.0.2');
+    // The node as distributions ship it: strict rp_filter, the conntrack INVALID drop in FORWARD.
+    await lab.reversePathFilter('node', 1);
+    await lab.dropInvalidForwards('node');
     await lab.startBackend('be', { name: 'a', tcpPorts: [A.port], udpPorts: [UA.port] });
     await lab.startBackend('be', { name: 'b', tcpPorts: [B.port], udpPorts: [UB.port] });
     mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode(NODE_IP), u32Codec.encode(1));
