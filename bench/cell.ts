@@ -1,15 +1,24 @@
-// One cell of the matrix: one mode at one N. Starts the agent cold on the scenario's manifests,
-// measures the control plane (cold programming, memory, endpoint-change latency) and the data
-// plane (new connections, first-packet latencies, keep-alive throughput) through the measured
-// ClusterIP, then stops the agent and removes what it programmed.
+// One cell of the matrix: one mode at one N. Starts the node's proxy cold (our agent, or the real
+// kube-proxy in the kube-proxy-* modes) on the scenario, read from its manifest files or from the
+// API server, measures the control plane (cold programming, memory, endpoint-change latency) and
+// the data plane (new connections, first-packet latencies, keep-alive throughput) through the
+// measured ClusterIP, then stops the proxy and removes what it programmed.
 
 import { mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { cleanupNode } from '../src/dataplanes/cleanup.js';
 import { findCgroup2Root } from '../src/host/cgroup.js';
 import { LabAgent } from '../src/lab/agent.js';
+import { iptablesBackendDir, KubeProxyProcess, kubeProxyConfig } from '../src/lab/kube-proxy.js';
 import type { Lab } from '../src/lab/netns.js';
-import { type BenchMode, endpointInKernel, type ProbeContext } from './kernel-probe.js';
+import type { ApiCluster } from './api-cluster.js';
+import {
+  type BenchMode,
+  endpointInKernel,
+  isKubeProxyMode,
+  KUBE_PROXY_MODES,
+  type ProbeContext,
+} from './kernel-probe.js';
 import type { MeasureId, Sample } from './measures.js';
 import {
   CLUSTER_CIDR,
@@ -49,25 +58,75 @@ export interface CellContext {
   tools: Tools;
   cli: string;
   workDir: string;
-  /** The directory of this N's manifests (the agent watches it). */
-  manifestDir: string;
+  /** Where the node's proxy reads the cluster from (kube-proxy: always the API server). */
+  feed: ClusterFeed;
   settings: CellSettings;
   /** Progress of the steps inside the cell. */
   step: (text: string) => void;
 }
 
-function agentConfig(mode: BenchMode, pinPath: string, sockCgroup: string | null): string {
-  // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s).
-  return [
-    'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
-    'kind: KubeProxyConfiguration',
-    `mode: ${mode === 'bpf-sock' ? 'bpf' : mode}`,
-    `clusterCIDR: ${CLUSTER_CIDR}`,
+/**
+ * The bench's cluster as the node's proxy reads it: this N's manifest files (the agent watches the
+ * directory), or the API server (the same objects, written by the bench: api-cluster.ts).
+ */
+export type ClusterFeed = { kind: 'manifests'; dir: string } | { kind: 'apiserver'; api: ApiCluster };
+
+/** Writes the measured Service's slice: its E backend pods plus `extraIPs`. */
+async function setMeasuredSlice(feed: ClusterFeed, scenario: Scenario, extraIPs: string[]): Promise<void> {
+  if (feed.kind === 'apiserver') return feed.api.setMeasuredSlice(scenario, extraIPs);
+  const slice = endpointSlice(measuredService(scenario).index, scenario, extraIPs);
+  writeFileSync(join(feed.dir, MEASURED_SLICE_FILE), JSON.stringify(slice));
+}
+
+function agentConfig(mode: BenchMode, feed: ClusterFeed, pinPath: string, sockCgroup: string | null): string {
+  const bpf = [
     'bpf:',
     `  pinPath: ${pinPath}`,
     ...(sockCgroup ? ['  socketLB: all', `  cgroupPath: ${sockCgroup}`] : []),
+  ];
+  const proxyMode = isKubeProxyMode(mode) ? KUBE_PROXY_MODES[mode] : mode === 'bpf-sock' ? 'bpf' : mode;
+  // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s).
+  if (feed.kind === 'apiserver')
+    return kubeProxyConfig({
+      mode: proxyMode,
+      hostname: NODE_NAME,
+      clusterCIDR: CLUSTER_CIDR,
+      kubeconfig: feed.api.kubeconfigPath,
+      extraLines: isKubeProxyMode(mode) ? [] : bpf,
+    });
+  return [
+    'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
+    'kind: KubeProxyConfiguration',
+    `mode: ${proxyMode}`,
+    `clusterCIDR: ${CLUSTER_CIDR}`,
+    ...bpf,
     '',
   ].join('\n');
+}
+
+/** Starts the node's proxy for this mode: the real kube-proxy, or our agent. */
+function startProxy(
+  ctx: CellContext,
+  mode: BenchMode,
+  configPath: string,
+  iptablesBackend: 'legacy' | 'nft',
+): LabAgent | KubeProxyProcess {
+  const { lab, topology, feed } = ctx;
+  if (isKubeProxyMode(mode)) {
+    if (feed.kind !== 'apiserver') throw new Error(`${mode} needs the API server`);
+    return KubeProxyProcess.start({
+      lab,
+      ns: topology.nodeNs,
+      binary: join(feed.api.binaries.k8s, 'kube-proxy'),
+      configPath,
+      iptablesDir:
+        mode === 'kube-proxy-iptables'
+          ? iptablesBackendDir(join(ctx.workDir, `iptables-${iptablesBackend}`), iptablesBackend)
+          : undefined,
+    });
+  }
+  const source = feed.kind === 'manifests' ? ['--manifests', feed.dir, '--hostname-override', NODE_NAME] : [];
+  return LabAgent.start(lab, topology.nodeNs, ctx.cli, ['--config', configPath, ...source]);
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -90,7 +149,7 @@ export async function runCell(
   // client's commands join, so nothing else on a shared machine is translated.
   const sockCgroup = mode === 'bpf-sock' ? `${findCgroup2Root()}/${lab.prefix}-bpf-sock` : null;
   if (sockCgroup) mkdirSync(sockCgroup, { recursive: true });
-  writeFileSync(configPath, agentConfig(mode, pinPath, sockCgroup));
+  writeFileSync(configPath, agentConfig(mode, ctx.feed, pinPath, sockCgroup));
   /** Runs a client command in the client pod, inside the socket-LB cgroup when there is one. */
   const clientExec = (cmd: string, args: string[]) =>
     sockCgroup
@@ -103,21 +162,17 @@ export async function runCell(
           ...args,
         ])
       : lab.exec(topology.clientNs, cmd, args);
-  const sliceFile = join(ctx.manifestDir, MEASURED_SLICE_FILE);
-  writeFileSync(sliceFile, JSON.stringify(endpointSlice(target.index, scenario)));
+  await setMeasuredSlice(ctx.feed, scenario, []);
   await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
+  const iptablesMode = mode === 'iptables' || mode === 'kube-proxy-iptables';
   const hintBinary = settings.iptablesBackend === 'auto' ? null : `iptables-${settings.iptablesBackend}`;
-  if (mode === 'iptables' && hintBinary) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
+  if (iptablesMode && hintBinary) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
 
-  ctx.step('agent cold start');
-  const agent = LabAgent.start(lab, topology.nodeNs, ctx.cli, [
-    '--config',
-    configPath,
-    '--manifests',
-    ctx.manifestDir,
-    '--hostname-override',
-    NODE_NAME,
-  ]);
+  ctx.step(`${isKubeProxyMode(mode) ? 'kube-proxy' : 'agent'} cold start`);
+  // The real kube-proxy has no backend detection of its own: it is given the one ours would pick
+  // ("auto": nft on a clean node, as kube-proxy's iptables-wrapper decides).
+  const kubeProxyBackend = settings.iptablesBackend === 'legacy' ? 'legacy' : 'nft';
+  const agent = startProxy(ctx, mode, configPath, kubeProxyBackend);
   try {
     const first = await agent.waitForSync(1, settings.coldStartTimeoutMs);
     add('coldStartMs', first.at - agent.startedAt);
@@ -209,7 +264,9 @@ export async function runCell(
       lab,
       nodeNs: topology.nodeNs,
       pinPath,
-      iptablesBackend: String(agent.lines.find((l) => l.msg === 'iptables backend chosen')?.backend ?? 'nft'),
+      iptablesBackend: isKubeProxyMode(mode)
+        ? kubeProxyBackend
+        : String(agent.lines.find((l) => l.msg === 'iptables backend chosen')?.backend ?? 'nft'),
       serviceIP: target.ip,
     };
     for (let change = 0; change < settings.endpointChanges; change++) {
@@ -218,7 +275,7 @@ export async function runCell(
       const ip = changedEndpointIP(rep * settings.endpointChanges + change);
       const syncsBefore = agent.syncs.length;
       const started = performance.now();
-      writeFileSync(sliceFile, JSON.stringify(endpointSlice(target.index, scenario, [ip])));
+      await setMeasuredSlice(ctx.feed, scenario, [ip]);
       const deadline = started + 120_000;
       while (!(await endpointInKernel(mode, probe, target.name, ip))) {
         if (performance.now() > deadline) throw new Error(`endpoint ${ip} not in the kernel after 120 s`);
@@ -230,7 +287,8 @@ export async function runCell(
     }
     return samples;
   } catch (err) {
-    throw new Error(`${(err as Error).message}\nagent log tail:\n${agent.tail().slice(-3000)}`);
+    const apiLogs = ctx.feed.kind === 'apiserver' ? `\n${ctx.feed.api.logTails()}` : '';
+    throw new Error(`${(err as Error).message}\nproxy log tail:\n${agent.tail().slice(-3000)}${apiLogs}`);
   } finally {
     ctx.step('stop and clean up');
     await agent.stop();
@@ -241,7 +299,7 @@ export async function runCell(
     await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
     // Empty once the client's commands have exited.
     if (sockCgroup) rmdirSync(sockCgroup);
-    if (mode === 'iptables' && hintBinary)
+    if (iptablesMode && hintBinary)
       await lab.exec(topology.nodeNs, hintBinary, ['-t', 'mangle', '-X', 'KUBE-IPTABLES-HINT'], {
         allowFailure: true,
       });

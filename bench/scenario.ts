@@ -62,7 +62,9 @@ export function validateScenario(scenario: Scenario): void {
   clusterIP(scenario.services - 1);
 }
 
-function service(i: number, withUdp: boolean): object {
+/** Service i; the measured (last) one also has the UDP port. */
+export function serviceObject(i: number, scenario: Scenario): object {
+  const withUdp = i === scenario.services - 1;
   const ports: object[] = [
     { name: 'http', protocol: 'TCP', port: SERVICE_TCP_PORT, targetPort: TCP_TARGET_PORT },
   ];
@@ -118,7 +120,7 @@ export function manifestFiles(scenario: Scenario): ManifestFiles {
   const services: object[] = [];
   const slices: object[] = [];
   for (let i = 0; i < scenario.services; i++) {
-    services.push(service(i, i === last));
+    services.push(serviceObject(i, scenario));
     if (i !== last) slices.push(endpointSlice(i, scenario));
   }
   return {
