@@ -32,11 +32,6 @@ import {
   serviceObject,
 } from './scenario.js';
 
-/**
- * The Service CIDR: holds the scenario's 10.96.0.0/16 ClusterIPs, and its first address (the
- * `kubernetes` Service's) is none of them.
- */
-const SERVICE_CIDR = '10.64.0.0/10';
 /** Requests in flight while the objects are written. */
 const CONCURRENT_WRITES = 8;
 const MANAGED_BY = 'kube-bpf-proxy-bench';
@@ -87,7 +82,7 @@ export class ApiCluster {
 
   /** Starts the control plane, links it to `nodeNs`, registers the node and the bench's namespace. */
   static async start(lab: Lab, nodeNs: string, workDir: string): Promise<ApiCluster> {
-    const cp = await ControlPlane.start(lab, { serviceClusterIPRange: SERVICE_CIDR });
+    const cp = await ControlPlane.start(lab);
     try {
       const server = await cp.linkNamespace(nodeNs, 1);
       await createNode(cp, { name: NODE_NAME, ip: NODE_IP, podCIDR: POD_CIDR });

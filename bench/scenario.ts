@@ -31,9 +31,12 @@ export function backendPodIP(i: number): string {
   return `10.244.0.${10 + i}`;
 }
 
-/** The ClusterIP of service i (i from 0): 10.96.0.1 onwards, within 10.96.0.0/16. */
+/**
+ * The ClusterIP of service i (i from 0): 10.96.0.2 onwards, within 10.96.0.0/16. 10.96.0.1 is the
+ * `kubernetes` Service's when the API server (service range 10.96.0.0/16) is the source.
+ */
 export function clusterIP(i: number): string {
-  const n = i + 1;
+  const n = i + 2;
   if (n > 65534) throw new Error(`service ${i}: more services than 10.96.0.0/16 holds`);
   return `10.96.${n >> 8}.${n & 255}`;
 }

@@ -70,11 +70,6 @@ export interface ControlPlaneOptions {
   ns?: string;
   /** Also attach to this lab namespace's bridge, at this address (CIDR), and advertise it. */
   wire?: { ns: string; bridge: string; address: string };
-  /**
-   * kube-apiserver's --service-cluster-ip-range. Default 10.96.0.0/16. Its first address is the
-   * `kubernetes` Service's ClusterIP.
-   */
-  serviceClusterIPRange?: string;
   /** Extra kube-apiserver flags. */
   apiServerArgs?: string[];
 }
@@ -275,7 +270,7 @@ export class ControlPlane {
       `--tls-cert-file=${this.file('apiserver.crt')}`,
       `--tls-private-key-file=${this.file('apiserver.key')}`,
       `--client-ca-file=${this.file('ca.crt')}`,
-      `--service-cluster-ip-range=${this.opts.serviceClusterIPRange ?? '10.96.0.0/16'}`,
+      '--service-cluster-ip-range=10.96.0.0/16',
       '--service-node-port-range=30000-32767',
       '--authorization-mode=RBAC',
       `--token-auth-file=${this.file('tokens.csv')}`,
