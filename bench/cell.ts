@@ -104,6 +104,25 @@ function agentConfig(mode: BenchMode, feed: ClusterFeed, pinPath: string, sockCg
   ].join('\n');
 }
 
+/** Where the rule for `ip` sits in nat KUBE-SERVICES, counting its rules from 1. */
+async function kubeServicesPosition(
+  ctx: CellContext,
+  backend: string,
+  ip: string,
+): Promise<{ rule: number; of: number } | undefined> {
+  const listed = await ctx.lab.exec(
+    ctx.topology.nodeNs,
+    `iptables-${backend}`,
+    ['-w', '-t', 'nat', '-S', 'KUBE-SERVICES'],
+    {
+      allowFailure: true,
+    },
+  );
+  const rules = listed.stdout.split('\n').filter((line) => line.startsWith('-A KUBE-SERVICES '));
+  const index = rules.findIndex((line) => line.includes(`-d ${ip}/32 `));
+  return index < 0 ? undefined : { rule: index + 1, of: rules.length };
+}
+
 /** Starts the node's proxy for this mode: the real kube-proxy, or our agent. */
 function startProxy(
   ctx: CellContext,
@@ -173,6 +192,11 @@ export async function runCell(
   // ("auto": nft on a clean node, as kube-proxy's iptables-wrapper decides).
   const kubeProxyBackend = settings.iptablesBackend === 'legacy' ? 'legacy' : 'nft';
   const agent = startProxy(ctx, mode, configPath, kubeProxyBackend);
+  /** The iptables backend in use: the one kube-proxy was given, or the one our agent logged. */
+  const probeBackend = () =>
+    isKubeProxyMode(mode)
+      ? kubeProxyBackend
+      : String(agent.lines.find((l) => l.msg === 'iptables backend chosen')?.backend ?? 'nft');
   try {
     const first = await agent.waitForSync(1, settings.coldStartTimeoutMs);
     add('coldStartMs', first.at - agent.startedAt);
@@ -196,7 +220,10 @@ export async function runCell(
     if (warm.attempts > 0 && warm.errors === warm.attempts)
       throw new Error(`no connection to ${target.ip}:${SERVICE_TCP_PORT} succeeded (${warm.errors} failed)`);
 
-    ctx.step('new connections (TCP_CRR-like)');
+    const position = iptablesMode ? await kubeServicesPosition(ctx, probeBackend(), target.ip) : undefined;
+    ctx.step(
+      `new connections (TCP_CRR-like)${position ? `; the Service's rule is #${position.rule} of ${position.of} in KUBE-SERVICES` : ''}`,
+    );
     const crrFile = out('crr');
     const crr = parseLoadgen(
       (
@@ -212,7 +239,11 @@ export async function runCell(
     );
     const [connectUs = [], totalUs = []] = parseColumns(readFileSync(crrFile, 'utf8'), 2);
     rmSync(crrFile, { force: true });
-    add('crrPerSec', totalUs.length / (crr.elapsedUs / 1e6), { errors: crr.errors, attempts: crr.attempts });
+    add('crrPerSec', totalUs.length / (crr.elapsedUs / 1e6), {
+      errors: crr.errors,
+      attempts: crr.attempts,
+      ...(position ? { kubeServicesPosition: position } : {}),
+    });
     const connect = summarize(connectUs);
     add('tcpConnectUs', connect.median, {
       summary: connect,
@@ -264,9 +295,7 @@ export async function runCell(
       lab,
       nodeNs: topology.nodeNs,
       pinPath,
-      iptablesBackend: isKubeProxyMode(mode)
-        ? kubeProxyBackend
-        : String(agent.lines.find((l) => l.msg === 'iptables backend chosen')?.backend ?? 'nft'),
+      iptablesBackend: probeBackend(),
       serviceIP: target.ip,
     };
     for (let change = 0; change < settings.endpointChanges; change++) {

@@ -94,6 +94,12 @@ export interface Sample {
   /** Requests that failed (timeouts, resets) in this run; never silently dropped. */
   errors?: number;
   attempts?: number;
+  /**
+   * iptables modes, on the new-connection sample: where the measured Service's rule sits in nat
+   * KUBE-SERVICES (1-based) among its rules. Ours writes the Services in name order (the measured
+   * one last); the real kube-proxy in Go map order, so its position differs run to run.
+   */
+  kubeServicesPosition?: { rule: number; of: number };
 }
 
 export interface BpfCostSample {
