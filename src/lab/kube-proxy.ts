@@ -4,7 +4,7 @@
 // lines read as syncs, its memory, and its stop.
 
 import type { ChildProcess } from 'node:child_process';
-import { mkdirSync, symlinkSync } from 'node:fs';
+import { mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { processMemory, stopAgentProcess } from './agent.js';
 import { AgentLog, type LogLineReading } from './agent-log.js';
@@ -62,6 +62,7 @@ const IPTABLES_COMMANDS = ['iptables', 'iptables-save', 'iptables-restore'] as c
  * iptables-wrapper points those names at one backend the same way.
  */
 export function iptablesBackendDir(dir: string, backend: 'legacy' | 'nft'): string {
+  rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   for (const family of ['', '6'])
     for (const command of IPTABLES_COMMANDS) {
