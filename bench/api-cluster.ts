@@ -129,7 +129,8 @@ export class ApiCluster {
 
   /** Writes the measured Service's slice: its E backend pods plus `extraIPs` (an endpoint change). */
   async setMeasuredSlice(scenario: Scenario, extraIPs: string[]): Promise<void> {
-    if (this.current !== scenario) throw new Error('setMeasuredSlice: the API holds another scenario');
+    if (JSON.stringify(this.current) !== JSON.stringify(scenario))
+      throw new Error('setMeasuredSlice: the API holds another scenario');
     await this.writeSlice((objectsOf(scenario, scenario.services - 1, extraIPs) as ScenarioObjects).slice);
   }
 
