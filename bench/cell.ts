@@ -1,15 +1,24 @@
-// One cell of the matrix: one mode at one N. Starts the agent cold on the scenario's manifests,
-// measures the control plane (cold programming, memory, endpoint-change latency) and the data
-// plane (new connections, first-packet latencies, keep-alive throughput) through the measured
-// ClusterIP, then stops the agent and removes what it programmed.
+// One cell of the matrix: one mode at one N. Starts the node's proxy cold (our agent, or the real
+// kube-proxy in the kube-proxy-* modes) on the scenario, read from its manifest files or from the
+// API server, measures the control plane (cold programming, memory, endpoint-change latency) and
+// the data plane (new connections, first-packet latencies, keep-alive throughput) through the
+// measured ClusterIP, then stops the proxy and removes what it programmed.
 
 import { mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { cleanupNode } from '../src/dataplanes/cleanup.js';
 import { findCgroup2Root } from '../src/host/cgroup.js';
 import { LabAgent } from '../src/lab/agent.js';
+import { iptablesBackendDir, KubeProxyProcess, kubeProxyConfig } from '../src/lab/kube-proxy.js';
 import type { Lab } from '../src/lab/netns.js';
-import { type BenchMode, endpointInKernel, type ProbeContext } from './kernel-probe.js';
+import type { ApiCluster } from './api-cluster.js';
+import {
+  type BenchMode,
+  endpointInKernel,
+  isKubeProxyMode,
+  KUBE_PROXY_MODES,
+  type ProbeContext,
+} from './kernel-probe.js';
 import type { MeasureId, Sample } from './measures.js';
 import {
   CLUSTER_CIDR,
@@ -49,25 +58,94 @@ export interface CellContext {
   tools: Tools;
   cli: string;
   workDir: string;
-  /** The directory of this N's manifests (the agent watches it). */
-  manifestDir: string;
+  /** Where the node's proxy reads the cluster from (kube-proxy: always the API server). */
+  feed: ClusterFeed;
   settings: CellSettings;
   /** Progress of the steps inside the cell. */
   step: (text: string) => void;
 }
 
-function agentConfig(mode: BenchMode, pinPath: string, sockCgroup: string | null): string {
-  // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s).
-  return [
-    'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
-    'kind: KubeProxyConfiguration',
-    `mode: ${mode === 'bpf-sock' ? 'bpf' : mode}`,
-    `clusterCIDR: ${CLUSTER_CIDR}`,
+/**
+ * The bench's cluster as the node's proxy reads it: this N's manifest files (the agent watches the
+ * directory), or the API server (the same objects, written by the bench: api-cluster.ts).
+ */
+export type ClusterFeed = { kind: 'manifests'; dir: string } | { kind: 'apiserver'; api: ApiCluster };
+
+/** Writes the measured Service's slice: its E backend pods plus `extraIPs`. */
+async function setMeasuredSlice(feed: ClusterFeed, scenario: Scenario, extraIPs: string[]): Promise<void> {
+  if (feed.kind === 'apiserver') return feed.api.setMeasuredSlice(scenario, extraIPs);
+  const slice = endpointSlice(measuredService(scenario).index, scenario, extraIPs);
+  writeFileSync(join(feed.dir, MEASURED_SLICE_FILE), JSON.stringify(slice));
+}
+
+function agentConfig(mode: BenchMode, feed: ClusterFeed, pinPath: string, sockCgroup: string | null): string {
+  const bpf = [
     'bpf:',
     `  pinPath: ${pinPath}`,
     ...(sockCgroup ? ['  socketLB: all', `  cgroupPath: ${sockCgroup}`] : []),
+  ];
+  const proxyMode = isKubeProxyMode(mode) ? KUBE_PROXY_MODES[mode] : mode === 'bpf-sock' ? 'bpf' : mode;
+  // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s).
+  if (feed.kind === 'apiserver')
+    return kubeProxyConfig({
+      mode: proxyMode,
+      hostname: NODE_NAME,
+      clusterCIDR: CLUSTER_CIDR,
+      kubeconfig: feed.api.kubeconfigPath,
+      extraLines: isKubeProxyMode(mode) ? [] : bpf,
+    });
+  return [
+    'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
+    'kind: KubeProxyConfiguration',
+    `mode: ${proxyMode}`,
+    `clusterCIDR: ${CLUSTER_CIDR}`,
+    ...bpf,
     '',
   ].join('\n');
+}
+
+/** Where the rule for `ip` sits in nat KUBE-SERVICES, counting its rules from 1. */
+async function kubeServicesPosition(
+  ctx: CellContext,
+  backend: string,
+  ip: string,
+): Promise<{ rule: number; of: number } | undefined> {
+  const listed = await ctx.lab.exec(
+    ctx.topology.nodeNs,
+    `iptables-${backend}`,
+    ['-w', '-t', 'nat', '-S', 'KUBE-SERVICES'],
+    {
+      allowFailure: true,
+    },
+  );
+  const rules = listed.stdout.split('\n').filter((line) => line.startsWith('-A KUBE-SERVICES '));
+  const index = rules.findIndex((line) => line.includes(`-d ${ip}/32 `));
+  return index < 0 ? undefined : { rule: index + 1, of: rules.length };
+}
+
+/** Starts the node's proxy for this mode: the real kube-proxy, or our agent. */
+function startProxy(
+  ctx: CellContext,
+  mode: BenchMode,
+  configPath: string,
+  iptablesBackend: 'legacy' | 'nft',
+): LabAgent | KubeProxyProcess {
+  const { lab, topology, feed } = ctx;
+  if (isKubeProxyMode(mode)) {
+    if (feed.kind !== 'apiserver') throw new Error(`${mode} needs the API server`);
+    return KubeProxyProcess.start({
+      lab,
+      ns: topology.nodeNs,
+      binary: join(feed.api.binaries.k8s, 'kube-proxy'),
+      configPath,
+      iptablesDir:
+        mode === 'kube-proxy-iptables'
+          ? iptablesBackendDir(join(ctx.workDir, `iptables-${iptablesBackend}`), iptablesBackend)
+          : undefined,
+    });
+  }
+  const source = feed.kind === 'manifests' ? ['--manifests', feed.dir, '--hostname-override', NODE_NAME] : [];
+  return LabAgent.start(lab, topology.nodeNs, ctx.cli, ['--config', configPath, ...source]);
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -90,7 +168,7 @@ export async function runCell(
   // client's commands join, so nothing else on a shared machine is translated.
   const sockCgroup = mode === 'bpf-sock' ? `${findCgroup2Root()}/${lab.prefix}-bpf-sock` : null;
   if (sockCgroup) mkdirSync(sockCgroup, { recursive: true });
-  writeFileSync(configPath, agentConfig(mode, pinPath, sockCgroup));
+  writeFileSync(configPath, agentConfig(mode, ctx.feed, pinPath, sockCgroup));
   /** Runs a client command in the client pod, inside the socket-LB cgroup when there is one. */
   const clientExec = (cmd: string, args: string[]) =>
     sockCgroup
@@ -103,21 +181,22 @@ export async function runCell(
           ...args,
         ])
       : lab.exec(topology.clientNs, cmd, args);
-  const sliceFile = join(ctx.manifestDir, MEASURED_SLICE_FILE);
-  writeFileSync(sliceFile, JSON.stringify(endpointSlice(target.index, scenario)));
+  await setMeasuredSlice(ctx.feed, scenario, []);
   await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
+  const iptablesMode = mode === 'iptables' || mode === 'kube-proxy-iptables';
   const hintBinary = settings.iptablesBackend === 'auto' ? null : `iptables-${settings.iptablesBackend}`;
-  if (mode === 'iptables' && hintBinary) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
+  if (iptablesMode && hintBinary) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
 
-  ctx.step('agent cold start');
-  const agent = LabAgent.start(lab, topology.nodeNs, ctx.cli, [
-    '--config',
-    configPath,
-    '--manifests',
-    ctx.manifestDir,
-    '--hostname-override',
-    NODE_NAME,
-  ]);
+  ctx.step(`${isKubeProxyMode(mode) ? 'kube-proxy' : 'agent'} cold start`);
+  // The real kube-proxy has no backend detection of its own: it is given the one ours would pick
+  // ("auto": nft on a clean node, as kube-proxy's iptables-wrapper decides).
+  const kubeProxyBackend = settings.iptablesBackend === 'legacy' ? 'legacy' : 'nft';
+  const agent = startProxy(ctx, mode, configPath, kubeProxyBackend);
+  /** The iptables backend in use: the one kube-proxy was given, or the one our agent logged. */
+  const probeBackend = () =>
+    isKubeProxyMode(mode)
+      ? kubeProxyBackend
+      : String(agent.lines.find((l) => l.msg === 'iptables backend chosen')?.backend ?? 'nft');
   try {
     const first = await agent.waitForSync(1, settings.coldStartTimeoutMs);
     add('coldStartMs', first.at - agent.startedAt);
@@ -141,7 +220,10 @@ export async function runCell(
     if (warm.attempts > 0 && warm.errors === warm.attempts)
       throw new Error(`no connection to ${target.ip}:${SERVICE_TCP_PORT} succeeded (${warm.errors} failed)`);
 
-    ctx.step('new connections (TCP_CRR-like)');
+    const position = iptablesMode ? await kubeServicesPosition(ctx, probeBackend(), target.ip) : undefined;
+    ctx.step(
+      `new connections (TCP_CRR-like)${position ? `; the Service's rule is #${position.rule} of ${position.of} in KUBE-SERVICES` : ''}`,
+    );
     const crrFile = out('crr');
     const crr = parseLoadgen(
       (
@@ -157,7 +239,11 @@ export async function runCell(
     );
     const [connectUs = [], totalUs = []] = parseColumns(readFileSync(crrFile, 'utf8'), 2);
     rmSync(crrFile, { force: true });
-    add('crrPerSec', totalUs.length / (crr.elapsedUs / 1e6), { errors: crr.errors, attempts: crr.attempts });
+    add('crrPerSec', totalUs.length / (crr.elapsedUs / 1e6), {
+      errors: crr.errors,
+      attempts: crr.attempts,
+      ...(position ? { kubeServicesPosition: position } : {}),
+    });
     const connect = summarize(connectUs);
     add('tcpConnectUs', connect.median, {
       summary: connect,
@@ -209,7 +295,7 @@ export async function runCell(
       lab,
       nodeNs: topology.nodeNs,
       pinPath,
-      iptablesBackend: String(agent.lines.find((l) => l.msg === 'iptables backend chosen')?.backend ?? 'nft'),
+      iptablesBackend: probeBackend(),
       serviceIP: target.ip,
     };
     for (let change = 0; change < settings.endpointChanges; change++) {
@@ -218,7 +304,7 @@ export async function runCell(
       const ip = changedEndpointIP(rep * settings.endpointChanges + change);
       const syncsBefore = agent.syncs.length;
       const started = performance.now();
-      writeFileSync(sliceFile, JSON.stringify(endpointSlice(target.index, scenario, [ip])));
+      await setMeasuredSlice(ctx.feed, scenario, [ip]);
       const deadline = started + 120_000;
       while (!(await endpointInKernel(mode, probe, target.name, ip))) {
         if (performance.now() > deadline) throw new Error(`endpoint ${ip} not in the kernel after 120 s`);
@@ -230,7 +316,8 @@ export async function runCell(
     }
     return samples;
   } catch (err) {
-    throw new Error(`${(err as Error).message}\nagent log tail:\n${agent.tail().slice(-3000)}`);
+    const apiLogs = ctx.feed.kind === 'apiserver' ? `\n${ctx.feed.api.logTails()}` : '';
+    throw new Error(`${(err as Error).message}\nproxy log tail:\n${agent.tail().slice(-3000)}${apiLogs}`);
   } finally {
     ctx.step('stop and clean up');
     await agent.stop();
@@ -241,7 +328,7 @@ export async function runCell(
     await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
     // Empty once the client's commands have exited.
     if (sockCgroup) rmdirSync(sockCgroup);
-    if (mode === 'iptables' && hintBinary)
+    if (iptablesMode && hintBinary)
       await lab.exec(topology.nodeNs, hintBinary, ['-t', 'mangle', '-X', 'KUBE-IPTABLES-HINT'], {
         allowFailure: true,
       });

@@ -1,7 +1,9 @@
-// The benchmark run: builds the namespaces once, then for each repetition walks N ascending and,
-// at each N, every mode in an order rotated by one each repetition (so drift on a shared machine
-// hits every mode alike); then measures BPF per-packet cost; then writes the results JSON, the
-// Markdown report and the plots under <out>/<timestamp>/ and copies them to <out>/latest/.
+// The benchmark run: builds the namespaces once (and, for the real kube-proxy's modes, the control
+// plane), then walks N ascending and, at each N, runs every repetition, each of every mode in an
+// order rotated by one each repetition (so drift on a shared machine hits every mode alike); then
+// measures BPF per-packet cost; then writes the results JSON, the Markdown report and the plots
+// under <out>/<timestamp>/ and copies them to <out>/latest/. N is the outer loop because the API
+// server holds one N's objects at a time (writing 10,000 Services takes a while).
 
 import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,9 +12,10 @@ import { BPFFS_ROOT, ensureBpffs } from '../src/host/bpffs.js';
 import { runCommand } from '../src/host/command.js';
 import { deleteStaleNamespaces, Lab } from '../src/lab/netns.js';
 import { createLogger } from '../src/logger.js';
+import { ApiCluster, controlPlaneMissing } from './api-cluster.js';
 import { measureBpfCost } from './bpf-cost.js';
-import { type CellSettings, runCell } from './cell.js';
-import type { BenchMode } from './kernel-probe.js';
+import { type CellSettings, type ClusterFeed, runCell } from './cell.js';
+import { type BenchMode, isKubeProxyMode } from './kernel-probe.js';
 import { type MachineInfo, machineInfo } from './machine.js';
 import { type BpfCostSample, type CellFailure, MEASURE_IDS, MEASURES, type Sample } from './measures.js';
 import { chartSvg, MODE_COLORS, type Series } from './plot.js';
@@ -21,7 +24,15 @@ import { manifestFiles, type Scenario } from './scenario.js';
 import { cliEntryPoint, compileTools } from './tools.js';
 import { buildTopology } from './topology.js';
 
-export const ALL_MODES: BenchMode[] = ['bpf', 'bpf-sock', 'iptables', 'nftables', 'ipvs'];
+export const ALL_MODES: BenchMode[] = [
+  'bpf',
+  'bpf-sock',
+  'iptables',
+  'nftables',
+  'ipvs',
+  'kube-proxy-iptables',
+  'kube-proxy-nftables',
+];
 
 export interface BenchOptions {
   modes: BenchMode[];
@@ -43,6 +54,11 @@ export interface BenchResults {
   quick: boolean;
   machine: MachineInfo;
   settings: Omit<BenchOptions, 'progress' | 'out'>;
+  /**
+   * Where every proxy of the run read the cluster from: the API server when the real kube-proxy
+   * ran (ours then read it from there too), else the bench's manifest files.
+   */
+  source: ClusterFeed['kind'];
   /** Modes measured (at least one cell succeeded). */
   modes: BenchMode[];
   unavailable: { mode: BenchMode; reason: string }[];
@@ -56,11 +72,12 @@ export interface BenchResults {
 }
 
 const METHODOLOGY = [
-  'One node namespace runs the agent (`kube-bpf-proxy run --manifests DIR`, kube-proxy default periods: minSyncPeriod 1 s, syncPeriod 30 s); E backend pods and one client pod are namespaces routed behind it (veth, /32 routes, as many CNIs do).',
+  'One node namespace runs the proxy: our agent (`kube-bpf-proxy run`) or, in the kube-proxy-* modes, the real kube-proxy binary of the same Kubernetes release as the API server, with the same KubeProxyConfiguration and kube-proxy default periods (minSyncPeriod 1 s, syncPeriod 30 s); E backend pods and one client pod are namespaces routed behind it (veth, /32 routes, as many CNIs do).',
+  'Source: with the kube-proxy-* modes in the run, every proxy (ours too) lists and watches a real kube-apiserver (etcd, kube-apiserver, kube-controller-manager in a namespace linked to the node); the bench writes the Services and EndpointSlices through the API as a controller would. Without them, our agent reads the same objects from manifest files (`--manifests DIR`).',
   'N Services with E endpoints each; every Service has its own ClusterIP and EndpointSlice, all slices list the same E real backend pods (a C epoll server: HTTP keep-alive on 8080, UDP echo on 5353), because N × E real backends cannot run on one machine.',
   'Traffic goes from the client pod to the last Service (the worst case for iptables: last in KUBE-SERVICES); only that Service also has a UDP port.',
-  'Cold start: agent process start to its first "synced" log line (includes reading and parsing the manifests); first sync: the duration the agent logs for that sync.',
-  "Endpoint change: the measured Service's EndpointSlice file is rewritten with one more endpoint; timed until the kernel shows it (polled: the endpoint's iptables chain, its nft chain, or the BPF backends map), so it includes the manifest watcher's 200 ms debounce and re-read; the agent's own duration of that sync is reported next to it.",
+  'Cold start: proxy process start to its first full sync (our "synced" log line; kube-proxy\'s first IPv4 "SyncProxyRules complete", logged at --v=2), including listing or reading every object; first sync: the duration the proxy logs for that sync (ours: durationMs; kube-proxy: elapsed).',
+  "Endpoint change: the measured Service's EndpointSlice gets one more endpoint (one API write, or one manifest file rewritten); timed until the kernel shows it (polled: the endpoint's iptables chain, its nft chain, or the BPF backends map); from manifests it includes the watcher's 200 ms debounce and re-read. The proxy's own duration of that sync is reported next to it.",
   'New connections: a C client connects, sends one HTTP/1.1 request, reads the reply and closes with RST (no TIME_WAIT), sequentially, for a fixed time; first-packet latency is the connect() time. UDP: a new socket (new source port, so a new conntrack/flow entry) per datagram.',
   'Keep-alive throughput: wrk -t1 -c2 for the same fixed time.',
   'Each repetition walks every N and, at each N, every mode in an order rotated by one per repetition; conntrack is flushed and the node cleaned (`cleanup`) between cells.',
@@ -85,11 +102,16 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
   const machine = await machineInfo();
   const unavailable: BenchResults['unavailable'] = [];
   let modes = [...options.modes];
-  if (modes.includes('ipvs') && !machine.ipvs.available) {
-    unavailable.push({ mode: 'ipvs', reason: machine.ipvs.reason });
-    say(`ipvs: not measured: ${machine.ipvs.reason}`);
-    modes = modes.filter((m) => m !== 'ipvs');
-  }
+  const drop = (which: (mode: BenchMode) => boolean, reason: string) => {
+    for (const mode of modes.filter(which)) {
+      unavailable.push({ mode, reason });
+      say(`${mode}: not measured: ${reason}`);
+    }
+    modes = modes.filter((mode) => !which(mode));
+  };
+  if (!machine.ipvs.available) drop((m) => m === 'ipvs', machine.ipvs.reason);
+  const missing = controlPlaneMissing();
+  if (missing) drop(isKubeProxyMode, missing);
 
   // Every bpf pin of the run lives under BPFFS_ROOT (the agents' and BPF_PROG_TEST_RUN's): a node
   // that cannot have bpffs fails before any namespace exists.
@@ -102,9 +124,13 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
   const samples: Sample[] = [];
   const failures: CellFailure[] = [];
   let bpfCostSamples: BpfCostSample[] = [];
+  let api: ApiCluster | undefined;
+  let source: ClusterFeed['kind'] = 'manifests';
   const onSignal = () => {
     say('interrupted: cleaning up');
-    void lab.destroy().finally(() => process.exit(130));
+    void Promise.resolve(api?.stop())
+      .then(() => lab.destroy())
+      .finally(() => process.exit(130));
   };
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
@@ -116,76 +142,75 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     say(`building the namespaces: 1 node, ${options.endpoints} backend pods, 1 client pod`);
     const topology = await buildTopology(lab, options.endpoints, tools);
     const cli = cliEntryPoint();
-    const manifestDirs = new Map<number, string>();
-    for (const services of options.serviceCounts) {
-      const dir = join(workDir, `manifests-${services}`);
-      mkdirSync(dir);
-      for (const [name, text] of Object.entries(manifestFiles({ services, endpoints: options.endpoints })))
-        writeFileSync(join(dir, name), text);
-      manifestDirs.set(services, dir);
-    }
-
-    const totalCells = options.reps * options.serviceCounts.length * modes.length;
-    const cellTimes = new Map<number, number[]>();
-    let done = 0;
-    const eta = (remainingByN: Map<number, number>) => {
-      const all = [...cellTimes.values()].flat();
-      const mean = all.reduce((s, t) => s + t, 0) / (all.length || 1);
-      let ms = 0;
-      for (const [n, count] of remainingByN) {
-        const times = cellTimes.get(n) ?? [];
-        ms += count * (times.length ? times.reduce((s, t) => s + t, 0) / times.length : mean);
+    if (modes.some(isKubeProxyMode)) {
+      say(
+        'starting the control plane (etcd, kube-apiserver, kube-controller-manager) for the real kube-proxy',
+      );
+      try {
+        api = await ApiCluster.start(lab, topology.nodeNs, workDir);
+      } catch (err) {
+        drop(isKubeProxyMode, `the control plane did not start: ${(err as Error).message.split('\n')[0]}`);
       }
-      return all.length ? formatDuration(ms) : '?';
+    }
+    source = api ? 'apiserver' : 'manifests';
+
+    const cells = options.serviceCounts.flatMap((services) =>
+      Array.from({ length: options.reps }, (_, rep) =>
+        rotate(modes, rep).map((mode) => ({ services, rep, mode })),
+      ).flat(),
+    );
+    const cellTimes = new Map<number, number[]>();
+    const eta = (remaining: readonly { services: number }[]) => {
+      const all = [...cellTimes.values()].flat();
+      const mean = (times: number[]) => times.reduce((s, t) => s + t, 0) / times.length;
+      if (all.length === 0) return '?';
+      const ms = remaining.reduce((sum, c) => sum + mean(cellTimes.get(c.services) ?? all), 0);
+      return formatDuration(ms);
     };
-    for (let rep = 0; rep < options.reps; rep++) {
-      for (const services of options.serviceCounts) {
-        for (const mode of rotate(modes, rep)) {
-          if (unavailable.some((u) => u.mode === mode)) continue;
-          const remaining = new Map<number, number>();
-          for (const n of options.serviceCounts) {
-            const before = options.serviceCounts.indexOf(n) < options.serviceCounts.indexOf(services) ? 1 : 0;
-            remaining.set(n, (options.reps - rep - before) * modes.length);
-          }
-          const label = `[${done + 1}/${totalCells}] rep ${rep + 1}/${options.reps} · ${mode} · N=${services.toLocaleString('en')}`;
-          say(`${label} · elapsed ${formatDuration(performance.now() - started)} · ETA ${eta(remaining)}`);
-          const scenario: Scenario = { services, endpoints: options.endpoints };
-          const cellStart = performance.now();
-          try {
-            samples.push(
-              ...(await runCell(
-                {
-                  lab,
-                  topology,
-                  tools,
-                  cli,
-                  workDir,
-                  manifestDir: manifestDirs.get(services) as string,
-                  settings: options.cell,
-                  step: (text) => say(`    ${label}: ${text}`),
-                },
-                mode,
-                scenario,
-                rep,
-              )),
-            );
-          } catch (err) {
-            const message = (err as Error).message;
-            if (/not implemented yet/.test(message)) {
-              const reason = /proxy mode "[^"]+" is not implemented yet[^\n]*/.exec(message)?.[0] ?? message;
-              unavailable.push({ mode, reason: `the agent refuses it: ${reason}` });
-              say(`${mode}: not measured: ${reason}`);
-            } else {
-              failures.push({ mode, services, rep, error: message.slice(0, 4000) });
-              say(`    ${label}: FAILED: ${message.split('\n')[0]}`);
-            }
-          }
-          done++;
-          const times = cellTimes.get(services) ?? [];
-          times.push(performance.now() - cellStart);
-          cellTimes.set(services, times);
+    // One N's cluster at a time (N is the outer loop), prepared before its first cell.
+    const feeds = new Map<number, ClusterFeed>();
+    for (const [index, { services, rep, mode }] of cells.entries()) {
+      const scenario: Scenario = { services, endpoints: options.endpoints };
+      const feed = feeds.get(services) ?? (await prepareFeed(api, scenario, workDir, say));
+      feeds.set(services, feed);
+      if (unavailable.some((u) => u.mode === mode)) continue;
+      const label = `[${index + 1}/${cells.length}] N=${services.toLocaleString('en')} · rep ${rep + 1}/${options.reps} · ${mode}`;
+      say(
+        `${label} · elapsed ${formatDuration(performance.now() - started)} · ETA ${eta(cells.slice(index))}`,
+      );
+      const cellStart = performance.now();
+      try {
+        samples.push(
+          ...(await runCell(
+            {
+              lab,
+              topology,
+              tools,
+              cli,
+              workDir,
+              feed,
+              settings: options.cell,
+              step: (text) => say(`    ${label}: ${text}`),
+            },
+            mode,
+            scenario,
+            rep,
+          )),
+        );
+      } catch (err) {
+        const message = (err as Error).message;
+        if (/not implemented yet/.test(message)) {
+          const reason = /proxy mode "[^"]+" is not implemented yet[^\n]*/.exec(message)?.[0] ?? message;
+          unavailable.push({ mode, reason: `the agent refuses it: ${reason}` });
+          say(`${mode}: not measured: ${reason}`);
+        } else {
+          failures.push({ mode, services, rep, error: message.slice(0, 4000) });
+          say(`    ${label}: FAILED: ${message.split('\n')[0]}`);
         }
       }
+      const times = cellTimes.get(services) ?? [];
+      times.push(performance.now() - cellStart);
+      cellTimes.set(services, times);
     }
 
     say('BPF per-packet cost (BPF_PROG_TEST_RUN)');
@@ -210,6 +235,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
+    await api?.stop();
     await lab.destroy();
     rmSync(workDir, { recursive: true, force: true });
   }
@@ -223,6 +249,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     quick: options.quick,
     machine,
     settings,
+    source,
     modes: measured,
     unavailable,
     methodology: METHODOLOGY,
@@ -238,6 +265,28 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     `results: ${dir} (and ${join(resolve(options.out), 'latest')}) in ${formatDuration(performance.now() - started)}`,
   );
   return { dir, results };
+}
+
+/** One N's cluster for the proxies: written through the API server, or as manifest files. */
+async function prepareFeed(
+  api: ApiCluster | undefined,
+  scenario: Scenario,
+  workDir: string,
+  say: (line: string) => void,
+): Promise<ClusterFeed> {
+  if (api) {
+    const n = scenario.services.toLocaleString('en');
+    const begun = performance.now();
+    await api.apply(scenario);
+    say(
+      `    ${n} Services and EndpointSlices in the API server (${formatDuration(performance.now() - begun)})`,
+    );
+    return { kind: 'apiserver', api };
+  }
+  const dir = join(workDir, `manifests-${scenario.services}`);
+  mkdirSync(dir);
+  for (const [name, text] of Object.entries(manifestFiles(scenario))) writeFileSync(join(dir, name), text);
+  return { kind: 'manifests', dir };
 }
 
 export function reportInput(results: BenchResults): ReportInput {
@@ -281,6 +330,10 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
     `Machine: ${machineLine(results.machine)}.`,
     '',
     `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}} services × ${results.settings.endpoints} endpoints, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
+    '',
+    results.source === 'apiserver'
+      ? 'Source: every proxy, ours and the real kube-proxy, listed and watched a real kube-apiserver; the bench wrote the Services and EndpointSlices through the API.'
+      : "Source: the agent read the bench's manifest files (no real kube-proxy in this run).",
   ].join('\n');
   writeFileSync(join(dir, 'results.md'), markdownReport(reportInput(results), header));
 

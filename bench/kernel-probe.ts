@@ -11,15 +11,43 @@ import { servicePortChainNameBase } from '../src/dataplanes/nftables/names.js';
 import type { Lab } from '../src/lab/netns.js';
 import { NAMESPACE, SERVICE_TCP_PORT, TCP_TARGET_PORT } from './scenario.js';
 
-/** "bpf-sock": the bpf mode with bpf.socketLB all, the client pod served at its sockets. */
-export type BenchMode = 'bpf' | 'bpf-sock' | 'iptables' | 'nftables' | 'ipvs';
+/**
+ * "bpf-sock": the bpf mode with bpf.socketLB all, the client pod served at its sockets.
+ * "kube-proxy-iptables", "kube-proxy-nftables": the real kube-proxy binary in that mode, the
+ * baseline our iptables and nftables modes re-implement.
+ */
+export type BenchMode =
+  | 'bpf'
+  | 'bpf-sock'
+  | 'iptables'
+  | 'nftables'
+  | 'ipvs'
+  | 'kube-proxy-iptables'
+  | 'kube-proxy-nftables';
+
+/** The real kube-proxy's modes, each next to the mode of ours that re-implements it. */
+export const KUBE_PROXY_MODES = {
+  'kube-proxy-iptables': 'iptables',
+  'kube-proxy-nftables': 'nftables',
+} as const satisfies Partial<Record<BenchMode, BenchMode>>;
+
+export type KubeProxyMode = keyof typeof KUBE_PROXY_MODES;
+
+export function isKubeProxyMode(mode: BenchMode): mode is KubeProxyMode {
+  return mode in KUBE_PROXY_MODES;
+}
+
+/** What the kernel holds in this mode: the real kube-proxy programs the same rules as ours. */
+function kernelMode(mode: BenchMode): Exclude<BenchMode, KubeProxyMode> {
+  return isKubeProxyMode(mode) ? KUBE_PROXY_MODES[mode] : mode;
+}
 
 export interface ProbeContext {
   lab: Lab;
   nodeNs: string;
   /** The bpf pin path the agent was given. */
   pinPath: string;
-  /** The iptables binary family the agent chose ("nft" or "legacy"), from its log. */
+  /** The iptables binary family the proxy uses ("nft" or "legacy"). */
   iptablesBackend: string;
   /** The measured service's ClusterIP (ipvs lists real servers per virtual server). */
   serviceIP: string;
@@ -32,7 +60,7 @@ export async function endpointInKernel(
   service: string,
   ip: string,
 ): Promise<boolean> {
-  switch (mode) {
+  switch (kernelMode(mode)) {
     case 'iptables': {
       const chain = endpointChain(`${NAMESPACE}/${service}:http`, 'TCP', `${ip}:${TCP_TARGET_PORT}`);
       const cmd = ctx.iptablesBackend === 'legacy' ? 'iptables-legacy' : 'iptables-nft';

@@ -24,31 +24,31 @@ export interface MeasureInfo {
 
 export const MEASURES: Record<MeasureId, MeasureInfo> = {
   coldStartMs: {
-    title: 'Program N services from cold (agent start to first "synced")',
+    title: 'Program N services from cold (proxy start to its first full sync)',
     unit: 'ms',
     better: 'lower',
     pooled: false,
   },
   firstSyncMs: {
-    title: "First full sync (the agent's own sync duration)",
+    title: "First full sync (the proxy's own sync duration)",
     unit: 'ms',
     better: 'lower',
     pooled: false,
   },
   endpointChangeMs: {
-    title: 'One EndpointSlice change (file edit) to the kernel showing it',
+    title: 'One EndpointSlice change to the kernel showing it',
     unit: 'ms',
     better: 'lower',
     pooled: false,
   },
   changeSyncMs: {
-    title: "Sync of one EndpointSlice change (the agent's own sync duration)",
+    title: "Sync of one EndpointSlice change (the proxy's own sync duration)",
     unit: 'ms',
     better: 'lower',
     pooled: false,
   },
   agentRssMiB: {
-    title: 'Agent memory after the first sync (VmRSS)',
+    title: 'Proxy memory after the first sync (VmRSS)',
     unit: 'MiB',
     better: 'lower',
     pooled: false,
@@ -94,6 +94,12 @@ export interface Sample {
   /** Requests that failed (timeouts, resets) in this run; never silently dropped. */
   errors?: number;
   attempts?: number;
+  /**
+   * iptables modes, on the new-connection sample: where the measured Service's rule sits in nat
+   * KUBE-SERVICES (1-based) among its rules. Ours writes the Services in name order (the measured
+   * one last); the real kube-proxy in Go map order, so its position differs run to run.
+   */
+  kubeServicesPosition?: { rule: number; of: number };
 }
 
 export interface BpfCostSample {

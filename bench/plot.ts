@@ -22,6 +22,9 @@ export const MODE_COLORS: Record<string, string> = {
   iptables: '#c51b7d',
   nftables: '#2166ac',
   ipvs: '#e08214',
+  // The real kube-proxy: the colour of the mode of ours that re-implements it, lighter.
+  'kube-proxy-iptables': '#f1b6da',
+  'kube-proxy-nftables': '#92c5de',
 };
 
 const WIDTH = 720;

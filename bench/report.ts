@@ -1,7 +1,7 @@
-// From samples to what a reader sees: per (mode, N, measure) median and p99, the ratio table
-// (bpf ÷ each other mode, same run) and the Markdown summary.
+// From samples to what a reader sees: per (mode, N, measure) median and p99, the ratio tables (each
+// of our modes ÷ the real kube-proxy's, bpf ÷ each other mode; same run) and the Markdown summary.
 
-import type { BenchMode } from './kernel-probe.js';
+import { type BenchMode, isKubeProxyMode, KUBE_PROXY_MODES } from './kernel-probe.js';
 import { type BpfCostSample, MEASURE_IDS, MEASURES, type MeasureId, type Sample } from './measures.js';
 import { mergeHistograms, type Summary, summarize, summarizeHistogram } from './stats.js';
 
@@ -69,17 +69,40 @@ export function aggregateBpfCost(samples: readonly BpfCostSample[]): BpfCostAggr
   });
 }
 
-/** bpf ÷ other, of the medians; null when either is missing. */
+/** Two modes compared: numerator ÷ denominator. */
+export type ModePair = readonly [BenchMode, BenchMode];
+
+/** numerator ÷ denominator, of the medians; null when either is missing. */
 export function ratio(
   aggregates: readonly Aggregate[],
-  other: BenchMode,
+  [numerator, denominator]: ModePair,
   services: number,
   measure: MeasureId,
 ): number | null {
-  const bpf = findAggregate(aggregates, 'bpf', services, measure);
-  const base = findAggregate(aggregates, other, services, measure);
-  if (!bpf || !base || !(base.median > 0) || !Number.isFinite(bpf.median)) return null;
-  return bpf.median / base.median;
+  const top = findAggregate(aggregates, numerator, services, measure);
+  const base = findAggregate(aggregates, denominator, services, measure);
+  if (!top || !base || !(base.median > 0) || !Number.isFinite(top.median)) return null;
+  return top.median / base.median;
+}
+
+/**
+ * Against each real kube-proxy mode that ran: the mode of ours that re-implements it, then bpf.
+ * Ours ÷ real near 1 means the re-implementation matches it.
+ */
+export function kubeProxyPairs(modes: readonly BenchMode[]): ModePair[] {
+  return modes
+    .filter(isKubeProxyMode)
+    .flatMap((real) =>
+      [KUBE_PROXY_MODES[real], 'bpf' as const]
+        .filter((ours) => modes.includes(ours))
+        .map((ours): ModePair => [ours, real]),
+    );
+}
+
+/** bpf ÷ each other mode of ours. */
+export function bpfPairs(modes: readonly BenchMode[]): ModePair[] {
+  if (!modes.includes('bpf')) return [];
+  return modes.filter((m) => m !== 'bpf' && !isKubeProxyMode(m)).map((m): ModePair => ['bpf', m]);
 }
 
 function formatNumber(v: number): string {
@@ -99,18 +122,16 @@ export interface ReportInput {
   failures: { mode: BenchMode; services: number; rep: number; error: string }[];
 }
 
-export function ratioTable(input: ReportInput): string {
-  const others = input.modes.filter((m) => m !== 'bpf');
-  if (!input.modes.includes('bpf') || others.length === 0)
-    return '_No ratio: bpf and at least one other mode must run._\n';
+export function ratioTable(input: ReportInput, pairs: readonly ModePair[]): string {
+  if (pairs.length === 0) return '_No ratio: bpf and at least one other mode must run._\n';
   const lines = [
-    `| measure | better | ${input.serviceCounts.flatMap((n) => others.map((o) => `bpf ÷ ${o} @ N=${n.toLocaleString('en')}`)).join(' | ')} |`,
-    `|---|---|${input.serviceCounts.flatMap(() => others.map(() => '---:')).join('|')}|`,
+    `| measure | better | ${input.serviceCounts.flatMap((n) => pairs.map(([a, b]) => `${a} ÷ ${b} @ N=${n.toLocaleString('en')}`)).join(' | ')} |`,
+    `|---|---|${input.serviceCounts.flatMap(() => pairs.map(() => '---:')).join('|')}|`,
   ];
   for (const measure of MEASURE_IDS) {
     const cells = input.serviceCounts.flatMap((n) =>
-      others.map((o) => {
-        const r = ratio(input.aggregates, o, n, measure);
+      pairs.map((pair) => {
+        const r = ratio(input.aggregates, pair, n, measure);
         return r === null ? '–' : `${r.toFixed(2)}×`;
       }),
     );
@@ -160,7 +181,19 @@ export function bpfCostTable(rows: readonly BpfCostAggregate[]): string {
 }
 
 export function markdownReport(input: ReportInput, header: string): string {
-  const parts = [header, '', '### Ratios (bpf ÷ other mode, medians of the same run)', '', ratioTable(input)];
+  const parts = [header, ''];
+  const real = kubeProxyPairs(input.modes);
+  if (real.length > 0)
+    parts.push(
+      '### Ours ÷ the real kube-proxy (medians of the same run; near 1× means they match)',
+      '',
+      ratioTable(input, real),
+    );
+  parts.push(
+    '### Ratios (bpf ÷ other mode, medians of the same run)',
+    '',
+    ratioTable(input, bpfPairs(input.modes)),
+  );
   parts.push('### Values', '', valuesTable(input));
   parts.push('### BPF per-packet cost (BPF_PROG_TEST_RUN)', '', bpfCostTable(input.bpfCost));
   if (input.unavailable.length > 0) {

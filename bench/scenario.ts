@@ -31,9 +31,12 @@ export function backendPodIP(i: number): string {
   return `10.244.0.${10 + i}`;
 }
 
-/** The ClusterIP of service i (i from 0): 10.96.0.1 onwards, within 10.96.0.0/16. */
+/**
+ * The ClusterIP of service i (i from 0): 10.96.0.2 onwards, within 10.96.0.0/16. 10.96.0.1 is the
+ * `kubernetes` Service's when the API server (service range 10.96.0.0/16) is the source.
+ */
 export function clusterIP(i: number): string {
-  const n = i + 1;
+  const n = i + 2;
   if (n > 65534) throw new Error(`service ${i}: more services than 10.96.0.0/16 holds`);
   return `10.96.${n >> 8}.${n & 255}`;
 }
@@ -62,7 +65,9 @@ export function validateScenario(scenario: Scenario): void {
   clusterIP(scenario.services - 1);
 }
 
-function service(i: number, withUdp: boolean): object {
+/** Service i; the measured (last) one also has the UDP port. */
+export function serviceObject(i: number, scenario: Scenario): object {
+  const withUdp = i === scenario.services - 1;
   const ports: object[] = [
     { name: 'http', protocol: 'TCP', port: SERVICE_TCP_PORT, targetPort: TCP_TARGET_PORT },
   ];
@@ -118,7 +123,7 @@ export function manifestFiles(scenario: Scenario): ManifestFiles {
   const services: object[] = [];
   const slices: object[] = [];
   for (let i = 0; i < scenario.services; i++) {
-    services.push(service(i, i === last));
+    services.push(serviceObject(i, scenario));
     if (i !== last) slices.push(endpointSlice(i, scenario));
   }
   return {

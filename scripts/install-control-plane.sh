@@ -14,7 +14,7 @@
 #
 # Prints the two directories on its last two lines as KBP_K8S_BIN=... and KBP_ETCD_BIN=....
 # With --locate it builds nothing: it prints them, and exits 1 when a binary is missing (the test
-# helper test/support/control-plane.ts finds the binaries this way).
+# helper src/lab/control-plane.ts finds the binaries this way).
 set -euo pipefail
 locate_only=0
 [[ ${1:-} == --locate ]] && locate_only=1

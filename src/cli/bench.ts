@@ -97,7 +97,11 @@ export function registerBenchCommand(program: Command): void {
       '--quick',
       `a reduced matrix in a few minutes (N ${QUICK.services}, ${QUICK.reps} repetitions, ${QUICK.seconds} s loads)`,
     )
-    .option('--modes <list>', 'modes to measure (ipvs needs a kernel with IPVS)', ALL_MODES.join(','))
+    .option(
+      '--modes <list>',
+      'modes to measure (ipvs needs a kernel with IPVS; kube-proxy-iptables and kube-proxy-nftables run the real kube-proxy, built by scripts/install-control-plane.sh, and feed every mode from a real API server)',
+      ALL_MODES.join(','),
+    )
     .option(
       '--services <list>',
       `numbers of services N (default ${FULL.services}; --quick ${QUICK.services})`,

@@ -1,6 +1,7 @@
 // An agent's JSON log as the lab follows it (a process's stderr, or `podman logs -f`): every
 // structured line, each "synced" line as a sync, the tail for error messages, and waits that end
-// when the awaited line arrives, the log ends, or the time runs out.
+// when the awaited line arrives, the log ends, or the time runs out. Another program's log (the real
+// kube-proxy's klog text) is followed the same way with a reader of its own for each line.
 
 export interface SyncLine {
   /** performance.now() when the line arrived. */
@@ -10,6 +11,28 @@ export interface SyncLine {
 }
 
 const TAIL_CHARS = 20_000;
+
+/** What one log line says: a structured line to keep, and whether it reports a sync. */
+export interface LogLineReading {
+  line?: Record<string, unknown>;
+  sync?: Omit<SyncLine, 'at'>;
+}
+
+/** Our agent's JSON lines; a sync is a "synced" line. */
+export function readAgentLine(text: string): LogLineReading {
+  let parsed: Record<string, unknown>;
+  try {
+    parsed = JSON.parse(text) as Record<string, unknown>;
+  } catch {
+    return {};
+  }
+  return {
+    line: parsed,
+    ...(parsed.msg === 'synced'
+      ? { sync: { durationMs: Number(parsed.durationMs), full: parsed.full === true } }
+      : {}),
+  };
+}
 
 export class AgentLog {
   readonly syncs: SyncLine[] = [];
@@ -21,7 +44,10 @@ export class AgentLog {
   private waiters: (() => void)[] = [];
 
   /** `who` names the agent in error messages ("agent", "pod node-a"). */
-  constructor(private readonly who: string) {}
+  constructor(
+    private readonly who: string,
+    private readonly read: (text: string) => LogLineReading = readAgentLine,
+  ) {}
 
   /** A chunk of the log stream, split into lines here. */
   feed(chunk: Buffer | string): void {
@@ -85,20 +111,9 @@ export class AgentLog {
 
   private onLine(text: string): void {
     this.text = `${this.text}${text}\n`.slice(-TAIL_CHARS);
-    let parsed: Record<string, unknown>;
-    try {
-      parsed = JSON.parse(text) as Record<string, unknown>;
-    } catch {
-      return;
-    }
-    this.lines.push(parsed);
-    if (parsed.msg === 'synced') {
-      this.syncs.push({
-        at: performance.now(),
-        durationMs: Number(parsed.durationMs),
-        full: parsed.full === true,
-      });
-    }
+    const { line, sync } = this.read(text);
+    if (line) this.lines.push(line);
+    if (sync) this.syncs.push({ at: performance.now(), ...sync });
   }
 
   private notify(): void {

@@ -86,10 +86,7 @@ export class LabAgent {
 
   /** VmRSS and VmHWM (peak) of the agent process, in MiB. */
   memory(): { rssMiB: number; peakMiB: number } {
-    const status = readFileSync(`/proc/${this.child.pid}/status`, 'utf8');
-    const kib = (field: string) =>
-      Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? Number.NaN);
-    return { rssMiB: kib('VmRSS') / 1024, peakMiB: kib('VmHWM') / 1024 };
+    return processMemory(this.child.pid);
   }
 
   tail(): string {
@@ -100,6 +97,13 @@ export class LabAgent {
   stop(): Promise<void> {
     return stopAgentProcess(this.child, this.log);
   }
+}
+
+/** VmRSS and VmHWM (peak) of a process, in MiB, from /proc/PID/status. */
+export function processMemory(pid: number | undefined): { rssMiB: number; peakMiB: number } {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const kib = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? Number.NaN);
+  return { rssMiB: kib('VmRSS') / 1024, peakMiB: kib('VmHWM') / 1024 };
 }
 
 /** SIGTERM, then SIGKILL after 10 s; resolves once the process is gone (at once if it is). */

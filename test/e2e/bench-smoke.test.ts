@@ -1,17 +1,22 @@
 // `kube-bpf-proxy bench --quick` with a tiny matrix: the harness works end to end on this machine
-// (namespaces, agents in every mode that runs here, load generators, BPF_PROG_TEST_RUN, results
-// JSON, report, plots). The figures themselves are not asserted: they depend on the machine.
+// (namespaces, agents in every mode that runs here, the real kube-proxy fed by a real API server,
+// load generators, BPF_PROG_TEST_RUN, results JSON, report, plots). The figures themselves are not
+// asserted: they depend on the machine. Outside CI, the real-kube-proxy modes are skipped (and
+// listed with the reason) when the control-plane binaries are not built; in CI they must run.
 
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { ALL_MODES, type BenchResults, PLOT_FILES, runBench } from '../../bench/harness.js';
+import { isKubeProxyMode } from '../../bench/kernel-probe.js';
 import { MEASURE_IDS } from '../../bench/measures.js';
 import { benchOptions } from '../../src/cli/bench.js';
+import { locateControlPlane } from '../../src/lab/control-plane.js';
 import { describeRoot } from '../support/privileges.js';
 
 const SERVICES = [1, 10];
+const realKubeProxyExpected = process.env.CI === 'true' || locateControlPlane() !== null;
 
 describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
   const out = mkdtempSync(join(tmpdir(), 'kbp-bench-smoke-'));
@@ -37,7 +42,7 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
       (line) => progress.push(line),
     );
     ({ dir, results } = await runBench(options));
-  }, 170_000);
+  }, 300_000);
   afterAll(() => rmSync(out, { recursive: true, force: true }));
 
   it('measures every mode that runs here and says why the others did not', () => {
@@ -49,6 +54,22 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
       if (skipped) expect(skipped.reason).not.toBe('');
     }
     if (!results.machine.ipvs.available) expect(results.unavailable.map((u) => u.mode)).toContain('ipvs');
+  });
+
+  it('runs the real kube-proxy beside our modes, every proxy fed by the same API server', () => {
+    const real = ALL_MODES.filter(isKubeProxyMode);
+    if (!realKubeProxyExpected) {
+      for (const mode of real)
+        expect(results.unavailable.find((u) => u.mode === mode)?.reason).toMatch(/install-control-plane/);
+      expect(results.source).toBe('manifests');
+      return;
+    }
+    for (const mode of real) expect(results.modes).toContain(mode);
+    expect(results.source).toBe('apiserver');
+    const report = readFileSync(join(dir, 'results.md'), 'utf8');
+    expect(report).toContain('### Ours ÷ the real kube-proxy');
+    expect(report).toContain('iptables ÷ kube-proxy-iptables @ N=1');
+    expect(report).toContain('nftables ÷ kube-proxy-nftables @ N=1');
   });
 
   it('has every measure at every N for every measured mode, with the samples behind it', () => {

@@ -14,10 +14,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { LabAgent } from '../../src/lab/agent.js';
+import { ControlPlane } from '../../src/lab/control-plane.js';
+import { collectionPath, create, createNode, mergePatch, objectPath } from '../../src/lab/kube-objects.js';
+import { KubeProxyProcess, kubeProxyConfig } from '../../src/lab/kube-proxy.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
-import { ControlPlane, describeControlPlane } from '../support/control-plane.js';
+import { describeControlPlane } from '../support/control-plane.js';
 import { type K8sObject, parseObjects } from '../support/helm.js';
-import { collectionPath, create, createNode, mergePatch, objectPath } from '../support/kube-objects.js';
 import { mulberry32 } from '../support/random.js';
 
 // KBP_LAB_PREFIX (e.g. "hnf") keeps runs of several people on one machine apart.
@@ -34,34 +36,21 @@ const NODES = [
   { name: 'node-b', ip: '10.10.0.2', podCIDR: '10.244.2.0/24', zone: 'zone-b' },
 ];
 
-/** The same KubeProxyConfiguration for kube-proxy and for us. */
+/**
+ * The same KubeProxyConfiguration for kube-proxy and for us. A short syncPeriod: chains flushed by
+ * a partial sync are deleted by the next sync (either implementation), so after changes both reach
+ * their steady state within the comparison's wait. minSyncPeriod stays at its 1s default (a 0s
+ * would be the zero value, which v1alpha1 defaulting turns into 1s anyway).
+ */
 function proxyConfig(mode: Mode, kubeconfig: string): string {
-  return [
-    'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
-    'kind: KubeProxyConfiguration',
-    `mode: ${mode}`,
-    'hostnameOverride: node-a',
-    'clusterCIDR: 10.244.0.0/16',
-    'clientConnection:',
-    `  kubeconfig: ${kubeconfig}`,
-    '  contentType: application/json',
-    'metricsBindAddress: 127.0.0.1:10249',
-    'healthzBindAddress: 0.0.0.0:10256',
-    'conntrack:',
-    '  maxPerCore: 0',
-    '  min: 0',
-    '  tcpEstablishedTimeout: 0s',
-    '  tcpCloseWaitTimeout: 0s',
-    // A short syncPeriod: chains flushed by a partial sync are deleted by the next sync (either
-    // implementation), so after changes both reach their steady state within the comparison's wait.
-    // In the mode's own section: v1alpha1 has no top-level syncPeriod/minSyncPeriod (kube-proxy
-    // decodes the file leniently and ignores them; ours would apply them), and a minSyncPeriod of
-    // 0s is the zero value, which v1alpha1 defaulting turns into 1s (kube-proxy v1.37.2 then logs
-    // minSyncPeriod="1s"): both run with 1s here.
-    `${mode}:`,
-    '  syncPeriod: 5s',
-    '',
-  ].join('\n');
+  return kubeProxyConfig({
+    mode,
+    hostname: 'node-a',
+    clusterCIDR: '10.244.0.0/16',
+    kubeconfig,
+    contentType: 'application/json',
+    syncPeriod: '5s',
+  });
 }
 
 /** Rules as a multiset of lines: comments, counters and handles dropped, lines sorted. */
@@ -246,8 +235,7 @@ describeControlPlane('kube-proxy itself vs our agent, same API server, same node
   const lab = new Lab(PREFIX);
   let cp: ControlPlane;
   const processes: { stop(): Promise<void>; tail(): string; name: string }[] = [];
-  /** kube-proxy's "… sync params" log line per mode: the periods it really runs with. */
-  const syncParams = new Map<Mode, string>();
+  const kubeProxies = new Map<Mode, KubeProxyProcess>();
   const corpus = { examples: 0, random: 0, rejected: [] as string[] };
 
   /** Creates an object through the API (LB ingress via the status subresource); the server's rejections are recorded. */
@@ -289,24 +277,19 @@ describeControlPlane('kube-proxy itself vs our agent, same API server, same node
   async function startKubeProxy(ns: string, mode: Mode, server: string): Promise<void> {
     const kubeconfig = join(cp.workDir, `${ns}.kubeconfig`);
     writeFileSync(kubeconfig, cp.kubeconfig(cp.adminToken, server));
-    const config = join(cp.workDir, `${ns}.conf`);
-    writeFileSync(config, proxyConfig(mode, kubeconfig));
-    const child = lab.spawn(ns, join(cp.binaries.k8s, 'kube-proxy'), [`--config=${config}`, '--v=2']);
-    let log = '';
-    child.stderr?.on('data', (d: Buffer) => {
-      log = `${log}${d}`.slice(-30_000);
-      const params = /[^\n]*sync params[^\n]*/i.exec(String(d))?.[0];
-      if (params) syncParams.set(mode, params);
+    const configPath = join(cp.workDir, `${ns}.conf`);
+    writeFileSync(configPath, proxyConfig(mode, kubeconfig));
+    const kubeProxy = KubeProxyProcess.start({
+      lab,
+      ns,
+      binary: join(cp.binaries.k8s, 'kube-proxy'),
+      configPath,
     });
+    kubeProxies.set(mode, kubeProxy);
     processes.push({
       name: `kube-proxy ${mode}`,
-      tail: () => log,
-      stop: async () => {
-        if (child.exitCode !== null) return;
-        const exited = new Promise((resolve) => child.once('exit', resolve));
-        child.kill('SIGTERM');
-        await exited;
-      },
+      tail: () => kubeProxy.tail(),
+      stop: () => kubeProxy.stop(),
     });
   }
 
@@ -433,8 +416,9 @@ describeControlPlane('kube-proxy itself vs our agent, same API server, same node
     it(`${mode}: the same rules as kube-proxy for the corpus, but for the known differences`, async () => {
       await check(mode, 'full sync');
       // The periods of proxyConfig, as kube-proxy reads them (0s minSyncPeriod defaults to 1s).
-      console.log(`kube-proxy ${mode}: ${syncParams.get(mode) ?? '(no sync params line)'}`);
-      expect(syncParams.get(mode)).toMatch(/minSyncPeriod="1s" syncPeriod="5s"/);
+      const params = kubeProxies.get(mode)?.syncParams();
+      console.log(`kube-proxy ${mode}: ${JSON.stringify(params ?? '(no sync params line)')}`);
+      expect(params).toMatchObject({ minSyncPeriod: '1s', syncPeriod: '5s' });
     });
   }
 

@@ -19,10 +19,8 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import { LabAgent } from '../../src/lab/agent.js';
 import { type BuiltCluster, buildCluster } from '../../src/lab/cluster.js';
+import { ControlPlane } from '../../src/lab/control-plane.js';
 import { CHART, helm } from '../../src/lab/helm.js';
-import { deleteStaleNamespaces, Lab, type RequestResult } from '../../src/lab/netns.js';
-import { ControlPlane, describeControlPlane } from '../support/control-plane.js';
-import { type K8sObject, parseObjects } from '../support/helm.js';
 import {
   create,
   createNode,
@@ -33,9 +31,12 @@ import {
   type PodFacts,
   setPodStatus,
   slicesOf,
-} from '../support/kube-objects.js';
+} from '../../src/lab/kube-objects.js';
+import { deleteStaleNamespaces, Lab, type RequestResult } from '../../src/lab/netns.js';
+import { until } from '../../src/lab/until.js';
+import { describeControlPlane } from '../support/control-plane.js';
+import { type K8sObject, parseObjects } from '../support/helm.js';
 import { PodAgent } from '../support/pod-agent.js';
-import { until } from '../support/until.js';
 
 const PREFIX = `hcp-rcp${process.pid}`;
 const repo = (path: string) => fileURLToPath(new URL(`../../${path}`, import.meta.url));

@@ -16,11 +16,11 @@ import type { AttachmentView } from '../../src/dataplanes/bpf/inspect.js';
 import { ip4Codec } from '../../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
 import { findCgroup2Root } from '../../src/host/cgroup.js';
+import { until } from '../../src/lab/until.js';
 import { bpfConfig, decisions } from '../support/bpf-fixtures.js';
 import { keepIproute2LayoutAsFound } from '../support/bpffs.js';
 import { enterNetns, inNetns } from '../support/in-netns.js';
 import { describeRoot } from '../support/privileges.js';
-import { until } from '../support/until.js';
 
 const silentLogger = pino({ level: 'silent' });
 

@@ -1,10 +1,10 @@
 import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { LinkWatch, MONITOR_RESTART_MS } from '../../src/dataplanes/bpf/link-watch.js';
+import { until } from '../../src/lab/until.js';
 import { silentLogger } from '../../src/logger.js';
 import { enterNetns } from '../support/in-netns.js';
 import { describeRoot } from '../support/privileges.js';
-import { until } from '../support/until.js';
 
 const ns = `kbpt-watch-${process.pid}`;
 const ip = (...args: string[]) => execFileSync('ip', ['-n', ns, ...args], { encoding: 'utf8' });

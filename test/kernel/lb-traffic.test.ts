@@ -38,11 +38,11 @@ import {
   u32Codec,
 } from '../../src/dataplanes/bpf/layout.js';
 import { Lab, type RequestResult } from '../../src/lab/netns.js';
+import { until } from '../../src/lab/until.js';
 import { IPPROTO_TCP, IPPROTO_UDP } from '../../src/net/packets.js';
 import { inNetns } from '../support/in-netns.js';
 import { type LoadedLb, loadLb, writeConfig, writeFrontend } from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
-import { until } from '../support/until.js';
 
 const NODE_IPS = ['10.201.0.2', '10.202.0.1', '10.203.0.1', '10.205.0.2'];
 const REMOTE = { id: 1, addr: '10.202.0.2', port: 8080 };

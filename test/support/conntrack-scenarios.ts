@@ -14,8 +14,8 @@ import {
 } from '../../src/dataplanes/conntrack.js';
 import type { CommandRunner } from '../../src/host/command.js';
 import type { Lab, UdpStream, UdpStreamEvent } from '../../src/lab/netns.js';
+import { until } from '../../src/lab/until.js';
 import { silentLogger } from '../../src/logger.js';
-import { until } from './until.js';
 
 export interface ConntrackLab {
   lab: Lab;

@@ -2,14 +2,9 @@
 
 import { parseAllDocuments } from 'yaml';
 import { CHART, helm } from '../../src/lab/helm.js';
+import type { K8sObject } from '../../src/lab/kube-objects.js';
 
-export interface K8sObject {
-  apiVersion: string;
-  kind: string;
-  metadata: { name: string; namespace?: string; [key: string]: unknown };
-  // biome-ignore lint/suspicious/noExplicitAny: rendered manifests are untyped YAML
-  [key: string]: any;
-}
+export type { K8sObject };
 
 export function parseObjects(yamlText: string): K8sObject[] {
   return parseAllDocuments(yamlText)

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Sample } from '../../bench/measures.js';
 import { chartSvg, linearTicks } from '../../bench/plot.js';
-import { aggregate, ratio, ratioTable } from '../../bench/report.js';
+import { aggregate, bpfPairs, kubeProxyPairs, ratio, ratioTable } from '../../bench/report.js';
 import { clusterIP, manifestFiles, measuredService, validateScenario } from '../../bench/scenario.js';
 import { histogram, histogramPercentile, mergeHistograms, percentile, summarize } from '../../bench/stats.js';
 import { parseColumns, parseLoadgen, parseWrk } from '../../bench/tools.js';
@@ -62,8 +62,8 @@ describe('scenario', () => {
   it('ClusterIPs are distinct and stay in 10.96.0.0/16; bad sizes are refused', () => {
     const ips = new Set(Array.from({ length: 30000 }, (_, i) => clusterIP(i)));
     expect(ips.size).toBe(30000);
-    expect(clusterIP(0)).toBe('10.96.0.1');
-    expect(clusterIP(255)).toBe('10.96.1.0');
+    expect(clusterIP(0)).toBe('10.96.0.2');
+    expect(clusterIP(254)).toBe('10.96.1.0');
     expect(() => validateScenario({ services: 0, endpoints: 10 })).toThrow();
     expect(() => validateScenario({ services: 10, endpoints: 33 })).toThrow();
     expect(() => validateScenario({ services: 70000, endpoints: 10 })).toThrow();
@@ -89,18 +89,40 @@ describe('report', () => {
       sample('iptables', 'crrPerSec', 6000, 2),
     ];
     const aggregates = aggregate(samples);
-    expect(ratio(aggregates, 'iptables', 1000, 'crrPerSec')).toBe(2);
-    expect(ratio(aggregates, 'nftables', 1000, 'crrPerSec')).toBeNull();
-    const table = ratioTable({
-      modes: ['bpf', 'iptables'],
-      serviceCounts: [1000],
-      aggregates,
-      bpfCost: [],
-      unavailable: [],
-      failures: [],
-    });
+    expect(ratio(aggregates, ['bpf', 'iptables'], 1000, 'crrPerSec')).toBe(2);
+    expect(ratio(aggregates, ['bpf', 'nftables'], 1000, 'crrPerSec')).toBeNull();
+    const input = { serviceCounts: [1000], aggregates, bpfCost: [], unavailable: [], failures: [] };
+    const table = ratioTable({ ...input, modes: ['bpf', 'iptables'] }, [['bpf', 'iptables']]);
     expect(table).toContain('bpf ÷ iptables @ N=1,000');
     expect(table).toContain('2.00×');
+  });
+
+  it('each of our modes is compared with the real kube-proxy mode it re-implements, and bpf with both', () => {
+    const modes = [
+      'bpf',
+      'iptables',
+      'nftables',
+      'ipvs',
+      'kube-proxy-iptables',
+      'kube-proxy-nftables',
+    ] as const;
+    expect(kubeProxyPairs(modes)).toEqual([
+      ['iptables', 'kube-proxy-iptables'],
+      ['bpf', 'kube-proxy-iptables'],
+      ['nftables', 'kube-proxy-nftables'],
+      ['bpf', 'kube-proxy-nftables'],
+    ]);
+    expect(bpfPairs(modes)).toEqual([
+      ['bpf', 'iptables'],
+      ['bpf', 'nftables'],
+      ['bpf', 'ipvs'],
+    ]);
+    expect(kubeProxyPairs(['iptables', 'nftables'])).toEqual([]);
+    const aggregates = aggregate([
+      sample('iptables', 'coldStartMs', 900),
+      sample('kube-proxy-iptables', 'coldStartMs', 1200),
+    ]);
+    expect(ratio(aggregates, ['iptables', 'kube-proxy-iptables'], 1000, 'coldStartMs')).toBe(0.75);
   });
 
   it('pooled measures take their percentiles over every request', () => {

@@ -1,9 +1,17 @@
-// Objects written through a real API server (test/support/control-plane.ts), and the kubelet's part
+// Objects written through a real API server (control-plane.ts), and the kubelet's part
 // for pods whose "containers" are lab network namespaces: the harness sets podIP and the Ready
 // condition through the status subresource, as the kubelet does once a pod's sandbox is up.
 
 import type { ControlPlane } from './control-plane.js';
-import type { K8sObject } from './helm.js';
+
+/** A Kubernetes object as read from a manifest or the API: typed where the code reads it. */
+export interface K8sObject {
+  apiVersion: string;
+  kind: string;
+  metadata: { name: string; namespace?: string; [key: string]: unknown };
+  // biome-ignore lint/suspicious/noExplicitAny: manifests and API answers are untyped JSON
+  [key: string]: any;
+}
 
 const CLUSTER_SCOPED = new Set(['Namespace', 'Node', 'ClusterRole', 'ClusterRoleBinding', 'PriorityClass']);
 
