@@ -11,11 +11,11 @@ import { ct4Key, TCP_FLAG } from '../../src/dataplanes/bpf/layout.js';
 import { LabAgent } from '../../src/lab/agent.js';
 import { type BuiltCluster, buildCluster, clusterSpecFromState } from '../../src/lab/cluster.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
+import { until } from '../../src/lab/until.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
 import { readManifests } from '../../src/sources/manifests.js';
 import { describeRoot } from '../support/privileges.js';
 import { type Exposition, parseExposition, samplesOf, sampleValue } from '../support/prom-text.js';
-import { until } from '../support/until.js';
 
 // The bpf data plane's connection tracking under a real agent (`run --proxy-mode bpf`, its
 // conntrack GC running every second, a 1,024-entry conntrack table) on a one-node cluster of
