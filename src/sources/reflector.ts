@@ -136,9 +136,7 @@ export class Reflector {
       this.log.info({ path: this.resource.path }, 'this resource can be listed now');
     }
     const { contentType, body } = response;
-    const { items, resourceVersion } = readList(
-      isProtobuf(contentType) ? decodeList(this.resource.kind, body) : JSON.parse(body.toString('utf8')),
-    );
+    const { items, resourceVersion } = decodeListBody(this.resource.kind, contentType, body);
     const diff = diffRelist(this.known, items);
     this.known = diff.next;
     this.resourceVersion = resourceVersion;
@@ -403,8 +401,16 @@ function protobufEvents(kind: WatchedResource['kind']): (chunk: Buffer) => Decod
   };
 }
 
-function readList(body: unknown): { items: unknown[]; resourceVersion: string } {
-  const list = (body ?? {}) as { items?: unknown; metadata?: { resourceVersion?: unknown } };
+/** A list response body, in the encoding its content type names, as its items and resourceVersion. */
+export function decodeListBody(
+  kind: WatchedKind,
+  contentType: string,
+  body: Buffer,
+): { items: unknown[]; resourceVersion: string } {
+  const decoded: unknown = isProtobuf(contentType)
+    ? decodeList(kind, body)
+    : JSON.parse(body.toString('utf8'));
+  const list = (decoded ?? {}) as { items?: unknown; metadata?: { resourceVersion?: unknown } };
   const resourceVersion = list.metadata?.resourceVersion;
   if (!Array.isArray(list.items) || typeof resourceVersion !== 'string' || resourceVersion === '') {
     throw new Error('list response has no items or no metadata.resourceVersion');
