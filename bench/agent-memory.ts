@@ -34,8 +34,9 @@ export interface AgentMemory {
   endpoints: number;
   /** Every Service has E addresses of its own (N × E endpoints), not the same E. */
   distinctEndpoints: boolean;
-  /** Agent start to its first "synced" line. */
+  /** Agent start to its first "synced" line, and that sync's own duration. */
   coldStartMs: number;
+  firstSyncMs: number;
   syncedMiB: number;
   afterChangesMiB: number;
   peakMiB: number;
@@ -123,6 +124,7 @@ export async function measureAgentMemory(
       ...scenario,
       distinctEndpoints: opts.distinctEndpoints,
       coldStartMs: first.at - agent.startedAt,
+      firstSyncMs: first.durationMs,
       syncedMiB: synced.rssMiB,
       afterChangesMiB: after.rssMiB,
       peakMiB: after.peakMiB,
@@ -171,7 +173,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
         );
         results.push(result);
         console.error(
-          `${source} ${services}×${endpoints}${distinctEndpoints ? ' distinct' : ''}: ${result.syncedMiB.toFixed(0)} MiB after the first sync, ${result.afterChangesMiB.toFixed(0)} MiB after ${changes} changes, peak ${result.peakMiB.toFixed(0)} MiB (cold start ${(result.coldStartMs / 1000).toFixed(1)} s)`,
+          `${source} ${services}×${endpoints}${distinctEndpoints ? ' distinct' : ''}: ${result.syncedMiB.toFixed(0)} MiB after the first sync, ${result.afterChangesMiB.toFixed(0)} MiB after ${changes} changes, peak ${result.peakMiB.toFixed(0)} MiB (cold start ${(result.coldStartMs / 1000).toFixed(1)} s, first sync ${result.firstSyncMs.toFixed(0)} ms)`,
         );
       }
     }
