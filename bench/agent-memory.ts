@@ -5,7 +5,8 @@
 // peak (VmHWM) of the whole run. The endpoints are addresses only: nothing is sent to them, so
 // 100,000 Services cost no processes. Run as root:
 //   node dist/bench/agent-memory.js [services,...] [--endpoints E] [--changes K]
-//       [--sources manifests,api-json,api-protobuf] [--distinct]
+//       [--sources manifests,api-json,api-protobuf] [--distinct] [--cli dist/src/cli/main.js]
+// --cli measures another build of the agent (e.g. an older commit's) in the same run.
 
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -76,7 +77,7 @@ export async function measureAgentMemory(
   name: string,
   source: MemorySource,
   scenario: Scenario,
-  opts: { distinctEndpoints: boolean; changes: number; timeoutMs: number },
+  opts: { distinctEndpoints: boolean; changes: number; timeoutMs: number; cli?: string },
 ): Promise<AgentMemory> {
   await lab.addNamespace(name);
   const workDir = mkdtempSync(join(tmpdir(), 'kbp-mem-'));
@@ -103,7 +104,7 @@ export async function measureAgentMemory(
       await printed(server, 'listening');
       args.push('--master', `http://127.0.0.1:${LIST_SERVER_PORT}`);
     }
-    agent = LabAgent.start(lab, name, cliEntryPoint(), args, { bpffs: 'own' });
+    agent = LabAgent.start(lab, name, opts.cli ?? cliEntryPoint(), args, { bpffs: 'own' });
     const first = await agent.waitForSync(1, opts.timeoutMs);
     const synced = agent.memory();
     for (let change = 0; change < opts.changes; change++) {
@@ -147,6 +148,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const endpoints = Number(option('--endpoints', '10'));
   const changes = Number(option('--changes', '3'));
   const sources = option('--sources', MEMORY_SOURCES.join(',')).split(',') as MemorySource[];
+  const cli = option('--cli', cliEntryPoint());
   const distinctEndpoints = args.includes('--distinct');
   const counts = (args.find((a) => !a.startsWith('--')) ?? '1,10000').split(',').map(Number);
   const prefix = `kbpm${process.pid}`;
@@ -168,7 +170,8 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
           {
             distinctEndpoints,
             changes,
-            timeoutMs: 600_000,
+            timeoutMs: 1_200_000,
+            cli,
           },
         );
         results.push(result);
