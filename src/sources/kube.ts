@@ -1,9 +1,9 @@
 // The Kubernetes API source: what kube-proxy's informers watch (Services and EndpointSlices with
 // its label selector, this node's Node, and every ServiceCIDR), delivered as raw objects. Each
 // resource runs its own list/watch loop (reflector.ts) on top of client-node's KubeConfig for
-// credentials; see docs/sources.md for why not client-node's informer. client-node is imported
-// when a source starts, not with this module: its index loads every generated API model (some
-// 70 MiB of RSS), which an agent reading manifest files never needs.
+// credentials; see docs/sources.md for why not client-node's informer. KubeConfig is imported
+// when a source starts, not with this module, and without client-node's generated models
+// (kube-config.ts): an agent reading manifest files loads none of client-node.
 
 import { existsSync } from 'node:fs';
 import type { KubeConfig } from '@kubernetes/client-node';
@@ -13,6 +13,7 @@ import type { SourceEvent } from '../model/events.js';
 import { KUBE_PROXY_LABEL_SELECTOR } from '../model/types.js';
 import { ApiTransport } from './api-transport.js';
 import { type BackoffPolicy, DEFAULT_BACKOFF, RequestRateLimiter } from './flow-control.js';
+import { importKubeConfig } from './kube-config.js';
 import { Reflector, type WatchedResource } from './reflector.js';
 import type { Source } from './types.js';
 
@@ -66,7 +67,7 @@ export async function loadKubeConfig(
   master: string,
   inCluster = inClusterPossible(),
 ): Promise<KubeConfig> {
-  const { KubeConfig } = await import('@kubernetes/client-node');
+  const KubeConfig = await importKubeConfig();
   const config = new KubeConfig();
   if (kubeconfigPath !== '') {
     config.loadFromFile(kubeconfigPath);
