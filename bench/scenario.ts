@@ -32,13 +32,13 @@ export function backendPodIP(i: number): string {
 }
 
 /**
- * The ClusterIP of service i (i from 0): 10.96.0.2 onwards, within 10.96.0.0/16. 10.96.0.1 is the
- * `kubernetes` Service's when the API server (service range 10.96.0.0/16) is the source.
+ * The ClusterIP of service i (i from 0): 10.96.0.2 onwards, within 10.96.0.0/12 (kubeadm's default
+ * service CIDR). 10.96.0.1 is the `kubernetes` Service's when the API server is the source.
  */
 export function clusterIP(i: number): string {
   const n = i + 2;
-  if (n > 65534) throw new Error(`service ${i}: more services than 10.96.0.0/16 holds`);
-  return `10.96.${n >> 8}.${n & 255}`;
+  if (n > 2 ** 20 - 2) throw new Error(`service ${i}: more services than 10.96.0.0/12 holds`);
+  return `10.${96 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}`;
 }
 
 export function serviceName(i: number): string {
@@ -106,6 +106,37 @@ export function endpointSlice(i: number, scenario: Scenario, extraIPs: string[] 
   };
 }
 
+/**
+ * Service i's slice with E addresses of its own (10.100.0.0 onwards, N × E in all, as a real
+ * cluster has) instead of the E shared backend pods.
+ */
+export function withOwnAddresses(slice: object, i: number): object {
+  const s = slice as { endpoints: { addresses: string[] }[] };
+  const ip = (k: number) => {
+    const n = i * s.endpoints.length + k;
+    return `10.${100 + (n >> 16)}.${(n >> 8) & 0xff}.${n & 0xff}`;
+  };
+  return { ...s, endpoints: s.endpoints.map((e, k) => ({ ...e, addresses: [ip(k)] })) };
+}
+
+/** Every Service of the scenario and every slice but the measured one (which changes), as API objects. */
+export function scenarioObjects(
+  scenario: Scenario,
+  opts: { distinctEndpoints?: boolean } = {},
+): { services: object[]; slices: object[] } {
+  validateScenario(scenario);
+  const last = scenario.services - 1;
+  const services: object[] = [];
+  const slices: object[] = [];
+  for (let i = 0; i < scenario.services; i++) {
+    services.push(serviceObject(i, scenario));
+    if (i === last) continue;
+    const slice = endpointSlice(i, scenario);
+    slices.push(opts.distinctEndpoints ? withOwnAddresses(slice, i) : slice);
+  }
+  return { services, slices };
+}
+
 export interface ManifestFiles {
   /** file name → JSON text */
   'services.json': string;
@@ -117,19 +148,12 @@ export const MEASURED_SLICE_FILE = 'measured-slice.json';
 
 const list = (items: object[]) => JSON.stringify({ apiVersion: 'v1', kind: 'List', items });
 
-export function manifestFiles(scenario: Scenario): ManifestFiles {
-  validateScenario(scenario);
-  const last = scenario.services - 1;
-  const services: object[] = [];
-  const slices: object[] = [];
-  for (let i = 0; i < scenario.services; i++) {
-    services.push(serviceObject(i, scenario));
-    if (i !== last) slices.push(endpointSlice(i, scenario));
-  }
+export function manifestFiles(scenario: Scenario, opts: { distinctEndpoints?: boolean } = {}): ManifestFiles {
+  const { services, slices } = scenarioObjects(scenario, opts);
   return {
     'services.json': list(services),
     'slices.json': list(slices),
-    'measured-slice.json': JSON.stringify(endpointSlice(last, scenario)),
+    'measured-slice.json': JSON.stringify(endpointSlice(scenario.services - 1, scenario)),
   };
 }
 

@@ -25,10 +25,10 @@ import { ChangeTracker } from '../src/model/tracker.js';
 import {
   changedEndpointIP,
   endpointSlice,
-  manifestFiles,
   NODE_IP,
   NODE_NAME,
   type Scenario,
+  scenarioObjects,
 } from './scenario.js';
 
 export interface SyncCost {
@@ -50,26 +50,12 @@ const NODE_ENV: NodeEnv = {
   iptables: { randomFully: true, nfacct: true },
 };
 
-/** Service i's slice with E addresses of its own, from 10.100.0.0 on. */
-function withOwnAddresses(slice: object, i: number): object {
-  const s = slice as { endpoints: { addresses: string[] }[] };
-  const ip = (k: number) => {
-    const n = i * s.endpoints.length + k;
-    return `10.${100 + (n >> 16)}.${(n >> 8) & 0xff}.${n & 0xff}`;
-  };
-  return { ...s, endpoints: s.endpoints.map((e, k) => ({ ...e, addresses: [ip(k)] })) };
-}
-
 function events(scenario: Scenario, distinct: boolean): SourceEvent[] {
-  const files = manifestFiles(scenario);
-  const items = (text: string) => (JSON.parse(text) as { items: object[] }).items;
+  const { services, slices } = scenarioObjects(scenario, { distinctEndpoints: distinct });
   return [
-    ...items(files['services.json']).map((object) => ({ kind: 'Service' as const, object })),
-    ...items(files['slices.json']).map((object, i) => ({
-      kind: 'EndpointSlice' as const,
-      object: distinct ? withOwnAddresses(object, i) : object,
-    })),
-    { kind: 'EndpointSlice' as const, object: JSON.parse(files['measured-slice.json']) as object },
+    ...services.map((object) => ({ kind: 'Service' as const, object })),
+    ...slices.map((object) => ({ kind: 'EndpointSlice' as const, object })),
+    { kind: 'EndpointSlice' as const, object: endpointSlice(scenario.services - 1, scenario) },
   ].map((e) => ({ ...e, type: 'upsert' as const, origin: 'sync-cost' }));
 }
 

@@ -10,6 +10,7 @@ import { z } from 'zod';
 import { parseCIDR, parseIP } from '../net/ip.js';
 import type { SourceEvent, WatchedKind } from './events.js';
 import {
+  type EndpointConditions,
   type EndpointPort,
   type EndpointSlice,
   type Node,
@@ -550,6 +551,42 @@ function endpointProblem(endpoint: RawEndpoint, addressType: 'IPv4' | 'IPv6'): I
   };
 }
 
+// Compact endpoints: a cluster has 10^5-10^6 of them and they differ in little but their addresses.
+// Their conditions take one of 27 frozen records, empty hint lists one frozen array, and the
+// strings they repeat (node names, zones) one copy each; the brain only reads them.
+
+type Tristate = boolean | null;
+const CONDITIONS = new Map<string, EndpointConditions>();
+
+function sharedConditions(ready: Tristate, serving: Tristate, terminating: Tristate): EndpointConditions {
+  const key = `${ready}${serving}${terminating}`;
+  let conditions = CONDITIONS.get(key);
+  if (!conditions) {
+    conditions = Object.freeze({ ready, serving, terminating });
+    CONDITIONS.set(key, conditions);
+  }
+  return conditions;
+}
+
+const NO_HINTS: string[] = Object.freeze([]) as unknown as string[];
+
+/** Node names and zones seen, each kept once; a few thousand at most in the largest clusters. */
+const nodeAndZoneNames = new Map<string, string>();
+const MAX_INTERNED_NAMES = 100_000;
+
+function interned(name: string | undefined): string | null {
+  if (name === undefined) return null;
+  const known = nodeAndZoneNames.get(name);
+  if (known !== undefined) return known;
+  // A bound, so that a source inventing names cannot grow the table for ever.
+  if (nodeAndZoneNames.size < MAX_INTERNED_NAMES) nodeAndZoneNames.set(name, name);
+  return name;
+}
+
+function hintNames(hints: readonly { name: string }[] | null | undefined): string[] {
+  return hints && hints.length > 0 ? hints.map((h) => interned(h.name) ?? h.name) : NO_HINTS;
+}
+
 function toEndpointSlice(raw: RawEndpointSlice): Built<EndpointSlice> {
   const meta = toMeta(raw.metadata, raw.metadata.namespace);
   const { addressType } = raw;
@@ -565,15 +602,15 @@ function toEndpointSlice(raw: RawEndpointSlice): Built<EndpointSlice> {
   }));
   const endpoints: SliceEndpoint[] = endpointsUsed.kept.map((e) => ({
     addresses: e.addresses ?? [],
-    conditions: {
-      ready: e.conditions?.ready ?? null,
-      serving: e.conditions?.serving ?? null,
-      terminating: e.conditions?.terminating ?? null,
-    },
-    nodeName: e.nodeName ?? null,
-    zone: e.zone ?? null,
-    zoneHints: (e.hints?.forZones ?? []).map((h) => h.name),
-    nodeHints: (e.hints?.forNodes ?? []).map((h) => h.name),
+    conditions: sharedConditions(
+      e.conditions?.ready ?? null,
+      e.conditions?.serving ?? null,
+      e.conditions?.terminating ?? null,
+    ),
+    nodeName: interned(e.nodeName ?? undefined),
+    zone: interned(e.zone ?? undefined),
+    zoneHints: hintNames(e.hints?.forZones),
+    nodeHints: hintNames(e.hints?.forNodes),
   }));
   const value: EndpointSlice = {
     meta,

@@ -1,16 +1,19 @@
 // The Kubernetes API source: what kube-proxy's informers watch (Services and EndpointSlices with
 // its label selector, this node's Node, and every ServiceCIDR), delivered as raw objects. Each
 // resource runs its own list/watch loop (reflector.ts) on top of client-node's KubeConfig for
-// credentials; see docs/sources.md for why not client-node's informer.
+// credentials; see docs/sources.md for why not client-node's informer. KubeConfig is imported
+// when a source starts, not with this module, and without client-node's generated models
+// (kube-config.ts): an agent reading manifest files loads none of client-node.
 
 import { existsSync } from 'node:fs';
-import { KubeConfig } from '@kubernetes/client-node';
+import type { KubeConfig } from '@kubernetes/client-node';
 import type { ProxyConfig } from '../config/types.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { SourceEvent } from '../model/events.js';
 import { KUBE_PROXY_LABEL_SELECTOR } from '../model/types.js';
 import { ApiTransport } from './api-transport.js';
 import { type BackoffPolicy, DEFAULT_BACKOFF, RequestRateLimiter } from './flow-control.js';
+import { importKubeConfig } from './kube-config.js';
 import { Reflector, type WatchedResource } from './reflector.js';
 import type { Source } from './types.js';
 
@@ -59,11 +62,12 @@ function inClusterPossible(): boolean {
  * when running in a cluster, else --master alone (no credentials); --master overrides the server
  * in every case.
  */
-export function loadKubeConfig(
+export async function loadKubeConfig(
   kubeconfigPath: string,
   master: string,
   inCluster = inClusterPossible(),
-): KubeConfig {
+): Promise<KubeConfig> {
+  const KubeConfig = await importKubeConfig();
   const config = new KubeConfig();
   if (kubeconfigPath !== '') {
     config.loadFromFile(kubeconfigPath);
@@ -100,35 +104,33 @@ export function loadKubeConfig(
 
 export class KubeSource implements Source {
   private readonly log: Logger;
-  private readonly transport: ApiTransport;
+  private started = false;
   private readonly stopping = new AbortController();
   private loops: Promise<void>[] = [];
 
   constructor(private readonly options: KubeSourceOptions) {
     this.log = (options.logger ?? silentLogger).child({ source: 'kube' });
-    const { kubeconfig, qps, burst, contentType } = options.clientConnection;
-    this.transport = new ApiTransport(
-      loadKubeConfig(kubeconfig, options.master),
-      new RequestRateLimiter(qps, burst),
-      contentType,
-    );
   }
 
   async start(onEvent: (events: SourceEvent[]) => void): Promise<void> {
-    if (this.loops.length > 0) throw new Error('kube source already started');
+    if (this.started) throw new Error('kube source already started');
+    this.started = true;
+    const { kubeconfig, qps, burst, contentType } = this.options.clientConnection;
+    const transport = new ApiTransport(
+      await loadKubeConfig(kubeconfig, this.options.master),
+      new RequestRateLimiter(qps, burst),
+      contentType,
+    );
     const signal = this.stopping.signal;
     const synced: Promise<void>[] = [];
     const backoff = this.options.backoff ?? DEFAULT_BACKOFF;
-    this.log.info(
-      { server: this.transport.server, node: this.options.nodeName },
-      'connecting to the API server',
-    );
+    this.log.info({ server: transport.server, node: this.options.nodeName }, 'connecting to the API server');
     for (const resource of watchedResources(this.options.nodeName)) {
       let markSynced = () => {};
       synced.push(new Promise<void>((resolve) => (markSynced = resolve)));
       const reflector = new Reflector(
         resource,
-        this.transport,
+        transport,
         onEvent,
         this.log,
         backoff,

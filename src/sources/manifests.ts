@@ -4,6 +4,7 @@
 // names none (as kubectl apply does).
 // Objects are delivered raw; model/parse.ts validates them like objects from the API.
 
+import { createHash } from 'node:crypto';
 import { type FSWatcher, readdirSync, readFileSync, realpathSync, statSync, watch } from 'node:fs';
 import { basename, dirname, extname, join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
@@ -336,35 +337,59 @@ export interface ManifestSourceOptions extends ManifestOptions {
   onProblems?: (problems: ObjectProblem[]) => void;
 }
 
-function sameObject(a: unknown, b: unknown): boolean {
+/**
+ * What the source remembers of each object it delivered, by key: a digest of its JSON, to tell a
+ * change from a re-read of the same text, and the delete that would remove it (namespace and name
+ * are all a delete reads). Not the object: the change tracker keeps it parsed, and a second copy
+ * of every object here doubled the agent's memory after each re-read.
+ */
+export type ManifestMemory = ReadonlyMap<string, { digest: string | null; deletion: SourceEvent | null }>;
+
+function changeKey(event: SourceEvent): string {
+  return identity(event) ?? `@${event.origin}`;
+}
+
+/** null for an object JSON cannot print (never equal to anything: it is delivered again). */
+function digestOf(object: unknown): string | null {
   try {
-    return JSON.stringify(a) === JSON.stringify(b);
+    return createHash('sha1').update(JSON.stringify(object)).digest('base64');
   } catch {
-    return false;
+    return null;
   }
 }
 
-/** Events that turn the objects of `before` into those of `after`. Objects without a name cannot be deleted by key. */
+/** Objects without a name cannot be deleted by key: they get no deletion. */
+function remembered(event: SourceEvent): { digest: string | null; deletion: SourceEvent | null } {
+  const { namespace, name } = describeObject(event.object);
+  const deletion: SourceEvent | null =
+    identity(event) === null
+      ? null
+      : { type: 'delete', kind: event.kind, origin: event.origin, object: { metadata: { namespace, name } } };
+  return { digest: digestOf(event.object), deletion };
+}
+
+/** Events that turn what `before` remembers into the objects of `after`, and what to remember of `after`. */
 export function manifestChanges(
-  before: readonly SourceEvent[],
+  before: ManifestMemory,
   after: readonly SourceEvent[],
-): SourceEvent[] {
-  const key = (event: SourceEvent) => identity(event) ?? `@${event.origin}`;
-  const previous = new Map(before.map((event) => [key(event), event]));
-  const next = new Map(after.map((event) => [key(event), event]));
+): { changes: SourceEvent[]; memory: ManifestMemory } {
+  const memory = new Map<string, { digest: string | null; deletion: SourceEvent | null }>();
   const changes: SourceEvent[] = [];
-  for (const [k, event] of next) {
-    const old = previous.get(k);
-    if (old === undefined || !sameObject(old.object, event.object)) changes.push(event);
+  for (const event of after) {
+    const key = changeKey(event);
+    const now = remembered(event);
+    memory.set(key, now);
+    const old = before.get(key);
+    if (old === undefined || now.digest === null || now.digest !== old.digest) changes.push(event);
   }
-  for (const [k, event] of previous) {
-    if (!next.has(k) && identity(event) !== null) changes.push({ ...event, type: 'delete' });
+  for (const [key, { deletion }] of before) {
+    if (!memory.has(key) && deletion) changes.push(deletion);
   }
-  return changes;
+  return { changes, memory };
 }
 
 export class ManifestSource implements Source {
-  private current: SourceEvent[] = [];
+  private current: ManifestMemory = new Map();
   private watchers: FSWatcher[] = [];
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
@@ -374,7 +399,7 @@ export class ManifestSource implements Source {
   async start(onEvent: (events: SourceEvent[]) => void): Promise<void> {
     const read = readManifests(this.options.paths, this.options);
     this.options.onProblems?.(read.problems);
-    this.current = read.events;
+    this.current = manifestChanges(new Map(), read.events).memory;
     onEvent(read.events);
     if (this.options.watch) this.watchPaths(onEvent);
   }
@@ -391,8 +416,8 @@ export class ManifestSource implements Source {
       if (this.stopped) return;
       const read = readManifests(this.options.paths, this.options);
       this.options.onProblems?.(read.problems);
-      const changes = manifestChanges(this.current, read.events);
-      this.current = read.events;
+      const { changes, memory } = manifestChanges(this.current, read.events);
+      this.current = memory;
       if (changes.length > 0) onEvent(changes);
     };
     const schedule = () => {

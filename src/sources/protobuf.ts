@@ -111,10 +111,13 @@ function decodeAs(type: protobuf.Type, raw: Uint8Array): Record<string, unknown>
   return toApiJson(type, type.decode(raw)) as Record<string, unknown>;
 }
 
-/** A protobuf list response body as the JSON list it stands for ({metadata, items}). */
+/**
+ * A protobuf list response body as the JSON list it stands for ({metadata, items}). A list's items
+ * have no omitempty: an empty list is `items: []` in JSON, not absent like other empty lists.
+ */
 export function decodeList(kind: WatchedKind, body: Uint8Array): unknown {
   const { raw } = unwrap(body);
-  return decodeAs(LIST_TYPES[kind], raw);
+  return { items: [], ...decodeAs(LIST_TYPES[kind], raw) };
 }
 
 /** One watch event: the object of the watched kind, or a Status for ERROR events. */

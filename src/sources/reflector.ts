@@ -42,7 +42,12 @@ const HEALTHY_WATCH_MS = 1000;
 type WatchOutcome = 'healthy' | 'failed' | 'expired';
 
 export class Reflector {
-  private known = new Map<string, unknown>();
+  /**
+   * The resourceVersion of each known object, by namespace/name: enough to tell a change from a
+   * repeat and to delete what a relist no longer has. Not the objects: the change tracker keeps
+   * them parsed, and a second copy of every API object here was most of the agent's memory.
+   */
+  private known = new Map<string, string>();
   private resourceVersion = '';
   private failures = 0;
   /** The last list was answered 404 or 403 (only for resources that may be unserved), else null. */
@@ -131,21 +136,19 @@ export class Reflector {
       this.log.info({ path: this.resource.path }, 'this resource can be listed now');
     }
     const { contentType, body } = response;
-    const { items, resourceVersion } = readList(
-      isProtobuf(contentType) ? decodeList(this.resource.kind, body) : JSON.parse(body.toString('utf8')),
-    );
+    const { items, resourceVersion } = decodeListBody(this.resource.kind, contentType, body);
     const diff = diffRelist(this.known, items);
     this.known = diff.next;
     this.resourceVersion = resourceVersion;
     this.deliver([
-      ...diff.deletes.map((object) => this.event('delete', object)),
+      ...diff.deletedKeys.map((key) => this.event('delete', goneObject(key))),
       ...diff.upserts.map((object) => this.event('upsert', object)),
     ]);
     this.log.info(
       {
         objects: items.length,
         upserts: diff.upserts.length,
-        deletes: diff.deletes.length,
+        deletes: diff.deletedKeys.length,
         resourceVersion,
         contentType,
       },
@@ -179,9 +182,9 @@ export class Reflector {
     this.unavailable = code;
     this.resourceVersion = '';
     if (code === 403) return;
-    const deletes = [...this.known.values()];
+    const deletedKeys = [...this.known.keys()];
     this.known = new Map();
-    this.deliver(deletes.map((object) => this.event('delete', object)));
+    this.deliver(deletedKeys.map((key) => this.event('delete', goneObject(key))));
   }
 
   private async watch(signal: AbortSignal): Promise<WatchOutcome> {
@@ -255,8 +258,8 @@ export class Reflector {
       case 'ADDED':
       case 'MODIFIED': {
         const previous = this.known.get(key);
-        if (previous === undefined || identityOf(previous).resourceVersion !== resourceVersion) {
-          this.known.set(key, event.object);
+        if (previous === undefined || previous !== resourceVersion) {
+          this.known.set(key, resourceVersion);
           events.push(this.event('upsert', event.object));
         }
         break;
@@ -315,27 +318,30 @@ export function identityOf(object: unknown): { key: string; resourceVersion: str
   };
 }
 
-/** What a relist changes: objects that are new or have another resourceVersion, and known objects that are gone. */
+/** A known object that is gone, as a delete event carries it: its namespace and name are all a delete reads. */
+export function goneObject(key: string): { metadata: { namespace: string; name: string } } {
+  const slash = key.indexOf('/');
+  return { metadata: { namespace: key.slice(0, slash), name: key.slice(slash + 1) } };
+}
+
+/**
+ * What a relist changes, given the resourceVersion of each known object by key: objects that are
+ * new or have another resourceVersion, and the keys of known objects that are gone.
+ */
 export function diffRelist(
-  known: ReadonlyMap<string, unknown>,
+  known: ReadonlyMap<string, string>,
   items: readonly unknown[],
-): { upserts: unknown[]; deletes: unknown[]; next: Map<string, unknown> } {
-  const next = new Map<string, unknown>();
+): { upserts: unknown[]; deletedKeys: string[]; next: Map<string, string> } {
+  const next = new Map<string, string>();
   const upserts: unknown[] = [];
   for (const item of items) {
     const { key, resourceVersion } = identityOf(item);
-    next.set(key, item);
+    next.set(key, resourceVersion);
     const previous = known.get(key);
-    if (
-      previous === undefined ||
-      resourceVersion === '' ||
-      identityOf(previous).resourceVersion !== resourceVersion
-    ) {
-      upserts.push(item);
-    }
+    if (previous === undefined || resourceVersion === '' || previous !== resourceVersion) upserts.push(item);
   }
-  const deletes = [...known].filter(([key]) => !next.has(key)).map(([, object]) => object);
-  return { upserts, deletes, next };
+  const deletedKeys = [...known.keys()].filter((key) => !next.has(key));
+  return { upserts, deletedKeys, next };
 }
 
 /** 410 Gone / reason Expired, or the older "too old resource version" wording: the resourceVersion is compacted away and only a relist helps. */
@@ -395,8 +401,16 @@ function protobufEvents(kind: WatchedResource['kind']): (chunk: Buffer) => Decod
   };
 }
 
-function readList(body: unknown): { items: unknown[]; resourceVersion: string } {
-  const list = (body ?? {}) as { items?: unknown; metadata?: { resourceVersion?: unknown } };
+/** A list response body, in the encoding its content type names, as its items and resourceVersion. */
+export function decodeListBody(
+  kind: WatchedKind,
+  contentType: string,
+  body: Buffer,
+): { items: unknown[]; resourceVersion: string } {
+  const decoded: unknown = isProtobuf(contentType)
+    ? decodeList(kind, body)
+    : JSON.parse(body.toString('utf8'));
+  const list = (decoded ?? {}) as { items?: unknown; metadata?: { resourceVersion?: unknown } };
   const resourceVersion = list.metadata?.resourceVersion;
   if (!Array.isArray(list.items) || typeof resourceVersion !== 'string' || resourceVersion === '') {
     throw new Error('list response has no items or no metadata.resourceVersion');

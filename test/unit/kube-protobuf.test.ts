@@ -99,6 +99,13 @@ describe('kube source protobuf', () => {
     });
   });
 
+  it('an empty list has items [], as in JSON (a Node list before the node registers, no ServiceCIDRs)', () => {
+    const body = envelope('k8s.io.api.core.v1.NodeList', 'v1', 'NodeList', {
+      metadata: { resourceVersion: '9' },
+    });
+    expect(decodeList('Node', body)).toEqual({ metadata: { resourceVersion: '9' }, items: [] });
+  });
+
   it('leaves out empty strings, which the API server writes and the JSON API omits', () => {
     // As kube-apiserver sends a ClusterIP Service: every non-pointer string field on the wire.
     const clusterIP = {

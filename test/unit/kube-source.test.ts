@@ -9,7 +9,7 @@ import { parseEvent } from '../../src/model/parse.js';
 import { KUBE_PROXY_LABEL_SELECTOR } from '../../src/model/types.js';
 import { backoffDelayMs, RequestRateLimiter } from '../../src/sources/flow-control.js';
 import { KubeSource, loadKubeConfig } from '../../src/sources/kube.js';
-import { diffRelist, isExpired, parseWatchLine } from '../../src/sources/reflector.js';
+import { diffRelist, goneObject, isExpired, parseWatchLine } from '../../src/sources/reflector.js';
 import { FakeApiServer, type FakeObject } from '../support/fake-apiserver.js';
 
 const NODE = 'node-a';
@@ -536,17 +536,17 @@ async function expectHandlesBackTo(baseline: Record<string, number>): Promise<vo
 }
 
 describe('kube source configuration', () => {
-  it('needs a kubeconfig, --master or a service account', () => {
-    expect(() => loadKubeConfig('', '', false)).toThrow(/no API server/);
+  it('needs a kubeconfig, --master or a service account', async () => {
+    await expect(loadKubeConfig('', '', false)).rejects.toThrow(/no API server/);
   });
 
-  it('--master alone talks to that server, plain http included', () => {
-    const config = loadKubeConfig('', 'http://127.0.0.1:8080', false);
+  it('--master alone talks to that server, plain http included', async () => {
+    const config = await loadKubeConfig('', 'http://127.0.0.1:8080', false);
     expect(config.getCurrentCluster()).toMatchObject({
       server: 'http://127.0.0.1:8080',
       skipTLSVerify: true,
     });
-    const secure = loadKubeConfig('', 'https://10.0.0.1:6443', false);
+    const secure = await loadKubeConfig('', 'https://10.0.0.1:6443', false);
     expect(secure.getCurrentCluster()).toMatchObject({
       server: 'https://10.0.0.1:6443',
       skipTLSVerify: false,
@@ -585,15 +585,25 @@ describe('relist and watch decisions', () => {
   });
 
   it('a relist delivers new and changed objects and deletes the missing ones', () => {
-    const known = new Map<string, unknown>([
-      ['default/same', object('same', '5')],
-      ['default/changed', object('changed', '6')],
-      ['default/gone', object('gone', '7')],
+    const known = new Map([
+      ['default/same', '5'],
+      ['default/changed', '6'],
+      ['default/gone', '7'],
+      ['/cluster-wide', '8'],
     ]);
     const diff = diffRelist(known, [object('same', '5'), object('changed', '9'), object('new', '10')]);
     expect(diff.upserts).toEqual([object('changed', '9'), object('new', '10')]);
-    expect(diff.deletes).toEqual([object('gone', '7')]);
-    expect([...diff.next.keys()]).toEqual(['default/same', 'default/changed', 'default/new']);
+    expect(diff.deletedKeys).toEqual(['default/gone', '/cluster-wide']);
+    expect([...diff.next]).toEqual([
+      ['default/same', '5'],
+      ['default/changed', '9'],
+      ['default/new', '10'],
+    ]);
+    // A delete reads only the identity; a cluster-scoped object has no namespace.
+    expect(diff.deletedKeys.map(goneObject)).toEqual([
+      { metadata: { namespace: 'default', name: 'gone' } },
+      { metadata: { namespace: '', name: 'cluster-wide' } },
+    ]);
   });
 
   it('recognises an expired resourceVersion by code, reason or the older message', () => {

@@ -304,14 +304,19 @@ describe('manifestChanges', () => {
   });
 
   it('upserts new and changed objects, deletes vanished ones, ignores unchanged ones', () => {
-    const changes = manifestChanges(
-      [event('a', 80), event('b', 80), event('c', 80)],
-      [event('a', 80), event('b', 81)],
-    );
+    const { memory } = manifestChanges(new Map(), [event('a', 80), event('b', 80), event('c', 80)]);
+    const { changes } = manifestChanges(memory, [event('a', 80), event('b', 81)]);
     expect(changes.map((c) => `${c.type} ${names([c])[0]}`)).toEqual([
       'upsert Service/b',
       'delete Service/c',
     ]);
+    // What is remembered is a digest and the delete, not the object.
+    expect(changes[1]).toEqual({
+      type: 'delete',
+      kind: 'Service',
+      origin: 'c.yaml#0',
+      object: { metadata: { namespace: 'demo', name: 'c' } },
+    });
   });
 
   it('never deletes a nameless object, which the trackers cannot have stored', () => {
@@ -321,8 +326,9 @@ describe('manifestChanges', () => {
       origin: 'x.yaml#0',
       object: { metadata: {} },
     };
-    expect(manifestChanges([nameless], [])).toEqual([]);
-    expect(manifestChanges([], [nameless])).toEqual([nameless]);
+    const { changes: first, memory } = manifestChanges(new Map(), [nameless]);
+    expect(first).toEqual([nameless]);
+    expect(manifestChanges(memory, []).changes).toEqual([]);
   });
 });
 

@@ -505,6 +505,27 @@ describe('parseEndpointSlice', () => {
     ]);
   });
 
+  it('endpoints share their conditions, empty hint lists and node names: one record per value, frozen', () => {
+    const endpoint = (address: string, ready: boolean) => ({
+      addresses: [address],
+      conditions: { ready, serving: ready, terminating: false },
+      nodeName: `node-${'a'.repeat(3)}`,
+    });
+    const a = accepted(
+      parseEndpointSlice(slice({ endpoints: [endpoint('10.0.0.1', true), endpoint('10.0.0.2', false)] })),
+    );
+    const b = accepted(parseEndpointSlice(slice({ endpoints: [endpoint('10.0.0.3', true)] })));
+    const [first, second] = a.endpoints;
+    const [third] = b.endpoints;
+    expect(first?.conditions).toEqual({ ready: true, serving: true, terminating: false });
+    expect(second?.conditions).toEqual({ ready: false, serving: false, terminating: false });
+    expect(third?.conditions).toBe(first?.conditions);
+    expect(Object.isFrozen(first?.conditions)).toBe(true);
+    expect(third?.zoneHints).toBe(first?.nodeHints);
+    expect(first?.zoneHints).toEqual([]);
+    expect(third?.nodeName).toBe('node-aaa');
+  });
+
   it('keeps a nil or zero port for the brain to skip', () => {
     const s = accepted(
       parseEndpointSlice(slice({ ports: [{ name: 'a' }, { name: 'b', port: 0, protocol: 'UDP' }] })),

@@ -1,0 +1,187 @@
+// The agent's memory as a node runs it, without the backends: `kube-bpf-proxy run` in bpf mode, in
+// a network namespace of its own with a fresh bpffs, reading N Services × E endpoints either from
+// manifest files (--manifests) or from the benchmark's API server (bench/list-server.ts) in JSON or
+// protobuf. VmRSS is read after the first sync and again after a few EndpointSlice changes, with the
+// peak (VmHWM) of the whole run. The endpoints are addresses only: nothing is sent to them, so
+// 100,000 Services cost no processes. Run as root:
+//   node dist/bench/agent-memory.js [services,...] [--endpoints E] [--changes K]
+//       [--sources manifests,api-json,api-protobuf] [--distinct] [--cli dist/src/cli/main.js]
+// --cli measures another build of the agent (e.g. an older commit's) in the same run.
+
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { LabAgent } from '../src/lab/agent.js';
+import { deleteStaleNamespaces, Lab } from '../src/lab/netns.js';
+import { PROTOBUF_CONTENT_TYPE } from '../src/sources/protobuf.js';
+import {
+  CLUSTER_CIDR,
+  changedEndpointIP,
+  endpointSlice,
+  MEASURED_SLICE_FILE,
+  manifestFiles,
+  NODE_NAME,
+  type Scenario,
+} from './scenario.js';
+import { cliEntryPoint } from './tools.js';
+
+export const MEMORY_SOURCES = ['manifests', 'api-json', 'api-protobuf'] as const;
+export type MemorySource = (typeof MEMORY_SOURCES)[number];
+
+export interface AgentMemory {
+  source: MemorySource;
+  services: number;
+  endpoints: number;
+  /** Every Service has E addresses of its own (N × E endpoints), not the same E. */
+  distinctEndpoints: boolean;
+  /** Agent start to its first "synced" line, and that sync's own duration. */
+  coldStartMs: number;
+  firstSyncMs: number;
+  syncedMiB: number;
+  afterChangesMiB: number;
+  peakMiB: number;
+}
+
+const LIST_SERVER = fileURLToPath(new URL('list-server.js', import.meta.url));
+const LIST_SERVER_PORT = 6443;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function agentConfig(source: MemorySource): string {
+  return [
+    'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
+    'kind: KubeProxyConfiguration',
+    'mode: bpf',
+    `clusterCIDR: ${CLUSTER_CIDR}`,
+    'clientConnection:',
+    `  contentType: ${source === 'api-protobuf' ? PROTOBUF_CONTENT_TYPE : 'application/json'}`,
+    '',
+  ].join('\n');
+}
+
+/** Resolves when the child prints `word` on stdout; rejects if it exits first. */
+function printed(child: ReturnType<Lab['spawn']>, word: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout?.on('data', (d: Buffer) => {
+      out += d.toString();
+      if (out.includes(word)) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`list server exited (${code}) before "${word}"`)));
+  });
+}
+
+/** One cell: a namespace of its own (named `name` in the lab), removed by the lab's destroy(). */
+export async function measureAgentMemory(
+  lab: Lab,
+  name: string,
+  source: MemorySource,
+  scenario: Scenario,
+  opts: { distinctEndpoints: boolean; changes: number; timeoutMs: number; cli?: string },
+): Promise<AgentMemory> {
+  await lab.addNamespace(name);
+  const workDir = mkdtempSync(join(tmpdir(), 'kbp-mem-'));
+  const configPath = join(workDir, 'config.yaml');
+  writeFileSync(configPath, agentConfig(source));
+  const args = ['--config', configPath, '--hostname-override', NODE_NAME];
+  const manifestDir = join(workDir, 'manifests');
+  let server: ReturnType<Lab['spawn']> | null = null;
+  let agent: LabAgent | null = null;
+  try {
+    if (source === 'manifests') {
+      const files = manifestFiles(scenario, { distinctEndpoints: opts.distinctEndpoints });
+      mkdirSync(manifestDir);
+      for (const [file, text] of Object.entries(files)) writeFileSync(join(manifestDir, file), text);
+      args.push('--manifests', manifestDir);
+    } else {
+      server = lab.spawn(name, process.execPath, [
+        LIST_SERVER,
+        String(LIST_SERVER_PORT),
+        String(scenario.services),
+        String(scenario.endpoints),
+        ...(opts.distinctEndpoints ? ['--distinct'] : []),
+      ]);
+      await printed(server, 'listening');
+      args.push('--master', `http://127.0.0.1:${LIST_SERVER_PORT}`);
+    }
+    agent = LabAgent.start(lab, name, opts.cli ?? cliEntryPoint(), args, { bpffs: 'own' });
+    const first = await agent.waitForSync(1, opts.timeoutMs);
+    const synced = agent.memory();
+    for (let change = 0; change < opts.changes; change++) {
+      // Past minSyncPeriod since the last sync, so each change gets a sync of its own.
+      await sleep(1100);
+      const before = agent.syncs.length;
+      if (server) server.kill('SIGUSR2');
+      else
+        writeFileSync(
+          join(manifestDir, MEASURED_SLICE_FILE),
+          JSON.stringify(endpointSlice(scenario.services - 1, scenario, [changedEndpointIP(change)])),
+        );
+      await agent.waitForSync(before + 1, 30_000);
+    }
+    const after = agent.memory();
+    return {
+      source,
+      ...scenario,
+      distinctEndpoints: opts.distinctEndpoints,
+      coldStartMs: first.at - agent.startedAt,
+      firstSyncMs: first.durationMs,
+      syncedMiB: synced.rssMiB,
+      afterChangesMiB: after.rssMiB,
+      peakMiB: after.peakMiB,
+    };
+  } catch (err) {
+    throw new Error(`${(err as Error).message}\nagent log tail:\n${agent?.tail().slice(-3000) ?? ''}`);
+  } finally {
+    await agent?.stop();
+    server?.kill('SIGTERM');
+    rmSync(workDir, { recursive: true, force: true });
+  }
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const args = process.argv.slice(2);
+  const option = (flag: string, fallback: string) => {
+    const at = args.indexOf(flag);
+    return at >= 0 ? (args.splice(at, 2)[1] ?? fallback) : fallback;
+  };
+  const endpoints = Number(option('--endpoints', '10'));
+  const changes = Number(option('--changes', '3'));
+  const sources = option('--sources', MEMORY_SOURCES.join(',')).split(',') as MemorySource[];
+  const cli = option('--cli', cliEntryPoint());
+  const distinctEndpoints = args.includes('--distinct');
+  const counts = (args.find((a) => !a.startsWith('--')) ?? '1,10000').split(',').map(Number);
+  const prefix = `kbpm${process.pid}`;
+  await deleteStaleNamespaces(prefix);
+  const lab = new Lab(prefix);
+  const stop = () => void lab.destroy().finally(() => process.exit(130));
+  process.once('SIGINT', stop);
+  process.once('SIGTERM', stop);
+  const results: AgentMemory[] = [];
+  try {
+    let cell = 0;
+    for (const services of counts) {
+      for (const source of sources) {
+        const result = await measureAgentMemory(
+          lab,
+          `m${cell++}`,
+          source,
+          { services, endpoints },
+          {
+            distinctEndpoints,
+            changes,
+            timeoutMs: 1_200_000,
+            cli,
+          },
+        );
+        results.push(result);
+        console.error(
+          `${source} ${services}×${endpoints}${distinctEndpoints ? ' distinct' : ''}: ${result.syncedMiB.toFixed(0)} MiB after the first sync, ${result.afterChangesMiB.toFixed(0)} MiB after ${changes} changes, peak ${result.peakMiB.toFixed(0)} MiB (cold start ${(result.coldStartMs / 1000).toFixed(1)} s, first sync ${result.firstSyncMs.toFixed(0)} ms)`,
+        );
+      }
+    }
+  } finally {
+    await lab.destroy();
+  }
+  console.log(JSON.stringify(results, null, 1));
+}
