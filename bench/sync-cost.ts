@@ -4,9 +4,11 @@
 // EndpointSlice changes at a time and each sync is timed twice: as the incremental sync the runner
 // makes after a change, and as the full recompute (start, hourly, after a failure) of the same
 // change. Run as a script:
-//   node dist/bench/sync-cost.js [services] [endpoints] [changes] [profile] [--distinct]
-// With a profile path, the change syncs are CPU-profiled into it (a .cpuprofile for Chrome's
-// DevTools); `node --cpu-prof` cannot be used: its SIGPROF interrupts the verifier at load (EAGAIN).
+//   node dist/bench/sync-cost.js [services] [endpoints] [changes] [profile] [--distinct] [--no-full]
+// The incremental changes run first, then the full ones (--no-full: none, for large N). With a
+// profile path, the incremental syncs are CPU-profiled into it and the full ones into
+// <profile>.full.cpuprofile (for Chrome's DevTools); `node --cpu-prof` cannot be used: its SIGPROF
+// interrupts the verifier at load (EAGAIN).
 // The bench's manifests give every Service the same E pods; --distinct gives each Service E
 // addresses of its own (N × E backends), as a real cluster has.
 
@@ -30,6 +32,7 @@ import {
   NODE_NAME,
   type Scenario,
 } from './scenario.js';
+import { summarize } from './stats.js';
 
 export interface SyncCost {
   scenario: Scenario;
@@ -76,7 +79,7 @@ function events(scenario: Scenario, distinct: boolean): SourceEvent[] {
 export async function measureSyncCost(
   scenario: Scenario,
   changes: number,
-  opts: { profileFile?: string; distinctEndpoints?: boolean } = {},
+  opts: { profileFile?: string; distinctEndpoints?: boolean; fullSyncs?: boolean } = {},
 ): Promise<SyncCost> {
   const { profileFile } = opts;
   const pinPath = join(BPFFS_ROOT, `kbp-sync-cost-${process.pid}`);
@@ -110,23 +113,27 @@ export async function measureSyncCost(
     const coldSyncMs = await timed(true);
     const result: SyncCost = { scenario, openMs, coldSyncMs, incrementalMs: [], fullMs: [] };
     const measured = scenario.services - 1;
-    const session = profileFile ? new Session() : null;
-    if (session) {
-      session.connect();
-      await session.post('Profiler.enable');
-      await session.post('Profiler.start');
-    }
-    for (let change = 0; change < changes; change++) {
-      for (const full of [false, true]) {
-        const object = endpointSlice(measured, scenario, [changedEndpointIP(2 * change + (full ? 1 : 0))]);
+    // Incremental changes first, then full ones: each kind gets a profile of its own.
+    let change = 0;
+    for (const full of [false, true]) {
+      if (full && !(opts.fullSyncs ?? true)) break;
+      const file = profileFile && (full ? profileFile.replace(/(\.cpuprofile)?$/, '.full.cpuprofile') : profileFile);
+      const session = file ? new Session() : null;
+      if (session) {
+        session.connect();
+        await session.post('Profiler.enable');
+        await session.post('Profiler.start');
+      }
+      for (let i = 0; i < changes; i++, change++) {
+        const object = endpointSlice(measured, scenario, [changedEndpointIP(change)]);
         tracker.apply([{ type: 'upsert', kind: 'EndpointSlice', object, origin: 'sync-cost' }]);
         (full ? result.fullMs : result.incrementalMs).push(await timed(full));
       }
-    }
-    if (session && profileFile) {
-      const { profile } = await session.post('Profiler.stop');
-      writeFileSync(profileFile, JSON.stringify(profile));
-      session.disconnect();
+      if (session && file) {
+        const { profile } = await session.post('Profiler.stop');
+        writeFileSync(file, JSON.stringify(profile));
+        session.disconnect();
+      }
     }
     return result;
   } finally {
@@ -139,7 +146,7 @@ export async function measureSyncCost(
 if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const args = process.argv.slice(2);
   const [services = '10000', endpoints = '10', changes = '5', profileFile] = args.filter(
-    (a) => a !== '--distinct',
+    (a) => !a.startsWith('--'),
   );
   const cost = await measureSyncCost(
     { services: Number(services), endpoints: Number(endpoints) },
@@ -147,18 +154,18 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     {
       profileFile,
       distinctEndpoints: args.includes('--distinct'),
+      fullSyncs: !args.includes('--no-full'),
     },
   );
-  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+  const rounded = (xs: number[]) => xs.map((x) => Math.round(x * 10) / 10);
   console.log(
-    JSON.stringify(
-      {
-        ...cost,
-        medianIncrementalMs: median(cost.incrementalMs),
-        medianFullMs: median(cost.fullMs),
-      },
-      null,
-      1,
-    ),
+    JSON.stringify({
+      ...cost,
+      incrementalMs: rounded(cost.incrementalMs),
+      fullMs: rounded(cost.fullMs),
+      incremental: summarize(cost.incrementalMs),
+      full: cost.fullMs.length > 0 ? summarize(cost.fullMs) : null,
+      rssMiB: Math.round(process.memoryUsage().rss / 2 ** 20),
+    }),
   );
 }

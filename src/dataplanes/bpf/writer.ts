@@ -13,7 +13,7 @@
 import { joinHostPort } from '../../net/ip.js';
 import { buildMaglevTable, MAGLEV_HASH_SEED } from './maglev.js';
 import type { BpfPlan, PlannedFrontend } from './plan.js';
-import { frontendName } from './plan.js';
+import { frontendName, plannedBackend, plannedFrontend } from './plan.js';
 import {
   type AffinityMatch,
   type BackendEntry,
@@ -266,9 +266,13 @@ export class MapWriter {
   /** `scope`: the only frontends (by name) that may differ from the mirror; null for all of them. */
   private write(plan: BpfPlan, scope: ReadonlySet<string> | null, result: ApplyResult): void {
     const mirror = this.mirror!;
-    const backendsById = new Map(plan.backends.map((b) => [b.id, b]));
-    const inScope = scope ? plan.frontends.filter((f) => scope.has(f.name)) : plan.frontends;
-    const wanted = inScope.map((f) => this.entriesOf(f, mirror, backendsById));
+    // A scoped write looks its few frontends and backends up in the plan's sorted lists.
+    const allBackends = scope ? null : new Map(plan.backends.map((b) => [b.id, b]));
+    const backendOf = (id: number) => (allBackends ? allBackends.get(id) : plannedBackend(plan, id));
+    const inScope = scope
+      ? [...scope].sort().flatMap((name) => plannedFrontend(plan, name) ?? [])
+      : plan.frontends;
+    const wanted = inScope.map((f) => this.entriesOf(f, mirror, backendOf));
     // The service ids the scoped frontends held before this write: their old entries may go.
     const scopedIds = scope
       ? new Set([...scope].flatMap((name) => mirror.frontends.get(name)?.value.serviceId ?? []))
@@ -290,7 +294,7 @@ export class MapWriter {
       const shared = [...scopedIds]
         .flatMap((id) => mirror.slots.ofService(id))
         .flatMap((s): BackendEntry[] => {
-          const b = backendsById.get(s.backendId);
+          const b = backendOf(s.backendId);
           const known = mirror.backends.get(s.backendId);
           return b && known && !sameBackend(known, b)
             ? [{ ...known, isLocal: b.isLocal, terminating: b.terminating }]
@@ -306,7 +310,7 @@ export class MapWriter {
       const changed = new Map<number, BackendEntry>();
       for (const e of group) {
         for (const id of e.planned.backendIds) {
-          const b = backendsById.get(id)!;
+          const b = backendOf(id)!;
           const entry: BackendEntry = {
             id,
             family: b.family,
@@ -344,7 +348,7 @@ export class MapWriter {
       const m = e.maglev;
       if (!m || mirror.maglev.get(maglevId(m.key))?.signature === m.signature) continue;
       const members = e.planned.backendIds.map((id) => {
-        const b = backendsById.get(id)!;
+        const b = backendOf(id)!;
         return { name: b.name, id };
       });
       const table = buildMaglevTable(
@@ -440,9 +444,8 @@ export class MapWriter {
       scopedIds ? [...scopedIds].flatMap((id) => m.ofService(id)) : [...m.values()];
     const slots = ofScope(mirror.slots);
     const failedBackends = new Set(slots.filter((s) => failed.has(s.serviceId)).map((s) => s.backendId));
-    const plannedBackends: ReadonlySet<number> | ReadonlyMap<number, unknown> = scopedIds
-      ? backendsById
-      : new Set(entries.flatMap((e) => e.planned.backendIds));
+    const fullPlanned = scopedIds ? null : new Set(entries.flatMap((e) => e.planned.backendIds));
+    const isPlanned = (id: number) => (fullPlanned ? fullPlanned.has(id) : backendOf(id) !== undefined);
     const backends = scopedIds
       ? [...new Set(slots.map((s) => s.backendId))].flatMap((id) => mirror.backends.get(id) ?? [])
       : [...mirror.backends.values()];
@@ -466,7 +469,7 @@ export class MapWriter {
       maglev: maglev.map((m) => m.key).filter((k) => unused(k.serviceId, maglevId(k), wantedMaglev)),
       affinityMatches: [],
       sourceRanges: ofScope(mirror.sourceRanges).filter((r) => unused(r.serviceId, rangeId(r), wantedRanges)),
-      backends: backends.filter((b) => !plannedBackends.has(b.id) && !failedBackends.has(b.id)),
+      backends: backends.filter((b) => !isPlanned(b.id) && !failedBackends.has(b.id)),
     });
   }
 
@@ -493,11 +496,11 @@ export class MapWriter {
   private entriesOf(
     planned: PlannedFrontend,
     mirror: Mirror,
-    backendsById: ReadonlyMap<number, unknown>,
+    backendOf: (id: number) => unknown,
   ): FrontendEntries {
     const { serviceId, backendIds } = planned;
     for (const id of backendIds)
-      if (!backendsById.has(id)) throw new Error(`plan names backend ${id} it does not hold`);
+      if (backendOf(id) === undefined) throw new Error(`plan names backend ${id} it does not hold`);
     // The generation the frontend reads now is kept when it already holds exactly this list.
     const current = mirror.frontends.get(planned.name)?.value;
     const sameId = current?.serviceId === serviceId;
