@@ -117,7 +117,8 @@ export async function measureSyncCost(
     let change = 0;
     for (const full of [false, true]) {
       if (full && !(opts.fullSyncs ?? true)) break;
-      const file = profileFile && (full ? profileFile.replace(/(\.cpuprofile)?$/, '.full.cpuprofile') : profileFile);
+      const file =
+        profileFile && (full ? profileFile.replace(/(\.cpuprofile)?$/, '.full.cpuprofile') : profileFile);
       const session = file ? new Session() : null;
       if (session) {
         session.connect();
