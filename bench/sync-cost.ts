@@ -6,8 +6,8 @@
 // change. Run as a script:
 //   node dist/bench/sync-cost.js [services] [endpoints] [changes] [profile] [--distinct] [--no-full]
 // The incremental changes run first, then the full ones (--no-full: none, for large N). With a
-// profile path, the incremental syncs are CPU-profiled into it and the full ones into
-// <profile>.full.cpuprofile (for Chrome's DevTools); `node --cpu-prof` cannot be used: its SIGPROF
+// profile path, the incremental syncs are CPU-profiled into it, the full ones into
+// <profile>.full.cpuprofile and the first sync into <profile>.cold.cpuprofile (for Chrome's DevTools); `node --cpu-prof` cannot be used: its SIGPROF
 // interrupts the verifier at load (EAGAIN).
 // The bench's manifests give every Service the same E pods; --distinct gives each Service E
 // addresses of its own (N × E backends), as a real cluster has.
@@ -76,6 +76,22 @@ function events(scenario: Scenario, distinct: boolean): SourceEvent[] {
   ].map((e) => ({ ...e, type: 'upsert' as const, origin: 'sync-cost' }));
 }
 
+/** Runs `task`, CPU-profiled into `file` when one is given. */
+async function profiled<T>(file: string | undefined, task: () => Promise<T>): Promise<T> {
+  if (!file) return task();
+  const session = new Session();
+  session.connect();
+  await session.post('Profiler.enable');
+  await session.post('Profiler.start');
+  try {
+    return await task();
+  } finally {
+    const { profile } = await session.post('Profiler.stop');
+    writeFileSync(file, JSON.stringify(profile));
+    session.disconnect();
+  }
+}
+
 export async function measureSyncCost(
   scenario: Scenario,
   changes: number,
@@ -110,7 +126,9 @@ export async function measureSyncCost(
       return performance.now() - t;
     };
     tracker.apply(events(scenario, opts.distinctEndpoints ?? false));
-    const coldSyncMs = await timed(true);
+    const coldSyncMs = await profiled(profileFile?.replace(/(\.cpuprofile)?$/, '.cold.cpuprofile'), () =>
+      timed(true),
+    );
     const result: SyncCost = { scenario, openMs, coldSyncMs, incrementalMs: [], fullMs: [] };
     const measured = scenario.services - 1;
     // Incremental changes first, then full ones: each kind gets a profile of its own.
@@ -119,22 +137,13 @@ export async function measureSyncCost(
       if (full && !(opts.fullSyncs ?? true)) break;
       const file =
         profileFile && (full ? profileFile.replace(/(\.cpuprofile)?$/, '.full.cpuprofile') : profileFile);
-      const session = file ? new Session() : null;
-      if (session) {
-        session.connect();
-        await session.post('Profiler.enable');
-        await session.post('Profiler.start');
-      }
-      for (let i = 0; i < changes; i++, change++) {
-        const object = endpointSlice(measured, scenario, [changedEndpointIP(change)]);
-        tracker.apply([{ type: 'upsert', kind: 'EndpointSlice', object, origin: 'sync-cost' }]);
-        (full ? result.fullMs : result.incrementalMs).push(await timed(full));
-      }
-      if (session && file) {
-        const { profile } = await session.post('Profiler.stop');
-        writeFileSync(file, JSON.stringify(profile));
-        session.disconnect();
-      }
+      await profiled(file, async () => {
+        for (let i = 0; i < changes; i++, change++) {
+          const object = endpointSlice(measured, scenario, [changedEndpointIP(change)]);
+          tracker.apply([{ type: 'upsert', kind: 'EndpointSlice', object, origin: 'sync-cost' }]);
+          (full ? result.fullMs : result.incrementalMs).push(await timed(full));
+        }
+      });
     }
     return result;
   } finally {

@@ -53,49 +53,48 @@ export interface ApplyResult {
   degraded: ServiceFailure[];
 }
 
-/** A map's entries by their id, with each service id's entries at hand: a write scoped to a few
- * frontends finds what they hold without a walk over every entry. */
+/** A map's entries by service id, then by what tells them apart within it (a number where it can
+ * be: no string per entry): a write scoped to a few frontends finds what they hold without a walk
+ * over every entry. */
 class ByService<K extends { serviceId: number }, V extends K> {
-  private readonly all = new Map<string, V>();
-  private readonly index = new Map<number, Set<string>>();
+  private readonly index = new Map<number, Map<number | string, V>>();
 
   constructor(
-    private readonly idOf: (k: K) => string,
+    private readonly subKey: (k: K) => number | string,
     entries: Iterable<V>,
   ) {
     for (const v of entries) this.set(v);
   }
 
   get(k: K): V | undefined {
-    return this.all.get(this.idOf(k));
+    return this.index.get(k.serviceId)?.get(this.subKey(k));
   }
 
   has(k: K): boolean {
-    return this.all.has(this.idOf(k));
+    return this.get(k) !== undefined;
   }
 
   set(v: V): void {
-    const id = this.idOf(v);
-    this.all.set(id, v);
-    const ids = this.index.get(v.serviceId) ?? new Set<string>();
-    ids.add(id);
-    this.index.set(v.serviceId, ids);
+    let inner = this.index.get(v.serviceId);
+    if (!inner) {
+      inner = new Map();
+      this.index.set(v.serviceId, inner);
+    }
+    inner.set(this.subKey(v), v);
   }
 
   delete(k: K): void {
-    const id = this.idOf(k);
-    this.all.delete(id);
-    const ids = this.index.get(k.serviceId);
-    ids?.delete(id);
-    if (ids?.size === 0) this.index.delete(k.serviceId);
+    const inner = this.index.get(k.serviceId);
+    inner?.delete(this.subKey(k));
+    if (inner?.size === 0) this.index.delete(k.serviceId);
   }
 
-  values(): IterableIterator<V> {
-    return this.all.values();
+  *values(): IterableIterator<V> {
+    for (const inner of this.index.values()) yield* inner.values();
   }
 
   ofService(serviceId: number): V[] {
-    return [...(this.index.get(serviceId) ?? [])].map((id) => this.all.get(id)!);
+    return [...(this.index.get(serviceId)?.values() ?? [])];
   }
 }
 
@@ -118,10 +117,9 @@ interface Deferred {
   backends: BackendEntry[];
 }
 
-const slotId = (k: SlotKey) => `${k.serviceId}/${k.gen}/${k.slot}`;
+/** Within a service id: slot (16 bits) of generation gen. */
+const slotOfService = (k: SlotKey) => k.gen * 0x10000 + k.slot;
 const maglevId = (k: MaglevKey) => String(k.serviceId);
-const affinityId = (m: AffinityMatch) => `${m.serviceId}/${m.backendId}`;
-const rangeId = (r: SourceRange) => `${r.serviceId}/${r.cidr}`;
 const maglevSignature = (size: number, ids: readonly number[]) =>
   `${size}:${[...ids].sort((a, b) => a - b).join(',')}`;
 
@@ -433,12 +431,21 @@ export class MapWriter {
     // 6. After the grace period, everything no frontend needs any more. A frontend that failed
     // keeps all it had. A scoped write looks only at the entries of the scoped frontends' service
     // ids; a backend goes when the plan (which counts every frontend's references) has dropped it.
-    const wantedSlots = new Set(entries.flatMap((e) => e.slots.map(slotId)));
-    const wantedMaglev = new Set(entries.flatMap((e) => (e.maglev ? [maglevId(e.maglev.key)] : [])));
-    const wantedMatches = new Set(entries.flatMap((e) => e.affinityMatches.map(affinityId)));
-    const wantedRanges = new Set(entries.flatMap((e) => e.sourceRanges.map(rangeId)));
-    const unused = (serviceId: number, id: string, wantedIds: Set<string>) =>
-      !wantedIds.has(id) && !failed.has(serviceId);
+    // What an entry is wanted for is asked of the frontend with its service id (one at most).
+    const byServiceId = new Map(entries.map((e) => [e.planned.serviceId, e]));
+    const backendSets = new Map<number, Set<number>>();
+    const namesBackend = (e: FrontendEntries, backendId: number) => {
+      let ids = backendSets.get(e.planned.serviceId);
+      if (!ids) {
+        ids = new Set(e.planned.backendIds);
+        backendSets.set(e.planned.serviceId, ids);
+      }
+      return ids.has(backendId);
+    };
+    const unused = (serviceId: number, wanted: (e: FrontendEntries) => boolean) => {
+      const e = byServiceId.get(serviceId);
+      return !(e && wanted(e)) && !failed.has(serviceId);
+    };
     if (scopedIds) for (const e of entries) scopedIds.add(e.planned.serviceId);
     const ofScope = <K extends { serviceId: number }, V extends K>(m: ByService<K, V>): V[] =>
       scopedIds ? [...scopedIds].flatMap((id) => m.ofService(id)) : [...m.values()];
@@ -456,7 +463,7 @@ export class MapWriter {
     // flip on, affinity must not pick them and a SYN on their tracked flows selects again (a
     // reader of the old generation still finds them in its slots; it needs no pair).
     const leftMatches = ofScope(mirror.affinityMatches).filter((m) =>
-      unused(m.serviceId, affinityId(m), wantedMatches),
+      unused(m.serviceId, (e) => namesBackend(e, m.backendId)),
     );
     if (leftMatches.length) {
       this.store.deleteAffinityMatches(leftMatches);
@@ -465,10 +472,14 @@ export class MapWriter {
     }
     this.deferred.push({
       dueMs: this.now() + this.options.graceMs,
-      slots: slots.filter((s) => unused(s.serviceId, slotId(s), wantedSlots)),
-      maglev: maglev.map((m) => m.key).filter((k) => unused(k.serviceId, maglevId(k), wantedMaglev)),
+      slots: slots.filter((s) =>
+        unused(s.serviceId, (e) => s.gen === e.frontend.value.gen && s.slot < e.slots.length),
+      ),
+      maglev: maglev.map((m) => m.key).filter((k) => unused(k.serviceId, (e) => e.maglev !== null)),
       affinityMatches: [],
-      sourceRanges: ofScope(mirror.sourceRanges).filter((r) => unused(r.serviceId, rangeId(r), wantedRanges)),
+      sourceRanges: ofScope(mirror.sourceRanges).filter((r) =>
+        unused(r.serviceId, (e) => e.planned.sourceRanges.includes(r.cidr)),
+      ),
       backends: backends.filter((b) => !isPlanned(b.id) && !failedBackends.has(b.id)),
     });
   }
@@ -544,7 +555,7 @@ export class MapWriter {
 function mirrorOf(state: StoredState, maglevTableSize: number): Mirror {
   return {
     frontends: new Map(state.frontends.map((f) => [frontendName(f.key), f])),
-    slots: new ByService(slotId, state.slots),
+    slots: new ByService(slotOfService, state.slots),
     backends: new Map(state.backends.map((b) => [b.id, b])),
     maglev: new Map(
       state.maglev.map((m) => [
@@ -553,7 +564,7 @@ function mirrorOf(state: StoredState, maglevTableSize: number): Mirror {
         { key: m.key, signature: maglevSignature(m.size === maglevTableSize ? m.size : -1, m.backendIds) },
       ]),
     ),
-    affinityMatches: new ByService(affinityId, state.affinityMatches),
-    sourceRanges: new ByService(rangeId, state.sourceRanges),
+    affinityMatches: new ByService((m: AffinityMatch) => m.backendId, state.affinityMatches),
+    sourceRanges: new ByService((r: SourceRange) => r.cidr, state.sourceRanges),
   };
 }
