@@ -1,7 +1,8 @@
 // One cell of the matrix: one mode at one N. Starts the agent cold on the scenario's manifests,
 // measures the control plane (cold programming, memory, endpoint-change latency) and the data
 // plane (new connections, first-packet latencies, keep-alive throughput) through the measured
-// ClusterIP, then stops the agent and removes what it programmed.
+// ClusterIP, then stops the agent and removes what it programmed. A control-plane cell (the large
+// N, where the loads would not fit the time) measures the control plane alone.
 
 import { mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -70,6 +71,98 @@ function agentConfig(mode: BenchMode, pinPath: string, sockCgroup: string | null
   ].join('\n');
 }
 
+/** New connections, UDP request/responses and keep-alive throughput through the measured Service. */
+async function measureDataPlane(
+  ctx: CellContext,
+  scenario: Scenario,
+  mode: BenchMode,
+  rep: number,
+  clientExec: (cmd: string, args: string[]) => Promise<{ stdout: string }>,
+  add: (measure: MeasureId, value: number, extra?: Partial<Sample>) => void,
+): Promise<void> {
+  const { settings } = ctx;
+  const target = measuredService(scenario);
+  const out = (name: string) => join(ctx.workDir, `${mode}-${scenario.services}-${rep}-${name}.txt`);
+  // Warm-up (ARP, the backends' first accept): a failure here means the mode does not carry traffic.
+  const warm = parseLoadgen(
+    (
+      await clientExec(ctx.tools.loadgen, [
+        'crr',
+        target.ip,
+        String(SERVICE_TCP_PORT),
+        '0.3',
+        '200',
+        out('warm'),
+      ])
+    ).stdout,
+  );
+  if (warm.attempts > 0 && warm.errors === warm.attempts)
+    throw new Error(`no connection to ${target.ip}:${SERVICE_TCP_PORT} succeeded (${warm.errors} failed)`);
+
+  ctx.step('new connections (TCP_CRR-like)');
+  const crrFile = out('crr');
+  const crr = parseLoadgen(
+    (
+      await clientExec(ctx.tools.loadgen, [
+        'crr',
+        target.ip,
+        String(SERVICE_TCP_PORT),
+        String(settings.seconds),
+        '2000000',
+        crrFile,
+      ])
+    ).stdout,
+  );
+  const [connectUs = [], totalUs = []] = parseColumns(readFileSync(crrFile, 'utf8'), 2);
+  rmSync(crrFile, { force: true });
+  add('crrPerSec', totalUs.length / (crr.elapsedUs / 1e6), { errors: crr.errors, attempts: crr.attempts });
+  const connect = summarize(connectUs);
+  add('tcpConnectUs', connect.median, {
+    summary: connect,
+    histogram: histogram(connectUs),
+    errors: crr.errors,
+    attempts: crr.attempts,
+  });
+
+  ctx.step('UDP request/response');
+  const udpFile = out('udp');
+  const udp = parseLoadgen(
+    (
+      await clientExec(ctx.tools.loadgen, [
+        'udp',
+        target.ip,
+        String(SERVICE_UDP_PORT),
+        String(settings.udpProbes),
+        udpFile,
+      ])
+    ).stdout,
+  );
+  const [rttUs = []] = parseColumns(readFileSync(udpFile, 'utf8'), 1);
+  rmSync(udpFile, { force: true });
+  const rtt = summarize(rttUs);
+  add('udpRttUs', rtt.median, {
+    summary: rtt,
+    histogram: histogram(rttUs),
+    errors: udp.errors,
+    attempts: udp.attempts,
+  });
+
+  ctx.step('keep-alive HTTP (wrk)');
+  const wrk = parseWrk(
+    (
+      await clientExec('wrk', [
+        '-t1',
+        '-c2',
+        `-d${Math.max(1, Math.round(settings.seconds))}s`,
+        '--timeout',
+        '2s',
+        `http://${target.ip}:${SERVICE_TCP_PORT}/`,
+      ])
+    ).stdout,
+  );
+  add('wrkReqPerSec', wrk.requestsPerSec, { errors: wrk.errors });
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export async function runCell(
@@ -77,6 +170,7 @@ export async function runCell(
   mode: BenchMode,
   scenario: Scenario,
   rep: number,
+  dataPlane = true,
 ): Promise<Sample[]> {
   const { lab, topology, settings } = ctx;
   const samples: Sample[] = [];
@@ -124,86 +218,7 @@ export async function runCell(
     add('firstSyncMs', first.durationMs);
     add('agentRssMiB', agent.memory().rssMiB);
 
-    const out = (name: string) => join(ctx.workDir, `${mode}-${scenario.services}-${rep}-${name}.txt`);
-    // Warm-up (ARP, the backends' first accept): a failure here means the mode does not carry traffic.
-    const warm = parseLoadgen(
-      (
-        await clientExec(ctx.tools.loadgen, [
-          'crr',
-          target.ip,
-          String(SERVICE_TCP_PORT),
-          '0.3',
-          '200',
-          out('warm'),
-        ])
-      ).stdout,
-    );
-    if (warm.attempts > 0 && warm.errors === warm.attempts)
-      throw new Error(`no connection to ${target.ip}:${SERVICE_TCP_PORT} succeeded (${warm.errors} failed)`);
-
-    ctx.step('new connections (TCP_CRR-like)');
-    const crrFile = out('crr');
-    const crr = parseLoadgen(
-      (
-        await clientExec(ctx.tools.loadgen, [
-          'crr',
-          target.ip,
-          String(SERVICE_TCP_PORT),
-          String(settings.seconds),
-          '2000000',
-          crrFile,
-        ])
-      ).stdout,
-    );
-    const [connectUs = [], totalUs = []] = parseColumns(readFileSync(crrFile, 'utf8'), 2);
-    rmSync(crrFile, { force: true });
-    add('crrPerSec', totalUs.length / (crr.elapsedUs / 1e6), { errors: crr.errors, attempts: crr.attempts });
-    const connect = summarize(connectUs);
-    add('tcpConnectUs', connect.median, {
-      summary: connect,
-      histogram: histogram(connectUs),
-      errors: crr.errors,
-      attempts: crr.attempts,
-    });
-
-    ctx.step('UDP request/response');
-    const udpFile = out('udp');
-    const udp = parseLoadgen(
-      (
-        await clientExec(ctx.tools.loadgen, [
-          'udp',
-          target.ip,
-          String(SERVICE_UDP_PORT),
-          String(settings.udpProbes),
-          udpFile,
-        ])
-      ).stdout,
-    );
-    const [rttUs = []] = parseColumns(readFileSync(udpFile, 'utf8'), 1);
-    rmSync(udpFile, { force: true });
-    const rtt = summarize(rttUs);
-    add('udpRttUs', rtt.median, {
-      summary: rtt,
-      histogram: histogram(rttUs),
-      errors: udp.errors,
-      attempts: udp.attempts,
-    });
-
-    ctx.step('keep-alive HTTP (wrk)');
-    const wrk = parseWrk(
-      (
-        await clientExec('wrk', [
-          '-t1',
-          '-c2',
-          `-d${Math.max(1, Math.round(settings.seconds))}s`,
-          '--timeout',
-          '2s',
-          `http://${target.ip}:${SERVICE_TCP_PORT}/`,
-        ])
-      ).stdout,
-    );
-    add('wrkReqPerSec', wrk.requestsPerSec, { errors: wrk.errors });
-
+    if (dataPlane) await measureDataPlane(ctx, scenario, mode, rep, clientExec, add);
     ctx.step('EndpointSlice change to kernel');
     const probe: ProbeContext = {
       lab,

@@ -26,6 +26,8 @@ export const ALL_MODES: BenchMode[] = ['bpf', 'bpf-sock', 'iptables', 'nftables'
 export interface BenchOptions {
   modes: BenchMode[];
   serviceCounts: number[];
+  /** Larger N measured in bpf mode for the control plane alone (no loads: they would not fit the time). */
+  controlPlaneServiceCounts: number[];
   endpoints: number;
   reps: number;
   cell: CellSettings;
@@ -65,6 +67,7 @@ const METHODOLOGY = [
   'Keep-alive throughput: wrk -t1 -c2 for the same fixed time.',
   'Each repetition walks every N and, at each N, every mode in an order rotated by one per repetition; conntrack is flushed and the node cleaned (`cleanup`) between cells.',
   'Median and p99: over the runs for per-run values; over every request of every run for latencies (2 % histogram buckets).',
+  'Control-plane cells (the larger N, bpf mode): the same agent, manifests and endpoint changes, without the data-plane loads; the E real backend pods still serve every Service.',
   'BPF per-packet cost: BPF_PROG_TEST_RUN average over `repeat` runs of the tc and XDP programs on a tracked flow, next to xdp_tx, with 1 and many services in the maps.',
 ];
 
@@ -117,7 +120,14 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     const topology = await buildTopology(lab, options.endpoints, tools);
     const cli = cliEntryPoint();
     const manifestDirs = new Map<number, string>();
-    for (const services of options.serviceCounts) {
+    // Every N with the modes measured there: the larger ones in bpf mode, control plane only.
+    const matrix = [
+      ...options.serviceCounts.map((services) => ({ services, modes, dataPlane: true })),
+      ...options.controlPlaneServiceCounts
+        .filter((n) => !options.serviceCounts.includes(n))
+        .map((services) => ({ services, modes: modes.filter((m) => m === 'bpf'), dataPlane: false })),
+    ];
+    for (const { services } of matrix) {
       const dir = join(workDir, `manifests-${services}`);
       mkdirSync(dir);
       for (const [name, text] of Object.entries(manifestFiles({ services, endpoints: options.endpoints })))
@@ -125,7 +135,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
       manifestDirs.set(services, dir);
     }
 
-    const totalCells = options.reps * options.serviceCounts.length * modes.length;
+    const totalCells = options.reps * matrix.reduce((n, cell) => n + cell.modes.length, 0);
     const cellTimes = new Map<number, number[]>();
     let done = 0;
     const eta = (remainingByN: Map<number, number>) => {
@@ -139,14 +149,12 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
       return all.length ? formatDuration(ms) : '?';
     };
     for (let rep = 0; rep < options.reps; rep++) {
-      for (const services of options.serviceCounts) {
-        for (const mode of rotate(modes, rep)) {
+      for (const [at, { services, modes: cellModes, dataPlane }] of matrix.entries()) {
+        for (const mode of rotate(cellModes, rep)) {
           if (unavailable.some((u) => u.mode === mode)) continue;
           const remaining = new Map<number, number>();
-          for (const n of options.serviceCounts) {
-            const before = options.serviceCounts.indexOf(n) < options.serviceCounts.indexOf(services) ? 1 : 0;
-            remaining.set(n, (options.reps - rep - before) * modes.length);
-          }
+          for (const [i, cell] of matrix.entries())
+            remaining.set(cell.services, (options.reps - rep - (i < at ? 1 : 0)) * cell.modes.length);
           const label = `[${done + 1}/${totalCells}] rep ${rep + 1}/${options.reps} · ${mode} · N=${services.toLocaleString('en')}`;
           say(`${label} · elapsed ${formatDuration(performance.now() - started)} · ETA ${eta(remaining)}`);
           const scenario: Scenario = { services, endpoints: options.endpoints };
@@ -167,6 +175,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
                 mode,
                 scenario,
                 rep,
+                dataPlane,
               )),
             );
           } catch (err) {
@@ -240,10 +249,16 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
   return { dir, results };
 }
 
+/** Every N of a run: the full cells' and the control-plane cells' (absent from older results). */
+function allServiceCounts(results: BenchResults): number[] {
+  const { serviceCounts, controlPlaneServiceCounts = [] } = results.settings;
+  return [...new Set([...serviceCounts, ...controlPlaneServiceCounts])].sort((a, b) => a - b);
+}
+
 export function reportInput(results: BenchResults): ReportInput {
   return {
     modes: results.modes,
-    serviceCounts: results.settings.serviceCounts,
+    serviceCounts: allServiceCounts(results),
     aggregates: results.aggregates,
     bpfCost: results.bpfCost,
     unavailable: results.unavailable,
@@ -280,7 +295,7 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
     '',
     `Machine: ${machineLine(results.machine)}.`,
     '',
-    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}} services × ${results.settings.endpoints} endpoints, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
+    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}}${(results.settings.controlPlaneServiceCounts ?? []).length > 0 ? ` and, bpf control plane only, {${results.settings.controlPlaneServiceCounts.join(', ')}}` : ''} services × ${results.settings.endpoints} endpoints, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
   ].join('\n');
   writeFileSync(join(dir, 'results.md'), markdownReport(reportInput(results), header));
 
@@ -288,7 +303,7 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
     const info = MEASURES[measure];
     const series: Series[] = results.modes.flatMap((mode) => {
       const points = (stat: 'median' | 'p99') =>
-        results.settings.serviceCounts.flatMap((n) => {
+        allServiceCounts(results).flatMap((n) => {
           const a = findAggregate(results.aggregates, mode, n, measure);
           return a ? [{ x: n, y: a[stat] }] : [];
         });

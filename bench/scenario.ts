@@ -31,11 +31,12 @@ export function backendPodIP(i: number): string {
   return `10.244.0.${10 + i}`;
 }
 
-/** The ClusterIP of service i (i from 0): 10.96.0.1 onwards, within 10.96.0.0/16. */
+/** The ClusterIP of service i (i from 0): 10.96.0.1 onwards, within 10.96.0.0/12 (kubeadm's
+ * default service CIDR: room for the 100,000-service control-plane cells). */
 export function clusterIP(i: number): string {
   const n = i + 1;
-  if (n > 65534) throw new Error(`service ${i}: more services than 10.96.0.0/16 holds`);
-  return `10.96.${n >> 8}.${n & 255}`;
+  if (n > 0xffffe) throw new Error(`service ${i}: more services than 10.96.0.0/12 holds`);
+  return `10.${96 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}`;
 }
 
 export function serviceName(i: number): string {

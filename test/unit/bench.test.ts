@@ -59,14 +59,15 @@ describe('scenario', () => {
     }
   });
 
-  it('ClusterIPs are distinct and stay in 10.96.0.0/16; bad sizes are refused', () => {
-    const ips = new Set(Array.from({ length: 30000 }, (_, i) => clusterIP(i)));
-    expect(ips.size).toBe(30000);
+  it('ClusterIPs are distinct and stay in 10.96.0.0/12; bad sizes are refused', () => {
+    const ips = new Set(Array.from({ length: 100_000 }, (_, i) => clusterIP(i)));
+    expect(ips.size).toBe(100_000);
     expect(clusterIP(0)).toBe('10.96.0.1');
     expect(clusterIP(255)).toBe('10.96.1.0');
+    expect(clusterIP(99_999)).toBe('10.97.134.160');
     expect(() => validateScenario({ services: 0, endpoints: 10 })).toThrow();
     expect(() => validateScenario({ services: 10, endpoints: 33 })).toThrow();
-    expect(() => validateScenario({ services: 70000, endpoints: 10 })).toThrow();
+    expect(() => validateScenario({ services: 1_100_000, endpoints: 10 })).toThrow();
   });
 });
 
