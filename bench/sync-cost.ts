@@ -1,13 +1,13 @@
 // What one sync costs the bpf agent's control plane, without the cluster around it: N Services × E
 // endpoints (the bench's own manifests) go through the change tracker, the brain and the real bpf
 // data plane into a freshly loaded object pinned in a private bpffs directory; then one
-// EndpointSlice changes at a time and each sync is timed twice: as the incremental sync the runner
-// makes after a change, and as the full recompute (start, hourly, after a failure) of the same
-// change. Run as a script:
+// EndpointSlice changes at a time and is synced: first as the incremental syncs the runner makes
+// after a change, then as full recomputes (start, hourly, after a failure). Each sync is timed in
+// wall time and in CPU time. Run as a script:
 //   node dist/bench/sync-cost.js [services] [endpoints] [changes] [profile] [--distinct] [--no-full]
-// The incremental changes run first, then the full ones (--no-full: none, for large N). With a
-// profile path, the incremental syncs are CPU-profiled into it, the full ones into
-// <profile>.full.cpuprofile and the first sync into <profile>.cold.cpuprofile (for Chrome's DevTools); `node --cpu-prof` cannot be used: its SIGPROF
+// --no-full skips the full recomputes (for large N). With a profile path, the incremental syncs
+// are CPU-profiled into it, the full ones into <profile>.full.cpuprofile and the first sync into
+// <profile>.cold.cpuprofile (for Chrome's DevTools); `node --cpu-prof` cannot be used: its SIGPROF
 // interrupts the verifier at load (EAGAIN).
 // The bench's manifests give every Service the same E pods; --distinct gives each Service E
 // addresses of its own (N × E backends), as a real cluster has.
@@ -39,8 +39,14 @@ export interface SyncCost {
   /** Loading the programs and maps (open), then the first (full) sync of every Service. */
   openMs: number;
   coldSyncMs: number;
+  /** CPU time (user + system, every thread of the process) of each sync below, beside its wall
+   * time: on a shared machine it is the figure that does not depend on the other loads. */
+  cpuMs: { cold: number; incremental: number[]; full: number[] };
   /** One EndpointSlice changed, then an incremental sync. */
   incrementalMs: number[];
+  /** The same changes from the event (parsed into the tracker) to the sync's last map write: the
+   * agent's part of change → kernel, without the source's debounce or the runner's rate limit. */
+  changeToKernelMs: number[];
   /** One EndpointSlice changed, then a full recompute (fullSyncRequired). */
   fullMs: number[];
 }
@@ -119,17 +125,31 @@ export async function measureSyncCost(
   try {
     const tracker = new ChangeTracker(NODE_NAME);
     const loop = new SyncLoop({ tracker, nodeEnv: () => NODE_ENV, config, dataplane, observers: [] });
-    const timed = async (full: boolean) => {
+    const cpuMs = { cold: 0, incremental: [] as number[], full: [] as number[] };
+    const timed = async (full: boolean, cpu: (ms: number) => void) => {
       if (full) loop.requestFullSync();
       const t = performance.now();
+      const c = process.cpuUsage();
       if (!(await loop.syncOnce())) throw new Error('sync failed');
+      const used = process.cpuUsage(c);
+      cpu((used.user + used.system) / 1000);
       return performance.now() - t;
     };
     tracker.apply(events(scenario, opts.distinctEndpoints ?? false));
     const coldSyncMs = await profiled(profileFile?.replace(/(\.cpuprofile)?$/, '.cold.cpuprofile'), () =>
-      timed(true),
+      timed(true, (ms) => {
+        cpuMs.cold = ms;
+      }),
     );
-    const result: SyncCost = { scenario, openMs, coldSyncMs, incrementalMs: [], fullMs: [] };
+    const result: SyncCost = {
+      scenario,
+      openMs,
+      coldSyncMs,
+      cpuMs,
+      incrementalMs: [],
+      changeToKernelMs: [],
+      fullMs: [],
+    };
     const measured = scenario.services - 1;
     // Incremental changes first, then full ones: each kind gets a profile of its own.
     let change = 0;
@@ -140,8 +160,11 @@ export async function measureSyncCost(
       await profiled(file, async () => {
         for (let i = 0; i < changes; i++, change++) {
           const object = endpointSlice(measured, scenario, [changedEndpointIP(change)]);
+          const changed = performance.now();
           tracker.apply([{ type: 'upsert', kind: 'EndpointSlice', object, origin: 'sync-cost' }]);
-          (full ? result.fullMs : result.incrementalMs).push(await timed(full));
+          const cpu = full ? cpuMs.full : cpuMs.incremental;
+          (full ? result.fullMs : result.incrementalMs).push(await timed(full, (ms) => cpu.push(ms)));
+          if (!full) result.changeToKernelMs.push(performance.now() - changed);
         }
       });
     }
@@ -172,8 +195,16 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
     JSON.stringify({
       ...cost,
       incrementalMs: rounded(cost.incrementalMs),
+      changeToKernelMs: rounded(cost.changeToKernelMs),
       fullMs: rounded(cost.fullMs),
+      cpuMs: {
+        cold: Math.round(cost.cpuMs.cold),
+        incremental: rounded(cost.cpuMs.incremental),
+        full: rounded(cost.cpuMs.full),
+      },
+      incrementalCpu: summarize(cost.cpuMs.incremental),
       incremental: summarize(cost.incrementalMs),
+      changeToKernel: summarize(cost.changeToKernelMs),
       full: cost.fullMs.length > 0 ? summarize(cost.fullMs) : null,
       rssMiB: Math.round(process.memoryUsage().rss / 2 ** 20),
     }),
