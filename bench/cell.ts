@@ -22,6 +22,7 @@ import {
   type Scenario,
   SERVICE_TCP_PORT,
   SERVICE_UDP_PORT,
+  servicesMapSize,
 } from './scenario.js';
 import { histogram, summarize } from './stats.js';
 import { parseColumns, parseLoadgen, parseWrk, type Tools } from './tools.js';
@@ -57,7 +58,12 @@ export interface CellContext {
   step: (text: string) => void;
 }
 
-function agentConfig(mode: BenchMode, pinPath: string, sockCgroup: string | null): string {
+function agentConfig(
+  mode: BenchMode,
+  pinPath: string,
+  sockCgroup: string | null,
+  scenario: Scenario,
+): string {
   // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s).
   return [
     'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
@@ -66,6 +72,10 @@ function agentConfig(mode: BenchMode, pinPath: string, sockCgroup: string | null
     `clusterCIDR: ${CLUSTER_CIDR}`,
     'bpf:',
     `  pinPath: ${pinPath}`,
+    // Past the default size (65,536), the services map is raised as an operator would.
+    ...(servicesMapSize(scenario.services) > 65536
+      ? ['  mapSizes:', `    services: ${servicesMapSize(scenario.services)}`]
+      : []),
     ...(sockCgroup ? ['  socketLB: all', `  cgroupPath: ${sockCgroup}`] : []),
     '',
   ].join('\n');
@@ -184,7 +194,7 @@ export async function runCell(
   // client's commands join, so nothing else on a shared machine is translated.
   const sockCgroup = mode === 'bpf-sock' ? `${findCgroup2Root()}/${lab.prefix}-bpf-sock` : null;
   if (sockCgroup) mkdirSync(sockCgroup, { recursive: true });
-  writeFileSync(configPath, agentConfig(mode, pinPath, sockCgroup));
+  writeFileSync(configPath, agentConfig(mode, pinPath, sockCgroup, scenario));
   /** Runs a client command in the client pod, inside the socket-LB cgroup when there is one. */
   const clientExec = (cmd: string, args: string[]) =>
     sockCgroup

@@ -129,6 +129,11 @@ export function manifestFiles(scenario: Scenario): ManifestFiles {
   };
 }
 
+/** A services map (bpf.mapSizes.services) with room for N Services' frontends: a power of two. */
+export function servicesMapSize(services: number): number {
+  return 2 ** Math.ceil(Math.log2(services + 1));
+}
+
 /** The IP an endpoint change adds to the measured slice: in the pod CIDR, never a backend pod. */
 export function changedEndpointIP(change: number): string {
   return `10.244.0.${100 + (change % 150)}`;
