@@ -129,9 +129,15 @@ export function manifestFiles(scenario: Scenario): ManifestFiles {
   };
 }
 
-/** A services map (bpf.mapSizes.services) with room for N Services' frontends: a power of two. */
-export function servicesMapSize(services: number): number {
-  return 2 ** Math.ceil(Math.log2(services + 1));
+/** The bpf map sizes a scenario needs past the defaults (powers of two): one frontend per Service
+ * (bpf.mapSizes.services) and E slots each, twice over while a frontend switches generation
+ * (bpf.mapSizes.backendSlots, which also sizes the affinity pairs). */
+export function scenarioMapSizes(scenario: Scenario): { services: number; backendSlots: number } {
+  const pow2 = (n: number) => 2 ** Math.ceil(Math.log2(n));
+  return {
+    services: Math.max(65536, pow2(scenario.services + 1)),
+    backendSlots: Math.max(1048576, pow2(2 * (scenario.services + 1) * (scenario.endpoints + 1))),
+  };
 }
 
 /** The IP an endpoint change adds to the measured slice: in the pod CIDR, never a backend pod. */
