@@ -22,7 +22,7 @@ import {
   type Scenario,
   SERVICE_TCP_PORT,
   SERVICE_UDP_PORT,
-  servicesMapSize,
+  scenarioMapSizes,
 } from './scenario.js';
 import { histogram, summarize } from './stats.js';
 import { parseColumns, parseLoadgen, parseWrk, type Tools } from './tools.js';
@@ -72,10 +72,10 @@ function agentConfig(
     `clusterCIDR: ${CLUSTER_CIDR}`,
     'bpf:',
     `  pinPath: ${pinPath}`,
-    // Past the default size (65,536), the services map is raised as an operator would.
-    ...(servicesMapSize(scenario.services) > 65536
-      ? ['  mapSizes:', `    services: ${servicesMapSize(scenario.services)}`]
-      : []),
+    // Past the default sizes, the maps are raised as an operator would.
+    '  mapSizes:',
+    `    services: ${scenarioMapSizes(scenario).services}`,
+    `    backendSlots: ${scenarioMapSizes(scenario).backendSlots}`,
     ...(sockCgroup ? ['  socketLB: all', `  cgroupPath: ${sockCgroup}`] : []),
     '',
   ].join('\n');

@@ -31,7 +31,7 @@ import {
   NODE_IP,
   NODE_NAME,
   type Scenario,
-  servicesMapSize,
+  scenarioMapSizes,
 } from './scenario.js';
 import { summarize } from './stats.js';
 
@@ -111,14 +111,10 @@ export async function measureSyncCost(
   makeBpffsDir(pinPath, silentLogger);
   const loaded = loadConfig({ flags: {} });
   if (!loaded.ok) throw new Error('the default config does not load');
-  // Room for every frontend, as an operator of that many Services raises bpf.mapSizes.services: a
+  // Room for every frontend and slot, as an operator of that many Services raises the map sizes: a
   // full map would make every sync a whole plan (the plan is then order-dependent).
-  const { mapSizes } = loaded.config.bpf;
-  const services = Math.max(mapSizes.services, servicesMapSize(scenario.services));
-  const config = {
-    ...loaded.config,
-    bpf: { ...loaded.config.bpf, pinPath, mapSizes: { ...mapSizes, services } },
-  };
+  const mapSizes = { ...loaded.config.bpf.mapSizes, ...scenarioMapSizes(scenario) };
+  const config = { ...loaded.config, bpf: { ...loaded.config.bpf, pinPath, mapSizes } };
   const started = performance.now();
   const dataplane = await BpfDataplane.open(config, silentLogger, {
     watchInterfaces: false,
