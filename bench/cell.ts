@@ -2,7 +2,8 @@
 // kube-proxy in the kube-proxy-* modes) on the scenario, read from its manifest files or from the
 // API server, measures the control plane (cold programming, memory, endpoint-change latency) and
 // the data plane (new connections, first-packet latencies, keep-alive throughput) through the
-// measured ClusterIP, then stops the proxy and removes what it programmed.
+// measured ClusterIP, then stops the proxy and removes what it programmed. A control-plane cell
+// (the large N, where the loads would not fit the time) measures the control plane alone.
 
 import { mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -30,6 +31,7 @@ import {
   type Scenario,
   SERVICE_TCP_PORT,
   SERVICE_UDP_PORT,
+  scenarioMapSizes,
 } from './scenario.js';
 import { histogram, summarize } from './stats.js';
 import { parseColumns, parseLoadgen, parseWrk, type Tools } from './tools.js';
@@ -78,10 +80,20 @@ async function setMeasuredSlice(feed: ClusterFeed, scenario: Scenario, extraIPs:
   writeFileSync(join(feed.dir, MEASURED_SLICE_FILE), JSON.stringify(slice));
 }
 
-function agentConfig(mode: BenchMode, feed: ClusterFeed, pinPath: string, sockCgroup: string | null): string {
+function agentConfig(
+  mode: BenchMode,
+  feed: ClusterFeed,
+  pinPath: string,
+  sockCgroup: string | null,
+  scenario: Scenario,
+): string {
   const bpf = [
     'bpf:',
     `  pinPath: ${pinPath}`,
+    // Past the default sizes, the maps are raised as an operator would.
+    '  mapSizes:',
+    `    services: ${scenarioMapSizes(scenario).services}`,
+    `    backendSlots: ${scenarioMapSizes(scenario).backendSlots}`,
     ...(sockCgroup ? ['  socketLB: all', `  cgroupPath: ${sockCgroup}`] : []),
   ];
   const proxyMode = isKubeProxyMode(mode) ? KUBE_PROXY_MODES[mode] : mode === 'bpf-sock' ? 'bpf' : mode;
@@ -148,6 +160,106 @@ function startProxy(
   return LabAgent.start(lab, topology.nodeNs, ctx.cli, ['--config', configPath, ...source]);
 }
 
+/** New connections, UDP request/responses and keep-alive throughput through the measured Service. */
+async function measureDataPlane(
+  ctx: CellContext,
+  scenario: Scenario,
+  mode: BenchMode,
+  rep: number,
+  clientExec: (cmd: string, args: string[]) => Promise<{ stdout: string }>,
+  add: (measure: MeasureId, value: number, extra?: Partial<Sample>) => void,
+  /** Where the Service's rule sits in KUBE-SERVICES (iptables modes). */
+  position: { rule: number; of: number } | undefined,
+): Promise<void> {
+  const { settings } = ctx;
+  const target = measuredService(scenario);
+  const out = (name: string) => join(ctx.workDir, `${mode}-${scenario.services}-${rep}-${name}.txt`);
+  // Warm-up (ARP, the backends' first accept): a failure here means the mode does not carry traffic.
+  const warm = parseLoadgen(
+    (
+      await clientExec(ctx.tools.loadgen, [
+        'crr',
+        target.ip,
+        String(SERVICE_TCP_PORT),
+        '0.3',
+        '200',
+        out('warm'),
+      ])
+    ).stdout,
+  );
+  if (warm.attempts > 0 && warm.errors === warm.attempts)
+    throw new Error(`no connection to ${target.ip}:${SERVICE_TCP_PORT} succeeded (${warm.errors} failed)`);
+
+  ctx.step(
+    `new connections (TCP_CRR-like)${position ? `; the Service's rule is #${position.rule} of ${position.of} in KUBE-SERVICES` : ''}`,
+  );
+  const crrFile = out('crr');
+  const crr = parseLoadgen(
+    (
+      await clientExec(ctx.tools.loadgen, [
+        'crr',
+        target.ip,
+        String(SERVICE_TCP_PORT),
+        String(settings.seconds),
+        '2000000',
+        crrFile,
+      ])
+    ).stdout,
+  );
+  const [connectUs = [], totalUs = []] = parseColumns(readFileSync(crrFile, 'utf8'), 2);
+  rmSync(crrFile, { force: true });
+  add('crrPerSec', totalUs.length / (crr.elapsedUs / 1e6), {
+    errors: crr.errors,
+    attempts: crr.attempts,
+    ...(position ? { kubeServicesPosition: position } : {}),
+  });
+  const connect = summarize(connectUs);
+  add('tcpConnectUs', connect.median, {
+    summary: connect,
+    histogram: histogram(connectUs),
+    errors: crr.errors,
+    attempts: crr.attempts,
+  });
+
+  ctx.step('UDP request/response');
+  const udpFile = out('udp');
+  const udp = parseLoadgen(
+    (
+      await clientExec(ctx.tools.loadgen, [
+        'udp',
+        target.ip,
+        String(SERVICE_UDP_PORT),
+        String(settings.udpProbes),
+        udpFile,
+      ])
+    ).stdout,
+  );
+  const [rttUs = []] = parseColumns(readFileSync(udpFile, 'utf8'), 1);
+  rmSync(udpFile, { force: true });
+  const rtt = summarize(rttUs);
+  add('udpRttUs', rtt.median, {
+    summary: rtt,
+    histogram: histogram(rttUs),
+    errors: udp.errors,
+    attempts: udp.attempts,
+  });
+
+  ctx.step('keep-alive HTTP (wrk)');
+  const wrk = parseWrk(
+    (
+      await clientExec('wrk', [
+        '-t1',
+        '-c2',
+        `-d${Math.max(1, Math.round(settings.seconds))}s`,
+        '--timeout',
+        '2s',
+        `http://${target.ip}:${SERVICE_TCP_PORT}/`,
+      ])
+    ).stdout,
+  );
+  add('wrkReqPerSec', wrk.requestsPerSec, { errors: wrk.errors });
+}
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export async function runCell(
@@ -155,6 +267,7 @@ export async function runCell(
   mode: BenchMode,
   scenario: Scenario,
   rep: number,
+  dataPlane = true,
 ): Promise<Sample[]> {
   const { lab, topology, settings } = ctx;
   const samples: Sample[] = [];
@@ -168,7 +281,7 @@ export async function runCell(
   // client's commands join, so nothing else on a shared machine is translated.
   const sockCgroup = mode === 'bpf-sock' ? `${findCgroup2Root()}/${lab.prefix}-bpf-sock` : null;
   if (sockCgroup) mkdirSync(sockCgroup, { recursive: true });
-  writeFileSync(configPath, agentConfig(mode, ctx.feed, pinPath, sockCgroup));
+  writeFileSync(configPath, agentConfig(mode, ctx.feed, pinPath, sockCgroup, scenario));
   /** Runs a client command in the client pod, inside the socket-LB cgroup when there is one. */
   const clientExec = (cmd: string, args: string[]) =>
     sockCgroup
@@ -203,93 +316,10 @@ export async function runCell(
     add('firstSyncMs', first.durationMs);
     add('agentRssMiB', agent.memory().rssMiB);
 
-    const out = (name: string) => join(ctx.workDir, `${mode}-${scenario.services}-${rep}-${name}.txt`);
-    // Warm-up (ARP, the backends' first accept): a failure here means the mode does not carry traffic.
-    const warm = parseLoadgen(
-      (
-        await clientExec(ctx.tools.loadgen, [
-          'crr',
-          target.ip,
-          String(SERVICE_TCP_PORT),
-          '0.3',
-          '200',
-          out('warm'),
-        ])
-      ).stdout,
-    );
-    if (warm.attempts > 0 && warm.errors === warm.attempts)
-      throw new Error(`no connection to ${target.ip}:${SERVICE_TCP_PORT} succeeded (${warm.errors} failed)`);
-
-    const position = iptablesMode ? await kubeServicesPosition(ctx, probeBackend(), target.ip) : undefined;
-    ctx.step(
-      `new connections (TCP_CRR-like)${position ? `; the Service's rule is #${position.rule} of ${position.of} in KUBE-SERVICES` : ''}`,
-    );
-    const crrFile = out('crr');
-    const crr = parseLoadgen(
-      (
-        await clientExec(ctx.tools.loadgen, [
-          'crr',
-          target.ip,
-          String(SERVICE_TCP_PORT),
-          String(settings.seconds),
-          '2000000',
-          crrFile,
-        ])
-      ).stdout,
-    );
-    const [connectUs = [], totalUs = []] = parseColumns(readFileSync(crrFile, 'utf8'), 2);
-    rmSync(crrFile, { force: true });
-    add('crrPerSec', totalUs.length / (crr.elapsedUs / 1e6), {
-      errors: crr.errors,
-      attempts: crr.attempts,
-      ...(position ? { kubeServicesPosition: position } : {}),
-    });
-    const connect = summarize(connectUs);
-    add('tcpConnectUs', connect.median, {
-      summary: connect,
-      histogram: histogram(connectUs),
-      errors: crr.errors,
-      attempts: crr.attempts,
-    });
-
-    ctx.step('UDP request/response');
-    const udpFile = out('udp');
-    const udp = parseLoadgen(
-      (
-        await clientExec(ctx.tools.loadgen, [
-          'udp',
-          target.ip,
-          String(SERVICE_UDP_PORT),
-          String(settings.udpProbes),
-          udpFile,
-        ])
-      ).stdout,
-    );
-    const [rttUs = []] = parseColumns(readFileSync(udpFile, 'utf8'), 1);
-    rmSync(udpFile, { force: true });
-    const rtt = summarize(rttUs);
-    add('udpRttUs', rtt.median, {
-      summary: rtt,
-      histogram: histogram(rttUs),
-      errors: udp.errors,
-      attempts: udp.attempts,
-    });
-
-    ctx.step('keep-alive HTTP (wrk)');
-    const wrk = parseWrk(
-      (
-        await clientExec('wrk', [
-          '-t1',
-          '-c2',
-          `-d${Math.max(1, Math.round(settings.seconds))}s`,
-          '--timeout',
-          '2s',
-          `http://${target.ip}:${SERVICE_TCP_PORT}/`,
-        ])
-      ).stdout,
-    );
-    add('wrkReqPerSec', wrk.requestsPerSec, { errors: wrk.errors });
-
+    if (dataPlane) {
+      const position = iptablesMode ? await kubeServicesPosition(ctx, probeBackend(), target.ip) : undefined;
+      await measureDataPlane(ctx, scenario, mode, rep, clientExec, add, position);
+    }
     ctx.step('EndpointSlice change to kernel');
     const probe: ProbeContext = {
       lab,

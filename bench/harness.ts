@@ -37,6 +37,8 @@ export const ALL_MODES: BenchMode[] = [
 export interface BenchOptions {
   modes: BenchMode[];
   serviceCounts: number[];
+  /** Larger N measured in bpf mode for the control plane alone (no loads: they would not fit the time). */
+  controlPlaneServiceCounts: number[];
   endpoints: number;
   reps: number;
   cell: CellSettings;
@@ -82,6 +84,7 @@ const METHODOLOGY = [
   'Keep-alive throughput: wrk -t1 -c2 for the same fixed time.',
   'Each repetition walks every N and, at each N, every mode in an order rotated by one per repetition; conntrack is flushed and the node cleaned (`cleanup`) between cells.',
   'Median and p99: over the runs for per-run values; over every request of every run for latencies (2 % histogram buckets).',
+  'Control-plane cells (the larger N, bpf mode): the same agent, manifests and endpoint changes, without the data-plane loads; the E real backend pods still serve every Service.',
   'BPF per-packet cost: BPF_PROG_TEST_RUN average over `repeat` runs of the tc and XDP programs on a tracked flow, next to xdp_tx, with 1 and many services in the maps.',
 ];
 
@@ -154,9 +157,16 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     }
     source = api ? 'apiserver' : 'manifests';
 
-    const cells = options.serviceCounts.flatMap((services) =>
+    // Every N with the modes measured there: the larger ones in bpf mode, control plane only.
+    const matrix = [
+      ...options.serviceCounts.map((services) => ({ services, modes, dataPlane: true })),
+      ...options.controlPlaneServiceCounts
+        .filter((n) => !options.serviceCounts.includes(n))
+        .map((services) => ({ services, modes: modes.filter((m) => m === 'bpf'), dataPlane: false })),
+    ];
+    const cells = matrix.flatMap(({ services, modes: cellModes, dataPlane }) =>
       Array.from({ length: options.reps }, (_, rep) =>
-        rotate(modes, rep).map((mode) => ({ services, rep, mode })),
+        rotate(cellModes, rep).map((mode) => ({ services, rep, mode, dataPlane })),
       ).flat(),
     );
     const cellTimes = new Map<number, number[]>();
@@ -169,9 +179,11 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     };
     // One N's cluster at a time (N is the outer loop), prepared before its first cell.
     const feeds = new Map<number, ClusterFeed>();
-    for (const [index, { services, rep, mode }] of cells.entries()) {
+    for (const [index, { services, rep, mode, dataPlane }] of cells.entries()) {
       const scenario: Scenario = { services, endpoints: options.endpoints };
-      const feed = feeds.get(services) ?? (await prepareFeed(api, scenario, workDir, say));
+      // A control-plane cell reads manifests: its N need not fit the API server's service range.
+      const feed =
+        feeds.get(services) ?? (await prepareFeed(dataPlane ? api : undefined, scenario, workDir, say));
       feeds.set(services, feed);
       if (unavailable.some((u) => u.mode === mode)) continue;
       const label = `[${index + 1}/${cells.length}] N=${services.toLocaleString('en')} · rep ${rep + 1}/${options.reps} · ${mode}`;
@@ -195,6 +207,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
             mode,
             scenario,
             rep,
+            dataPlane,
           )),
         );
       } catch (err) {
@@ -289,10 +302,16 @@ async function prepareFeed(
   return { kind: 'manifests', dir };
 }
 
+/** Every N of a run: the full cells' and the control-plane cells' (absent from older results). */
+function allServiceCounts(results: BenchResults): number[] {
+  const { serviceCounts, controlPlaneServiceCounts = [] } = results.settings;
+  return [...new Set([...serviceCounts, ...controlPlaneServiceCounts])].sort((a, b) => a - b);
+}
+
 export function reportInput(results: BenchResults): ReportInput {
   return {
     modes: results.modes,
-    serviceCounts: results.settings.serviceCounts,
+    serviceCounts: allServiceCounts(results),
     aggregates: results.aggregates,
     bpfCost: results.bpfCost,
     unavailable: results.unavailable,
@@ -329,7 +348,7 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
     '',
     `Machine: ${machineLine(results.machine)}.`,
     '',
-    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}} services × ${results.settings.endpoints} endpoints, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
+    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}}${(results.settings.controlPlaneServiceCounts ?? []).length > 0 ? ` and, bpf control plane only, {${results.settings.controlPlaneServiceCounts.join(', ')}}` : ''} services × ${results.settings.endpoints} endpoints, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
     '',
     results.source === 'apiserver'
       ? 'Source: every proxy, ours and the real kube-proxy, listed and watched a real kube-apiserver; the bench wrote the Services and EndpointSlices through the API.'
@@ -341,7 +360,7 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
     const info = MEASURES[measure];
     const series: Series[] = results.modes.flatMap((mode) => {
       const points = (stat: 'median' | 'p99') =>
-        results.settings.serviceCounts.flatMap((n) => {
+        allServiceCounts(results).flatMap((n) => {
           const a = findAggregate(results.aggregates, mode, n, measure);
           return a ? [{ x: n, y: a[stat] }] : [];
         });

@@ -157,6 +157,17 @@ export function manifestFiles(scenario: Scenario, opts: { distinctEndpoints?: bo
   };
 }
 
+/** The bpf map sizes a scenario needs past the defaults (powers of two): one frontend per Service
+ * (bpf.mapSizes.services) and E slots each, twice over while a frontend switches generation
+ * (bpf.mapSizes.backendSlots, which also sizes the affinity pairs). */
+export function scenarioMapSizes(scenario: Scenario): { services: number; backendSlots: number } {
+  const pow2 = (n: number) => 2 ** Math.ceil(Math.log2(n));
+  return {
+    services: Math.max(65536, pow2(scenario.services + 1)),
+    backendSlots: Math.max(1048576, pow2(2 * (scenario.services + 1) * (scenario.endpoints + 1))),
+  };
+}
+
 /** The IP an endpoint change adds to the measured slice: in the pod CIDR, never a backend pod. */
 export function changedEndpointIP(change: number): string {
   return `10.244.0.${100 + (change % 150)}`;

@@ -2,6 +2,7 @@
 // config. Pure; every data plane renders its output.
 
 import type { ProxyConfig } from '../config/types.js';
+import type { SliceIndex } from '../model/tracker.js';
 import {
   type ClusterState,
   type EndpointSlice,
@@ -13,6 +14,7 @@ import { formatCIDR, type ParsedCIDR, parseCIDR } from '../net/ip.js';
 import { categorizeEndpoints, mergeSlices, portKey, type TopologyContext } from './endpoints.js';
 import { localDetectorFor, masqueradeMark, primaryNodeIP, resolveNodePortAddresses } from './node.js';
 import { servicePortsForFamily, skipReason } from './service-ports.js';
+import { lowerBound, patchSorted } from './sorted.js';
 import type {
   FamilyDecisions,
   NodeEnv,
@@ -176,37 +178,57 @@ export function decideFamily(
   return familyDecisions(state, env, config, family, servicePorts.sort(compareServicePorts));
 }
 
-/** Objects kube-proxy deliberately leaves alone, with the reason (not errors). */
+/** Why kube-proxy leaves a Service alone, as a skipped object; null when it does not. */
+function ignoredService(service: Service): SkippedObject | null {
+  const reason = skipReason(service);
+  return reason
+    ? { kind: 'Service', namespace: service.meta.namespace, name: service.meta.name, reason, origin: '' }
+    : null;
+}
+
+/** Why kube-proxy leaves an EndpointSlice alone, as a skipped object; null when it does not. */
+function ignoredSlice(slice: EndpointSlice): SkippedObject | null {
+  const reason =
+    slice.addressType === 'FQDN'
+      ? 'FQDN EndpointSlice'
+      : slice.serviceName === ''
+        ? 'no kubernetes.io/service-name label'
+        : null;
+  return reason
+    ? { kind: 'EndpointSlice', namespace: slice.meta.namespace, name: slice.meta.name, reason, origin: '' }
+    : null;
+}
+
+const KIND_ORDER: Record<string, number> = { Service: 0, EndpointSlice: 1 };
+
+/** Services first, then EndpointSlices, each by namespace and name. */
+function compareIgnored(a: SkippedObject, b: SkippedObject): number {
+  const kind = (KIND_ORDER[a.kind] ?? 2) - (KIND_ORDER[b.kind] ?? 2);
+  if (kind !== 0) return kind;
+  if (a.namespace !== b.namespace) return a.namespace < b.namespace ? -1 : 1;
+  return a.name < b.name ? -1 : a.name > b.name ? 1 : 0;
+}
+
+/** Objects kube-proxy deliberately leaves alone, with the reason (not errors); sorted. */
 export function ignoredObjects(state: ClusterState): SkippedObject[] {
   const ignored: SkippedObject[] = [];
   for (const service of state.services.values()) {
-    const reason = skipReason(service);
-    if (reason)
-      ignored.push({
-        kind: 'Service',
-        namespace: service.meta.namespace,
-        name: service.meta.name,
-        reason,
-        origin: '',
-      });
+    const object = ignoredService(service);
+    if (object) ignored.push(object);
   }
   for (const slice of state.endpointSlices.values()) {
-    const reason =
-      slice.addressType === 'FQDN'
-        ? 'FQDN EndpointSlice'
-        : slice.serviceName === ''
-          ? 'no kubernetes.io/service-name label'
-          : null;
-    if (reason)
-      ignored.push({
-        kind: 'EndpointSlice',
-        namespace: slice.meta.namespace,
-        name: slice.meta.name,
-        reason,
-        origin: '',
-      });
+    const object = ignoredSlice(slice);
+    if (object) ignored.push(object);
   }
-  return ignored;
+  return ignored.sort(compareIgnored);
+}
+
+/** The slices by Service, for a caller without an index kept as the state changes: one walk. */
+function scannedSliceIndex(state: ClusterState, grouped: ReadonlyMap<string, EndpointSlice[]>): SliceIndex {
+  return {
+    slicesOf: (key) => grouped.get(key) ?? [],
+    unlabelledSlices: () => [...state.endpointSlices.values()].filter((s) => s.serviceName === ''),
+  };
 }
 
 export function decide(
@@ -229,19 +251,28 @@ export function decide(
  * a change names are computed again, so a change costs in proportion to the change. A full sync
  * (`full`) computes everything, as does any change of what every Service's decisions depend on
  * (the node's name and zone, the feature gates, the families). Node-wide facts such as the
- * ServiceCIDRs are not kept: familyDecisions computes them from the state on every call. Same
- * output as decide().
+ * ServiceCIDRs are not kept: familyDecisions computes them from the state on every call. The
+ * sorted lists (service ports, ignored objects) are patched, not sorted again. `slices` finds a
+ * Service's slices (the tracker keeps that index); without it they are found by a walk over
+ * every slice. Same output as decide().
  */
 export class Decider {
   /** family → its service ports, sorted, as last decided. */
   private sorted = new Map<IPFamily, ServicePortDecision[]>();
+  /** family → Service key → that Service's ports in the sorted list. */
+  private ports = new Map<IPFamily, Map<string, ServicePortDecision[]>>();
+  /** Service key → the ignored objects it accounts for (itself, its labelled slices). */
+  private ignoredOf = new Map<string, SkippedObject[]>();
+  /** The slices without a Service label, as last reported. */
+  private ignoredUnlabelled: SkippedObject[] = [];
+  private ignored: SkippedObject[] = [];
   private context = '';
 
   decide(
     state: ClusterState,
     env: NodeEnv,
     config: BrainConfig,
-    changes: { changedServices: ReadonlySet<string>; full: boolean },
+    changes: { changedServices: ReadonlySet<string>; full: boolean; slices?: SliceIndex },
     opts: { skipped?: SkippedObject[] } = {},
   ): ProxyDecisions {
     const families = nodeFamilies(env, state);
@@ -249,43 +280,86 @@ export class Decider {
     const context = JSON.stringify([topology, families]);
     const full = changes.full || context !== this.context;
     this.context = context;
-    if (full) this.sorted = new Map();
-    const changed = full ? new Set(state.services.keys()) : changes.changedServices;
-    const isChanged = inServices(changed);
-    const slices = slicesByService(
-      full
-        ? state.endpointSlices.values()
-        : [...state.endpointSlices.values()].filter((s) => changed.has(sliceKey(s))),
-    );
+    const grouped = full || !changes.slices ? slicesByService(state.endpointSlices.values()) : null;
+    const index = grouped ? scannedSliceIndex(state, grouped) : changes.slices!;
+    if (full) {
+      this.sorted = new Map();
+      this.ports = new Map();
+      this.ignoredOf = new Map();
+      this.ignoredUnlabelled = [];
+      this.ignored = [];
+    }
+    // A slice may name a Service that does not exist: its ignored entries are kept under that key.
+    const changed =
+      full && grouped ? new Set([...state.services.keys(), ...grouped.keys()]) : changes.changedServices;
+    const decided = families.map((family) => {
+      const byService = this.ports.get(family) ?? new Map<string, ServicePortDecision[]>();
+      this.ports.set(family, byService);
+      const removed: ServicePortDecision[] = [];
+      const added: ServicePortDecision[] = [];
+      for (const key of changed) {
+        removed.push(...(byService.get(key) ?? []));
+        const service = state.services.get(key);
+        const ports = service ? decideService(service, index.slicesOf(key), family, topology) : [];
+        if (ports.length > 0) byService.set(key, ports);
+        else byService.delete(key);
+        added.push(...ports);
+      }
+      const servicePorts = full
+        ? added.sort(compareServicePorts)
+        : patchSorted(this.sorted.get(family) ?? [], removed, added, compareServicePorts);
+      this.sorted.set(family, servicePorts);
+      return familyDecisions(state, env, config, family, servicePorts);
+    });
+    const removed: SkippedObject[] = [...this.ignoredUnlabelled];
+    const added: SkippedObject[] = [];
+    for (const key of changed) {
+      removed.push(...(this.ignoredOf.get(key) ?? []));
+      const service = state.services.get(key);
+      const objects = [service ? ignoredService(service) : null, ...index.slicesOf(key).map(ignoredSlice)];
+      const ignored = objects.filter((o): o is SkippedObject => o !== null);
+      if (ignored.length > 0) this.ignoredOf.set(key, ignored);
+      else this.ignoredOf.delete(key);
+      added.push(...ignored);
+    }
+    this.ignoredUnlabelled = index.unlabelledSlices().flatMap((slice) => ignoredSlice(slice) ?? []);
+    added.push(...this.ignoredUnlabelled);
+    this.ignored = patchSorted(this.ignored, removed, added, compareIgnored);
     return {
       nodeName: env.nodeName,
-      families: families.map((family) => {
-        const kept = full ? [] : (this.sorted.get(family) ?? []).filter((sp) => !isChanged(sp));
-        for (const key of changed) {
-          const service = state.services.get(key);
-          if (service) kept.push(...decideService(service, slices.get(key) ?? [], family, topology));
-        }
-        // Mostly sorted already: the sort only places the changed Services' ports.
-        const servicePorts = kept.sort(compareServicePorts);
-        this.sorted.set(family, servicePorts);
-        return familyDecisions(state, env, config, family, servicePorts);
-      }),
+      families: decided,
       skipped: opts.skipped ?? [],
-      ignored: ignoredObjects(state),
+      ignored: this.ignored,
     };
   }
 }
 
 /**
- * Whether a service port belongs to one of the Services ("namespace/name"). Asked for every port of
- * every Service on each incremental sync: the bare name is checked first, so most ports cost a
- * set lookup and no string.
+ * A Service's ports in a family's sorted service ports, by binary search: they are named
+ * "namespace/name" (a Service's one unnamed port) or "namespace/name:port", so each form is one
+ * run of the sorted list.
  */
-export function inServices(
-  keys: ReadonlySet<string>,
-): (sp: Pick<ServicePortDecision, 'namespace' | 'name'>) => boolean {
-  const names = new Set([...keys].map((key) => key.slice(key.indexOf('/') + 1)));
-  return (sp) => names.has(sp.name) && keys.has(`${sp.namespace}/${sp.name}`);
+export function servicePortsOf(
+  servicePorts: readonly ServicePortDecision[],
+  serviceKey: string,
+): ServicePortDecision[] {
+  const out: ServicePortDecision[] = [];
+  const byName = (sp: ServicePortDecision, name: string) =>
+    sp.servicePortName < name ? -1 : sp.servicePortName > name ? 1 : 0;
+  for (
+    let i = lowerBound(servicePorts, serviceKey, byName);
+    servicePorts[i]?.servicePortName === serviceKey;
+    i++
+  )
+    out.push(servicePorts[i]!);
+  const named = `${serviceKey}:`;
+  for (
+    let i = lowerBound(servicePorts, named, byName);
+    servicePorts[i]?.servicePortName.startsWith(named);
+    i++
+  )
+    out.push(servicePorts[i]!);
+  return out;
 }
 
 function sliceKey(slice: EndpointSlice): string {

@@ -2,7 +2,7 @@
 // (pkg/proxy/topology.go CategorizeEndpoints), per IP family.
 
 import type { EndpointSlice, IPFamily, Protocol } from '../model/types.js';
-import { formatIP, joinHostPort, parseIP } from '../net/ip.js';
+import { canonicalIPOfFamily, joinHostPort } from '../net/ip.js';
 import type { Endpoint, TopologyMode } from './types.js';
 
 /** Key of a service port inside one service: its port name and protocol. */
@@ -36,9 +36,8 @@ export function mergeSlices(
       for (const candidate of slice.endpoints) {
         const first = candidate.addresses[0];
         if (first === undefined) continue;
-        const parsed = parseIP(first);
-        if (!parsed || parsed.family !== family) continue;
-        const ip = formatIP(parsed.bytes);
+        const ip = canonicalIPOfFamily(first, family);
+        if (ip === null) continue;
         const endpoint: Endpoint = {
           ip,
           port: port.port,

@@ -77,7 +77,7 @@ export class SyncLoop {
         tracker.state(),
         env,
         this.opts.config,
-        { changedServices: changes.changedServices, full },
+        { changedServices: changes.changedServices, full, slices: tracker },
         { skipped: tracker.skipped() },
       );
       const result = await dataplane.sync(decisions, {

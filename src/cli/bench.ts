@@ -18,6 +18,7 @@ interface BenchFlags {
   quick?: boolean;
   modes: string;
   services?: string;
+  controlPlaneServices?: string;
   endpoints: string;
   reps?: string;
   seconds?: string;
@@ -37,6 +38,7 @@ const FULL = {
   udpProbes: '300',
   endpointChanges: '3',
   bpfCost: '1,100000',
+  controlPlaneServices: '100000',
 };
 const QUICK = {
   services: '1,100',
@@ -45,9 +47,11 @@ const QUICK = {
   udpProbes: '100',
   endpointChanges: '2',
   bpfCost: '1,1000',
+  controlPlaneServices: '',
 };
 
 function numbers(flag: string, text: string): number[] {
+  if (text.trim() === '') return [];
   const values = text.split(',').map((s) => Number(s.trim()));
   if (values.some((v) => !Number.isInteger(v) || v < 1))
     throw new Error(`${flag}: expected positive integers, got "${text}"`);
@@ -67,6 +71,9 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
   return {
     modes,
     serviceCounts: [...new Set(numbers('--services', flags.services ?? d.services))].sort((a, b) => a - b),
+    controlPlaneServiceCounts: [
+      ...new Set(numbers('--control-plane-services', flags.controlPlaneServices ?? d.controlPlaneServices)),
+    ].sort((a, b) => a - b),
     endpoints: positive('--endpoints', flags.endpoints),
     reps: positive('--reps', flags.reps ?? d.reps),
     cell: {
@@ -105,6 +112,10 @@ export function registerBenchCommand(program: Command): void {
     .option(
       '--services <list>',
       `numbers of services N (default ${FULL.services}; --quick ${QUICK.services})`,
+    )
+    .option(
+      '--control-plane-services <list>',
+      `larger N measured in bpf mode for the control plane alone: cold programming, change syncs, change to kernel, memory (default ${FULL.controlPlaneServices}; --quick none)`,
     )
     .option('--endpoints <n>', 'endpoints per service E (one real backend pod each, at most 32)', '10')
     .option('--reps <n>', `repetitions (default ${FULL.reps}; --quick ${QUICK.reps})`)

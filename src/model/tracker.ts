@@ -60,9 +60,20 @@ function nodeFactsDiffer(a: Node | null, b: Node | null): boolean {
   return !sameStrings(labelsA, labelsB) || !sameStrings(a.podCIDRs, b.podCIDRs);
 }
 
-export class ChangeTracker {
+/** The cluster state's EndpointSlices by the Service they belong to, kept as the state changes: the
+ * brain finds a changed Service's slices without a walk over every slice. */
+export interface SliceIndex {
+  /** The slices labelled with this Service ("namespace/name"). */
+  slicesOf(serviceKey: string): EndpointSlice[];
+  /** The slices with no kubernetes.io/service-name label (the brain reports them as ignored). */
+  unlabelledSlices(): EndpointSlice[];
+}
+
+export class ChangeTracker implements SliceIndex {
   private readonly services = new Map<string, Service>();
   private readonly endpointSlices = new Map<string, EndpointSlice>();
+  /** Service key ("" for none) → its slices by slice key. */
+  private readonly slicesByService = new Map<string, Map<string, EndpointSlice>>();
   private node: Node | null = null;
   private readonly serviceCIDRs = new Map<string, ServiceCIDR>();
   /** Current problems keyed by kind and object key; cleared when a clean version arrives or it is deleted. */
@@ -108,6 +119,7 @@ export class ChangeTracker {
       case 'EndpointSlice': {
         const previous = this.endpointSlices.get(key);
         this.endpointSlices.set(key, object.value);
+        this.index(key, previous, object.value);
         this.noteSliceChange(previous, object.value);
         break;
       }
@@ -134,6 +146,7 @@ export class ChangeTracker {
       const previous = this.endpointSlices.get(key);
       if (previous) {
         this.endpointSlices.delete(key);
+        this.index(key, previous, undefined);
         this.noteSliceChange(previous, undefined);
       }
     } else if (kind === 'ServiceCIDR') {
@@ -142,6 +155,29 @@ export class ChangeTracker {
       this.node = null;
       this.pending.nodeChanged = true;
     }
+  }
+
+  private index(key: string, previous: EndpointSlice | undefined, current: EndpointSlice | undefined): void {
+    if (previous) {
+      const owner = sliceServiceKey(previous) ?? '';
+      const slices = this.slicesByService.get(owner);
+      slices?.delete(key);
+      if (slices?.size === 0) this.slicesByService.delete(owner);
+    }
+    if (current) {
+      const owner = sliceServiceKey(current) ?? '';
+      const slices = this.slicesByService.get(owner) ?? new Map<string, EndpointSlice>();
+      slices.set(key, current);
+      this.slicesByService.set(owner, slices);
+    }
+  }
+
+  slicesOf(serviceKey: string): EndpointSlice[] {
+    return serviceKey === '' ? [] : [...(this.slicesByService.get(serviceKey)?.values() ?? [])];
+  }
+
+  unlabelledSlices(): EndpointSlice[] {
+    return [...(this.slicesByService.get('')?.values() ?? [])];
   }
 
   private noteServiceChange(key: string): void {
@@ -168,13 +204,17 @@ export class ChangeTracker {
     }
   }
 
-  /** A snapshot of the state (the maps are copies: later events do not change it). */
+  /**
+   * The state as it is now: the tracker's own maps, read-only, not copies (a copy of every object
+   * on each sync would cost in proportion to the cluster, not to the change). Read it before the
+   * next apply(): later events change it.
+   */
   state(): ClusterState {
     return {
-      services: new Map(this.services),
-      endpointSlices: new Map(this.endpointSlices),
+      services: this.services,
+      endpointSlices: this.endpointSlices,
       node: this.node,
-      serviceCIDRs: new Map(this.serviceCIDRs),
+      serviceCIDRs: this.serviceCIDRs,
     };
   }
 

@@ -128,7 +128,12 @@ export function ipFamilyOf(text: string): IPFamily | null {
 }
 
 /** The canonical address if it parses and is of the family; null otherwise. */
+/** An IPv4 address already as Go prints it (no leading zeros): most addresses from the API. */
+const CANONICAL_IPV4 = /^(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)$/;
+
 export function canonicalIPOfFamily(text: string, family: IPFamily): string | null {
+  // The common case without the bytes: a parse and a print give the text back.
+  if (CANONICAL_IPV4.test(text)) return family === 'IPv4' ? text : null;
   const parsed = parseIP(text);
   return parsed && parsed.family === family ? formatIP(parsed.bytes) : null;
 }

@@ -1,9 +1,15 @@
-// Conntrack GC stays off the sync path: a pass over a large conntrack map runs in slices, and a
-// sync asked for while it is under way completes before the pass does.
+// Conntrack GC stays off the sync path: a pass over a conntrack map of 1,000,000 entries runs in
+// slices (the walk, the judgement, the re-reads and the deletes alike), and syncs asked for while it
+// is under way run between its slices instead of after it.
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { mapUpdateBatch } from '../../native/libbpf.js';
 import { loadConfig } from '../../src/config/load.js';
+import {
+  collectConntrack,
+  DEFAULT_CONNTRACK_TIMEOUTS,
+  yieldToEventLoop,
+} from '../../src/dataplanes/bpf/conntrack-gc.js';
 import { BpfDataplane } from '../../src/dataplanes/bpf/dataplane.js';
 import { ct4Key, ct4Val } from '../../src/dataplanes/bpf/layout.js';
 import { silentLogger } from '../../src/logger.js';
@@ -12,24 +18,16 @@ import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
 import { makePinDir, removePinDir } from '../support/bpffs.js';
 import { describeRoot } from '../support/privileges.js';
 
-const FLOWS = 200_000;
+const FLOWS = 1_000_000;
+/** Entries a GC slice handles (conntrack-gc.ts). */
+const SLICE = 8192;
 
 describeRoot('conntrack GC beside syncs', () => {
   let pinPath = '';
   let dp: BpfDataplane | undefined;
 
-  beforeAll(async () => {
-    pinPath = makePinDir('ct-gc');
-    const loaded = loadConfig({ flags: {} });
-    if (!loaded.ok) throw new Error('default config does not load');
-    const config = { ...loaded.config, bpf: { ...loaded.config.bpf, pinPath } };
-    config.bpf.mapSizes = { ...config.bpf.mapSizes, conntrack: 262_144 };
-    dp = await BpfDataplane.open(config, silentLogger, {
-      watchInterfaces: false,
-      conntrackGC: false,
-      namesFile: `${pinPath}.names.json`,
-    });
-    // Half-open flows last seen at boot: every one has expired.
+  /** Half-open flows last seen at boot: every one has expired. */
+  const fill = () => {
     const keys = Array.from({ length: FLOWS }, (_, i) => ({
       saddr: `10.${100 + (i >> 16)}.${(i >> 8) & 0xff}.${i & 0xff}`,
       daddr: '10.96.0.10',
@@ -48,28 +46,91 @@ describeRoot('conntrack GC beside syncs', () => {
       flags: 0,
       tcpFlags: 0,
     };
-    mapUpdateBatch(dp.lb.fd.ct4Tcp, ct4Key.encodeMany(keys), ct4Val.encodeMany(keys.map(() => value)), FLOWS);
+    mapUpdateBatch(
+      dp!.lb.fd.ct4Tcp,
+      ct4Key.encodeMany(keys),
+      ct4Val.encodeMany(keys.map(() => value)),
+      FLOWS,
+    );
+  };
+  const web = (endpoints: string[]) =>
+    decisions([
+      servicePort('ns', 'web', { clusterIP: '10.96.0.10', endpoints: endpoints.map((ip) => ep(ip, 8080)) }),
+    ]);
+
+  beforeAll(async () => {
+    pinPath = makePinDir('ct-gc');
+    const loaded = loadConfig({ flags: {} });
+    if (!loaded.ok) throw new Error('default config does not load');
+    const config = { ...loaded.config, bpf: { ...loaded.config.bpf, pinPath } };
+    config.bpf.mapSizes = { ...config.bpf.mapSizes, conntrack: 1 << 20 };
+    dp = await BpfDataplane.open(config, silentLogger, {
+      watchInterfaces: false,
+      conntrackGC: false,
+      // Each change is written at once, not after the previous one's deferred deletions.
+      graceMs: 0,
+      namesFile: `${pinPath}.names.json`,
+    });
   });
   afterAll(async () => {
     await dp?.close();
     removePinDir(pinPath);
   });
 
-  it('a sync asked for during a GC pass over 200,000 entries completes before the pass', async () => {
-    const order: string[] = [];
+  it('syncs asked for during a GC pass over 1,000,000 entries run between its slices', async () => {
+    fill();
+    await dp!.sync(web(['10.1.0.1']), { changedServices: new Set(['ns/web']), fullSyncRequired: true });
+    let gcDone = false;
+    const gcStarted = performance.now();
     const gc = dp!.collectConntrack().then((passes) => {
-      order.push('gc');
+      gcDone = true;
       return passes;
     });
-    // The pass has started: its first slice ran, and it now yields between slices.
-    await new Promise((resolve) => setImmediate(resolve));
-    await dp!.sync(
-      decisions([servicePort('ns', 'web', { clusterIP: '10.96.0.10', endpoints: [ep('10.1.0.1', 8080)] })]),
-      { changedServices: new Set(['ns/web']), fullSyncRequired: true },
-    );
-    order.push('sync');
+    // One EndpointSlice change after another, each as soon as the previous one is written.
+    const syncMs: number[] = [];
+    for (let change = 0; !gcDone; change++) {
+      const started = performance.now();
+      await dp!.sync(web(['10.1.0.1', `10.1.1.${change % 250}`]), {
+        changedServices: new Set(['ns/web']),
+        fullSyncRequired: false,
+      });
+      syncMs.push(performance.now() - started);
+      await yieldToEventLoop();
+    }
     const [tcp] = await gc;
-    expect(order).toEqual(['sync', 'gc']);
+    const gcMs = performance.now() - gcStarted;
+    const sorted = [...syncMs].sort((a, b) => a - b);
+    console.log(
+      `GC pass over ${FLOWS} entries: ${gcMs.toFixed(0)} ms; ${syncMs.length} syncs during it, ` +
+        `median ${sorted[Math.floor(sorted.length / 2)]!.toFixed(1)} ms, longest ${sorted.at(-1)!.toFixed(1)} ms`,
+    );
     expect(tcp).toMatchObject({ scanned: FLOWS, deletedEntries: FLOWS });
+    // Queued behind the pass, one sync would have run; between its slices, about one per slice.
+    expect(syncMs.length).toBeGreaterThanOrEqual(Math.floor(FLOWS / SLICE));
+  });
+
+  it('a pass yields to the event loop after every slice of every step', async () => {
+    fill();
+    let pauses = 0;
+    let longest = 0;
+    let last = performance.now();
+    const stats = await collectConntrack(
+      dp!.lb.fd.ct4Tcp,
+      DEFAULT_CONNTRACK_TIMEOUTS,
+      undefined,
+      undefined,
+      () => {
+        const now = performance.now();
+        longest = Math.max(longest, now - last);
+        pauses++;
+        return yieldToEventLoop().then(() => {
+          last = performance.now();
+        });
+      },
+    );
+    console.log(`GC pass over ${FLOWS} entries: ${pauses} slices, the longest ${longest.toFixed(1)} ms`);
+    expect(stats).toMatchObject({ scanned: FLOWS, deletedEntries: FLOWS });
+    // The walk, the judgement, the re-reads and the deletes: each in slices of SLICE entries.
+    expect(pauses).toBeGreaterThanOrEqual(4 * Math.floor(FLOWS / SLICE));
   });
 });

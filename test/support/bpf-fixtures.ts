@@ -80,7 +80,18 @@ export function decisions(
       {
         family: 'IPv4',
         nodeIP: '192.168.1.10',
-        servicePorts,
+        // Sorted, as the brain gives them: the planner finds a Service's ports by binary search.
+        servicePorts: [...servicePorts].sort((a, b) =>
+          a.servicePortName !== b.servicePortName
+            ? a.servicePortName < b.servicePortName
+              ? -1
+              : 1
+            : a.protocol < b.protocol
+              ? -1
+              : a.protocol > b.protocol
+                ? 1
+                : 0,
+        ),
         nodePortAddresses: { matchAll: true, ips: [] },
         localDetector: { mode: 'None' },
         masqueradeMark: '0x00004000',

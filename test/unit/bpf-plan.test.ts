@@ -157,9 +157,10 @@ describe('planBpf frontends', () => {
     expect(p.frontends.map((f) => [f.servicePortName, f.affinityTimeoutSeconds])).toEqual([
       ['ns/aff', 10800],
     ]);
-    expect(p.problems.map((x) => x.servicePortName)).toEqual(['ns/sctp', 'ns/dup']);
-    expect(p.problems[0]!.reason).toMatch(/SCTP/);
-    expect(p.problems[1]!.reason).toMatch(/ns\/aff already uses it/);
+    // In planning order: the service ports sorted by name, as the brain gives them.
+    expect(p.problems.map((x) => x.servicePortName)).toEqual(['ns/dup', 'ns/sctp']);
+    expect(p.problems[0]!.reason).toMatch(/ns\/aff already uses it/);
+    expect(p.problems[1]!.reason).toMatch(/SCTP/);
     const v6 = plan(
       decisions([servicePort('ns', 'v6', { family: 'IPv6', clusterIP: 'fd00::10' })], { family: 'IPv6' }),
     );

@@ -67,7 +67,7 @@ describe('decide', () => {
     expect(v4only.families.map((f) => f.family)).toEqual(['IPv4']);
   });
 
-  it('lists headless and ExternalName services and FQDN slices as ignored, not as decisions', () => {
+  it('lists headless and ExternalName services and FQDN slices as ignored, not as decisions (Services first, by name)', () => {
     const d = decide(
       state(
         [
@@ -81,8 +81,8 @@ describe('decide', () => {
     );
     expect(d.families[0]?.servicePorts).toEqual([]);
     expect(d.ignored.map((i) => `${i.kind} ${i.name}: ${i.reason}`)).toEqual([
-      'Service headless: headless service (no ClusterIP)',
       'Service ext: ExternalName service',
+      'Service headless: headless service (no ClusterIP)',
       'EndpointSlice fqdn: FQDN EndpointSlice',
     ]);
   });

@@ -29,7 +29,8 @@ function eventSource(seed: number) {
     // Each Service has addresses and ports of its own, and now and then one another Service uses
     // too: a shared frontend, which only a plan of everything in order decides.
     const own = (base: number) => (chance(0.05) ? base : base + 1 + SERVICES.indexOf(name));
-    const clusterIP = `10.96.0.${own(10)}`;
+    // Now and then headless: ignored, as kube-proxy does.
+    const clusterIP = chance(0.05) ? 'None' : `10.96.0.${own(10)}`;
     return {
       apiVersion: 'v1',
       kind: 'Service',
@@ -53,15 +54,16 @@ function eventSource(seed: number) {
       status: type === 'LoadBalancer' ? { loadBalancer: { ingress: [{ ip: `198.51.100.${own(0)}` }] } } : {},
     };
   };
+  // Now and then a slice without its Service label, or of addressType FQDN: both ignored.
   const sliceObject = (service: string, index: number) => ({
     apiVersion: 'discovery.k8s.io/v1',
     kind: 'EndpointSlice',
     metadata: {
       namespace: 'ns',
       name: `${service}-${index}`,
-      labels: { 'kubernetes.io/service-name': service },
+      labels: chance(0.05) ? {} : { 'kubernetes.io/service-name': service },
     },
-    addressType: 'IPv4',
+    addressType: chance(0.05) ? 'FQDN' : 'IPv4',
     ports: [
       { name: 'http', port: 8080, protocol: 'TCP' },
       { name: 'dns', port: 53, protocol: pick(['UDP', 'TCP']) },
@@ -115,6 +117,7 @@ describe('the brain, memoised per Service, against decide() from scratch', () =>
       const tracker = new ChangeTracker(NODE);
       const config = brainConfig();
       const decider = new Decider();
+      let ignoredSteps = 0;
       for (let step = 0; step < STEPS; step++) {
         // The node changes zone now and then: topology hints then change every Service's endpoints.
         const env = nodeEnv({ nodeName: NODE, nodeLabels: { [ZONE_LABEL]: step % 70 < 35 ? 'z1' : 'z2' } });
@@ -122,12 +125,17 @@ describe('the brain, memoised per Service, against decide() from scratch', () =>
         // Now and then the ServiceCIDRs change: node-wide, no Service is named.
         if (step % 25 === 0) tracker.apply([serviceCIDREvent(step)]);
         const changes = tracker.takePending();
+        // The tracker's slice index on even seeds, the walk over every slice on odd ones.
         const incremental = decider.decide(tracker.state(), env, config, {
           changedServices: changes.changedServices,
           full: step === 0,
+          slices: seed % 2 === 0 ? tracker : undefined,
         });
         expect(incremental, `step ${step}`).toEqual(decide(tracker.state(), env, config));
+        if (incremental.ignored.length > 0) ignoredSteps++;
       }
+      // Headless Services and unlabelled or FQDN slices come and go: the ignored list is checked too.
+      expect(ignoredSteps).toBeGreaterThan(STEPS / 10);
     });
   }
 });

@@ -69,6 +69,25 @@ describe('ChangeTracker', () => {
     expect(tracker.totals).toEqual({ serviceChanges: 2, endpointChanges: 3 });
   });
 
+  it('keeps the slices indexed by their Service as slices come, move to another Service, lose their label and go', () => {
+    const tracker = new ChangeTracker('test-node');
+    const names = (slices: { meta: { name: string } }[]) => slices.map((s) => s.meta.name).sort();
+    tracker.apply([
+      upsert('EndpointSlice', rawSlice('x', 'a', ['10.0.0.1'])),
+      upsert('EndpointSlice', rawSlice('y', 'a', ['10.0.0.2'])),
+    ]);
+    expect(names(tracker.slicesOf('ns/a'))).toEqual(['x', 'y']);
+    tracker.apply([upsert('EndpointSlice', rawSlice('x', 'b', ['10.0.0.1']))]);
+    expect(names(tracker.slicesOf('ns/a'))).toEqual(['y']);
+    expect(names(tracker.slicesOf('ns/b'))).toEqual(['x']);
+    const unlabelled = { ...rawSlice('y', 'a', ['10.0.0.2']), metadata: { namespace: 'ns', name: 'y' } };
+    tracker.apply([upsert('EndpointSlice', unlabelled)]);
+    expect(tracker.slicesOf('ns/a')).toEqual([]);
+    expect(names(tracker.unlabelledSlices())).toEqual(['y']);
+    tracker.apply([remove('EndpointSlice', unlabelled), remove('EndpointSlice', rawSlice('x', 'b', []))]);
+    expect([...tracker.slicesOf('ns/b'), ...tracker.unlabelledSlices()]).toEqual([]);
+  });
+
   it('skips a malformed object, reports it, and keeps its last good version', () => {
     const tracker = new ChangeTracker('test-node');
     tracker.apply([upsert('Service', rawService('a'))]);

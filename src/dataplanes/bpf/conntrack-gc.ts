@@ -108,27 +108,43 @@ export function expiredFlows(
   nowNs: bigint,
   timeouts: ConntrackTimeouts,
   stale: (r: CtRecord) => boolean = () => false,
-): { expired: CtRecord[][]; stale: CtRecord[][] } {
-  const byKey = new Map(records.map((r) => [r.key, r]));
-  const expired: CtRecord[][] = [];
-  const staleOut: CtRecord[][] = [];
-  const done = new Set<string>();
+): JudgedFlows {
+  const out: JudgedFlows = { expired: [], stale: [] };
+  judgeFlows(records, new Map(records.map((r) => [r.key, r])), new Set(), nowNs, timeouts, stale, out);
+  return out;
+}
+
+interface JudgedFlows {
+  expired: CtRecord[][];
+  stale: CtRecord[][];
+}
+
+/** expiredFlows over a part of a map's records (a GC pass judges one slice at a time): `byKey`
+ * holds every record of the map, `done` the keys of the flows already judged. */
+function judgeFlows(
+  records: readonly CtRecord[],
+  byKey: ReadonlyMap<string, CtRecord>,
+  done: Set<string>,
+  nowNs: bigint,
+  timeouts: ConntrackTimeouts,
+  stale: (r: CtRecord) => boolean,
+  out: JudgedFlows,
+): void {
   for (const r of records) {
     if (done.has(r.key)) continue;
     const partner = byKey.get(r.pairKey);
     const flow = partner ? [r, partner] : [r];
     for (const p of flow) done.add(p.key);
     if (flow.some(stale)) {
-      staleOut.push(flow);
+      out.stale.push(flow);
       continue;
     }
     const forward = r.reply ? partner : r;
     const reply = r.reply ? r : partner;
     let lastSeen = 0n;
     for (const p of flow) if (p.lastSeenNs > lastSeen) lastSeen = p.lastSeenNs;
-    if (nowNs - lastSeen > timeoutNs(flowState(r.proto, forward, reply), timeouts)) expired.push(flow);
+    if (nowNs - lastSeen > timeoutNs(flowState(r.proto, forward, reply), timeouts)) out.expired.push(flow);
   }
-  return { expired, stale: staleOut };
 }
 
 export interface ConntrackGcStats {
@@ -180,9 +196,9 @@ export const yieldToEventLoop = (): Promise<void> => new Promise((resolve) => se
 /**
  * One GC pass over a conntrack map. `stale` marks entries to delete now (UDP towards removed
  * backends). Expired flows are read again just before the delete and kept if a packet refreshed
- * them in between. A pass over hundreds of thousands of entries takes a second or more, so it
- * runs in slices of one batch (8192 entries) and calls `pause` between them: the agent's syncs
- * are never queued behind it.
+ * them in between. A pass over hundreds of thousands of entries takes a second or more, so every
+ * step of it (the walk, the judgement, the re-reads, the deletes) runs in slices of one batch
+ * (8192 entries) and calls `pause` between them: the agent's syncs are never queued behind it.
  */
 export async function collectConntrack(
   fd: number,
@@ -193,12 +209,21 @@ export async function collectConntrack(
 ): Promise<ConntrackGcStats> {
   const started = performance.now();
   const records: CtRecord[] = [];
+  const byKey = new Map<string, CtRecord>();
   for (const batch of conntrackBatches(fd)) {
-    records.push(...batch);
+    for (const r of batch) {
+      records.push(r);
+      byKey.set(r.key, r);
+    }
     await pause();
   }
-  const found = expiredFlows(records, nowNs(), timeouts, stale);
-  await pause();
+  const found: JudgedFlows = { expired: [], stale: [] };
+  const judged = new Set<string>();
+  const now = nowNs();
+  for (let i = 0; i < records.length; i += CHUNK) {
+    judgeFlows(records.slice(i, i + CHUNK), byKey, judged, now, timeouts, stale ?? (() => false), found);
+    await pause();
+  }
   const value = Buffer.alloc(ct4Val.size);
   const wasRefreshed = (r: CtRecord) =>
     mapLookup(fd, Buffer.from(r.key, 'latin1'), value) && value.readBigUInt64LE(0) !== r.lastSeenNs;

@@ -31,7 +31,7 @@ import { DROP_REASON, MAPS, SOCK_SCOPE, type TrafficStats } from './layout.js';
 import { LinkWatch } from './link-watch.js';
 import { MAGLEV_HASH_SEED } from './maglev.js';
 import { type LoadedObject, loadPinnedObject, MAP_SIZE_SETTING } from './object.js';
-import { ANY_ADDRESS, type BpfPlan, BpfPlanner, type PlanProblem } from './plan.js';
+import { ANY_ADDRESS, type BpfPlan, BpfPlanner, type PlanProblem, plannedFrontend } from './plan.js';
 import { MapWriter } from './writer.js';
 
 /** SNAT source ports: above Linux's default ephemeral range (32768-60999), and reserved in
@@ -147,7 +147,9 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private readonly planner: BpfPlanner;
   private plan: BpfPlan | null = null;
   private problems = new Set<string>();
-  private udpPairs = new Set<string>();
+  /** The UDP frontends' "serviceId/backendId" pairs, in all and by frontend name. */
+  private readonly udpPairs = new Set<string>();
+  private readonly udpPairsOf = new Map<string, string[]>();
   private readonly timers: NodeJS.Timeout[] = [];
   private flushTimer: NodeJS.Timeout | null = null;
   private readonly counters = new MonotonicCounters();
@@ -356,7 +358,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     ]);
     this.writeNames(plan, scope);
     this.noteUncountedBackends(plan);
-    this.cleanStaleUdp(plan);
+    this.cleanStaleUdp(plan, scope);
     this.scheduleFlush();
     this.log.debug(
       {
@@ -374,14 +376,9 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
 
   private async writeConfig(decisions: ProxyDecisions, plan: BpfPlan): Promise<void> {
     const nodeIP = decisions.families.find((f) => f.family === 'IPv4')?.nodeIP || ANY_ADDRESS.IPv4;
-    const anyAddressPorts = plan.frontends
-      .filter((f) => f.kind === 'NodePort' && f.key.address === ANY_ADDRESS.IPv4)
-      .map((f) => f.key.port);
     // Without any NodePort on every node address, a range nothing falls in keeps the node
     // address lookup off the path (0 would mean "every port").
-    const nodeport = anyAddressPorts.length
-      ? { min: Math.min(...anyAddressPorts), max: Math.max(...anyAddressPorts) }
-      : { min: 65535, max: 65535 };
+    const nodeport = plan.anyAddressNodePorts ?? { min: 65535, max: 65535 };
     const wanted = {
       snatAddr4: nodeIP,
       snatAddr6: '::',
@@ -424,8 +421,11 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       `${f.serviceId}\u0000${f.servicePortName}\u0000${f.kind}`;
     const written = this.namesWritten;
     if (scope && written) {
-      const now = new Map(plan.frontends.filter((f) => scope.has(f.name)).map((f) => [f.name, named(f)]));
-      if ([...scope].every((name) => written.get(name) === now.get(name))) return;
+      const unchanged = (name: string) => {
+        const f = plannedFrontend(plan, name);
+        return written.get(name) === (f ? named(f) : undefined);
+      };
+      if ([...scope].every(unchanged)) return;
     }
     const names: FrontendNames = {
       frontends: plan.frontends.map((f) => ({
@@ -458,15 +458,34 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     this.uncountedBackends = uncounted;
   }
 
-  /** kube-proxy deletes UDP conntrack entries towards endpoints that left: so do we. */
-  private cleanStaleUdp(plan: BpfPlan): void {
-    const pairs = new Set<string>();
-    for (const f of plan.frontends) {
-      if (f.key.protocol === 'UDP') for (const b of f.backendIds) pairs.add(`${f.serviceId}/${b}`);
+  /**
+   * kube-proxy deletes UDP conntrack entries towards endpoints that left: so do we. The UDP
+   * frontends' {service, backend} pairs are kept per frontend, so a scoped sync looks at the
+   * frontends in its scope alone.
+   */
+  private cleanStaleUdp(plan: BpfPlan, scope: ReadonlySet<string> | null): void {
+    const pairsOf = (f: BpfPlan['frontends'][number] | undefined) =>
+      f?.key.protocol === 'UDP' ? f.backendIds.map((b) => `${f.serviceId}/${b}`) : [];
+    let lost = false;
+    const update = (name: string, now: string[]) => {
+      const before = this.udpPairsOf.get(name) ?? [];
+      for (const p of before) this.udpPairs.delete(p);
+      for (const p of now) this.udpPairs.add(p);
+      if (now.length > 0) this.udpPairsOf.set(name, now);
+      else this.udpPairsOf.delete(name);
+      const kept = new Set(now);
+      if (before.some((p) => !kept.has(p))) lost = true;
+    };
+    if (scope) {
+      for (const name of scope) update(name, pairsOf(plannedFrontend(plan, name)));
+    } else {
+      const planned = new Set(plan.frontends.map((f) => f.name));
+      for (const name of this.udpPairsOf.keys()) if (!planned.has(name)) update(name, []);
+      for (const f of plan.frontends) update(f.name, pairsOf(f));
     }
-    const lost = [...this.udpPairs].some((p) => !pairs.has(p));
-    this.udpPairs = pairs;
     if (!lost) return;
+    // What the pairs are when the pass runs: a pair that came back meanwhile keeps its flows.
+    const pairs = this.udpPairs;
     // In the background, as a GC pass: the sync does not wait for a walk of the conntrack map.
     this.gcQueue
       .run(() =>

@@ -5,7 +5,8 @@
 // frontends, and gives both stable numeric ids. Deterministic: the same decisions and allocator
 // state give the same plan.
 
-import { inServices } from '../../brain/decide.js';
+import { servicePortsOf } from '../../brain/decide.js';
+import { lowerBound, patchSorted } from '../../brain/sorted.js';
 import type {
   Endpoint,
   FamilyDecisions,
@@ -118,6 +119,9 @@ export interface BpfPlan {
   /** Sorted by id. */
   backends: PlannedBackend[];
   problems: PlanProblem[];
+  /** The lowest and highest port of the IPv4 NodePort frontends open on every node address
+   * (kbp_config's NodePort range), null when there is none. */
+  anyAddressNodePorts: { min: number; max: number } | null;
   /** The allocators after this plan. */
   serviceIds: IdAllocator;
   backendIds: IdAllocator;
@@ -294,6 +298,10 @@ interface PlanState {
   slotCount: number;
   sourceRangeCount: number;
   orderDependent: number;
+  /** The Services with a problem, so a plan's problems are found without a walk over every one. */
+  withProblems: Set<string>;
+  /** Port → how many IPv4 NodePort frontends on every node address use it. */
+  anyAddressNodePorts: Map<number, number>;
 }
 
 function emptyState(allocators: { serviceIds: IdAllocator; backendIds: IdAllocator }): PlanState {
@@ -307,6 +315,8 @@ function emptyState(allocators: { serviceIds: IdAllocator; backendIds: IdAllocat
     slotCount: 0,
     sourceRangeCount: 0,
     orderDependent: 0,
+    withProblems: new Set(),
+    anyAddressNodePorts: new Map(),
   };
 }
 
@@ -341,6 +351,13 @@ function addBackendRef(state: PlanState, id: number, family: IPFamily, e: Endpoi
   state.backends.set(e.endpoint, use);
 }
 
+function countAnyAddressNodePort(state: PlanState, f: PlannedFrontend, by: 1 | -1): void {
+  if (f.kind !== 'NodePort' || f.key.family !== 'IPv4' || f.key.address !== ANY_ADDRESS.IPv4) return;
+  const n = (state.anyAddressNodePorts.get(f.key.port) ?? 0) + by;
+  if (n > 0) state.anyAddressNodePorts.set(f.key.port, n);
+  else state.anyAddressNodePorts.delete(f.key.port);
+}
+
 /** Takes a Service's frontends and backend references out of the plan; returns them, the backends
  * as they were (some of them may now have no reference left). */
 function removeService(
@@ -350,10 +367,12 @@ function removeService(
   const c = state.services.get(key);
   if (!c) return { frontends: [], backends: [] };
   state.services.delete(key);
+  state.withProblems.delete(key);
   const backends: PlannedBackend[] = [];
   for (const f of c.frontends) {
     state.frontends.delete(f.name);
     state.owners.delete(f.name);
+    countAnyAddressNodePort(state, f, -1);
   }
   for (const r of c.refs) {
     const use = state.backends.get(r.name)!;
@@ -380,30 +399,36 @@ function planServicePort(
   fam: FamilyDecisions,
   options: PlanOptions,
 ): void {
-  const c = contributionOf(state, serviceKeyOf(sp));
+  const key = serviceKeyOf(sp);
+  const c = contributionOf(state, key);
   const { capacity, nowMs } = options;
   const { serviceIds, backendIds } = state;
-  const orderDependent = (problem: PlanProblem) => {
-    c.problems.push(problem);
+  const problem = (p: PlanProblem) => {
+    c.problems.push(p);
+    state.withProblems.add(key);
+  };
+  const orderDependent = (p: PlanProblem) => {
+    problem(p);
     if (!c.orderDependent) state.orderDependent++;
     c.orderDependent = true;
   };
   if (!options.families.includes(sp.family)) {
-    c.problems.push({
+    problem({
       servicePortName: sp.servicePortName,
       reason: `not programmed: the bpf data plane handles ${options.families.join(', ') || 'no family'}, not ${sp.family}`,
     });
     return;
   }
   if (sp.protocol === 'SCTP') {
-    c.problems.push({
+    problem({
       servicePortName: sp.servicePortName,
       reason: 'not programmed: the bpf data plane handles TCP and UDP, not SCTP',
     });
     return;
   }
-  const { scheduler, problem } = resolveScheduler(sp, options.defaultScheduler, options.maglevFrontends);
-  if (problem) c.problems.push(problem);
+  const resolved = resolveScheduler(sp, options.defaultScheduler, options.maglevFrontends);
+  if (resolved.problem) problem(resolved.problem);
+  const { scheduler } = resolved;
 
   const drafts: FrontendDraft[] = [];
   for (const draft of draftFrontends(sp, fam)) {
@@ -500,6 +525,7 @@ function planServicePort(
   for (const f of planned) {
     state.frontends.set(f.name, f);
     c.frontends.push(f);
+    countAnyAddressNodePort(state, f, 1);
   }
   for (const { id, e } of refs) {
     addBackendRef(state, id, sp.family, e);
@@ -513,34 +539,6 @@ function planServicePort(
 
 const byName = (a: PlannedFrontend, b: PlannedFrontend) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
 const byId = (a: PlannedBackend, b: PlannedBackend) => a.id - b.id;
-
-/** Where `x` goes in `list` (sorted by `compare`): the first entry not before it. */
-function lowerBound<T>(list: readonly T[], x: T, compare: (a: T, b: T) => number): number {
-  let lo = 0;
-  let hi = list.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (compare(list[mid]!, x) < 0) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-/** A copy of a sorted list without the entries equal to `remove`'s and with `add`'s in place. */
-function patchSorted<T>(
-  list: readonly T[],
-  remove: Iterable<T>,
-  add: Iterable<T>,
-  compare: (a: T, b: T) => number,
-): T[] {
-  const out = list.slice();
-  for (const x of remove) {
-    const i = lowerBound(out, x, compare);
-    if (i < out.length && compare(out[i]!, x) === 0) out.splice(i, 1);
-  }
-  for (const x of add) out.splice(lowerBound(out, x, compare), 0, x);
-  return out;
-}
 
 /** The plan's lists, sorted; with `patch`, the last plan's lists with the entries that changed
  * replaced (a change costs a few binary searches, not a sort of every frontend and backend). */
@@ -558,10 +556,18 @@ function planOf(
   const backends = patch
     ? patchSorted(patch.last.backends, patch.backends.removed, patch.backends.added, byId)
     : [...state.backends.values()].map((u) => u.backend).sort(byId);
+  const ports = [...state.anyAddressNodePorts.keys()];
   return {
     frontends,
     backends,
-    problems: [...state.services.values()].flatMap((c) => c.problems),
+    // In planning order; a patched plan only visits the Services that have problems.
+    problems: [...(patch ? state.withProblems : state.services.keys())].flatMap(
+      (key) => state.services.get(key)?.problems ?? [],
+    ),
+    anyAddressNodePorts:
+      ports.length > 0
+        ? { min: ports.reduce((a, b) => Math.min(a, b)), max: ports.reduce((a, b) => Math.max(a, b)) }
+        : null,
     serviceIds: state.serviceIds,
     backendIds: state.backendIds,
   };
@@ -632,9 +638,9 @@ export class BpfPlanner {
       removed.frontends.push(...out.frontends);
       for (const b of out.backends) removed.backends.set(b.id, b);
     }
-    const isChanged = inServices(changed);
     for (const fam of decisions.families)
-      for (const sp of fam.servicePorts) if (isChanged(sp)) planServicePort(state, sp, fam, options);
+      for (const key of changed)
+        for (const sp of servicePortsOf(fam.servicePorts, key)) planServicePort(state, sp, fam, options);
     if (state.orderDependent > 0) return this.planWhole(decisions, options);
     const added = { frontends: [] as PlannedFrontend[], backends: new Set<string>() };
     for (const key of changed) {
@@ -665,6 +671,19 @@ export class BpfPlanner {
     this.last = planOf(state);
     return { plan: this.last, scope: null };
   }
+}
+
+/** The plan's frontend of that name, by binary search. */
+export function plannedFrontend(plan: BpfPlan, name: string): PlannedFrontend | undefined {
+  const f =
+    plan.frontends[lowerBound(plan.frontends, name, (a, n) => (a.name < n ? -1 : a.name > n ? 1 : 0))];
+  return f?.name === name ? f : undefined;
+}
+
+/** The plan's backend with that id, by binary search. */
+export function plannedBackend(plan: BpfPlan, id: number): PlannedBackend | undefined {
+  const b = plan.backends[lowerBound(plan.backends, id, (a, x) => a.id - x)];
+  return b?.id === id ? b : undefined;
 }
 
 /** "TCP/10.96.0.10:80", "*" for every node address and " (pods)" on an internal-scope entry. */

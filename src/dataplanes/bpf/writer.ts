@@ -18,7 +18,7 @@
 import { joinHostPort } from '../../net/ip.js';
 import { buildMaglevTable, MAGLEV_HASH_SEED } from './maglev.js';
 import type { BpfPlan, PlannedBackend, PlannedFrontend } from './plan.js';
-import { frontendName } from './plan.js';
+import { frontendName, plannedBackend, plannedFrontend } from './plan.js';
 import {
   type AffinityMatch,
   type BackendEntry,
@@ -59,49 +59,48 @@ export interface ApplyResult {
   degraded: ServiceFailure[];
 }
 
-/** A map's entries by their id, with each service id's entries at hand: a write scoped to a few
- * frontends finds what they hold without a walk over every entry. */
+/** A map's entries by service id, then by what tells them apart within it (a number where it can
+ * be: no string per entry): a write scoped to a few frontends finds what they hold without a walk
+ * over every entry. */
 class ByService<K extends { serviceId: number }, V extends K> {
-  private readonly all = new Map<string, V>();
-  private readonly index = new Map<number, Set<string>>();
+  private readonly index = new Map<number, Map<number | string, V>>();
 
   constructor(
-    private readonly idOf: (k: K) => string,
+    private readonly subKey: (k: K) => number | string,
     entries: Iterable<V>,
   ) {
     for (const v of entries) this.set(v);
   }
 
   get(k: K): V | undefined {
-    return this.all.get(this.idOf(k));
+    return this.index.get(k.serviceId)?.get(this.subKey(k));
   }
 
   has(k: K): boolean {
-    return this.all.has(this.idOf(k));
+    return this.get(k) !== undefined;
   }
 
   set(v: V): void {
-    const id = this.idOf(v);
-    this.all.set(id, v);
-    const ids = this.index.get(v.serviceId) ?? new Set<string>();
-    ids.add(id);
-    this.index.set(v.serviceId, ids);
+    let inner = this.index.get(v.serviceId);
+    if (!inner) {
+      inner = new Map();
+      this.index.set(v.serviceId, inner);
+    }
+    inner.set(this.subKey(v), v);
   }
 
   delete(k: K): void {
-    const id = this.idOf(k);
-    this.all.delete(id);
-    const ids = this.index.get(k.serviceId);
-    ids?.delete(id);
-    if (ids?.size === 0) this.index.delete(k.serviceId);
+    const inner = this.index.get(k.serviceId);
+    inner?.delete(this.subKey(k));
+    if (inner?.size === 0) this.index.delete(k.serviceId);
   }
 
-  values(): IterableIterator<V> {
-    return this.all.values();
+  *values(): IterableIterator<V> {
+    for (const inner of this.index.values()) yield* inner.values();
   }
 
   ofService(serviceId: number): V[] {
-    return [...(this.index.get(serviceId) ?? [])].map((id) => this.all.get(id)!);
+    return [...(this.index.get(serviceId)?.values() ?? [])];
   }
 }
 
@@ -210,8 +209,9 @@ class PendingDeletions {
 const GENERATIONS = 256;
 
 const slotId = (k: SlotKey) => `${k.serviceId}/${k.gen}/${k.slot}`;
-const affinityId = (m: AffinityMatch) => `${m.serviceId}/${m.backendId}`;
 const rangeId = (r: SourceRange) => `${r.serviceId}/${r.cidr}`;
+/** Within a service id: slot (16 bits) of generation gen. */
+const slotOfService = (k: SlotKey) => k.gen * 0x10000 + k.slot;
 const maglevSignature = (size: number, ids: readonly number[]) =>
   `${size}:${[...ids].sort((a, b) => a - b).join(',')}`;
 
@@ -345,16 +345,21 @@ export class MapWriter {
   private write(plan: BpfPlan, scope: ReadonlySet<string> | null, result: ApplyResult): void {
     const mirror = this.mirror!;
     const pending = this.pending;
-    const backendsById = new Map(plan.backends.map((b) => [b.id, b]));
-    const inScope = scope ? plan.frontends.filter((f) => scope.has(f.name)) : plan.frontends;
-    const wanted = inScope.map((f) => this.entriesOf(f, mirror, backendsById));
+    // A scoped write looks its few frontends and backends up in the plan's sorted lists.
+    const allBackends = scope ? null : new Map(plan.backends.map((b) => [b.id, b]));
+    const backendOf = (id: number) => (allBackends ? allBackends.get(id) : plannedBackend(plan, id));
+    const inScope = scope
+      ? [...scope].sort().flatMap((name) => plannedFrontend(plan, name) ?? [])
+      : plan.frontends;
+    const wanted = inScope.map((f) => this.entriesOf(f, mirror, backendOf));
     // Whatever is wanted again stays: its pending deletion is cancelled.
     for (const e of wanted) {
       for (const s of e.slots) pending.slots.delete(slotId(s));
       for (const r of e.sourceRanges) pending.sourceRanges.delete(rangeId(r));
       if (e.maglev) pending.maglev.delete(e.planned.serviceId);
     }
-    for (const id of [...pending.backends.keys()]) if (backendsById.has(id)) pending.backends.delete(id);
+    for (const id of [...pending.backends.keys()])
+      if (backendOf(id) !== undefined) pending.backends.delete(id);
     // The service ids the scoped frontends held before this write: their old entries may go.
     const scopedIds = scope
       ? new Set([...scope].flatMap((name) => mirror.frontends.get(name)?.value.serviceId ?? []))
@@ -375,7 +380,7 @@ export class MapWriter {
       const shared = [...scopedIds]
         .flatMap((id) => mirror.slots.ofService(id))
         .flatMap((s): BackendEntry[] => {
-          const b = backendsById.get(s.backendId);
+          const b = backendOf(s.backendId);
           const known = mirror.backends.get(s.backendId);
           return b && known && !sameBackend(known, b)
             ? [{ ...known, isLocal: b.isLocal, terminating: b.terminating }]
@@ -391,7 +396,7 @@ export class MapWriter {
       const changed = new Map<number, BackendEntry>();
       for (const e of group) {
         for (const id of e.planned.backendIds) {
-          const b = backendsById.get(id)!;
+          const b = backendOf(id)!;
           const entry: BackendEntry = {
             id,
             family: b.family,
@@ -429,7 +434,7 @@ export class MapWriter {
       live().flatMap((e) => (e.maglev ? [[e.planned.serviceId, e.maglev.signature]] : [])),
     );
     for (const e of live()) {
-      if (e.maglev) this.writeMaglev(e, e.maglev, mirror, backendsById, wantsBySvc, result);
+      if (e.maglev) this.writeMaglev(e, e.maglev, mirror, backendOf, wantsBySvc, result);
     }
 
     // 4. Affinity matches and source ranges that are new.
@@ -493,20 +498,28 @@ export class MapWriter {
     // 6. After the grace period, everything no frontend needs any more. A frontend that failed
     // keeps all it had. A scoped write looks only at the entries of the scoped frontends' service
     // ids; a backend goes when the plan (which counts every frontend's references) has dropped it.
-    const wantedSlots = new Set(entries.flatMap((e) => e.slots.map(slotId)));
-    const wantedMaglev = new Set(entries.flatMap((e) => (e.maglev ? [e.planned.serviceId] : [])));
-    const wantedMatches = new Set(entries.flatMap((e) => e.affinityMatches.map(affinityId)));
-    const wantedRanges = new Set(entries.flatMap((e) => e.sourceRanges.map(rangeId)));
-    const unused = (serviceId: number, id: string, wantedIds: Set<string>) =>
-      !wantedIds.has(id) && !failed.has(serviceId);
+    // What an entry is wanted for is asked of the frontend with its service id (one at most).
+    const byServiceId = new Map(entries.map((e) => [e.planned.serviceId, e]));
+    const backendSets = new Map<number, Set<number>>();
+    const namesBackend = (e: FrontendEntries, backendId: number) => {
+      let ids = backendSets.get(e.planned.serviceId);
+      if (!ids) {
+        ids = new Set(e.planned.backendIds);
+        backendSets.set(e.planned.serviceId, ids);
+      }
+      return ids.has(backendId);
+    };
+    const unused = (serviceId: number, wanted: (e: FrontendEntries) => boolean) => {
+      const e = byServiceId.get(serviceId);
+      return !(e && wanted(e)) && !failed.has(serviceId);
+    };
     if (scopedIds) for (const e of entries) scopedIds.add(e.planned.serviceId);
     const ofScope = <K extends { serviceId: number }, V extends K>(m: ByService<K, V>): V[] =>
       scopedIds ? [...scopedIds].flatMap((id) => m.ofService(id)) : [...m.values()];
     const slots = ofScope(mirror.slots);
     const failedBackends = new Set(slots.filter((s) => failed.has(s.serviceId)).map((s) => s.backendId));
-    const plannedBackends: ReadonlySet<number> | ReadonlyMap<number, unknown> = scopedIds
-      ? backendsById
-      : new Set(entries.flatMap((e) => e.planned.backendIds));
+    const fullPlanned = scopedIds ? null : new Set(entries.flatMap((e) => e.planned.backendIds));
+    const isPlanned = (id: number) => (fullPlanned ? fullPlanned.has(id) : backendOf(id) !== undefined);
     const backends = scopedIds
       ? [...new Set(slots.map((s) => s.backendId))].flatMap((id) => mirror.backends.get(id) ?? [])
       : [...mirror.backends.values()];
@@ -517,7 +530,7 @@ export class MapWriter {
     // flip on, affinity must not pick them and a SYN on their tracked flows selects again (a
     // reader of the old generation still finds them in its slots; it needs no pair).
     const leftMatches = ofScope(mirror.affinityMatches).filter((m) =>
-      unused(m.serviceId, affinityId(m), wantedMatches),
+      unused(m.serviceId, (e) => namesBackend(e, m.backendId)),
     );
     if (leftMatches.length) {
       this.store.deleteAffinityMatches(leftMatches);
@@ -527,27 +540,29 @@ export class MapWriter {
     const due = this.now() + this.options.graceMs;
     PendingDeletions.schedule(
       pending.slots,
-      slots.filter((s) => unused(s.serviceId, slotId(s), wantedSlots)),
+      slots.filter((s) =>
+        unused(s.serviceId, (e) => s.gen === e.frontend.value.gen && s.slot < e.slots.length),
+      ),
       slotId,
       due,
     );
     PendingDeletions.schedule(
       pending.maglev,
-      maglevReaders
-        .filter((id) => !wantedMaglev.has(id) && !failed.has(id))
-        .map((serviceId) => ({ serviceId })),
+      maglevReaders.filter((id) => unused(id, (e) => e.maglev !== null)).map((serviceId) => ({ serviceId })),
       (k) => k.serviceId,
       due,
     );
     PendingDeletions.schedule(
       pending.sourceRanges,
-      ofScope(mirror.sourceRanges).filter((r) => unused(r.serviceId, rangeId(r), wantedRanges)),
+      ofScope(mirror.sourceRanges).filter((r) =>
+        unused(r.serviceId, (e) => e.planned.sourceRanges.includes(r.cidr)),
+      ),
       rangeId,
       due,
     );
     PendingDeletions.schedule(
       pending.backends,
-      backends.filter((b) => !plannedBackends.has(b.id) && !failedBackends.has(b.id)),
+      backends.filter((b) => !isPlanned(b.id) && !failedBackends.has(b.id)),
       (b) => b.id,
       due,
     );
@@ -564,7 +579,7 @@ export class MapWriter {
     e: FrontendEntries,
     m: { key: MaglevKey; signature: string },
     mirror: Mirror,
-    backendsById: ReadonlyMap<number, PlannedBackend>,
+    backendOf: (id: number) => PlannedBackend | undefined,
     wantsBySvc: ReadonlyMap<number, string>,
     result: ApplyResult,
   ): void {
@@ -581,7 +596,7 @@ export class MapWriter {
         return;
       }
       const table = buildMaglevTable(
-        e.planned.backendIds.map((id) => ({ name: backendsById.get(id)!.name, id })),
+        e.planned.backendIds.map((id) => ({ name: backendOf(id)!.name, id })),
         this.options.maglevTableSize,
         this.options.maglevSeed ?? MAGLEV_HASH_SEED,
       );
@@ -642,11 +657,11 @@ export class MapWriter {
   private entriesOf(
     planned: PlannedFrontend,
     mirror: Mirror,
-    backendsById: ReadonlyMap<number, unknown>,
+    backendOf: (id: number) => unknown,
   ): FrontendEntries {
     const { serviceId, backendIds } = planned;
     for (const id of backendIds)
-      if (!backendsById.has(id)) throw new Error(`plan names backend ${id} it does not hold`);
+      if (backendOf(id) === undefined) throw new Error(`plan names backend ${id} it does not hold`);
     const current = mirror.frontends.get(planned.name)?.value;
     const sameId = current?.serviceId === serviceId;
     const gen = this.generationFor(serviceId, backendIds, sameId ? current.gen : null, mirror);
@@ -729,10 +744,10 @@ function maglevOf(state: StoredState, maglevTableSize: number): MaglevTables {
 function mirrorOf(state: StoredState, maglevTableSize: number): Mirror {
   return {
     frontends: new Map(state.frontends.map((f) => [frontendName(f.key), f])),
-    slots: new ByService(slotId, state.slots),
+    slots: new ByService(slotOfService, state.slots),
     backends: new Map(state.backends.map((b) => [b.id, b])),
     maglev: maglevOf(state, maglevTableSize),
-    affinityMatches: new ByService(affinityId, state.affinityMatches),
-    sourceRanges: new ByService(rangeId, state.sourceRanges),
+    affinityMatches: new ByService((m: AffinityMatch) => m.backendId, state.affinityMatches),
+    sourceRanges: new ByService((r: SourceRange) => r.cidr, state.sourceRanges),
   };
 }
