@@ -8,6 +8,8 @@ import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig } from '../config/types.js';
 import { openDataplane } from '../dataplanes/open.js';
+import { CachedHostAddresses } from '../host/interfaces.js';
+import { LinkWatch } from '../host/link-watch.js';
 import { createLogger, type Logger } from '../logger.js';
 import { startStatusServers } from '../metrics/status-servers.js';
 import { formatProblem } from '../model/parse.js';
@@ -94,9 +96,14 @@ export async function startAgent(
     bpfStats,
     log,
   });
+  // Probed again only when netlink reports a change: a sync spawns no `ip` for what stayed.
+  const hostAddresses = new CachedHostAddresses();
+  const addressWatch = new LinkWatch(() => hostAddresses.changed(), log);
+  addressWatch.start();
   const loop = new SyncLoop({
     tracker,
-    nodeEnv: () => probeNodeEnv({ nodeName, node: tracker.state().node, iptables, proxyFamilies }),
+    nodeEnv: () =>
+      probeNodeEnv({ nodeName, node: tracker.state().node, iptables, proxyFamilies }, hostAddresses),
     config,
     dataplane,
     observers: [loggingObserver(log), ...status.observers, ...observers],
@@ -135,6 +142,7 @@ export async function startAgent(
       await runner.stop();
       await dataplane.close();
       await status.close();
+      addressWatch.close();
     },
   };
 }

@@ -69,3 +69,62 @@ export async function probeDefaultRouteIPs(): Promise<string[]> {
   }
   return ips;
 }
+
+/** The host facts a sync reads: the interfaces and the default routes' source addresses. */
+export interface HostAddresses {
+  interfaces(): Promise<IpAddrInterface[]>;
+  defaultRouteIPs(): Promise<string[]>;
+}
+
+/** Probes on every call: `ip` runs each time. */
+export const PROBED_HOST_ADDRESSES: HostAddresses = {
+  interfaces: probeInterfaces,
+  defaultRouteIPs: probeDefaultRouteIPs,
+};
+
+/**
+ * The host's addresses, probed once and again only after netlink reported a link, address or
+ * route change (`changed`, e.g. from a LinkWatch) or `maxAgeMs` later, so a sync does not spawn
+ * `ip` three times (tens of milliseconds) to learn what has not changed. A probe that fails is
+ * not kept.
+ */
+export class CachedHostAddresses implements HostAddresses {
+  private probed: { interfaces?: Promise<IpAddrInterface[]>; defaultRouteIPs?: Promise<string[]> } = {};
+  private probedAt = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    private readonly probe: HostAddresses = PROBED_HOST_ADDRESSES,
+    private readonly maxAgeMs = 60_000,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Forgets what was probed: the next call probes again. */
+  changed(): void {
+    this.probed = {};
+  }
+
+  interfaces(): Promise<IpAddrInterface[]> {
+    return this.cached('interfaces');
+  }
+
+  defaultRouteIPs(): Promise<string[]> {
+    return this.cached('defaultRouteIPs');
+  }
+
+  private cached<K extends keyof HostAddresses>(fact: K): ReturnType<HostAddresses[K]> {
+    if (this.now() - this.probedAt >= this.maxAgeMs) this.changed();
+    let pending = this.probed[fact];
+    if (!pending) {
+      if (Object.keys(this.probed).length === 0) this.probedAt = this.now();
+      const probing = this.probe[fact]() as NonNullable<typeof pending>;
+      const held = this.probed;
+      // A failed probe is dropped (from this generation only) so the next sync tries again.
+      probing.catch(() => {
+        if (held[fact] === probing) delete held[fact];
+      });
+      held[fact] = probing as never;
+      pending = probing;
+    }
+    return pending as ReturnType<HostAddresses[K]>;
+  }
+}

@@ -7,10 +7,10 @@ import { hostname } from 'node:os';
 import { z } from 'zod';
 import type { NodeEnv } from '../brain/types.js';
 import {
+  type HostAddresses,
   interfaceSchema,
   interfacesFromIpJson,
-  probeDefaultRouteIPs,
-  probeInterfaces,
+  PROBED_HOST_ADDRESSES,
 } from '../host/interfaces.js';
 import type { IPFamily, Node } from '../model/types.js';
 
@@ -59,17 +59,20 @@ export function nodeIPsFromNode(node: Node | null): string[] {
   return [...byType('InternalIP'), ...byType('ExternalIP')];
 }
 
-export async function probeNodeEnv(opts: {
-  nodeName: string;
-  node: Node | null;
-  iptables: NodeEnv['iptables'];
-  proxyFamilies?: IPFamily[];
-}): Promise<NodeEnv> {
+export async function probeNodeEnv(
+  opts: {
+    nodeName: string;
+    node: Node | null;
+    iptables: NodeEnv['iptables'];
+    proxyFamilies?: IPFamily[];
+  },
+  addresses: HostAddresses = PROBED_HOST_ADDRESSES,
+): Promise<NodeEnv> {
   const fromNode = nodeIPsFromNode(opts.node);
   return {
     nodeName: opts.nodeName,
-    nodeIPs: fromNode.length > 0 ? fromNode : await probeDefaultRouteIPs(),
-    interfaces: await probeInterfaces(),
+    nodeIPs: fromNode.length > 0 ? fromNode : await addresses.defaultRouteIPs(),
+    interfaces: await addresses.interfaces(),
     nodeLabels: opts.node?.meta.labels ?? {},
     iptables: opts.iptables,
     ...(opts.proxyFamilies ? { proxyFamilies: opts.proxyFamilies } : {}),

@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { LinkWatch, MONITOR_RESTART_MS } from '../../src/dataplanes/bpf/link-watch.js';
+import { LinkWatch, MONITOR_RESTART_MS } from '../../src/host/link-watch.js';
 import { until } from '../../src/lab/until.js';
 import { silentLogger } from '../../src/logger.js';
 import { enterNetns } from '../support/in-netns.js';

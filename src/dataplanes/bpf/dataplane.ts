@@ -14,6 +14,7 @@ import type { ProxyDecisions } from '../../brain/types.js';
 import { maglevTableSizeProblem } from '../../config/maglev-table-size.js';
 import type { ProxyConfig } from '../../config/types.js';
 import { findCgroup2Root, resolveCgroup2Dir } from '../../host/cgroup.js';
+import { LinkWatch } from '../../host/link-watch.js';
 import { type PortReservation, reservePorts } from '../../host/reserved-ports.js';
 import type { Logger } from '../../logger.js';
 import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../stats.js';
@@ -28,7 +29,6 @@ import { discoverInterfaces, type IpLink, probeHostNetwork } from './discover.js
 import { IdAllocator } from './ids.js';
 import { IPPROTO, KernelStore } from './kernel-store.js';
 import { DROP_REASON, MAPS, SOCK_SCOPE, type TrafficStats } from './layout.js';
-import { LinkWatch } from './link-watch.js';
 import { MAGLEV_HASH_SEED } from './maglev.js';
 import { type LoadedObject, loadPinnedObject, MAP_SIZE_SETTING } from './object.js';
 import { ANY_ADDRESS, type BpfPlan, BpfPlanner, type PlanProblem, plannedFrontend } from './plan.js';

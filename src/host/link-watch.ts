@@ -7,7 +7,7 @@
 // by SIGKILL: an orphaned monitor would keep a deleted network namespace alive.
 
 import { type ChildProcess, spawn } from 'node:child_process';
-import type { Logger } from '../../logger.js';
+import type { Logger } from '../logger.js';
 
 export const MONITOR_RESTART_MS = 1000;
 
