@@ -57,4 +57,19 @@ describe('IdAllocator', () => {
     // The preferred part and its cursor are restored and copied like the rest.
     expect(a.state().cursors).toEqual([3, 6]);
   });
+
+  it('counts the ids in use past the preferred part as they come and go, restored and copied', () => {
+    const a = new IdAllocator('backend', 1, 1000, 100, undefined, 2);
+    for (const k of ['a', 'b', 'c', 'd']) a.allocate(k, 0);
+    expect(a.inUsePastPreferred).toBe(2);
+    a.release('d', 0);
+    a.release('a', 0);
+    expect(a.inUsePastPreferred).toBe(1);
+    expect(a.restore('x', 900)).toBe(true);
+    expect(a.restore('y', 2)).toBe(false); // b holds 2: nothing counted
+    expect(a.inUsePastPreferred).toBe(2);
+    expect(a.clone().inUsePastPreferred).toBe(2);
+    a.releaseAllExcept(new Set(['b']), 0);
+    expect(a.inUsePastPreferred).toBe(0);
+  });
 });

@@ -357,7 +357,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       ...result.degraded.map((f) => ({ servicePortName: f.servicePortName, reason: f.error })),
     ]);
     this.writeNames(plan, scope);
-    this.noteUncountedBackends(plan);
+    this.noteUncountedBackends();
     this.cleanStaleUdp(plan, scope);
     this.scheduleFlush();
     this.log.debug(
@@ -446,9 +446,10 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   }
 
   /** Says once, when their number changes, that some backends have no counters of their own. */
-  private noteUncountedBackends(plan: BpfPlan): void {
+  private noteUncountedBackends(): void {
     const limit = this.lb.capacity.backendStats;
-    const uncounted = plan.backends.reduce((n, b) => n + (b.id >= limit ? 1 : 0), 0);
+    // The ids past the counter map's, kept by the allocator (no walk over every backend).
+    const uncounted = this.ids.backendIds.inUsePastPreferred;
     if (uncounted !== this.uncountedBackends && uncounted > 0) {
       this.log.warn(
         { backends: uncounted, capacity: limit, setting: MAP_SIZE_SETTING.backendStats },

@@ -30,6 +30,8 @@ export class IdAllocator {
   private readonly byId: Map<number, string>;
   private readonly quarantined: Map<number, number>;
   private readonly zones: Zone[];
+  /** Ids in use past `preferredMax`. */
+  private pastPreferred = 0;
 
   constructor(
     /** What the ids name, for error messages ("service", "backend"). */
@@ -46,6 +48,7 @@ export class IdAllocator {
     }
     this.byKey = new Map(state?.assigned ?? []);
     this.byId = new Map([...this.byKey].map(([k, id]) => [id, k]));
+    for (const id of this.byId.keys()) if (id > preferredMax) this.pastPreferred++;
     this.quarantined = new Map(state?.quarantined ?? []);
     const split = Math.max(min, Math.min(preferredMax, max));
     const bounds = split < max ? [[min, split] as const, [split + 1, max] as const] : [[min, max] as const];
@@ -73,6 +76,11 @@ export class IdAllocator {
     return this.byKey.size;
   }
 
+  /** How many ids in use lie past `preferredMax` (for backends: those without counters of their own). */
+  get inUsePastPreferred(): number {
+    return this.pastPreferred;
+  }
+
   idOf(key: string): number | undefined {
     return this.byKey.get(key);
   }
@@ -97,6 +105,7 @@ export class IdAllocator {
     if (this.byId.has(id)) return false;
     this.byKey.set(key, id);
     this.byId.set(id, key);
+    if (id > this.preferredMax) this.pastPreferred++;
     this.quarantined.delete(id);
     const zone = this.zoneOf(id);
     if (id >= zone.cursor) zone.cursor = id === zone.max ? zone.min : id + 1;
@@ -151,6 +160,7 @@ export class IdAllocator {
   private free(key: string, id: number, nowMs: number): void {
     this.byKey.delete(key);
     this.byId.delete(id);
+    if (id > this.preferredMax) this.pastPreferred--;
     const until = nowMs + this.quarantineMs;
     this.quarantined.set(id, until);
     const zone = this.zoneOf(id);
@@ -160,6 +170,7 @@ export class IdAllocator {
   private take(key: string, id: number, zone: Zone): number {
     this.byKey.set(key, id);
     this.byId.set(id, key);
+    if (id > this.preferredMax) this.pastPreferred++;
     this.quarantined.delete(id);
     zone.cursor = id === zone.max ? zone.min : id + 1;
     return id;
