@@ -13,7 +13,6 @@ import pino from 'pino';
 import { dumpMap, mapFdById } from '../native/libbpf.js';
 import { closeFd } from '../native/libc.js';
 import { SyncLoop } from '../src/brain/sync-loop.js';
-import type { NodeEnv } from '../src/brain/types.js';
 import { loadConfig } from '../src/config/load.js';
 import type { MaglevFrontends } from '../src/config/types.js';
 import { BpfDataplane } from '../src/dataplanes/bpf/dataplane.js';
@@ -21,7 +20,7 @@ import { BPFFS_ROOT, makeBpffsDir } from '../src/host/bpffs.js';
 import { silentLogger } from '../src/logger.js';
 import type { SourceEvent } from '../src/model/events.js';
 import { ChangeTracker } from '../src/model/tracker.js';
-import { NAMESPACE, NODE_IP, NODE_NAME } from './scenario.js';
+import { clusterIP, NAMESPACE, NODE_ENV, NODE_NAME } from './scenario.js';
 
 export interface MaglevCost {
   services: number;
@@ -39,24 +38,16 @@ export interface MaglevCost {
   backToBackMs: number;
 }
 
-const NODE_ENV: NodeEnv = {
-  nodeName: NODE_NAME,
-  nodeIPs: [NODE_IP],
-  interfaces: [],
-  nodeLabels: {},
-  iptables: { randomFully: true, nfacct: true },
-};
-
 function service(i: number): object {
-  const clusterIP = `10.96.${((i + 1) >> 8) & 0xff}.${(i + 1) & 0xff}`;
+  const ip = clusterIP(i);
   return {
     apiVersion: 'v1',
     kind: 'Service',
     metadata: { namespace: NAMESPACE, name: `svc-${i}` },
     spec: {
       type: 'LoadBalancer',
-      clusterIP,
-      clusterIPs: [clusterIP],
+      clusterIP: ip,
+      clusterIPs: [ip],
       ipFamilies: ['IPv4'],
       ports: [{ name: 'http', protocol: 'TCP', port: 80, targetPort: 8080, nodePort: 30000 + i }],
     },

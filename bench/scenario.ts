@@ -7,9 +7,19 @@
 // iptables' linear KUBE-SERVICES walk); it alone also has a UDP port (53 -> 5353) for the UDP
 // probes. Its slice lives in a file of its own, so an endpoint change edits one small file.
 
+import type { NodeEnv } from '../src/brain/types.js';
+
 export const NAMESPACE = 'bench';
 export const NODE_NAME = 'node';
 export const NODE_IP = '10.10.0.1';
+/** The node's facts for the control-plane benches that run the sync loop without a lab node. */
+export const NODE_ENV: NodeEnv = {
+  nodeName: NODE_NAME,
+  nodeIPs: [NODE_IP],
+  interfaces: [],
+  nodeLabels: {},
+  iptables: { randomFully: true, nfacct: true },
+};
 export const POD_CIDR = '10.244.0.0/24';
 /** Pod traffic stays inside it (no masquerade needed for pod-to-service traffic). */
 export const CLUSTER_CIDR = '10.244.0.0/16';

@@ -17,7 +17,6 @@ import { Session } from 'node:inspector/promises';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { SyncLoop } from '../src/brain/sync-loop.js';
-import type { NodeEnv } from '../src/brain/types.js';
 import { loadConfig } from '../src/config/load.js';
 import { BpfDataplane } from '../src/dataplanes/bpf/dataplane.js';
 import { BPFFS_ROOT, makeBpffsDir } from '../src/host/bpffs.js';
@@ -27,7 +26,7 @@ import { ChangeTracker } from '../src/model/tracker.js';
 import {
   changedEndpointIP,
   endpointSlice,
-  NODE_IP,
+  NODE_ENV,
   NODE_NAME,
   type Scenario,
   scenarioMapSizes,
@@ -51,14 +50,6 @@ export interface SyncCost {
   /** One EndpointSlice changed, then a full recompute (fullSyncRequired). */
   fullMs: number[];
 }
-
-const NODE_ENV: NodeEnv = {
-  nodeName: NODE_NAME,
-  nodeIPs: [NODE_IP],
-  interfaces: [],
-  nodeLabels: {},
-  iptables: { randomFully: true, nfacct: true },
-};
 
 function events(scenario: Scenario, distinct: boolean): SourceEvent[] {
   const { services, slices } = scenarioObjects(scenario, { distinctEndpoints: distinct });

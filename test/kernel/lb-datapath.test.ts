@@ -71,18 +71,17 @@ import {
   loadLb,
   run,
   runXdpOn,
+  TC_ACT_REDIRECT,
+  TC_ACT_SHOT,
+  TC_ACT_UNSPEC,
   TEST_CONFIG,
   writeConfig,
   writeFrontend,
+  XDP_DROP,
+  XDP_PASS,
+  XDP_TX,
 } from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
-
-const TC_ACT_UNSPEC = -1;
-const TC_ACT_SHOT = 2;
-const TC_ACT_REDIRECT = 7;
-const XDP_DROP = 1;
-const XDP_PASS = 2;
-const XDP_TX = 3;
 
 const { tcFromPod: TC_POD, tcFromExternal: TC_EXT, xdpFromExternal: XDP_EXT, tcEgress: TC_EGRESS } = PROGRAMS;
 

@@ -28,12 +28,19 @@ import {
 } from '../../src/net/packets.js';
 import { buildRoutingNamespace, macOf, NEIGHBOURS } from '../support/fib-lab.js';
 import { enterNetns } from '../support/in-netns.js';
-import { type LoadedLb, loadLb, run, TEST_CONFIG, writeConfig, writeFrontend } from '../support/lb-object.js';
+import {
+  type LoadedLb,
+  loadLb,
+  run,
+  TC_ACT_REDIRECT,
+  TC_ACT_UNSPEC,
+  TEST_CONFIG,
+  writeConfig,
+  writeFrontend,
+  XDP_PASS,
+} from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
 
-const TC_ACT_UNSPEC = -1;
-const TC_ACT_REDIRECT = 7;
-const XDP_PASS = 2;
 const { tcFromPod: TC_POD, tcFromExternal: TC_EXT, tcEgress: TC_EGRESS, xdpFromExternal: XDP_EXT } = PROGRAMS;
 
 const CLIENT = '10.244.1.10';

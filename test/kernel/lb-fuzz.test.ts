@@ -30,17 +30,17 @@ import {
   loadLb,
   run,
   runXdpOn,
+  TC_ACT_REDIRECT,
+  TC_ACT_UNSPEC,
   TEST_CONFIG,
   writeConfig,
   writeFrontend,
+  XDP_PASS,
+  XDP_TX,
 } from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
 import { mulberry32 } from '../support/random.js';
 
-const TC_ACT_UNSPEC = -1;
-const TC_ACT_REDIRECT = 7;
-const XDP_PASS = 2;
-const XDP_TX = 3;
 const SEED = 0x6b627066;
 const PACKETS = 12_000;
 const ICMP_ERRORS = 6_000;

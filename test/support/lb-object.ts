@@ -41,6 +41,14 @@ import {
   u32Codec,
 } from '../../src/dataplanes/bpf/layout.js';
 
+/** The programs' return codes (linux/pkt_cls.h TC_ACT_*, linux/bpf.h enum xdp_action). */
+export const TC_ACT_UNSPEC = -1;
+export const TC_ACT_SHOT = 2;
+export const TC_ACT_REDIRECT = 7;
+export const XDP_DROP = 1;
+export const XDP_PASS = 2;
+export const XDP_TX = 3;
+
 export const LB_OBJECT_PATH = fileURLToPath(new URL('../../bpf/lb.o', import.meta.url));
 /** The variant for kernels without bpf_loop (bpf/lb_compat.c). */
 export const LB_COMPAT_OBJECT_PATH = fileURLToPath(new URL('../../bpf/lb_compat.o', import.meta.url));
