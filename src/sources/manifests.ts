@@ -292,39 +292,48 @@ function identity(event: SourceEvent): string | null {
   return name === '' ? null : `${event.kind}/${namespace}/${name}`;
 }
 
-/** Reads every manifest under `paths` once. Never throws on bad input: everything wrong is a problem. */
-export function readManifests(paths: readonly string[], options: ManifestOptions = {}): ManifestRead {
-  const listed = manifestFiles(paths);
-  const all: ManifestRead = { events: [], problems: [...listed.problems], ignored: [] };
-  for (const file of listed.files) {
-    let text: string;
-    try {
-      text = readFileSync(file, 'utf8');
-    } catch (err) {
-      all.problems.push(problem(file, `cannot read: ${(err as Error).message}`));
-      continue;
-    }
-    const read = manifestObjects(file, text, options);
-    all.events.push(...read.events);
-    all.problems.push(...read.problems);
-    all.ignored.push(...read.ignored);
+/** One manifest file's objects; an unreadable file is a problem. */
+function readManifestFile(file: string, options: ManifestOptions): ManifestRead {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    return { events: [], problems: [problem(file, `cannot read: ${(err as Error).message}`)], ignored: [] };
   }
-  // The same object defined twice: the later definition wins, as with successive `kubectl apply`.
+  return manifestObjects(file, text, options);
+}
+
+/** The same object defined twice: the later definition wins, as with successive `kubectl apply`. */
+function keepLastDefinitions(all: ManifestRead): ManifestRead {
   const last = new Map<string, SourceEvent>();
   for (const event of all.events) {
     const key = identity(event);
     if (key !== null) last.set(key, event);
   }
-  all.events = all.events.filter((event) => {
+  const problems = [...all.problems];
+  const events = all.events.filter((event) => {
     const key = identity(event);
     const winner = key === null ? event : last.get(key);
     if (winner === event) return true;
-    all.problems.push(
+    problems.push(
       problem(event.origin, `defined again at ${winner?.origin}, which is used`, event.kind, event.object),
     );
     return false;
   });
-  return all;
+  return { events, problems, ignored: all.ignored };
+}
+
+/** Reads every manifest under `paths` once. Never throws on bad input: everything wrong is a problem. */
+export function readManifests(paths: readonly string[], options: ManifestOptions = {}): ManifestRead {
+  const listed = manifestFiles(paths);
+  const all: ManifestRead = { events: [], problems: [...listed.problems], ignored: [] };
+  for (const file of listed.files) {
+    const read = readManifestFile(file, options);
+    all.events.push(...read.events);
+    all.problems.push(...read.problems);
+    all.ignored.push(...read.ignored);
+  }
+  return keepLastDefinitions(all);
 }
 
 export interface ManifestSourceOptions extends ManifestOptions {
@@ -388,19 +397,128 @@ export function manifestChanges(
   return { changes, memory };
 }
 
+/** A file as the last read saw it: what tells a changed file, the objects it defined, its problems. */
+interface FileRecord {
+  stamp: string | null;
+  keys: string[];
+  problems: ObjectProblem[];
+}
+
+/** Inode, size and change times: a rewrite changes at least one (null: it could not be read). */
+function fileStamp(file: string): string | null {
+  try {
+    const st = statSync(file, { bigint: true });
+    return `${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The manifests under `paths`, read again file by file: `reload()` parses only the files whose
+ * stamp changed, and gives the same changes and problems as reading everything again would. Where
+ * that could differ — an object defined in more than one file, where the later file wins — it
+ * reads everything.
+ */
+export class ManifestTree {
+  private memory = new Map<string, { digest: string | null; deletion: SourceEvent | null }>();
+  private files = new Map<string, FileRecord>();
+  /** Some object is defined in more than one file: every reload reads every file. */
+  private shared = false;
+
+  constructor(
+    private readonly paths: readonly string[],
+    private readonly options: ManifestOptions = {},
+  ) {}
+
+  /** The events that bring a consumer of the earlier reloads to what the files hold now. */
+  reload(): { changes: SourceEvent[]; problems: ObjectProblem[] } {
+    const listed = manifestFiles(this.paths);
+    const stamps = new Map(listed.files.map((f) => [f, fileStamp(f)]));
+    const touched = [
+      ...listed.files.filter((f) => stamps.get(f) === null || this.files.get(f)?.stamp !== stamps.get(f)),
+      ...[...this.files.keys()].filter((f) => !stamps.has(f)),
+    ];
+    const changes = this.shared
+      ? this.readAll(listed.files, stamps)
+      : (this.readTouched(touched, stamps) ?? this.readAll(listed.files, stamps));
+    const problems = [...listed.problems, ...listed.files.flatMap((f) => this.files.get(f)?.problems ?? [])];
+    return { changes, problems };
+  }
+
+  private readAll(files: string[], stamps: Map<string, string | null>): SourceEvent[] {
+    const reads = files.map((file) => ({ file, read: readManifestFile(file, this.options) }));
+    const merged = keepLastDefinitions({
+      events: reads.flatMap((r) => r.read.events),
+      problems: [],
+      ignored: [],
+    });
+    const definedIn = new Map<string, number>();
+    for (const { read } of reads)
+      for (const key of new Set(read.events.map(changeKey)))
+        definedIn.set(key, (definedIn.get(key) ?? 0) + 1);
+    this.shared = [...definedIn.values()].some((n) => n > 1);
+    const { changes, memory } = manifestChanges(this.memory, merged.events);
+    this.memory = new Map(memory);
+    const winners = new Set(merged.events);
+    this.files = new Map(
+      reads.map(({ file, read }) => [
+        file,
+        {
+          stamp: stamps.get(file) ?? null,
+          keys: read.events.filter((e) => winners.has(e)).map(changeKey),
+          // The replaced definitions are reported where they stand.
+          problems: [...read.problems, ...merged.problems.filter((p) => p.origin.startsWith(`${file}#`))],
+        },
+      ]),
+    );
+    return changes;
+  }
+
+  /** The changes from the touched files alone; null when another file defines one of their objects. */
+  private readTouched(touched: string[], stamps: Map<string, string | null>): SourceEvent[] | null {
+    const before = new Map(
+      touched.flatMap((f) => (this.files.get(f)?.keys ?? []).map((k) => [k, this.memory.get(k)!] as const)),
+    );
+    const reads: { file: string; read: ManifestRead; keys: string[] }[] = [];
+    const claimed = new Set<string>();
+    for (const file of touched) {
+      if (!stamps.has(file)) continue; // gone: its objects are deleted below
+      const read = keepLastDefinitions(readManifestFile(file, this.options));
+      const keys = read.events.map(changeKey);
+      for (const key of keys) {
+        if (claimed.has(key) || (this.memory.has(key) && !before.has(key))) return null;
+        claimed.add(key);
+      }
+      reads.push({ file, read, keys });
+    }
+    const { changes, memory } = manifestChanges(
+      before,
+      reads.flatMap((r) => r.read.events),
+    );
+    for (const key of before.keys()) this.memory.delete(key);
+    for (const [key, value] of memory) this.memory.set(key, value);
+    for (const file of touched) this.files.delete(file);
+    for (const { file, read, keys } of reads)
+      this.files.set(file, { stamp: stamps.get(file) ?? null, keys, problems: read.problems });
+    return changes;
+  }
+}
+
 export class ManifestSource implements Source {
-  private current: ManifestMemory = new Map();
+  private readonly tree: ManifestTree;
   private watchers: FSWatcher[] = [];
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
 
-  constructor(private readonly options: ManifestSourceOptions) {}
+  constructor(private readonly options: ManifestSourceOptions) {
+    this.tree = new ManifestTree(options.paths, options);
+  }
 
   async start(onEvent: (events: SourceEvent[]) => void): Promise<void> {
-    const read = readManifests(this.options.paths, this.options);
-    this.options.onProblems?.(read.problems);
-    this.current = manifestChanges(new Map(), read.events).memory;
-    onEvent(read.events);
+    const { changes, problems } = this.tree.reload();
+    this.options.onProblems?.(problems);
+    onEvent(changes);
     if (this.options.watch) this.watchPaths(onEvent);
   }
 
@@ -414,10 +532,8 @@ export class ManifestSource implements Source {
   private watchPaths(onEvent: (events: SourceEvent[]) => void): void {
     const reload = () => {
       if (this.stopped) return;
-      const read = readManifests(this.options.paths, this.options);
-      this.options.onProblems?.(read.problems);
-      const { changes, memory } = manifestChanges(this.current, read.events);
-      this.current = memory;
+      const { changes, problems } = this.tree.reload();
+      this.options.onProblems?.(problems);
       if (changes.length > 0) onEvent(changes);
     };
     const schedule = () => {
