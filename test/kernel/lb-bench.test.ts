@@ -100,6 +100,13 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
   });
   afterAll(() => lb?.close());
 
+  /** ROUNDS runs of `repeat = REPEAT`: one printed row, the median and every round. */
+  function measureRow(name: string, fd: number, data: Buffer): string {
+    const ns = Array.from({ length: ROUNDS }, () => testRun(fd, { data, repeat: REPEAT }).durationNs);
+    expect(median(ns)).toBeGreaterThan(0);
+    return `  ${name.padEnd(18)} ${String(median(ns)).padStart(4)} ns/packet (rounds: ${ns.join(', ')})`;
+  }
+
   function measure(label: string, services: number) {
     const progs = [
       ['tc tracked flow', PROGRAMS.tcFromPod, frame],
@@ -110,15 +117,7 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
       ['tc egress untracked', PROGRAMS.tcEgress, miss],
       ['XDP not a service', PROGRAMS.xdpFromExternal, miss],
     ] as const;
-    const rows: string[] = [];
-    for (const [name, prog, data] of progs) {
-      const fd = lb.prog(prog);
-      const ns = Array.from({ length: ROUNDS }, () => testRun(fd, { data, repeat: REPEAT }).durationNs);
-      rows.push(
-        `  ${name.padEnd(18)} ${String(median(ns)).padStart(4)} ns/packet (rounds: ${ns.join(', ')})`,
-      );
-      expect(median(ns)).toBeGreaterThan(0);
-    }
+    const rows = progs.map(([name, prog, data]) => measureRow(name, lb.prog(prog), data));
     console.log(
       `${label}: ${services} service(s), repeat ${REPEAT}, median of ${ROUNDS}\n${rows.join('\n')}`,
     );
@@ -148,11 +147,7 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
         ['tc later fragment', laterFragment],
         ['tc tracked flow', frame],
       ] as const
-    ).map(([name, data]) => {
-      const ns = Array.from({ length: ROUNDS }, () => testRun(tc, { data, repeat: REPEAT }).durationNs);
-      expect(median(ns)).toBeGreaterThan(0);
-      return `  ${name.padEnd(18)} ${String(median(ns)).padStart(4)} ns/packet (rounds: ${ns.join(', ')})`;
-    });
+    ).map(([name, data]) => measureRow(name, tc, data));
     console.log(`fragment paths: 1 service, repeat ${REPEAT}, median of ${ROUNDS}\n${rows.join('\n')}`);
   });
 
