@@ -706,6 +706,39 @@ export function parseServiceCIDR(raw: unknown): ParseResult<ServiceCIDR> {
   return validate(serviceCIDRSchema, raw, serviceCIDRIssues, toServiceCIDR);
 }
 
+// ---- the fields read ----------------------------------------------------------------------------
+
+/**
+ * The fields of a raw object the parser reads, by their JSON names: `true` for a value read as a
+ * whole, else the fields read inside it (inside each item, for a list or a map). Derived from the
+ * schemas above, so that a source that decodes only these (the protobuf source) cannot miss a
+ * field the parser starts to read.
+ */
+export type FieldsRead = { readonly [name: string]: FieldsRead | true };
+
+function fieldsReadBy(schema: z.ZodType): FieldsRead | true {
+  if (schema instanceof z.ZodOptional || schema instanceof z.ZodNullable)
+    return fieldsReadBy(schema.unwrap() as z.ZodType);
+  if (schema instanceof z.ZodArray) return fieldsReadBy(schema.element as z.ZodType);
+  if (schema instanceof z.ZodRecord) return fieldsReadBy(schema.valueType as z.ZodType);
+  if (schema instanceof z.ZodObject)
+    return Object.fromEntries(
+      Object.entries(schema.shape).map(([name, field]) => [name, fieldsReadBy(field as z.ZodType)]),
+    );
+  return true;
+}
+
+const SCHEMAS: Record<WatchedKind, z.ZodType> = {
+  Service: serviceSchema,
+  EndpointSlice: endpointSliceSchema,
+  Node: nodeSchema,
+  ServiceCIDR: serviceCIDRSchema,
+};
+
+export const FIELDS_READ = Object.fromEntries(
+  Object.entries(SCHEMAS).map(([kind, schema]) => [kind, fieldsReadBy(schema)]),
+) as Record<WatchedKind, FieldsRead>;
+
 // ---- by kind ------------------------------------------------------------------------------------
 
 export type ModelOf<K extends WatchedKind> = K extends 'Service'
