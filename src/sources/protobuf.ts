@@ -65,6 +65,10 @@ interface MessageReader {
   name: string;
   /** By field number. */
   fields: (FieldReader | undefined)[];
+  /** Makes this message's objects (plainObjectMaker). */
+  Decoded: new () => Fields;
+  /** The names of its list fields read. */
+  lists: string[];
   /** The JSON API's scalar form of IntOrString, Time and Quantity. */
   finish?: (fields: Record<string, unknown>) => unknown;
 }
@@ -96,6 +100,9 @@ const SCALARS: Record<string, (reader: protobuf.Reader) => unknown> = {
  * the values objects repeat (namespaces, protocols, port and node names) are then one string each
  * in memory, as JSON.parse makes them, instead of a copy per object.
  */
+const SHORT_STRING_BYTES = 10;
+let shortStrings = new Map<string, string>();
+
 function repeatingStringReader(): (reader: protobuf.Reader) => string {
   let last = '';
   return (reader) => {
@@ -115,7 +122,15 @@ function repeatingStringReader(): (reader: protobuf.Reader) => string {
       }
     }
     reader.pos = start;
-    last = reader.string();
+    const text = reader.string();
+    if (length <= SHORT_STRING_BYTES) {
+      const known = shortStrings.get(text);
+      if (known !== undefined) last = known;
+      else {
+        shortStrings.set(text, text);
+        last = text;
+      }
+    } else last = text;
     return last;
   };
 }
@@ -150,7 +165,7 @@ const SCALAR_MESSAGES: Record<string, { fields: FieldsRead; finish: (fields: Fie
 };
 
 function readMessage(message: MessageReader, reader: protobuf.Reader, end: number): unknown {
-  const out: Fields = {};
+  const out = new message.Decoded();
   while (reader.pos < end) {
     const tag = reader.uint32();
     const field = message.fields[tag >>> 3];
@@ -177,6 +192,11 @@ function readMessage(message: MessageReader, reader: protobuf.Reader, end: numbe
     }
   }
   if (reader.pos !== end) throw new Error(`${message.name} runs past the end of its bytes`);
+  // A list grows by half again and 16 more; a copy fits it, as JSON.parse's lists are.
+  for (const name of message.lists) {
+    const list = out[name] as unknown[] | undefined;
+    if (list !== undefined && list.length > 1) out[name] = list.slice();
+  }
   return message.finish ? message.finish(out) : out;
 }
 
@@ -195,6 +215,17 @@ function readMapEntry(field: FieldReader, reader: protobuf.Reader, map: Fields):
   // JSON.parse makes "__proto__" an own key; an assignment would set the prototype instead.
   if (key === '__proto__') Object.defineProperty(map, key, { value, enumerable: true, writable: true });
   else map[key] = value;
+}
+
+/**
+ * A constructor of plain objects for one message: V8 fits the objects one constructor makes to the
+ * fields they get (slack tracking), as JSON.parse fits its objects, where each `{}` keeps room for
+ * four fields whatever it gets. Its prototype is Object's, so the objects are plain.
+ */
+function plainObjectMaker(): new () => Fields {
+  function Decoded() {}
+  Decoded.prototype = Object.prototype;
+  return Decoded as unknown as new () => Fields;
 }
 
 /** The reader of `type` for the fields of it that `read` names; names without a field are not in this message. */
@@ -239,7 +270,13 @@ function messageReader(
       keepEmpty: PRINTED_WHEN_EMPTY.has(`${type.fullName.slice(1)}.${name}`),
     };
   }
-  return { name: type.name, fields: Array.from(fields, (field) => field), ...(finish ? { finish } : {}) };
+  return {
+    name: type.name,
+    fields: Array.from(fields, (field) => field),
+    Decoded: plainObjectMaker(),
+    lists: fields.flatMap((field) => (field?.shape === 'list' ? [field.name] : [])),
+    ...(finish ? { finish } : {}),
+  };
 }
 
 for (const name of PRINTED_WHEN_EMPTY) {
@@ -275,7 +312,12 @@ const statusReader = readerOf(`${META}.Status`, { code: true, reason: true, mess
 
 function decode(message: MessageReader, bytes: Uint8Array): Fields {
   const reader = protobuf.Reader.create(bytes);
-  return readMessage(message, reader, reader.len) as Fields;
+  shortStrings = new Map();
+  try {
+    return readMessage(message, reader, reader.len) as Fields;
+  } finally {
+    shortStrings = new Map();
+  }
 }
 
 export function isProtobuf(contentType: string | undefined): boolean {
