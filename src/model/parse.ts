@@ -735,8 +735,24 @@ const SCHEMAS: Record<WatchedKind, z.ZodType> = {
   ServiceCIDR: serviceCIDRSchema,
 };
 
+/** Both trees' fields. */
+function allFieldsRead(a: FieldsRead, b: FieldsRead): FieldsRead {
+  const out: Record<string, FieldsRead | true> = { ...a };
+  for (const [name, inner] of Object.entries(b)) {
+    const known = out[name];
+    out[name] = known === undefined || known === true || inner === true ? true : allFieldsRead(known, inner);
+  }
+  return out;
+}
+
+/** What describeObject reads of every kind, cluster-scoped ones included (their reports name a namespace given). */
+const IDENTITY_READ: FieldsRead = { metadata: { namespace: true, name: true } };
+
 export const FIELDS_READ = Object.fromEntries(
-  Object.entries(SCHEMAS).map(([kind, schema]) => [kind, fieldsReadBy(schema)]),
+  Object.entries(SCHEMAS).map(([kind, schema]) => [
+    kind,
+    allFieldsRead(fieldsReadBy(schema) as FieldsRead, IDENTITY_READ),
+  ]),
 ) as Record<WatchedKind, FieldsRead>;
 
 // ---- by kind ------------------------------------------------------------------------------------

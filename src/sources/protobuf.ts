@@ -267,7 +267,9 @@ function messageReader(
       shape: field.map ? 'map' : field.repeated ? 'list' : 'single',
       read: readValue,
       missing,
-      keepEmpty: PRINTED_WHEN_EMPTY.has(`${type.fullName.slice(1)}.${name}`),
+      // A message printed as a string (IntOrString) is printed even when "": omitempty skips no struct.
+      keepEmpty:
+        valueType instanceof protobuf.Type || PRINTED_WHEN_EMPTY.has(`${type.fullName.slice(1)}.${name}`),
     };
   }
   return {
@@ -307,8 +309,8 @@ const unknownReader = readerOf('k8s.io.apimachinery.pkg.runtime.Unknown', {
   raw: true,
 });
 const watchEventReader = readerOf(`${META}.WatchEvent`, { type: true, object: { raw: true } });
-/** What the reflector reads of a Status (ApiStatus). */
-const statusReader = readerOf(`${META}.Status`, { code: true, reason: true, message: true });
+/** What the reflector reads of a Status (ApiStatus) and logs. */
+const statusReader = readerOf(`${META}.Status`, { status: true, code: true, reason: true, message: true });
 
 function decode(message: MessageReader, bytes: Uint8Array): Fields {
   const reader = protobuf.Reader.create(bytes);
