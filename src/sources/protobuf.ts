@@ -100,9 +100,6 @@ const SCALARS: Record<string, (reader: protobuf.Reader) => unknown> = {
  * the values objects repeat (namespaces, protocols, port and node names) are then one string each
  * in memory, as JSON.parse makes them, instead of a copy per object.
  */
-const SHORT_STRING_BYTES = 10;
-let shortStrings = new Map<string, string>();
-
 function repeatingStringReader(): (reader: protobuf.Reader) => string {
   let last = '';
   return (reader) => {
@@ -122,15 +119,7 @@ function repeatingStringReader(): (reader: protobuf.Reader) => string {
       }
     }
     reader.pos = start;
-    const text = reader.string();
-    if (length <= SHORT_STRING_BYTES) {
-      const known = shortStrings.get(text);
-      if (known !== undefined) last = known;
-      else {
-        shortStrings.set(text, text);
-        last = text;
-      }
-    } else last = text;
+    last = reader.string();
     return last;
   };
 }
@@ -314,12 +303,7 @@ const statusReader = readerOf(`${META}.Status`, { status: true, code: true, reas
 
 function decode(message: MessageReader, bytes: Uint8Array): Fields {
   const reader = protobuf.Reader.create(bytes);
-  shortStrings = new Map();
-  try {
-    return readMessage(message, reader, reader.len) as Fields;
-  } finally {
-    shortStrings = new Map();
-  }
+  return readMessage(message, reader, reader.len) as Fields;
 }
 
 export function isProtobuf(contentType: string | undefined): boolean {
