@@ -100,6 +100,8 @@ export async function measureAgentMemory(
         String(scenario.services),
         String(scenario.endpoints),
         ...(opts.distinctEndpoints ? ['--distinct'] : []),
+        '--encoding',
+        source === 'api-protobuf' ? 'protobuf' : 'json',
       ]);
       await printed(server, 'listening');
       args.push('--master', `http://127.0.0.1:${LIST_SERVER_PORT}`);

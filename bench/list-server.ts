@@ -4,8 +4,9 @@
 // signal: the lab starts it without stdin, in another network namespace). Only what the agent's
 // reflectors ask (collection lists, watches from a resourceVersion); selectors are not evaluated:
 // every object of the scenario matches them. Run inside the agent's network namespace:
-//   node dist/bench/list-server.js PORT SERVICES ENDPOINTS [--distinct]
-// It prints "listening" once it accepts connections on 127.0.0.1:PORT.
+//   node dist/bench/list-server.js PORT SERVICES ENDPOINTS [--distinct] [--encoding json|protobuf]
+// It prints "listening" once it accepts connections on 127.0.0.1:PORT; with --encoding, once it has
+// encoded the lists in that encoding, so that an agent's cold start does not count the encoding.
 
 import http from 'node:http';
 import type { WatchedKind } from '../src/model/events.js';
@@ -31,6 +32,7 @@ export function startListServer(
   port: number,
   scenario: Scenario,
   distinctEndpoints: boolean,
+  encodedAhead?: Encoding,
 ): { server: http.Server; change: (k: number) => void } {
   const { services, slices } = scenarioObjects(scenario, { distinctEndpoints });
   const measured = scenario.services - 1;
@@ -48,6 +50,16 @@ export function startListServer(
   /** Each list body once per encoding: the agent lists again only after a lost watch. */
   const bodies = new Map<string, Buffer>();
   const watchers = new Set<{ kind: WatchedKind; encoding: Encoding; response: http.ServerResponse }>();
+  const listBodyOf = (kind: WatchedKind, encoding: Encoding): Buffer => {
+    const key = `${kind} ${encoding} ${resourceVersion}`;
+    let body = bodies.get(key);
+    if (!body) {
+      body = listBody(kind, objects[kind], String(resourceVersion), encoding);
+      bodies.set(key, body);
+    }
+    return body;
+  };
+  if (encodedAhead) for (const kind of Object.values(PATHS)) listBodyOf(kind, encodedAhead);
 
   const server = http.createServer((request, response) => {
     const url = new URL(request.url ?? '/', 'http://localhost');
@@ -69,12 +81,7 @@ export function startListServer(
       response.once('close', () => watchers.delete(watcher));
       return;
     }
-    const key = `${kind} ${encoding} ${resourceVersion}`;
-    let body = bodies.get(key);
-    if (!body) {
-      body = listBody(kind, objects[kind], String(resourceVersion), encoding);
-      bodies.set(key, body);
-    }
+    const body = listBodyOf(kind, encoding);
     response.writeHead(200, { 'Content-Type': contentType, 'Content-Length': body.length });
     response.end(body);
   });
@@ -94,13 +101,15 @@ export function startListServer(
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  const [port = '0', services = '1', endpoints = '10'] = process.argv
-    .slice(2)
-    .filter((a) => a !== '--distinct');
+  const args = process.argv.slice(2);
+  const encodingAt = args.indexOf('--encoding');
+  const encodedAhead = encodingAt >= 0 ? (args.splice(encodingAt, 2)[1] as Encoding) : undefined;
+  const [port = '0', services = '1', endpoints = '10'] = args.filter((a) => a !== '--distinct');
   const { server, change } = startListServer(
     Number(port),
     { services: Number(services), endpoints: Number(endpoints) },
-    process.argv.includes('--distinct'),
+    args.includes('--distinct'),
+    encodedAhead,
   );
   server.once('listening', () => process.stdout.write('listening\n'));
   let changes = 0;
