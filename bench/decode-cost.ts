@@ -4,8 +4,10 @@
 // encoding's garbage and heap growth do not count against the other. Reported per encoding: the
 // bodies' size, the CPU time of decoding both lists (the first round, cold as an agent's start is,
 // and the median of the rounds), the heap the first round's items hold, and the process's RSS
-// growth and peak. Run as a script:
-//   node dist/bench/decode-cost.js [services] [endpoints] [rounds]
+// growth and peak. With --as-stored, every object also has what an API server adds to it
+// (managedFields, uid, creationTimestamp, defaulted fields, the EndpointSlice controller's labels,
+// annotation and owner, each endpoint's targetRef), none of which the parser reads. Run as a script:
+//   node dist/bench/decode-cost.js [services] [endpoints] [rounds] [--as-stored]
 
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -87,11 +89,81 @@ function decodeInThisProcess(
   };
 }
 
-export function measureDecodeCost(scenario: Scenario, rounds: number): DecodeCost[] {
+type Raw = Record<string, unknown> & { metadata: Record<string, unknown> };
+
+/** What kube-apiserver and the controllers add to an object the bench's scenario writes: fields the parser never reads. */
+function asStored(kind: WatchedKind, object: object, i: number): object {
+  const o = object as Raw;
+  const time = '2026-12-01T10:00:00Z';
+  const uid = (n: number) => `0b1c2d3e-4f50-4a6b-8c7d-${String(n).padStart(12, '0')}`;
+  const metadata: Record<string, unknown> = {
+    ...o.metadata,
+    uid: uid(2 * i + (kind === 'Service' ? 0 : 1)),
+    resourceVersion: String(1000 + i),
+    creationTimestamp: time,
+    managedFields: [
+      {
+        manager: kind === 'Service' ? 'kubectl-client-side-apply' : 'kube-controller-manager',
+        operation: 'Update',
+        apiVersion: o.apiVersion,
+        time,
+        fieldsType: 'FieldsV1',
+        fieldsV1: kind === 'Service' ? { 'f:spec': { 'f:ports': {}, 'f:type': {} } } : { 'f:endpoints': {} },
+      },
+    ],
+  };
+  if (kind === 'Service') {
+    const spec = o.spec as Record<string, unknown>;
+    return {
+      ...o,
+      metadata,
+      spec: {
+        ...spec,
+        ipFamilyPolicy: 'SingleStack',
+        sessionAffinity: 'None',
+        internalTrafficPolicy: 'Cluster',
+      },
+      status: { loadBalancer: {} },
+    };
+  }
+  const labels = metadata.labels as Record<string, string>;
+  const service = labels['kubernetes.io/service-name'] ?? '';
+  return {
+    ...o,
+    metadata: {
+      ...metadata,
+      generateName: `${service}-`,
+      labels: { ...labels, 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io' },
+      annotations: { 'endpoints.kubernetes.io/last-change-trigger-time': time },
+      ownerReferences: [
+        {
+          apiVersion: 'v1',
+          kind: 'Service',
+          name: service,
+          uid: uid(2 * i),
+          controller: true,
+          blockOwnerDeletion: true,
+        },
+      ],
+    },
+    endpoints: (o.endpoints as Raw[]).map((e, k) => ({
+      ...e,
+      targetRef: { kind: 'Pod', namespace: metadata.namespace, name: `${service}-${k}`, uid: uid(k) },
+    })),
+  };
+}
+
+export function measureDecodeCost(scenario: Scenario, rounds: number, stored = false): DecodeCost[] {
   const { services, slices } = scenarioObjects(scenario);
-  const items: Record<WatchedKind, object[]> = {
+  const lists: Record<'Service' | 'EndpointSlice', object[]> = {
     Service: services,
     EndpointSlice: [...slices, endpointSlice(scenario.services - 1, scenario)],
+  };
+  const decorate = (kind: 'Service' | 'EndpointSlice') =>
+    stored ? lists[kind].map((object, i) => asStored(kind, object, i)) : lists[kind];
+  const items: Record<WatchedKind, object[]> = {
+    Service: decorate('Service'),
+    EndpointSlice: decorate('EndpointSlice'),
     Node: [],
     ServiceCIDR: [],
   };
@@ -132,10 +204,11 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
       JSON.stringify(decodeInThisProcess(dir, encoding as Encoding, Number(rounds), scenario)),
     );
   } else {
-    const [services = '10000', endpoints = '10', rounds = '5'] = args;
+    const [services = '10000', endpoints = '10', rounds = '5'] = args.filter((a) => a !== '--as-stored');
     const costs = measureDecodeCost(
       { services: Number(services), endpoints: Number(endpoints) },
       Number(rounds),
+      args.includes('--as-stored'),
     );
     const [json, proto] = costs as [DecodeCost, DecodeCost];
     for (const c of costs)

@@ -2,7 +2,7 @@
 // API server (bench/list-server.ts) and the decode cell (bench/decode-cost.ts): JSON as the API
 // prints it, and Kubernetes' protobuf (the "k8s\0" envelope, length-prefixed watch frames) with
 // the schemas the kube source decodes with. Encoding is the inverse of src/sources/protobuf.ts:
-// IntOrString, Time and Quantity from their JSON forms back to their messages.
+// IntOrString, Time, Quantity and FieldsV1 from their JSON forms back to their messages.
 
 import protobuf from 'protobufjs';
 import type { WatchedKind } from '../src/model/events.js';
@@ -55,6 +55,9 @@ function toProtoFields(type: protobuf.Type, value: unknown): unknown {
     }
     case '.k8s.io.apimachinery.pkg.api.resource.Quantity':
       return { string: String(value) };
+    // managedFields' fieldsV1 is a JSON object in JSON and its JSON text in protobuf.
+    case `.${META}.FieldsV1`:
+      return { Raw: Buffer.from(JSON.stringify(value)) };
   }
   const json = value as Record<string, unknown>;
   const out: Record<string, unknown> = {};
