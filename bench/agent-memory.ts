@@ -5,7 +5,8 @@
 // peak (VmHWM) of the whole run. The endpoints are addresses only: nothing is sent to them, so
 // 100,000 Services cost no processes. Run as root:
 //   node dist/bench/agent-memory.js [services,...] [--endpoints E] [--changes K]
-//       [--sources manifests,api-json,api-protobuf] [--distinct] [--cli dist/src/cli/main.js]
+//       [--sources manifests,api-json,api-protobuf] [--distinct] [--as-stored] [--cli dist/src/cli/main.js]
+// --as-stored: the API server's objects carry what a real one adds (bench/scenario.ts asStored).
 // --cli measures another build of the agent (e.g. an older commit's) in the same run.
 
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -77,7 +78,7 @@ export async function measureAgentMemory(
   name: string,
   source: MemorySource,
   scenario: Scenario,
-  opts: { distinctEndpoints: boolean; changes: number; timeoutMs: number; cli?: string },
+  opts: { distinctEndpoints: boolean; changes: number; timeoutMs: number; cli?: string; stored?: boolean },
 ): Promise<AgentMemory> {
   await lab.addNamespace(name);
   const workDir = mkdtempSync(join(tmpdir(), 'kbp-mem-'));
@@ -100,6 +101,7 @@ export async function measureAgentMemory(
         String(scenario.services),
         String(scenario.endpoints),
         ...(opts.distinctEndpoints ? ['--distinct'] : []),
+        ...(opts.stored ? ['--as-stored'] : []),
         '--encoding',
         source === 'api-protobuf' ? 'protobuf' : 'json',
       ]);
@@ -152,6 +154,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const sources = option('--sources', MEMORY_SOURCES.join(',')).split(',') as MemorySource[];
   const cli = option('--cli', cliEntryPoint());
   const distinctEndpoints = args.includes('--distinct');
+  const stored = args.includes('--as-stored');
   const counts = (args.find((a) => !a.startsWith('--')) ?? '1,10000').split(',').map(Number);
   const prefix = `kbpm${process.pid}`;
   await deleteStaleNamespaces(prefix);
@@ -174,11 +177,12 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
             changes,
             timeoutMs: 1_200_000,
             cli,
+            stored,
           },
         );
         results.push(result);
         console.error(
-          `${source} ${services}×${endpoints}${distinctEndpoints ? ' distinct' : ''}: ${result.syncedMiB.toFixed(0)} MiB after the first sync, ${result.afterChangesMiB.toFixed(0)} MiB after ${changes} changes, peak ${result.peakMiB.toFixed(0)} MiB (cold start ${(result.coldStartMs / 1000).toFixed(1)} s, first sync ${result.firstSyncMs.toFixed(0)} ms)`,
+          `${source} ${services}×${endpoints}${distinctEndpoints ? ' distinct' : ''}${stored ? ' as stored' : ''}: ${result.syncedMiB.toFixed(0)} MiB after the first sync, ${result.afterChangesMiB.toFixed(0)} MiB after ${changes} changes, peak ${result.peakMiB.toFixed(0)} MiB (cold start ${(result.coldStartMs / 1000).toFixed(1)} s, first sync ${result.firstSyncMs.toFixed(0)} ms)`,
         );
       }
     }

@@ -4,7 +4,9 @@
 // signal: the lab starts it without stdin, in another network namespace). Only what the agent's
 // reflectors ask (collection lists, watches from a resourceVersion); selectors are not evaluated:
 // every object of the scenario matches them. Run inside the agent's network namespace:
-//   node dist/bench/list-server.js PORT SERVICES ENDPOINTS [--distinct] [--encoding json|protobuf]
+//   node dist/bench/list-server.js PORT SERVICES ENDPOINTS [--distinct] [--as-stored]
+//       [--encoding json|protobuf]
+// --as-stored: the objects with what an API server adds to them (scenario.ts asStored).
 // It prints "listening" once it accepts connections on 127.0.0.1:PORT; with --encoding, once it has
 // encoded the lists in that encoding, so that an agent's cold start does not count the encoding.
 
@@ -12,7 +14,7 @@ import http from 'node:http';
 import type { WatchedKind } from '../src/model/events.js';
 import { isProtobuf, PROTOBUF_CONTENT_TYPE } from '../src/sources/protobuf.js';
 import { listBody, watchEventBytes } from './k8s-wire.js';
-import { changedEndpointIP, endpointSlice, type Scenario, scenarioObjects } from './scenario.js';
+import { asStored, changedEndpointIP, endpointSlice, type Scenario, scenarioObjects } from './scenario.js';
 
 type Encoding = 'json' | 'protobuf';
 
@@ -33,6 +35,7 @@ export function startListServer(
   scenario: Scenario,
   distinctEndpoints: boolean,
   encodedAhead?: Encoding,
+  stored = false,
 ): { server: http.Server; change: (k: number) => void } {
   const { services, slices } = scenarioObjects(scenario, { distinctEndpoints });
   const measured = scenario.services - 1;
@@ -41,9 +44,13 @@ export function startListServer(
     return { ...o, metadata: { ...o.metadata, resourceVersion: String(resourceVersion) } };
   };
   let resourceVersion = 1;
+  const served = (kind: 'Service' | 'EndpointSlice', object: object, i: number, resourceVersion: number) =>
+    stamped(stored ? asStored(kind, object, i) : object, resourceVersion);
   const objects: Record<WatchedKind, object[]> = {
-    Service: services.map((o) => stamped(o, 1)),
-    EndpointSlice: [...slices, endpointSlice(measured, scenario)].map((o) => stamped(o, 1)),
+    Service: services.map((o, i) => served('Service', o, i, 1)),
+    EndpointSlice: [...slices, endpointSlice(measured, scenario)].map((o, i) =>
+      served('EndpointSlice', o, i, 1),
+    ),
     Node: [],
     ServiceCIDR: [],
   };
@@ -90,7 +97,12 @@ export function startListServer(
   const change = (k: number) => {
     resourceVersion += 1;
     bodies.clear();
-    const slice = stamped(endpointSlice(measured, scenario, [changedEndpointIP(k)]), resourceVersion);
+    const slice = served(
+      'EndpointSlice',
+      endpointSlice(measured, scenario, [changedEndpointIP(k)]),
+      measured,
+      resourceVersion,
+    );
     objects.EndpointSlice[objects.EndpointSlice.length - 1] = slice;
     for (const watcher of watchers) {
       if (watcher.kind === 'EndpointSlice')
@@ -104,12 +116,13 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const args = process.argv.slice(2);
   const encodingAt = args.indexOf('--encoding');
   const encodedAhead = encodingAt >= 0 ? (args.splice(encodingAt, 2)[1] as Encoding) : undefined;
-  const [port = '0', services = '1', endpoints = '10'] = args.filter((a) => a !== '--distinct');
+  const [port = '0', services = '1', endpoints = '10'] = args.filter((a) => !a.startsWith('--'));
   const { server, change } = startListServer(
     Number(port),
     { services: Number(services), endpoints: Number(endpoints) },
     args.includes('--distinct'),
     encodedAhead,
+    args.includes('--as-stored'),
   );
   server.once('listening', () => process.stdout.write('listening\n'));
   let changes = 0;

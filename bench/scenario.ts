@@ -182,3 +182,67 @@ export function scenarioMapSizes(scenario: Scenario): { services: number; backen
 export function changedEndpointIP(change: number): string {
   return `10.244.0.${100 + (change % 150)}`;
 }
+
+type Raw = Record<string, unknown> & { metadata: Record<string, unknown> };
+
+/** What kube-apiserver and the controllers add to an object the bench's scenario writes: fields the parser never reads. */
+export function asStored(kind: 'Service' | 'EndpointSlice', object: object, i: number): object {
+  const o = object as Raw;
+  const time = '2026-12-01T10:00:00Z';
+  const uid = (n: number) => `0b1c2d3e-4f50-4a6b-8c7d-${String(n).padStart(12, '0')}`;
+  const metadata: Record<string, unknown> = {
+    ...o.metadata,
+    uid: uid(2 * i + (kind === 'Service' ? 0 : 1)),
+    resourceVersion: String(1000 + i),
+    creationTimestamp: time,
+    managedFields: [
+      {
+        manager: kind === 'Service' ? 'kubectl-client-side-apply' : 'kube-controller-manager',
+        operation: 'Update',
+        apiVersion: o.apiVersion,
+        time,
+        fieldsType: 'FieldsV1',
+        fieldsV1: kind === 'Service' ? { 'f:spec': { 'f:ports': {}, 'f:type': {} } } : { 'f:endpoints': {} },
+      },
+    ],
+  };
+  if (kind === 'Service') {
+    const spec = o.spec as Record<string, unknown>;
+    return {
+      ...o,
+      metadata,
+      spec: {
+        ...spec,
+        ipFamilyPolicy: 'SingleStack',
+        sessionAffinity: 'None',
+        internalTrafficPolicy: 'Cluster',
+      },
+      status: { loadBalancer: {} },
+    };
+  }
+  const labels = metadata.labels as Record<string, string>;
+  const service = labels['kubernetes.io/service-name'] ?? '';
+  return {
+    ...o,
+    metadata: {
+      ...metadata,
+      generateName: `${service}-`,
+      labels: { ...labels, 'endpointslice.kubernetes.io/managed-by': 'endpointslice-controller.k8s.io' },
+      annotations: { 'endpoints.kubernetes.io/last-change-trigger-time': time },
+      ownerReferences: [
+        {
+          apiVersion: 'v1',
+          kind: 'Service',
+          name: service,
+          uid: uid(2 * i),
+          controller: true,
+          blockOwnerDeletion: true,
+        },
+      ],
+    },
+    endpoints: (o.endpoints as Raw[]).map((e, k) => ({
+      ...e,
+      targetRef: { kind: 'Pod', namespace: metadata.namespace, name: `${service}-${k}`, uid: uid(k) },
+    })),
+  };
+}
