@@ -77,7 +77,7 @@ const WIRE_LENGTH_DELIMITED = 2;
 const toNumber = (long: protobuf.Long | number, unsigned: boolean) =>
   protobuf.util.LongBits.from(long).toNumber(unsigned);
 
-/** Reads one scalar of each protobuf type; int64s as numbers, bytes as a view of the body. */
+/** Reads one scalar of each protobuf type but string (repeatingStringReader); int64s as numbers, bytes as a view of the body. */
 const SCALARS: Record<string, (reader: protobuf.Reader) => unknown> = {
   double: (r) => r.double(),
   float: (r) => r.float(),
@@ -94,6 +94,9 @@ const SCALARS: Record<string, (reader: protobuf.Reader) => unknown> = {
   bool: (r) => r.bool(),
   bytes: (r) => r.bytes(),
 };
+
+/** The longest string a string reader remembers: names and addresses, not annotation values. */
+const MAX_REMEMBERED_LENGTH = 64;
 
 /**
  * A string field's reader, which gives its last string back when the same ASCII bytes come again:
@@ -119,8 +122,9 @@ function repeatingStringReader(): (reader: protobuf.Reader) => string {
       }
     }
     reader.pos = start;
-    last = reader.string();
-    return last;
+    const text = reader.string();
+    if (text.length <= MAX_REMEMBERED_LENGTH) last = text;
+    return text;
   };
 }
 
@@ -153,6 +157,7 @@ const SCALAR_MESSAGES: Record<string, { fields: FieldsRead; finish: (fields: Fie
   },
 };
 
+/** The fields read of the message in reader's bytes up to `end`, in the JSON API's shape. */
 function readMessage(message: MessageReader, reader: protobuf.Reader, end: number): unknown {
   const out = new message.Decoded();
   while (reader.pos < end) {
