@@ -735,7 +735,7 @@ const SCHEMAS: Record<WatchedKind, z.ZodType> = {
   ServiceCIDR: serviceCIDRSchema,
 };
 
-/** Both trees' fields. */
+/** The fields either tree reads. */
 function allFieldsRead(a: FieldsRead, b: FieldsRead): FieldsRead {
   const out: Record<string, FieldsRead | true> = { ...a };
   for (const [name, inner] of Object.entries(b)) {
@@ -748,6 +748,7 @@ function allFieldsRead(a: FieldsRead, b: FieldsRead): FieldsRead {
 /** What describeObject reads of every kind, cluster-scoped ones included (their reports name a namespace given). */
 const IDENTITY_READ: FieldsRead = { metadata: { namespace: true, name: true } };
 
+/** By kind, the fields parseObject and describeObject read of a raw object. */
 export const FIELDS_READ = Object.fromEntries(
   Object.entries(SCHEMAS).map(([kind, schema]) => [
     kind,
