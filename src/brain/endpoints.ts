@@ -47,8 +47,8 @@ export function mergeSlices(
           serving: candidate.conditions.serving ?? true,
           terminating: candidate.conditions.terminating ?? false,
           nodeName: candidate.nodeName,
-          zoneHints: [...candidate.zoneHints],
-          nodeHints: [...candidate.nodeHints],
+          zoneHints: candidate.zoneHints,
+          nodeHints: candidate.nodeHints,
         };
         // A non-terminating copy of a duplicated endpoint wins over a terminating one.
         if (!set.has(endpoint.endpoint) || !endpoint.terminating) set.set(endpoint.endpoint, endpoint);
