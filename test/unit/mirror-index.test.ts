@@ -23,7 +23,7 @@ function expectSame<K extends { serviceId: number }, V extends K>(
   probes: K[],
   serviceIds: number[],
 ): void {
-  expect(sorted(compact.values())).toEqual(sorted(reference.values()));
+  expect(sorted(compact.all())).toEqual(sorted(reference.all()));
   for (const id of serviceIds) expect(sorted(compact.ofService(id))).toEqual(sorted(reference.ofService(id)));
   for (const k of probes) {
     expect(compact.has(k)).toBe(reference.has(k));
@@ -65,7 +65,7 @@ describe('SlotsByService', () => {
       { serviceId: 4, gen: 0, slot: 0, backendId: 0 },
     ];
     const index = new SlotsByService(entries);
-    expect(sorted(index.values())).toEqual(sorted(entries));
+    expect(sorted(index.all())).toEqual(sorted(entries));
     expect(index.backendIdAt({ serviceId: 4, gen: 1, slot: 0 })).toBeUndefined();
     expect(index.backendIdAt({ serviceId: 4, gen: 0, slot: 0 })).toBe(0);
   });

@@ -12,7 +12,8 @@ export interface ServiceIndex<K extends { serviceId: number }, V extends K> {
   has(k: K): boolean;
   set(v: V): void;
   delete(k: K): void;
-  values(): IterableIterator<V>;
+  /** Every entry. */
+  all(): V[];
   ofService(serviceId: number): V[];
 }
 
@@ -50,8 +51,10 @@ export class EntriesByService<K extends { serviceId: number }, V extends K> impl
     if (inner?.size === 0) this.index.delete(k.serviceId);
   }
 
-  *values(): IterableIterator<V> {
-    for (const inner of this.index.values()) yield* inner.values();
+  all(): V[] {
+    const out: V[] = [];
+    for (const inner of this.index.values()) for (const v of inner.values()) out.push(v);
+    return out;
   }
 
   ofService(serviceId: number): V[] {
@@ -118,12 +121,17 @@ export class SlotsByService implements ServiceIndex<SlotKey, SlotEntry> {
     if (gens.length === 0) this.index.delete(k.serviceId);
   }
 
-  *values(): IterableIterator<SlotEntry> {
-    for (const serviceId of this.index.keys()) yield* this.ofService(serviceId);
+  all(): SlotEntry[] {
+    const out: SlotEntry[] = [];
+    for (const serviceId of this.index.keys()) this.collect(serviceId, out);
+    return out;
   }
 
   ofService(serviceId: number): SlotEntry[] {
-    const out: SlotEntry[] = [];
+    return this.collect(serviceId, []);
+  }
+
+  private collect(serviceId: number, out: SlotEntry[]): SlotEntry[] {
     const gens = this.index.get(serviceId) ?? [];
     for (let gen = 0; gen < gens.length; gen++) {
       const slots = gens[gen] ?? [];
@@ -176,11 +184,18 @@ export class PairsByService implements ServiceIndex<AffinityMatch, AffinityMatch
     if ((Array.isArray(ids) ? ids.length : ids.size) === 0) this.index.delete(k.serviceId);
   }
 
-  *values(): IterableIterator<AffinityMatch> {
-    for (const serviceId of this.index.keys()) yield* this.ofService(serviceId);
+  all(): AffinityMatch[] {
+    const out: AffinityMatch[] = [];
+    for (const serviceId of this.index.keys()) this.collect(serviceId, out);
+    return out;
   }
 
   ofService(serviceId: number): AffinityMatch[] {
-    return [...(this.index.get(serviceId) ?? [])].map((backendId) => ({ backendId, serviceId }));
+    return this.collect(serviceId, []);
+  }
+
+  private collect(serviceId: number, out: AffinityMatch[]): AffinityMatch[] {
+    for (const backendId of this.index.get(serviceId) ?? []) out.push({ backendId, serviceId });
+    return out;
   }
 }

@@ -471,7 +471,7 @@ export class MapWriter {
     };
     if (scopedIds) for (const e of entries) scopedIds.add(e.planned.serviceId);
     const ofScope = <K extends { serviceId: number }, V extends K>(m: ServiceIndex<K, V>): V[] =>
-      scopedIds ? [...scopedIds].flatMap((id) => m.ofService(id)) : [...m.values()];
+      scopedIds ? [...scopedIds].flatMap((id) => m.ofService(id)) : m.all();
     const slots = ofScope(mirror.slots);
     const failedBackends = new Set(slots.filter((s) => failed.has(s.serviceId)).map((s) => s.backendId));
     const fullPlanned = scopedIds ? null : new Set(entries.flatMap((e) => e.planned.backendIds));
