@@ -156,9 +156,13 @@ export class PairsByService implements ServiceIndex<AffinityMatch, AffinityMatch
   }
 
   has(k: AffinityMatch): boolean {
-    const ids = this.index.get(k.serviceId);
+    return this.hasPair(k.serviceId, k.backendId);
+  }
+
+  hasPair(serviceId: number, backendId: number): boolean {
+    const ids = this.index.get(serviceId);
     if (!ids) return false;
-    return Array.isArray(ids) ? ids.includes(k.backendId) : ids.has(k.backendId);
+    return Array.isArray(ids) ? ids.includes(backendId) : ids.has(backendId);
   }
 
   get(k: AffinityMatch): AffinityMatch | undefined {

@@ -165,6 +165,13 @@ class PendingDeletions {
 const GENERATIONS = 256;
 
 const slotId = (k: SlotKey) => `${k.serviceId}/${k.gen}/${k.slot}`;
+const slotsOf = ({ planned, frontend }: FrontendEntries): SlotEntry[] =>
+  planned.backendIds.map((backendId, slot) => ({
+    serviceId: planned.serviceId,
+    slot,
+    gen: frontend.value.gen,
+    backendId,
+  }));
 const rangeId = (r: SourceRange) => `${r.serviceId}/${r.cidr}`;
 const maglevSignature = (size: number, ids: readonly number[]) =>
   `${size}:${[...ids].sort((a, b) => a - b).join(',')}`;
@@ -184,12 +191,13 @@ function sameBackend(a: BackendEntry, b: BackendEntry): boolean {
 }
 
 /** Everything one planned frontend puts in the maps. */
+/** What one frontend wants in the maps. Its slots (one per backend id, in the frontend's
+ * generation) and its {backend, service} pairs (one per backend id) are made when written: a
+ * full write of 10^5 endpoints holds no object per entry for its whole length. */
 interface FrontendEntries {
   planned: PlannedFrontend;
   frontend: FrontendEntry;
-  slots: SlotEntry[];
   maglev: { key: MaglevKey; signature: string } | null;
-  affinityMatches: AffinityMatch[];
   sourceRanges: SourceRange[];
   /** True when the mirror has no frontend with this service id yet: its counters start at zero. */
   isNew: boolean;
@@ -309,7 +317,7 @@ export class MapWriter {
     // Whatever is wanted again stays: its pending deletion is cancelled.
     if (pending.slots.size + pending.sourceRanges.size + pending.maglev.size > 0) {
       for (const e of wanted) {
-        for (const s of e.slots) pending.slots.delete(slotId(s));
+        for (const s of slotsOf(e)) pending.slots.delete(slotId(s));
         for (const r of e.sourceRanges) pending.sourceRanges.delete(rangeId(r));
         if (e.maglev) pending.maglev.delete(e.planned.serviceId);
       }
@@ -376,9 +384,7 @@ export class MapWriter {
 
     // 2. The new slot generations, all frontends in one batch.
     this.inBatches(live(), fail, (group) => {
-      const entries = group
-        .flatMap((e) => e.slots)
-        .filter((s) => mirror.slots.backendIdAt(s) !== s.backendId);
+      const entries = group.flatMap(slotsOf).filter((s) => mirror.slots.backendIdAt(s) !== s.backendId);
       if (entries.length === 0) return;
       this.store.upsertSlots(entries);
       for (const s of entries) mirror.slots.set(s);
@@ -395,7 +401,13 @@ export class MapWriter {
 
     // 4. Affinity matches and source ranges that are new.
     this.inBatches(live(), fail, (group) => {
-      const matches = group.flatMap((e) => e.affinityMatches).filter((m) => !mirror.affinityMatches.has(m));
+      // Every service's {backend, service} pairs, not only those with affinity: the datapath
+      // also asks whether a tracked flow's backend still serves its service (SYN re-selection).
+      const matches: AffinityMatch[] = [];
+      for (const { planned } of group)
+        for (const backendId of planned.backendIds)
+          if (!mirror.affinityMatches.hasPair(planned.serviceId, backendId))
+            matches.push({ backendId, serviceId: planned.serviceId });
       if (matches.length) this.store.upsertAffinityMatches(matches);
       for (const m of matches) mirror.affinityMatches.set(m);
       const ranges = group.flatMap((e) => e.sourceRanges).filter((r) => !mirror.sourceRanges.has(r));
@@ -497,7 +509,7 @@ export class MapWriter {
     PendingDeletions.schedule(
       pending.slots,
       slots.filter((s) =>
-        unused(s.serviceId, (e) => s.gen === e.frontend.value.gen && s.slot < e.slots.length),
+        unused(s.serviceId, (e) => s.gen === e.frontend.value.gen && s.slot < e.planned.backendIds.length),
       ),
       slotId,
       due,
@@ -640,14 +652,10 @@ export class MapWriter {
     return {
       planned,
       frontend,
-      slots: backendIds.map((backendId, slot): SlotEntry => ({ serviceId, slot, gen, backendId })),
       maglev:
         planned.scheduler === 'maglev' && backendIds.length > 0
           ? { key: { serviceId }, signature: maglevSignature(this.options.maglevTableSize, backendIds) }
           : null,
-      // Every service's {backend, service} pairs, not only those with affinity: the datapath
-      // also asks whether a tracked flow's backend still serves its service (SYN re-selection).
-      affinityMatches: backendIds.map((backendId) => ({ backendId, serviceId })),
       sourceRanges: planned.sourceRanges.map((cidr) => ({ serviceId, family: planned.key.family, cidr })),
       isNew: !sameId,
     };
