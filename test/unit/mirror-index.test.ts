@@ -56,6 +56,12 @@ describe('SlotsByService', () => {
         if (step % 100 === 0) expectSame(compact, reference, [key(), key(), key()], serviceIds);
       }
       expectSame(compact, reference, Array.from({ length: 50 }, key), serviceIds);
+      const keep = (serviceId: number, gen: number, slot: number) => (serviceId + gen + slot) % 3 === 0;
+      const kept = (s: SlotEntry) => keep(s.serviceId, s.gen, s.slot);
+      expect(sorted(compact.where(keep))).toEqual(sorted(reference.all().filter(kept)));
+      expect(sorted(compact.where(keep, [2, 7]))).toEqual(
+        sorted(reference.all().filter((s) => kept(s) && [2, 7].includes(s.serviceId))),
+      );
     },
   );
 
@@ -96,5 +102,12 @@ describe('PairsByService', () => {
       if (step % 100 === 0) expectSame(compact, reference, [key(), key(), key()], serviceIds);
     }
     expectSame(compact, reference, Array.from({ length: 60 }, key), serviceIds);
+    const keep = (serviceId: number, backendId: number) => (serviceId + backendId) % 2 === 0;
+    expect(sorted(compact.where(keep))).toEqual(
+      sorted(reference.all().filter((m) => keep(m.serviceId, m.backendId))),
+    );
+    expect(sorted(compact.where(keep, [2]))).toEqual(
+      sorted(reference.all().filter((m) => keep(m.serviceId, m.backendId) && m.serviceId === 2)),
+    );
   });
 });

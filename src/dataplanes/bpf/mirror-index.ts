@@ -131,13 +131,29 @@ export class SlotsByService implements ServiceIndex<SlotKey, SlotEntry> {
     return this.collect(serviceId, []);
   }
 
-  private collect(serviceId: number, out: SlotEntry[]): SlotEntry[] {
+  /** The entries `keep` accepts, of the given services or of all: no object for the others (a
+   * full write asks this of every slot and keeps a few). */
+  where(
+    keep: (serviceId: number, gen: number, slot: number) => boolean,
+    serviceIds?: Iterable<number>,
+  ): SlotEntry[] {
+    const out: SlotEntry[] = [];
+    for (const serviceId of serviceIds ?? this.index.keys()) this.collect(serviceId, out, keep);
+    return out;
+  }
+
+  private collect(
+    serviceId: number,
+    out: SlotEntry[],
+    keep?: (serviceId: number, gen: number, slot: number) => boolean,
+  ): SlotEntry[] {
     const gens = this.index.get(serviceId) ?? [];
     for (let gen = 0; gen < gens.length; gen++) {
       const slots = gens[gen] ?? [];
       for (let slot = 0; slot < slots.length; slot++) {
         const backendId = slots[slot]!;
-        if (backendId !== EMPTY) out.push({ serviceId, slot, gen, backendId });
+        if (backendId !== EMPTY && (keep === undefined || keep(serviceId, gen, slot)))
+          out.push({ serviceId, slot, gen, backendId });
       }
     }
     return out;
@@ -198,8 +214,23 @@ export class PairsByService implements ServiceIndex<AffinityMatch, AffinityMatch
     return this.collect(serviceId, []);
   }
 
-  private collect(serviceId: number, out: AffinityMatch[]): AffinityMatch[] {
-    for (const backendId of this.index.get(serviceId) ?? []) out.push({ backendId, serviceId });
+  /** The pairs `keep` accepts, of the given services or of all. */
+  where(
+    keep: (serviceId: number, backendId: number) => boolean,
+    serviceIds?: Iterable<number>,
+  ): AffinityMatch[] {
+    const out: AffinityMatch[] = [];
+    for (const serviceId of serviceIds ?? this.index.keys()) this.collect(serviceId, out, keep);
+    return out;
+  }
+
+  private collect(
+    serviceId: number,
+    out: AffinityMatch[],
+    keep?: (serviceId: number, backendId: number) => boolean,
+  ): AffinityMatch[] {
+    for (const backendId of this.index.get(serviceId) ?? [])
+      if (keep === undefined || keep(serviceId, backendId)) out.push({ backendId, serviceId });
     return out;
   }
 }

@@ -484,12 +484,17 @@ export class MapWriter {
     if (scopedIds) for (const e of entries) scopedIds.add(e.planned.serviceId);
     const ofScope = <K extends { serviceId: number }, V extends K>(m: ServiceIndex<K, V>): V[] =>
       scopedIds ? [...scopedIds].flatMap((id) => m.ofService(id)) : m.all();
-    const slots = ofScope(mirror.slots);
-    const failedBackends = new Set(slots.filter((s) => failed.has(s.serviceId)).map((s) => s.backendId));
+    const failedBackends = new Set(
+      failed.size === 0
+        ? []
+        : mirror.slots.where((id) => failed.has(id), scopedIds ?? undefined).map((s) => s.backendId),
+    );
     const fullPlanned = scopedIds ? null : new Set(entries.flatMap((e) => e.planned.backendIds));
     const isPlanned = (id: number) => (fullPlanned ? fullPlanned.has(id) : backendOf(id) !== undefined);
     const backends = scopedIds
-      ? [...new Set(slots.map((s) => s.backendId))].flatMap((id) => mirror.backends.get(id) ?? [])
+      ? [...new Set(mirror.slots.where(() => true, scopedIds).map((s) => s.backendId))].flatMap(
+          (id) => mirror.backends.get(id) ?? [],
+        )
       : [...mirror.backends.values()];
     const maglevReaders = scopedIds
       ? [...scopedIds].filter((id) => mirror.maglev.refs.has(id))
@@ -497,8 +502,9 @@ export class MapWriter {
     // The pairs of backends that left a service go now, not after the grace period: from the
     // flip on, affinity must not pick them and a SYN on their tracked flows selects again (a
     // reader of the old generation still finds them in its slots; it needs no pair).
-    const leftMatches = ofScope(mirror.affinityMatches).filter((m) =>
-      unused(m.serviceId, (e) => namesBackend(e, m.backendId)),
+    const leftMatches = mirror.affinityMatches.where(
+      (serviceId, backendId) => unused(serviceId, (e) => namesBackend(e, backendId)),
+      scopedIds ?? undefined,
     );
     if (leftMatches.length) {
       this.store.deleteAffinityMatches(leftMatches);
@@ -508,8 +514,10 @@ export class MapWriter {
     const due = this.now() + this.options.graceMs;
     PendingDeletions.schedule(
       pending.slots,
-      slots.filter((s) =>
-        unused(s.serviceId, (e) => s.gen === e.frontend.value.gen && s.slot < e.planned.backendIds.length),
+      mirror.slots.where(
+        (serviceId, gen, slot) =>
+          unused(serviceId, (e) => gen === e.frontend.value.gen && slot < e.planned.backendIds.length),
+        scopedIds ?? undefined,
       ),
       slotId,
       due,
