@@ -42,6 +42,11 @@ export interface AgentMemory {
   syncedMiB: number;
   afterChangesMiB: number;
   peakMiB: number;
+  /** Each EndpointSlice change: the agent's sync of it, and the change (the list server's watch
+   * event, or the file written) to the agent's "synced" line, which it prints once the maps hold
+   * the change. Through files this includes the manifest watch's 200 ms quiet time. */
+  changeSyncMs: number[];
+  changeToKernelMs: number[];
 }
 
 const LIST_SERVER = fileURLToPath(new URL('list-server.js', import.meta.url));
@@ -111,17 +116,22 @@ export async function measureAgentMemory(
     agent = LabAgent.start(lab, name, opts.cli ?? cliEntryPoint(), args, { bpffs: 'own' });
     const first = await agent.waitForSync(1, opts.timeoutMs);
     const synced = agent.memory();
+    const changeSyncMs: number[] = [];
+    const changeToKernelMs: number[] = [];
     for (let change = 0; change < opts.changes; change++) {
       // Past minSyncPeriod since the last sync, so each change gets a sync of its own.
       await sleep(1100);
       const before = agent.syncs.length;
+      const changedAt = performance.now();
       if (server) server.kill('SIGUSR2');
       else
         writeFileSync(
           join(manifestDir, MEASURED_SLICE_FILE),
           JSON.stringify(endpointSlice(scenario.services - 1, scenario, [changedEndpointIP(change)])),
         );
-      await agent.waitForSync(before + 1, 30_000);
+      const sync = await agent.waitForSync(before + 1, 30_000);
+      changeSyncMs.push(sync.durationMs);
+      changeToKernelMs.push(sync.at - changedAt);
     }
     const after = agent.memory();
     return {
@@ -133,6 +143,8 @@ export async function measureAgentMemory(
       syncedMiB: synced.rssMiB,
       afterChangesMiB: after.rssMiB,
       peakMiB: after.peakMiB,
+      changeSyncMs,
+      changeToKernelMs,
     };
   } catch (err) {
     throw new Error(`${(err as Error).message}\nagent log tail:\n${agent?.tail().slice(-3000) ?? ''}`);
@@ -182,7 +194,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
         );
         results.push(result);
         console.error(
-          `${source} ${services}×${endpoints}${distinctEndpoints ? ' distinct' : ''}${stored ? ' as stored' : ''}: ${result.syncedMiB.toFixed(0)} MiB after the first sync, ${result.afterChangesMiB.toFixed(0)} MiB after ${changes} changes, peak ${result.peakMiB.toFixed(0)} MiB (cold start ${(result.coldStartMs / 1000).toFixed(1)} s, first sync ${result.firstSyncMs.toFixed(0)} ms)`,
+          `${source} ${services}×${endpoints}${distinctEndpoints ? ' distinct' : ''}${stored ? ' as stored' : ''}: ${result.syncedMiB.toFixed(0)} MiB after the first sync, ${result.afterChangesMiB.toFixed(0)} MiB after ${changes} changes, peak ${result.peakMiB.toFixed(0)} MiB (cold start ${(result.coldStartMs / 1000).toFixed(1)} s, first sync ${result.firstSyncMs.toFixed(0)} ms); change syncs ${result.changeSyncMs.map((ms) => ms.toFixed(1)).join(', ')} ms, change to kernel ${result.changeToKernelMs.map((ms) => ms.toFixed(0)).join(', ')} ms`,
         );
       }
     }

@@ -84,15 +84,44 @@ function decideService(
   const ports = servicePortsForFamily(service, family);
   if (ports.length === 0) return [];
   const endpointsByPort = mergeSlices(slices, family, topology.nodeName);
-  return ports.map(({ internalPolicyLocal, externalPolicyLocal, ...info }) => {
-    const endpoints = endpointsByPort.get(portKey(info.portName, info.protocol)) ?? [];
-    const categorized = categorizeEndpoints(endpoints, info, topology);
+  // Built field by field (in the order `render --output json` prints): a rest-and-spread copy of
+  // the port's fields cost a tenth of a cold sync at 10,000 Services.
+  return ports.map((port): ServicePortDecision => {
+    const endpoints = endpointsByPort.get(portKey(port.portName, port.protocol)) ?? [];
+    const categorized = categorizeEndpoints(endpoints, port, topology);
+    const verdicts = scopeVerdicts(port, categorized);
+    let localReadyEndpoints = 0;
+    for (const ep of endpoints) if (ep.isLocal && ep.ready) localReadyEndpoints++;
     return {
-      ...info,
+      family: port.family,
+      namespace: port.namespace,
+      name: port.name,
+      portName: port.portName,
+      protocol: port.protocol,
+      servicePortName: port.servicePortName,
+      type: port.type,
+      clusterIP: port.clusterIP,
+      port: port.port,
+      nodePort: port.nodePort,
+      externalIPs: port.externalIPs,
+      loadBalancerIPs: port.loadBalancerIPs,
+      loadBalancerSourceRanges: port.loadBalancerSourceRanges,
+      healthCheckNodePort: port.healthCheckNodePort,
+      externallyAccessible: port.externallyAccessible,
+      usesClusterEndpoints: port.usesClusterEndpoints,
+      usesLocalEndpoints: port.usesLocalEndpoints,
+      sessionAffinityTimeoutSeconds: port.sessionAffinityTimeoutSeconds,
+      schedulerAnnotation: port.schedulerAnnotation,
       endpoints,
-      ...categorized,
-      localReadyEndpoints: endpoints.filter((ep) => ep.isLocal && ep.ready).length,
-      ...scopeVerdicts({ internalPolicyLocal, externalPolicyLocal }, categorized),
+      clusterEndpoints: categorized.clusterEndpoints,
+      localEndpoints: categorized.localEndpoints,
+      allReachableEndpoints: categorized.allReachableEndpoints,
+      hasAnyEndpoints: categorized.hasAnyEndpoints,
+      topologyMode: categorized.topologyMode,
+      localReadyEndpoints,
+      internal: verdicts.internal,
+      external: verdicts.external,
+      externalFromCluster: verdicts.externalFromCluster,
     };
   });
 }

@@ -19,45 +19,67 @@ export function mergeSlices(
   family: IPFamily,
   nodeName: string,
 ): Map<string, Endpoint[]> {
-  const byPort = new Map<string, Map<string, Endpoint>>();
-  const ordered = slices
-    .filter((slice) => slice.addressType === family)
-    .sort((a, b) => (a.meta.name < b.meta.name ? -1 : 1));
+  const byPort = new Map<string, Endpoint[]>();
+  const ordered =
+    slices.length === 1
+      ? slices.filter((slice) => slice.addressType === family)
+      : slices
+          .filter((slice) => slice.addressType === family)
+          .sort((a, b) => (a.meta.name < b.meta.name ? -1 : 1));
   for (const slice of ordered) {
     for (const port of slice.ports) {
       // kube-proxy ignores ports with a nil or zero port number.
       if (port.port === null || port.port === 0) continue;
       const key = portKey(port.name, port.protocol);
-      let set = byPort.get(key);
-      if (!set) {
-        set = new Map();
-        byPort.set(key, set);
+      let list = byPort.get(key);
+      if (!list) {
+        list = [];
+        byPort.set(key, list);
       }
       for (const candidate of slice.endpoints) {
         const first = candidate.addresses[0];
         if (first === undefined) continue;
         const ip = canonicalIPOfFamily(first, family);
         if (ip === null) continue;
-        const endpoint: Endpoint = {
+        const { conditions } = candidate;
+        list.push({
           ip,
           port: port.port,
           endpoint: joinHostPort(ip, port.port),
           isLocal: candidate.nodeName !== null && candidate.nodeName === nodeName,
-          ready: candidate.conditions.ready ?? true,
-          serving: candidate.conditions.serving ?? true,
-          terminating: candidate.conditions.terminating ?? false,
+          ready: conditions.ready ?? true,
+          serving: conditions.serving ?? true,
+          terminating: conditions.terminating ?? false,
           nodeName: candidate.nodeName,
-          zoneHints: [...candidate.zoneHints],
-          nodeHints: [...candidate.nodeHints],
-        };
-        // A non-terminating copy of a duplicated endpoint wins over a terminating one.
-        if (!set.has(endpoint.endpoint) || !endpoint.terminating) set.set(endpoint.endpoint, endpoint);
+          zoneHints: candidate.zoneHints,
+          nodeHints: candidate.nodeHints,
+        });
       }
     }
   }
-  const result = new Map<string, Endpoint[]>();
-  for (const [key, set] of byPort) result.set(key, sortEndpoints([...set.values()]));
-  return result;
+  for (const [key, list] of byPort) byPort.set(key, withoutDuplicates(sortEndpoints(list)));
+  return byPort;
+}
+
+/**
+ * One endpoint per "ip:port" from a list sorted by it (stably: copies in slice order): the last
+ * copy that is not terminating wins, else the first (a terminating copy never replaces another).
+ */
+function withoutDuplicates(sorted: Endpoint[]): Endpoint[] {
+  let duplicates = false;
+  for (let i = 1; i < sorted.length && !duplicates; i++)
+    duplicates = sorted[i]!.endpoint === sorted[i - 1]!.endpoint;
+  if (!duplicates) return sorted;
+  const out: Endpoint[] = [];
+  for (let i = 0; i < sorted.length; ) {
+    let winner = sorted[i]!;
+    let j = i + 1;
+    for (; j < sorted.length && sorted[j]!.endpoint === winner.endpoint; j++)
+      if (!sorted[j]!.terminating) winner = sorted[j]!;
+    out.push(winner);
+    i = j;
+  }
+  return out;
 }
 
 /** Plain string order of "ip:port", as upstream sorts (so 10.0.0.10:80 < 10.0.0.2:80). */

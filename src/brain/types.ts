@@ -18,8 +18,9 @@ export interface Endpoint {
   serving: boolean;
   terminating: boolean;
   nodeName: string | null;
-  zoneHints: string[];
-  nodeHints: string[];
+  /** The slice's own lists (shared, never modified): 10^5 endpoints need no copies of them. */
+  zoneHints: readonly string[];
+  nodeHints: readonly string[];
 }
 
 export type TopologyMode = '' | 'PreferSameZone' | 'PreferSameNode';

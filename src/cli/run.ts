@@ -8,6 +8,7 @@ import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig } from '../config/types.js';
 import { openDataplane } from '../dataplanes/open.js';
+import { heapAfterFullSyncs } from '../host/heap.js';
 import { CachedHostAddresses } from '../host/interfaces.js';
 import { LinkWatch } from '../host/link-watch.js';
 import { createLogger, type Logger } from '../logger.js';
@@ -106,7 +107,7 @@ export async function startAgent(
       probeNodeEnv({ nodeName, node: tracker.state().node, iptables, proxyFamilies }, hostAddresses),
     config,
     dataplane,
-    observers: [loggingObserver(log), ...status.observers, ...observers],
+    observers: [loggingObserver(log), ...status.observers, heapAfterFullSyncs(log), ...observers],
   });
   const runner = new BoundedFrequencyRunner(
     async () => {

@@ -69,6 +69,31 @@ describe('EndpointSlice merging', () => {
     const [ep2] = mergeSlices([dying, live].reverse(), 'IPv4', 'n').get(portKey('p80', 'TCP'))!;
     expect(ep2?.terminating).toBe(false);
   });
+  it('resolves other duplicates as kube-proxy does: the last live copy in slice-name order, else the first', () => {
+    const terminating = { ready: false, serving: true, terminating: true };
+    const live = { ready: true, serving: true, terminating: false };
+    const copy = (name: string, nodeName: string, conditions = live) =>
+      slice('ns', 'svc', name, [endpoint('10.0.0.1', { nodeName, conditions }), endpoint('10.0.0.2')]);
+    const winner = (slices: ReturnType<typeof slice>[]) => {
+      const list = mergeSlices(slices, 'IPv4', 'n').get(portKey('p80', 'TCP'))!;
+      expect(names(list)).toEqual(['10.0.0.1:80', '10.0.0.2:80']);
+      return list[0]!.nodeName;
+    };
+    expect(winner([copy('b', 'y'), copy('a', 'x')])).toBe('y');
+    expect(winner([copy('b', 'y', terminating), copy('a', 'x', terminating)])).toBe('x');
+    expect(winner([copy('c', 'z', terminating), copy('b', 'y'), copy('a', 'x')])).toBe('y');
+    // Within one slice too: the later live copy wins.
+    const within = slice('ns', 'svc', 'a', [
+      endpoint('10.0.0.1', { nodeName: 'x' }),
+      endpoint('10.0.0.1', { nodeName: 'y' }),
+      endpoint('10.0.0.1', { nodeName: 'z', conditions: terminating }),
+    ]);
+    expect(
+      mergeSlices([within], 'IPv4', 'n')
+        .get(portKey('p80', 'TCP'))!
+        .map((e) => e.nodeName),
+    ).toEqual(['y']);
+  });
   it('reads conditions: ready/serving default true, terminating default false; isLocal from nodeName', () => {
     const s = slice('ns', 'svc', 's1', [
       endpoint('10.0.0.1', { nodeName: 'test-node' }),

@@ -168,7 +168,7 @@ interface FrontendDraft {
   name: string;
   kind: FrontendKind;
   action: FrontendAction;
-  endpoints: Endpoint[];
+  endpoints: readonly Endpoint[];
   localOnly: boolean;
   hasInternalScope: boolean;
   sourceRanges: string[];
@@ -179,7 +179,8 @@ function sameEndpoints(a: readonly Endpoint[], b: readonly Endpoint[]): boolean 
 }
 
 /** Local endpoints first; each part keeps the brain's order (sorted by endpoint). */
-function slotOrder(endpoints: readonly Endpoint[]): Endpoint[] {
+function slotOrder(endpoints: readonly Endpoint[]): readonly Endpoint[] {
+  if (!endpoints.some((e) => e.isLocal)) return endpoints;
   return [...endpoints.filter((e) => e.isLocal), ...endpoints.filter((e) => !e.isLocal)];
 }
 
@@ -276,8 +277,9 @@ interface BackendUse {
 /** What one Service's ports put in the plan, so an incremental plan can take it out again. */
 interface ServiceContribution {
   frontends: PlannedFrontend[];
-  /** One entry per backend reference (slot), with the flags of the endpoint behind it. */
-  refs: { name: string; isLocal: boolean; terminating: boolean }[];
+  /** One entry per backend reference (slot): the endpoint behind it (the decision's own object, so
+   * that 10^5 references cost no copies). */
+  refs: Pick<Endpoint, 'endpoint' | 'isLocal' | 'terminating'>[];
   slots: number;
   ranges: number;
   problems: PlanProblem[];
@@ -347,8 +349,17 @@ function addBackendRef(state: PlanState, id: number, family: IPFamily, e: Endpoi
   use.refs++;
   if (e.isLocal) use.localRefs++;
   if (!e.terminating) use.liveRefs++;
-  use.backend = { ...use.backend, isLocal: use.localRefs > 0, terminating: use.liveRefs === 0 };
+  refreshBackendFlags(use);
   state.backends.set(e.endpoint, use);
+}
+
+/** A backend's flags sum up its references; a new object only when they change (the writer and
+ * earlier plans may hold the old one). */
+function refreshBackendFlags(use: BackendUse): void {
+  const isLocal = use.localRefs > 0;
+  const terminating = use.liveRefs === 0;
+  if (use.backend.isLocal !== isLocal || use.backend.terminating !== terminating)
+    use.backend = { ...use.backend, isLocal, terminating };
 }
 
 function countAnyAddressNodePort(state: PlanState, f: PlannedFrontend, by: 1 | -1): void {
@@ -375,16 +386,13 @@ function removeService(
     countAnyAddressNodePort(state, f, -1);
   }
   for (const r of c.refs) {
-    const use = state.backends.get(r.name)!;
+    const use = state.backends.get(r.endpoint)!;
     backends.push(use.backend);
     use.refs--;
     if (r.isLocal) use.localRefs--;
     if (!r.terminating) use.liveRefs--;
-    if (use.refs === 0) {
-      state.backends.delete(r.name);
-    } else {
-      use.backend = { ...use.backend, isLocal: use.localRefs > 0, terminating: use.liveRefs === 0 };
-    }
+    if (use.refs === 0) state.backends.delete(r.endpoint);
+    else refreshBackendFlags(use);
   }
   state.slotCount -= c.slots;
   state.sourceRangeCount -= c.ranges;
@@ -529,7 +537,7 @@ function planServicePort(
   }
   for (const { id, e } of refs) {
     addBackendRef(state, id, sp.family, e);
-    c.refs.push({ name: e.endpoint, isLocal: e.isLocal, terminating: e.terminating });
+    c.refs.push(e);
   }
   c.slots += slots;
   c.ranges += ranges;
@@ -647,7 +655,7 @@ export class BpfPlanner {
       const c = state.services.get(key);
       for (const f of c?.frontends ?? []) scope.add(f.name);
       added.frontends.push(...(c?.frontends ?? []));
-      for (const r of c?.refs ?? []) added.backends.add(r.name);
+      for (const r of c?.refs ?? []) added.backends.add(r.endpoint);
     }
     // A backend still named elsewhere comes back with its flags as they are now.
     for (const b of removed.backends.values()) if (state.backends.has(b.name)) added.backends.add(b.name);

@@ -17,6 +17,7 @@
 
 import { joinHostPort } from '../../net/ip.js';
 import { buildMaglevTable, MAGLEV_HASH_SEED } from './maglev.js';
+import { EntriesByService, PairsByService, type ServiceIndex, SlotsByService } from './mirror-index.js';
 import type { BpfPlan, PlannedBackend, PlannedFrontend } from './plan.js';
 import { frontendName, plannedBackend, plannedFrontend } from './plan.js';
 import {
@@ -57,51 +58,6 @@ export interface ApplyResult {
   failures: ServiceFailure[];
   /** Service ports programmed without something they asked for (a Maglev table). */
   degraded: ServiceFailure[];
-}
-
-/** A map's entries by service id, then by what tells them apart within it (a number where it can
- * be: no string per entry): a write scoped to a few frontends finds what they hold without a walk
- * over every entry. */
-class ByService<K extends { serviceId: number }, V extends K> {
-  private readonly index = new Map<number, Map<number | string, V>>();
-
-  constructor(
-    private readonly subKey: (k: K) => number | string,
-    entries: Iterable<V>,
-  ) {
-    for (const v of entries) this.set(v);
-  }
-
-  get(k: K): V | undefined {
-    return this.index.get(k.serviceId)?.get(this.subKey(k));
-  }
-
-  has(k: K): boolean {
-    return this.get(k) !== undefined;
-  }
-
-  set(v: V): void {
-    let inner = this.index.get(v.serviceId);
-    if (!inner) {
-      inner = new Map();
-      this.index.set(v.serviceId, inner);
-    }
-    inner.set(this.subKey(v), v);
-  }
-
-  delete(k: K): void {
-    const inner = this.index.get(k.serviceId);
-    inner?.delete(this.subKey(k));
-    if (inner?.size === 0) this.index.delete(k.serviceId);
-  }
-
-  *values(): IterableIterator<V> {
-    for (const inner of this.index.values()) yield* inner.values();
-  }
-
-  ofService(serviceId: number): V[] {
-    return [...(this.index.get(serviceId)?.values() ?? [])];
-  }
 }
 
 /** The Maglev tables in the maps: which one each frontend (service id) reads, and what each holds. */
@@ -158,11 +114,11 @@ class MaglevTables {
 /** The exact contents of the maps the writer owns. */
 interface Mirror {
   frontends: Map<string, FrontendEntry>;
-  slots: ByService<SlotKey, SlotEntry>;
+  slots: SlotsByService;
   backends: Map<number, BackendEntry>;
   maglev: MaglevTables;
-  affinityMatches: ByService<AffinityMatch, AffinityMatch>;
-  sourceRanges: ByService<SourceRange, SourceRange>;
+  affinityMatches: PairsByService;
+  sourceRanges: EntriesByService<SourceRange, SourceRange>;
 }
 
 /** Entries to delete once their grace period is over, by entry id. An entry wanted again before
@@ -209,9 +165,14 @@ class PendingDeletions {
 const GENERATIONS = 256;
 
 const slotId = (k: SlotKey) => `${k.serviceId}/${k.gen}/${k.slot}`;
+const slotsOf = ({ planned, frontend }: FrontendEntries): SlotEntry[] =>
+  planned.backendIds.map((backendId, slot) => ({
+    serviceId: planned.serviceId,
+    slot,
+    gen: frontend.value.gen,
+    backendId,
+  }));
 const rangeId = (r: SourceRange) => `${r.serviceId}/${r.cidr}`;
-/** Within a service id: slot (16 bits) of generation gen. */
-const slotOfService = (k: SlotKey) => k.gen * 0x10000 + k.slot;
 const maglevSignature = (size: number, ids: readonly number[]) =>
   `${size}:${[...ids].sort((a, b) => a - b).join(',')}`;
 
@@ -230,12 +191,13 @@ function sameBackend(a: BackendEntry, b: BackendEntry): boolean {
 }
 
 /** Everything one planned frontend puts in the maps. */
+/** What one frontend wants in the maps. Its slots (one per backend id, in the frontend's
+ * generation) and its {backend, service} pairs (one per backend id) are made when written: a
+ * full write of 10^5 endpoints holds no object per entry for its whole length. */
 interface FrontendEntries {
   planned: PlannedFrontend;
   frontend: FrontendEntry;
-  slots: SlotEntry[];
   maglev: { key: MaglevKey; signature: string } | null;
-  affinityMatches: AffinityMatch[];
   sourceRanges: SourceRange[];
   /** True when the mirror has no frontend with this service id yet: its counters start at zero. */
   isNew: boolean;
@@ -353,10 +315,12 @@ export class MapWriter {
       : plan.frontends;
     const wanted = inScope.map((f) => this.entriesOf(f, mirror, backendOf));
     // Whatever is wanted again stays: its pending deletion is cancelled.
-    for (const e of wanted) {
-      for (const s of e.slots) pending.slots.delete(slotId(s));
-      for (const r of e.sourceRanges) pending.sourceRanges.delete(rangeId(r));
-      if (e.maglev) pending.maglev.delete(e.planned.serviceId);
+    if (pending.slots.size + pending.sourceRanges.size + pending.maglev.size > 0) {
+      for (const e of wanted) {
+        for (const s of slotsOf(e)) pending.slots.delete(slotId(s));
+        for (const r of e.sourceRanges) pending.sourceRanges.delete(rangeId(r));
+        if (e.maglev) pending.maglev.delete(e.planned.serviceId);
+      }
     }
     for (const id of [...pending.backends.keys()])
       if (backendOf(id) !== undefined) pending.backends.delete(id);
@@ -373,7 +337,7 @@ export class MapWriter {
         error: `${e.planned.name}: ${err.message}`,
       });
     };
-    const live = () => wanted.filter((e) => !failed.has(e.planned.serviceId));
+    const live = () => (failed.size === 0 ? wanted : wanted.filter((e) => !failed.has(e.planned.serviceId)));
     // 1. Backends. A backend's flags (local, terminating) sum up every frontend naming it: a
     // scoped write also refreshes those the scoped frontends stopped naming but others still do.
     if (scopedIds) {
@@ -420,9 +384,7 @@ export class MapWriter {
 
     // 2. The new slot generations, all frontends in one batch.
     this.inBatches(live(), fail, (group) => {
-      const entries = group
-        .flatMap((e) => e.slots)
-        .filter((s) => mirror.slots.get(s)?.backendId !== s.backendId);
+      const entries = group.flatMap(slotsOf).filter((s) => mirror.slots.backendIdAt(s) !== s.backendId);
       if (entries.length === 0) return;
       this.store.upsertSlots(entries);
       for (const s of entries) mirror.slots.set(s);
@@ -439,7 +401,13 @@ export class MapWriter {
 
     // 4. Affinity matches and source ranges that are new.
     this.inBatches(live(), fail, (group) => {
-      const matches = group.flatMap((e) => e.affinityMatches).filter((m) => !mirror.affinityMatches.has(m));
+      // Every service's {backend, service} pairs, not only those with affinity: the datapath
+      // also asks whether a tracked flow's backend still serves its service (SYN re-selection).
+      const matches: AffinityMatch[] = [];
+      for (const { planned } of group)
+        for (const backendId of planned.backendIds)
+          if (!mirror.affinityMatches.hasPair(planned.serviceId, backendId))
+            matches.push({ backendId, serviceId: planned.serviceId });
       if (matches.length) this.store.upsertAffinityMatches(matches);
       for (const m of matches) mirror.affinityMatches.set(m);
       const ranges = group.flatMap((e) => e.sourceRanges).filter((r) => !mirror.sourceRanges.has(r));
@@ -514,14 +482,19 @@ export class MapWriter {
       return !(e && wanted(e)) && !failed.has(serviceId);
     };
     if (scopedIds) for (const e of entries) scopedIds.add(e.planned.serviceId);
-    const ofScope = <K extends { serviceId: number }, V extends K>(m: ByService<K, V>): V[] =>
-      scopedIds ? [...scopedIds].flatMap((id) => m.ofService(id)) : [...m.values()];
-    const slots = ofScope(mirror.slots);
-    const failedBackends = new Set(slots.filter((s) => failed.has(s.serviceId)).map((s) => s.backendId));
+    const ofScope = <K extends { serviceId: number }, V extends K>(m: ServiceIndex<K, V>): V[] =>
+      scopedIds ? [...scopedIds].flatMap((id) => m.ofService(id)) : m.all();
+    const failedBackends = new Set(
+      failed.size === 0
+        ? []
+        : mirror.slots.where((id) => failed.has(id), scopedIds ?? undefined).map((s) => s.backendId),
+    );
     const fullPlanned = scopedIds ? null : new Set(entries.flatMap((e) => e.planned.backendIds));
     const isPlanned = (id: number) => (fullPlanned ? fullPlanned.has(id) : backendOf(id) !== undefined);
     const backends = scopedIds
-      ? [...new Set(slots.map((s) => s.backendId))].flatMap((id) => mirror.backends.get(id) ?? [])
+      ? [...new Set(mirror.slots.where(() => true, scopedIds).map((s) => s.backendId))].flatMap(
+          (id) => mirror.backends.get(id) ?? [],
+        )
       : [...mirror.backends.values()];
     const maglevReaders = scopedIds
       ? [...scopedIds].filter((id) => mirror.maglev.refs.has(id))
@@ -529,8 +502,9 @@ export class MapWriter {
     // The pairs of backends that left a service go now, not after the grace period: from the
     // flip on, affinity must not pick them and a SYN on their tracked flows selects again (a
     // reader of the old generation still finds them in its slots; it needs no pair).
-    const leftMatches = ofScope(mirror.affinityMatches).filter((m) =>
-      unused(m.serviceId, (e) => namesBackend(e, m.backendId)),
+    const leftMatches = mirror.affinityMatches.where(
+      (serviceId, backendId) => unused(serviceId, (e) => namesBackend(e, backendId)),
+      scopedIds ?? undefined,
     );
     if (leftMatches.length) {
       this.store.deleteAffinityMatches(leftMatches);
@@ -540,8 +514,10 @@ export class MapWriter {
     const due = this.now() + this.options.graceMs;
     PendingDeletions.schedule(
       pending.slots,
-      slots.filter((s) =>
-        unused(s.serviceId, (e) => s.gen === e.frontend.value.gen && s.slot < e.slots.length),
+      mirror.slots.where(
+        (serviceId, gen, slot) =>
+          unused(serviceId, (e) => gen === e.frontend.value.gen && slot < e.planned.backendIds.length),
+        scopedIds ?? undefined,
       ),
       slotId,
       due,
@@ -684,14 +660,10 @@ export class MapWriter {
     return {
       planned,
       frontend,
-      slots: backendIds.map((backendId, slot): SlotEntry => ({ serviceId, slot, gen, backendId })),
       maglev:
         planned.scheduler === 'maglev' && backendIds.length > 0
           ? { key: { serviceId }, signature: maglevSignature(this.options.maglevTableSize, backendIds) }
           : null,
-      // Every service's {backend, service} pairs, not only those with affinity: the datapath
-      // also asks whether a tracked flow's backend still serves its service (SYN re-selection).
-      affinityMatches: backendIds.map((backendId) => ({ backendId, serviceId })),
       sourceRanges: planned.sourceRanges.map((cidr) => ({ serviceId, family: planned.key.family, cidr })),
       isNew: !sameId,
     };
@@ -744,10 +716,10 @@ function maglevOf(state: StoredState, maglevTableSize: number): MaglevTables {
 function mirrorOf(state: StoredState, maglevTableSize: number): Mirror {
   return {
     frontends: new Map(state.frontends.map((f) => [frontendName(f.key), f])),
-    slots: new ByService(slotOfService, state.slots),
+    slots: new SlotsByService(state.slots),
     backends: new Map(state.backends.map((b) => [b.id, b])),
     maglev: maglevOf(state, maglevTableSize),
-    affinityMatches: new ByService((m: AffinityMatch) => m.backendId, state.affinityMatches),
-    sourceRanges: new ByService((r: SourceRange) => r.cidr, state.sourceRanges),
+    affinityMatches: new PairsByService(state.affinityMatches),
+    sourceRanges: new EntriesByService((r: SourceRange) => r.cidr, state.sourceRanges),
   };
 }

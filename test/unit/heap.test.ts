@@ -1,0 +1,39 @@
+import { Writable } from 'node:stream';
+import pino from 'pino';
+import { describe, expect, it } from 'vitest';
+import type { SyncReport } from '../../src/brain/sync-loop.js';
+import { heapAfterFullSyncs } from '../../src/host/heap.js';
+
+function capturingLogger(): { log: pino.Logger; lines: Record<string, unknown>[] } {
+  const lines: Record<string, unknown>[] = [];
+  const sink = new Writable({
+    write(chunk, _encoding, done) {
+      lines.push(JSON.parse(String(chunk)));
+      done();
+    },
+  });
+  return { log: pino({ level: 'debug' }, sink), lines };
+}
+
+const report = (full: boolean) => ({ full }) as SyncReport;
+const nextTurn = () => new Promise((resolve) => setTimeout(resolve, 20));
+
+describe('heapAfterFullSyncs', () => {
+  it('collects the garbage a full sync left, after the sync, and leaves incremental syncs alone', async () => {
+    const { log, lines } = capturingLogger();
+    const observer = heapAfterFullSyncs(log);
+    observer.synced?.(report(false));
+    await nextTurn();
+    expect(lines).toEqual([]);
+    // What a full sync drops: ~40 MiB of short-lived objects still in the heap.
+    let garbage: unknown[] | null = Array.from({ length: 400_000 }, (_, i) => ({ i, text: `entry ${i}` }));
+    expect(garbage.length).toBe(400_000);
+    garbage = null;
+    observer.synced?.(report(true));
+    expect(lines).toEqual([]); // not within the sync's own turn
+    await nextTurn();
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ msg: 'heap collected after a full sync' });
+    expect(lines[0]!.freedMiB as number).toBeGreaterThan(10);
+  });
+});
