@@ -15,7 +15,7 @@ import {
 } from '../../native/libbpf.js';
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
 import { collectConntrack } from '../../src/dataplanes/bpf/conntrack-gc.js';
-import { maglevIndex4 } from '../../src/dataplanes/bpf/flow-hash.js';
+import { maglevIndex } from '../../src/dataplanes/bpf/flow-hash.js';
 import {
   ACTION,
   ALGORITHM,
@@ -817,7 +817,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       for (let i = 0; i < 60; i++) {
         const src = sport();
         const got = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.31', 80, TCP.SYN, src)).dataOut).daddr;
-        const index = maglevIndex4(CLIENT, src, 80, IPPROTO_TCP, TEST_CONFIG.hashSeed, m);
+        const index = maglevIndex(CLIENT, src, 80, IPPROTO_TCP, TEST_CONFIG.hashSeed, m);
         expect(got).toBe(byId.get(table[index]!));
         seen.add(got);
       }

@@ -33,7 +33,7 @@ import {
   TC_PRIORITY,
 } from './attach.js';
 import { type FrontendNames, namesFilePath } from './dataplane.js';
-import { flowHash4 } from './flow-hash.js';
+import { flowHash } from './flow-hash.js';
 import {
   decodeFrontendValue,
   encodeFrontendKey,
@@ -523,7 +523,7 @@ export function traceFlow(
     const table = maps.maglevTable(sv.serviceId);
     const cfg = maps.config();
     if (table && cfg.maglevSize > 0) {
-      const index = flowHash4(input.saddr, input.sport, input.dport, proto, cfg.hashSeed) % cfg.maglevSize;
+      const index = flowHash(input.saddr, input.sport, input.dport, proto, cfg.hashSeed) % cfg.maglevSize;
       const id = table[index] ?? 0;
       steps.push({
         step: 'maglev',
