@@ -17,6 +17,8 @@ import { findCgroup2Root, resolveCgroup2Dir } from '../../host/cgroup.js';
 import { LinkWatch } from '../../host/link-watch.js';
 import { type PortReservation, reservePorts } from '../../host/reserved-ports.js';
 import type { Logger } from '../../logger.js';
+import type { IPFamily } from '../../model/types.js';
+import { isLoopback, parseIP } from '../../net/ip.js';
 import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../stats.js';
 import { Attacher, type AttachReport, syncSockHooks } from './attach.js';
 import {
@@ -131,12 +133,18 @@ export function interfaceAddresses(
   return out;
 }
 
-/** Every IPv4 address of the node except loopback: NodePorts open on "every node address". */
+/** Every IPv4 address of the node except loopback, and every global IPv6 one (not ::1, not
+ * link-local): NodePorts open on "every node address", as kube-proxy's nodePortAddresses default. */
 export function nodeAddresses(interfaces: readonly Pick<IpLink, 'ifname' | 'addr_info'>[]): string[] {
   const out = new Set<string>();
   for (const i of interfaces) {
-    for (const a of i.addr_info ?? [])
-      if (a.family === 'inet' && a.local && !a.local.startsWith('127.')) out.add(a.local);
+    for (const a of i.addr_info ?? []) {
+      if (!a.local) continue;
+      if (a.family === 'inet' && !a.local.startsWith('127.')) out.add(a.local);
+      const ip = a.family === 'inet6' ? parseIP(a.local) : null;
+      if (ip && !isLoopback(ip) && !(ip.bytes[0] === 0xfe && (ip.bytes[1]! & 0xc0) === 0x80))
+        out.add(a.local);
+    }
   }
   return [...out].sort();
 }
@@ -375,13 +383,14 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   }
 
   private async writeConfig(decisions: ProxyDecisions, plan: BpfPlan): Promise<void> {
-    const nodeIP = decisions.families.find((f) => f.family === 'IPv4')?.nodeIP || ANY_ADDRESS.IPv4;
+    const nodeIP = (family: IPFamily) =>
+      decisions.families.find((f) => f.family === family)?.nodeIP || ANY_ADDRESS[family];
     // Without any NodePort on every node address, a range nothing falls in keeps the node
     // address lookup off the path (0 would mean "every port").
     const nodeport = plan.anyAddressNodePorts ?? { min: 65535, max: 65535 };
     const wanted = {
-      snatAddr4: nodeIP,
-      snatAddr6: '::',
+      snatAddr4: nodeIP('IPv4'),
+      snatAddr6: nodeIP('IPv6'),
       snatPortMin: SNAT_PORT_RANGE.min,
       snatPortMax: SNAT_PORT_RANGE.max,
       maglevSize: this.config.bpf.maglevTableSize,
