@@ -834,7 +834,6 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
   });
 
   describe.each(FAMILY_CASES)('backend choice ($family)', ({ A, v4 }) => {
-    const itV4 = v4 ? it : it.skip;
     const backends = [1, 2, 3].map((i) => ({
       id: 200 + i,
       addr: A(`10.244.4.${i}`),
