@@ -49,7 +49,6 @@ import {
 } from '../../src/dataplanes/bpf/layout.js';
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { Lab } from '../../src/lab/netns.js';
-import { canonicalIP } from '../../src/net/ip.js';
 import {
   buildIcmpError,
   buildNeighbourSolicitation,
@@ -66,6 +65,7 @@ import {
   replyTo,
   TCP,
 } from '../../src/net/packets.js';
+import { FAMILY_CASES } from '../support/families.js';
 import {
   buildRoutingNamespace,
   macOf,
@@ -95,17 +95,6 @@ import { describeRoot } from '../support/privileges.js';
 const { tcFromPod: TC_POD, tcFromExternal: TC_EXT, xdpFromExternal: XDP_EXT, tcEgress: TC_EGRESS } = PROGRAMS;
 
 const CLIENT = '10.244.1.10';
-
-/**
- * The families the cases run in: IPv4's addresses as written, or, for IPv6, each of them in the
- * low 32 bits of fd00::/96 (10.96.0.10 is fd00::a60:a). XDP serves IPv4 only: IPv6 passes it for
- * tc; cases of what IPv6 has no counterpart for yet (ICMP, IPv4 options, XDP rewrites) run in
- * IPv4 only.
- */
-const FAMILY_CASES = [
-  { family: 'IPv4', v4: true, A: (address: string) => address },
-  { family: 'IPv6', v4: false, A: (address: string) => canonicalIP(`fd00::${address}`)! },
-] as const;
 
 let lb: LoadedLb;
 let nextSport = 20000;
