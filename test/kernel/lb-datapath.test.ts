@@ -538,50 +538,47 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         ? mapLookup(lb.fd.ct4Tcp, ct4Key.encode({ ...key, proto: IPPROTO_TCP }), Buffer.alloc(ct4Val.size))
         : mapLookup(lb.fd.ct6Tcp, ct6Key.encode({ ...key, proto: IPPROTO_TCP }), Buffer.alloc(ct6Val.size));
 
-    itV4(
-      'GC keeps a half-closed flow past the closing timeout; FIN both ways or an RST closes it',
-      async () => {
-        // Only closing flows may go in these passes: other tests' flows keep their entries.
-        const timeouts = {
-          tcpSynSeconds: 3600,
-          tcpEstablishedSeconds: 6 * 3600,
-          tcpClosingSeconds: 10,
-          otherSeconds: 3600,
-        };
-        const gcAt = (secondsLater: number) =>
-          collectConntrack(
-            lb.fd.ct4Tcp,
-            timeouts,
-            undefined,
-            () => process.hrtime.bigint() + BigInt(secondsLater) * 1_000_000_000n,
-            async () => {},
-          );
-        const open = () => {
-          const src = sport();
-          const out = parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.SYN, src)).dataOut);
-          run(lb, TC_EGRESS, fromBackend(out.daddr, src, TCP.SYN | TCP.ACK));
-          run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.ACK, src));
-          return { src, backend: out.daddr };
-        };
-        const half = open();
-        const fwd = { saddr: A(CLIENT), daddr: A('10.96.0.20'), sport: half.src, dport: 80 };
-        const rev = { saddr: half.backend, daddr: A(CLIENT), sport: 8080, dport: half.src };
-        run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.FIN | TCP.ACK, half.src));
-        await gcAt(11);
-        expect(ctHas(fwd), 'half-closed forward entry').toBe(true);
-        expect(ctHas(rev), 'half-closed reply entry').toBe(true);
-        // The server closes its side too: now the closing timeout applies.
-        run(lb, TC_EGRESS, fromBackend(half.backend, half.src, TCP.FIN | TCP.ACK));
-        await gcAt(11);
-        expect(ctHas(fwd)).toBe(false);
-        expect(ctHas(rev)).toBe(false);
+    it('GC keeps a half-closed flow past the closing timeout; FIN both ways or an RST closes it', async () => {
+      // Only closing flows may go in these passes: other tests' flows keep their entries.
+      const timeouts = {
+        tcpSynSeconds: 3600,
+        tcpEstablishedSeconds: 6 * 3600,
+        tcpClosingSeconds: 10,
+        otherSeconds: 3600,
+      };
+      const gcAt = (secondsLater: number) =>
+        collectConntrack(
+          v4 ? lb.fd.ct4Tcp : lb.fd.ct6Tcp,
+          timeouts,
+          undefined,
+          () => process.hrtime.bigint() + BigInt(secondsLater) * 1_000_000_000n,
+          async () => {},
+        );
+      const open = () => {
+        const src = sport();
+        const out = parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.SYN, src)).dataOut);
+        run(lb, TC_EGRESS, fromBackend(out.daddr, src, TCP.SYN | TCP.ACK));
+        run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.ACK, src));
+        return { src, backend: out.daddr };
+      };
+      const half = open();
+      const fwd = { saddr: A(CLIENT), daddr: A('10.96.0.20'), sport: half.src, dport: 80 };
+      const rev = { saddr: half.backend, daddr: A(CLIENT), sport: 8080, dport: half.src };
+      run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.FIN | TCP.ACK, half.src));
+      await gcAt(11);
+      expect(ctHas(fwd), 'half-closed forward entry').toBe(true);
+      expect(ctHas(rev), 'half-closed reply entry').toBe(true);
+      // The server closes its side too: now the closing timeout applies.
+      run(lb, TC_EGRESS, fromBackend(half.backend, half.src, TCP.FIN | TCP.ACK));
+      await gcAt(11);
+      expect(ctHas(fwd)).toBe(false);
+      expect(ctHas(rev)).toBe(false);
 
-        const reset = open();
-        run(lb, TC_EGRESS, fromBackend(reset.backend, reset.src, TCP.RST));
-        await gcAt(11);
-        expect(ctHas({ saddr: A(CLIENT), daddr: A('10.96.0.20'), sport: reset.src, dport: 80 })).toBe(false);
-      },
-    );
+      const reset = open();
+      run(lb, TC_EGRESS, fromBackend(reset.backend, reset.src, TCP.RST));
+      await gcAt(11);
+      expect(ctHas({ saddr: A(CLIENT), daddr: A('10.96.0.20'), sport: reset.src, dport: 80 })).toBe(false);
+    });
 
     it('a SYN selects again when the backend left this service though it still serves another; the old reply entry goes', () => {
       const pair = backends.slice(0, 2);
