@@ -28,7 +28,8 @@
 struct kbp_hop {
 	__u8 macs[12]; /* destination, then source MAC */
 	__u32 ifindex;
-	__u32 mtu; /* the route's MTU, for KBP_FRAG_NEEDED */
+	__u32 mtu;    /* the route's MTU, for KBP_FRAG_NEEDED */
+	__u32 l4_off; /* IPv6: the TCP/UDP header's offset, where an ICMPv6 error's quote ends */
 };
 
 #define KBP_FAM 4

@@ -62,14 +62,20 @@ static __always_inline int kbp_tc(struct __sk_buff *skb, int role, const bool l3
 		}
 		return bpf_redirect(hop.ifindex, 0);
 	}
-	/* IPv6 has no ICMPv6 error builder yet: its rejects and packets too big are dropped. */
-	if (!v6 && (verdict == KBP_REJECT || verdict == KBP_FRAG_NEEDED)) {
+	if (verdict == KBP_REJECT || verdict == KBP_FRAG_NEEDED) {
 		__u32 len = skb->len;
 		bool reject = verdict == KBP_REJECT;
+		int sent;
 
-		if (kbp_icmp_unreach4(skb, l3,
-				      reject ? KBP_ICMP_PORT_UNREACH : KBP_ICMP_FRAG_NEEDED,
-				      reject ? 0 : (__u16)hop.mtu) == 0) {
+		if (v6)
+			sent = kbp_icmp_unreach6(
+			    skb, l3, reject ? KBP_ICMPV6_DEST_UNREACH : KBP_ICMPV6_PKT_TOOBIG,
+			    reject ? KBP_ICMPV6_PORT_UNREACH : 0, reject ? 0 : hop.mtu, hop.l4_off);
+		else
+			sent = kbp_icmp_unreach4(
+			    skb, l3, reject ? KBP_ICMP_PORT_UNREACH : KBP_ICMP_FRAG_NEEDED,
+			    reject ? 0 : (__u16)hop.mtu);
+		if (sent == 0) {
 			kbp_count_drop(reason, svc_id, len);
 			return bpf_redirect(skb->ifindex, 0);
 		}

@@ -215,6 +215,7 @@ static __always_inline int KBP_F(kbp_lb)(void *ctx, const bool xdp, const bool l
 	/* ICMPv6 (neighbour discovery, errors) and fragments pass untouched. */
 	if (kbp_parse6(ctx, xdp, l3, &p) < 0)
 		return KBP_PASS;
+	hop->l4_off = p.l4_off;
 #endif
 
 	/* The clock is read only for tracked and new flows: other traffic never pays for it. */

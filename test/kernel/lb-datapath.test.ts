@@ -1137,12 +1137,31 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       }
     });
 
-    it('drops a service without endpoints (no ICMPv6 port unreachable yet) and counts it as rejected', () => {
-      writeFrontend(lb, { svcId: 61, addr: 'fd00::a60:3d', port: 80, proto: IPPROTO_TCP, backends: [] });
-      const before = drops(DROP_REASON.noEndpoints);
-      expect(run(lb, TC_POD, tcp(CLIENT6, 'fd00::a60:3d', 80)).retval).toBe(TC_ACT_SHOT);
-      expect(drops(DROP_REASON.noEndpoints) - before).toBe(1n);
-      expect(serviceDrops(61, DROP_REASON.noEndpoints)).toBe(1n);
+    it('rejects a service without endpoints with ICMPv6 port unreachable quoting the packet and its extension headers', () => {
+      const vip = 'fd00::a60:3d';
+      writeFrontend(lb, { svcId: 61, addr: vip, port: 80, proto: IPPROTO_TCP, backends: [] });
+      for (const extHeaders of [[], [IPV6_EXT.HOPOPTS, IPV6_EXT.DSTOPTS]]) {
+        const frame = buildPacket({
+          saddr: CLIENT6,
+          daddr: vip,
+          proto: IPPROTO_TCP,
+          sport: sport(),
+          dport: 80,
+          extHeaders,
+        });
+        const before = drops(DROP_REASON.noEndpoints);
+        const out = run(lb, TC_POD, frame);
+        expect(out.retval).toBe(TC_ACT_REDIRECT);
+        const icmp = expectValid(out.dataOut);
+        expect(icmp).toMatchObject({ proto: IPPROTO_ICMPV6, saddr: vip, daddr: CLIENT6 });
+        expect(icmp.l4[0]).toBe(1); // destination unreachable
+        expect(icmp.l4[1]).toBe(4); // port unreachable
+        const quoted = 40 + 8 * extHeaders.length + 8;
+        expect(icmp.l4.subarray(8)).toEqual(frame.subarray(ETH_HLEN, ETH_HLEN + quoted));
+        expect(out.dataOut.subarray(0, 6)).toEqual(frame.subarray(6, 12)); // back to the sender's MAC
+        expect(drops(DROP_REASON.noEndpoints) - before).toBe(1n);
+      }
+      expect(serviceDrops(61, DROP_REASON.noEndpoints)).toBe(2n);
     });
   });
 
