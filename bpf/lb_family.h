@@ -79,7 +79,7 @@ static __always_inline int KBP_F(kbp_new_flow)(void *ctx, const bool xdp, const 
 					       KBP_CT_VAL *out, __u32 *reason) {
 	__u32 backend_id = 0;
 	struct kbp_config *cfg = kbp_config_live();
-	KBP_BACKEND *be;
+	KBP_BACKEND *be, b;
 	/* s.key, s.val: the reply entry */
 	struct KBP_FAM_NAME(kbp_port_search, ) s = {};
 	KBP_CT_KEY fkey = {};
@@ -98,14 +98,16 @@ static __always_inline int KBP_F(kbp_new_flow)(void *ctx, const bool xdp, const 
 		*reason = KBP_DROP_BACKEND_MISSING;
 		return KBP_DROP;
 	}
-	hairpin = KBP_F(kbp_addr_eq)(be->addr, p->saddr);
-	snat = hairpin || (role == KBP_ROLE_EXT && !(be->flags & KBP_BE_F_LOCAL));
+	/* One read of the entry: the control plane may rewrite it meanwhile. */
+	b = *be;
+	hairpin = KBP_F(kbp_addr_eq)(b.addr, p->saddr);
+	snat = hairpin || (role == KBP_ROLE_EXT && !(b.flags & KBP_BE_F_LOCAL));
 
 	out->last_seen_ns = now;
 	KBP_ADDR_SET(out->xlate_saddr, p->saddr);
-	KBP_ADDR_SET(out->xlate_daddr, be->addr);
+	KBP_ADDR_SET(out->xlate_daddr, b.addr);
 	out->xlate_sport = p->sport;
-	out->xlate_dport = be->port;
+	out->xlate_dport = b.port;
 	out->svc_id = sv->svc_id;
 	out->backend_id = backend_id;
 	out->flags = (snat ? KBP_CT_F_SNAT | KBP_CT_F_ROUTE : 0) |
@@ -123,8 +125,8 @@ static __always_inline int KBP_F(kbp_new_flow)(void *ctx, const bool xdp, const 
 	s.val.backend_id = backend_id;
 	s.val.flags = out->flags | KBP_CT_F_REPLY;
 
-	KBP_ADDR_SET(s.key.saddr, be->addr);
-	s.key.sport = be->port;
+	KBP_ADDR_SET(s.key.saddr, b.addr);
+	s.key.sport = b.port;
 	s.key.proto = p->proto;
 
 	if (snat) {
@@ -133,7 +135,7 @@ static __always_inline int KBP_F(kbp_new_flow)(void *ctx, const bool xdp, const 
 			return KBP_DROP;
 		}
 #if KBP_FAM == 4
-		out->xlate_saddr = kbp_snat_source4(ctx, xdp, be->addr, cfg);
+		out->xlate_saddr = kbp_snat_source4(ctx, xdp, b.addr, cfg);
 #else
 		kbp_snat_source6(out->xlate_saddr, cfg);
 #endif
