@@ -321,9 +321,15 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
     expect(Number(ms)).toBeLessThan(1000);
   });
 
-  it('hairpin: a pod reaches itself through its service', async () => {
-    writeFrontend(lb, { svcId: 7, addr: '10.96.0.7', port: 80, proto: IPPROTO_TCP, backends: [LOCAL] });
-    ok(await lab.requests('pod', '10.96.0.7:80', { proto: 'tcp', count: 5 }), 'local');
+  it.each(FAMILY_CASES)('hairpin: a pod reaches itself through its service ($family)', async ({ A, v4 }) => {
+    writeFrontend(lb, {
+      svcId: v4 ? 7 : 17,
+      addr: A('10.96.0.7'),
+      port: 80,
+      proto: IPPROTO_TCP,
+      backends: [{ ...LOCAL, addr: A(LOCAL.addr) }],
+    });
+    ok(await lab.requests('pod', joinHostPort(A('10.96.0.7'), 80), { proto: 'tcp', count: 5 }), 'local');
   });
 
   it.each(FAMILY_CASES)(
