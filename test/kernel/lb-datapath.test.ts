@@ -1137,6 +1137,59 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       }
     });
 
+    it('routes a NodePort flow to another node`s backend itself (SNAT, hop limit, MACs) and answers one too big with packet too big', async () => {
+      const v6 = FAMILY_CASES.find((f) => f.family === 'IPv6')!;
+      const nodeIP = v6.A('192.168.50.1');
+      const remote = v6.A(NEIGHBOURS.remoteBackend.ip);
+      const outside = v6.A(OUTSIDE);
+      writeFrontend(lb, {
+        svcId: 62,
+        addr: '::',
+        port: 30062,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+        backends: [{ id: 62, addr: remote, port: 8080 }],
+      });
+      mapUpdate(lb.fd.nodeAddrs6, ip6Codec.encode(nodeIP), u32Codec.encode(1));
+      const syn = (payload = 0) =>
+        buildPacket({
+          saddr: outside,
+          daddr: nodeIP,
+          proto: IPPROTO_TCP,
+          sport: sport(),
+          dport: 30062,
+          payload: Buffer.alloc(payload),
+        });
+      const out = run(lb, TC_EXT, syn());
+      expect(out.retval).toBe(TC_ACT_REDIRECT);
+      const p = expectValid(out.dataOut);
+      expect(p).toMatchObject({ saddr: TEST_CONFIG.snatAddr6, daddr: remote, dport: 8080 });
+      expect(p.sport).toBeGreaterThanOrEqual(TEST_CONFIG.snatPortMin);
+      expect(out.dataOut[ETH_HLEN + 7]).toBe(63); // hop limit
+      expect(macOf(out.dataOut, 0)).toBe(NEIGHBOURS.remoteBackend.mac);
+      // The backend's reply comes back to the SNAT address and is routed to the client.
+      const back = run(lb, TC_EXT, replyTo(out.dataOut));
+      expect(back.retval).toBe(TC_ACT_REDIRECT);
+      expect(expectValid(back.dataOut)).toMatchObject({ saddr: nodeIP, sport: 30062, daddr: outside });
+      expect(macOf(back.dataOut, 0)).toBe(NEIGHBOURS.outside.mac);
+
+      await lab.exec('fib', 'ip', ['link', 'set', 'r0', 'mtu', '1400']);
+      try {
+        const before = drops(DROP_REASON.fragNeeded);
+        const frame = syn(1460);
+        const big = run(lb, TC_EXT, frame);
+        expect(big.retval).toBe(TC_ACT_REDIRECT);
+        const icmp = expectValid(big.dataOut);
+        expect(icmp).toMatchObject({ proto: IPPROTO_ICMPV6, saddr: nodeIP, daddr: outside });
+        expect(icmp.l4[0]).toBe(2); // packet too big
+        expect(icmp.l4.readUInt32BE(4)).toBe(1400); // the route's MTU
+        expect(icmp.l4.subarray(8)).toEqual(frame.subarray(ETH_HLEN, ETH_HLEN + 48));
+        expect(drops(DROP_REASON.fragNeeded) - before).toBe(1n);
+      } finally {
+        await lab.exec('fib', 'ip', ['link', 'set', 'r0', 'mtu', '1500']);
+      }
+    });
+
     it('rejects a service without endpoints with ICMPv6 port unreachable quoting the packet and its extension headers', () => {
       const vip = 'fd00::a60:3d';
       writeFrontend(lb, { svcId: 61, addr: vip, port: 80, proto: IPPROTO_TCP, backends: [] });

@@ -191,7 +191,7 @@ export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
 
 export const TEST_CONFIG: BpfConfigValue = {
   snatAddr4: '192.168.50.1',
-  snatAddr6: 'fd00::192.168.50.1',
+  snatAddr6: 'fd00::c0a8:3201', // 192.168.50.1 in fd00::/96 (families.ts)
   snatPortMin: 61000,
   snatPortMax: 61999,
   maglevSize: 16381,
