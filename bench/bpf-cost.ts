@@ -18,6 +18,8 @@ import {
   CT_F,
   ct4Key,
   ct4Val,
+  ct6Key,
+  ct6Val,
   PROGRAMS,
   SCOPE,
   slotKey,
@@ -28,6 +30,7 @@ import {
 } from '../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../src/dataplanes/bpf/object.js';
 import type { Logger } from '../src/logger.js';
+import { ipFamilyOf } from '../src/net/ip.js';
 import { buildPacket, IPPROTO_TCP, TCP } from '../src/net/packets.js';
 import type { BpfCostSample } from './measures.js';
 
@@ -93,23 +96,29 @@ export function writeServices(lb: Pick<LoadedObject, 'fd'>, from: number, to: nu
  * forward entries turn CLIENT->VIP:80 and CLIENT->BACKEND:8080 into each other (ingress), reply
  * entries BACKEND:8080->CLIENT and VIP:80->CLIENT (egress).
  */
-export function writeTrackedFlow(lb: Pick<LoadedObject, 'fd'>): void {
+export function writeTrackedFlow(
+  lb: Pick<LoadedObject, 'fd'>,
+  /** Another family's addresses of the flow (the conntrack maps are the addresses' family's). */
+  addrs: { client: string; vip: string; backend: string } = { client: CLIENT, vip: VIP, backend: BACKEND },
+): void {
   const now = process.hrtime.bigint();
   type Endpoint = { addr: string; port: number };
-  const client: Endpoint = { addr: CLIENT, port: 40000 };
-  const vip: Endpoint = { addr: VIP, port: 80 };
-  const backend: Endpoint = { addr: BACKEND, port: 8080 };
+  const client: Endpoint = { addr: addrs.client, port: 40000 };
+  const vip: Endpoint = { addr: addrs.vip, port: 80 };
+  const backend: Endpoint = { addr: addrs.backend, port: 8080 };
+  const v6 = ipFamilyOf(addrs.client) === 'IPv6';
+  const [key, value] = v6 ? [ct6Key, ct6Val] : [ct4Key, ct4Val];
   const entry = (src: Endpoint, dst: Endpoint, xSrc: Endpoint, xDst: Endpoint, flags: number) =>
     mapUpdate(
-      lb.fd.ct4Tcp,
-      ct4Key.encode({
+      v6 ? lb.fd.ct6Tcp : lb.fd.ct4Tcp,
+      key.encode({
         saddr: src.addr,
         daddr: dst.addr,
         sport: src.port,
         dport: dst.port,
         proto: IPPROTO_TCP,
       }),
-      ct4Val.encode({
+      value.encode({
         lastSeenNs: now,
         xlateSaddr: xSrc.addr,
         xlateDaddr: xDst.addr,

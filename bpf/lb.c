@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
 /*
  * kube-bpf-proxy data plane programs (one object, bpf/lb.o):
- *   kbp_tc_pod        tc ingress of pod-facing interfaces
+ *   kbp_tc_pod        tc ingress of pod-facing interfaces (the tc programs: IPv4 and IPv6)
  *   kbp_tc_ext        tc ingress of external interfaces
  *   kbp_tc_ext_l3     the same on external devices without an Ethernet header (ipip, WireGuard)
  *   kbp_tc_egress     tc egress of pod-facing and external interfaces: replies back to the VIP
  *   kbp_tc_egress_l3  the same on external devices without an Ethernet header
- *   kbp_xdp_ext       XDP on external interfaces: the same load balancer before the stack
+ *   kbp_xdp_ext       XDP on external interfaces: the same load balancer before the stack (IPv4;
+ *                     IPv6 passes to tc)
  *   kbp_xdp_tx        benchmark baseline
  *   kbp_sock_connect4, kbp_sock_sendmsg4, kbp_sock_recvmsg4, kbp_sock_getpeername4
  *                     cgroup v2 socket hooks: socket-level load balancing (sock.h)
@@ -37,12 +38,19 @@ static __always_inline int kbp_tc(struct __sk_buff *skb, int role, const bool l3
 	struct kbp_hop hop = {};
 	int verdict;
 
-	kbp_pull_headers(skb);
-	verdict = kbp_lb4(skb, false, l3, role, &reason, &svc_id, &hop);
+	bool v6 = skb->protocol == bpf_htons(ETH_P_IPV6);
+
+	if (v6) {
+		kbp_pull_headers(skb, KBP_PULL_LEN6);
+		verdict = kbp_lb6(skb, false, l3, role, &reason, &svc_id, &hop);
+	} else {
+		kbp_pull_headers(skb, KBP_PULL_LEN);
+		verdict = kbp_lb4(skb, false, l3, role, &reason, &svc_id, &hop);
+	}
 	if (verdict == KBP_PASS)
 		return TC_ACT_UNSPEC;
 	if (verdict == KBP_REDIRECT || verdict == KBP_REDIRECT_NEIGH) {
-		if (l3 && kbp_push_l2(skb, &hop) < 0) {
+		if (l3 && kbp_push_l2(skb, &hop, skb->protocol) < 0) {
 			kbp_count_drop(KBP_DROP_FIB, svc_id, skb->len);
 			return TC_ACT_SHOT;
 		}
@@ -57,10 +65,17 @@ static __always_inline int kbp_tc(struct __sk_buff *skb, int role, const bool l3
 	if (verdict == KBP_REJECT || verdict == KBP_FRAG_NEEDED) {
 		__u32 len = skb->len;
 		bool reject = verdict == KBP_REJECT;
+		int sent;
 
-		if (kbp_icmp_unreach4(skb, l3,
-				      reject ? KBP_ICMP_PORT_UNREACH : KBP_ICMP_FRAG_NEEDED,
-				      reject ? 0 : (__u16)hop.mtu) == 0) {
+		if (v6)
+			sent = kbp_icmp_unreach6(
+			    skb, l3, reject ? KBP_ICMPV6_DEST_UNREACH : KBP_ICMPV6_PKT_TOOBIG,
+			    reject ? KBP_ICMPV6_PORT_UNREACH : 0, reject ? 0 : hop.mtu, hop.l4_off);
+		else
+			sent = kbp_icmp_unreach4(
+			    skb, l3, reject ? KBP_ICMP_PORT_UNREACH : KBP_ICMP_FRAG_NEEDED,
+			    reject ? 0 : (__u16)hop.mtu);
+		if (sent == 0) {
 			kbp_count_drop(reason, svc_id, len);
 			return bpf_redirect(skb->ifindex, 0);
 		}
@@ -85,20 +100,26 @@ int kbp_tc_ext_l3(struct __sk_buff *skb) {
 	return kbp_tc(skb, KBP_ROLE_EXT, true);
 }
 
-SEC("tc")
-int kbp_tc_egress(struct __sk_buff *skb) {
-	kbp_pull_headers(skb);
-	if (!kbp_rev4_egress(skb, false))
-		kbp_related4_egress(skb, false);
+static __always_inline int kbp_tc_rev(struct __sk_buff *skb, const bool l3) {
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		kbp_pull_headers(skb, KBP_PULL_LEN6);
+		kbp_rev_egress6(skb, l3);
+	} else {
+		kbp_pull_headers(skb, KBP_PULL_LEN);
+		if (!kbp_rev_egress4(skb, l3))
+			kbp_related4_egress(skb, l3);
+	}
 	return TC_ACT_UNSPEC;
 }
 
 SEC("tc")
+int kbp_tc_egress(struct __sk_buff *skb) {
+	return kbp_tc_rev(skb, false);
+}
+
+SEC("tc")
 int kbp_tc_egress_l3(struct __sk_buff *skb) {
-	kbp_pull_headers(skb);
-	if (!kbp_rev4_egress(skb, true))
-		kbp_related4_egress(skb, true);
-	return TC_ACT_UNSPEC;
+	return kbp_tc_rev(skb, true);
 }
 
 SEC("xdp")

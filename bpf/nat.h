@@ -6,6 +6,7 @@
 #include <linux/bpf.h>
 #include <linux/in.h>
 #include <linux/ip.h>
+#include <linux/ipv6.h>
 #include <linux/tcp.h>
 #include <linux/udp.h>
 #include <stdbool.h>
@@ -49,43 +50,28 @@ static __always_inline __u32 kbp_rewrite4_ip(struct iphdr *iph, __be32 saddr, __
 }
 
 /*
- * Rewrites the packet's tuple to {saddr, daddr, sport, dport} with valid checksums; a later
- * fragment (no L4 header) gets the addresses only.
- * XDP updates every checksum per RFC 1624. tc writes the IP checksum the same way (the IP header
- * sum stays invariant, so skb->csum stays right) but leaves the L4 checksum to
- * bpf_l4_csum_replace, which also handles CHECKSUM_PARTIAL skbs (see the reference's veth
- * gotcha); the helper calls come last because they invalidate packet pointers. A first
- * fragment's L4 checksum covers the whole datagram: only ever updated, never recomputed.
+ * The L4 part of a rewrite, once the addresses are: the ports at `ports` (the TCP or UDP header,
+ * `off` bytes into the frame) to {sport, dport}, and the L4 checksum by the addresses' difference
+ * addr_diff (the pseudo header's) and the ports'.
+ * XDP updates the checksum per RFC 1624. tc leaves it to bpf_l4_csum_replace, which also handles
+ * CHECKSUM_PARTIAL skbs (see the reference's veth gotcha); the helper calls come last because
+ * they invalidate packet pointers. A first fragment's L4 checksum covers the whole datagram: only
+ * ever updated, never recomputed.
  */
-static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const bool l3,
-					const struct kbp_pkt4 *p, __be32 saddr, __be32 daddr,
-					__be16 sport, __be16 dport, bool ttl_dec) {
-	void *data = kbp_data(ctx, xdp);
-	void *end = kbp_data_end(ctx, xdp);
-	struct iphdr *iph = data + KBP_L2_LEN(l3);
-	__u32 ihl_len = p->ihl_len & 0x3c;
-	bool tcp = p->proto == IPPROTO_TCP;
+static __always_inline int kbp_rewrite_l4(void *ctx, const bool xdp, __u32 off, __be16 *ports,
+					  void *end, bool tcp, __u32 addr_diff, __be16 sport,
+					  __be16 dport) {
 	/* __builtin_offsetof: clang 14 turns bpf_helpers.h's offsetof in a ?: into a load. */
 	__u32 csum_off = tcp ? __builtin_offsetof(struct tcphdr, check)
 			     : __builtin_offsetof(struct udphdr, check);
-	__u32 addr_diff, port_diff = 0, old_ports, new_ports;
+	__u32 port_diff = 0, old_ports, new_ports;
 	__u16 *l4_check;
-	__be16 *ports;
 
-	if ((void *)(iph + 1) > end || ihl_len < sizeof(*iph))
-		return -1;
-	if (p->frag == KBP_PKT_FRAG_LATER) {
-		kbp_rewrite4_ip(iph, saddr, daddr, ttl_dec);
-		return 0;
-	}
-	ports = (void *)iph + ihl_len;
 	if ((void *)ports + (tcp ? sizeof(struct tcphdr) : sizeof(struct udphdr)) > end)
 		return -1;
 	l4_check = (void *)ports + csum_off;
 	if ((void *)(l4_check + 1) > end)
 		return -1;
-
-	addr_diff = kbp_rewrite4_ip(iph, saddr, daddr, ttl_dec);
 	old_ports = *(__u32 *)ports;
 	ports[0] = sport;
 	ports[1] = dport;
@@ -103,14 +89,73 @@ static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const bool l3
 		return 0;
 	}
 
-	__u32 off = KBP_L2_LEN(l3) + ihl_len + csum_off;
 	__u64 mangled = tcp ? 0 : BPF_F_MARK_MANGLED_0;
 
+	off += csum_off;
 	if (bpf_l4_csum_replace(ctx, off, 0, addr_diff, BPF_F_PSEUDO_HDR | mangled) < 0)
 		return -1;
 	if (old_ports != new_ports && bpf_l4_csum_replace(ctx, off, 0, port_diff, mangled) < 0)
 		return -1;
 	return 0;
+}
+
+/*
+ * Rewrites the packet's tuple to {saddr, daddr, sport, dport} with valid checksums; a later
+ * fragment (no L4 header) gets the addresses only. tc writes the IP checksum the same way as XDP
+ * (the IP header sum stays invariant, so skb->csum stays right).
+ */
+static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const bool l3,
+					const struct kbp_pkt4 *p, __be32 saddr, __be32 daddr,
+					__be16 sport, __be16 dport, bool ttl_dec) {
+	void *data = kbp_data(ctx, xdp);
+	void *end = kbp_data_end(ctx, xdp);
+	struct iphdr *iph = data + KBP_L2_LEN(l3);
+	__u32 ihl_len = p->ihl_len & 0x3c;
+	__u32 addr_diff;
+
+	if ((void *)(iph + 1) > end || ihl_len < sizeof(*iph))
+		return -1;
+	if (p->frag == KBP_PKT_FRAG_LATER) {
+		kbp_rewrite4_ip(iph, saddr, daddr, ttl_dec);
+		return 0;
+	}
+	if ((void *)iph + ihl_len + sizeof(struct udphdr) > end)
+		return -1;
+	addr_diff = kbp_rewrite4_ip(iph, saddr, daddr, ttl_dec);
+	return kbp_rewrite_l4(ctx, xdp, KBP_L2_LEN(l3) + ihl_len, (void *)iph + ihl_len, end,
+			      p->proto == IPPROTO_TCP, addr_diff, sport, dport);
+}
+
+/* The IPv6 rewrite: no IP checksum, so only the L4 one changes with the addresses; the hop limit
+ * is decremented when the program forwards the packet itself. */
+static __always_inline int kbp_rewrite6(void *ctx, const bool xdp, const bool l3,
+					const struct kbp_pkt6 *p, const __be32 *saddr,
+					const __be32 *daddr, __be16 sport, __be16 dport,
+					bool ttl_dec) {
+	void *data = kbp_data(ctx, xdp);
+	void *end = kbp_data_end(ctx, xdp);
+	struct ipv6hdr *ip6 = data + KBP_L2_LEN(l3);
+	__u32 l4_off = p->l4_off, addr_diff = 0;
+	__be32 *old;
+
+	if ((void *)(ip6 + 1) > end || l4_off > KBP_IPV6_L4_OFF_MAX)
+		return -1;
+	if ((void *)ip6 + l4_off + sizeof(struct udphdr) > end)
+		return -1;
+	old = ip6->saddr.in6_u.u6_addr32;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		addr_diff = kbp_csum_diff32(addr_diff, old[i], saddr[i]);
+	old = ip6->daddr.in6_u.u6_addr32;
+#pragma unroll
+	for (int i = 0; i < 4; i++)
+		addr_diff = kbp_csum_diff32(addr_diff, old[i], daddr[i]);
+	__builtin_memcpy(&ip6->saddr, saddr, sizeof(ip6->saddr));
+	__builtin_memcpy(&ip6->daddr, daddr, sizeof(ip6->daddr));
+	if (ttl_dec)
+		ip6->hop_limit--;
+	return kbp_rewrite_l4(ctx, xdp, KBP_L2_LEN(l3) + l4_off, (void *)ip6 + l4_off, end,
+			      p->proto == IPPROTO_TCP, addr_diff, sport, dport);
 }
 
 /*
@@ -136,6 +181,11 @@ static __always_inline __be32 kbp_snat_source4(void *ctx, const bool xdp, __be32
 			return *addr;
 	}
 	return cfg->snat_addr4;
+}
+
+/* The SNAT source of an IPv6 flow: the configured node address (no per-interface choice yet). */
+static __always_inline void kbp_snat_source6(__be32 *out, const struct kbp_config *cfg) {
+	__builtin_memcpy(out, cfg->snat_addr6, sizeof(cfg->snat_addr6));
 }
 
 #endif /* KBP_NAT_H */

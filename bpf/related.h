@@ -111,12 +111,12 @@ static __always_inline int kbp_related4(void *ctx, const bool xdp, const bool l3
 	key.sport = ports[1];
 	key.dport = ports[0];
 	key.proto = in->protocol;
-	ct = kbp_ct_lookup(&key);
+	ct = kbp_ct_lookup4(&key);
 	if (!ct)
 		return KBP_PASS;
 	cv = *ct;
 	/* The egress program owns the errors about unrouted forward packets; ingress the rest. */
-	if (kbp_ct_egress_reply(&cv) != !ingress)
+	if (kbp_ct_egress_reply(cv.flags) != !ingress)
 		return KBP_PASS;
 	route = ingress && (cv.flags & KBP_CT_F_ROUTE);
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * The frontend a packet or socket address is for: the exact entry, else the addr-0 NodePort entry
- * on a node address, then the internal-scope entry for traffic from pods.
+ * on a node address, then the internal-scope entry for traffic from pods (service_family.h, once
+ * per family).
  */
 #ifndef KBP_SERVICE_H
 #define KBP_SERVICE_H
@@ -13,7 +14,9 @@
 #include <bpf/bpf_helpers.h>
 
 #include "config.h"
+#include "family.h"
 #include "maps.h"
+#include "parse.h"
 
 /* Which interface the packet arrived on decides ClusterIP access and the SNAT need. */
 enum kbp_role {
@@ -40,31 +43,16 @@ static __always_inline bool kbp_loopback4(__be32 addr) {
 	return (addr & bpf_htonl(0xff000000)) == bpf_htonl(0x7f000000);
 }
 
-static __always_inline int kbp_lookup_service(__be32 daddr, __be16 dport, __u8 proto, int role,
-					      struct kbp_svc_val *sv) {
-	struct kbp_svc4_key key = {
-	    .addr = daddr, .port = dport, .proto = proto, .scope = KBP_SCOPE_ALL};
-	struct kbp_svc_val *found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
-
-	if (!found) {
-		if (!kbp_nodeport_candidate(dport))
-			return -1;
-		if (!(role == KBP_ROLE_HOST && kbp_loopback4(daddr)) &&
-		    !bpf_map_lookup_elem(&kbp_node4_v1, &daddr))
-			return -1;
-		key.addr = 0;
-		found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
-		if (!found)
-			return -1;
-	}
-	*sv = *found;
-	if (role != KBP_ROLE_EXT && (sv->flags & KBP_SVC_F_TWO_SCOPES)) {
-		key.scope = KBP_SCOPE_INTERNAL;
-		found = bpf_map_lookup_elem(&kbp_svc4_v1, &key);
-		if (found)
-			*sv = *found;
-	}
-	return 0;
+/* IPv6's loopback, ::1. */
+static __always_inline bool kbp_loopback6(const __be32 *addr) {
+	return (addr[0] | addr[1] | addr[2]) == 0 && addr[3] == bpf_htonl(1);
 }
+
+#define KBP_FAM 4
+#include "service_family.h"
+#undef KBP_FAM
+#define KBP_FAM 6
+#include "service_family.h"
+#undef KBP_FAM
 
 #endif /* KBP_SERVICE_H */

@@ -76,7 +76,7 @@ static __always_inline int kbp_sock_xlate4(struct bpf_sock_addr *ctx, bool conne
 	p.daddr = ctx->user_ip4;
 	p.dport = (__be16)ctx->user_port;
 	p.proto = proto;
-	if (kbp_lookup_service(p.daddr, p.dport, p.proto, KBP_ROLE_HOST, &sv) < 0)
+	if (kbp_lookup_service4(&p, KBP_ROLE_HOST, &sv) < 0)
 		return KBP_SOCK_PROCEED;
 	if (!kbp_sock_served(ctx))
 		return KBP_SOCK_PROCEED;
@@ -94,14 +94,14 @@ static __always_inline int kbp_sock_xlate4(struct bpf_sock_addr *ctx, bool conne
 	if (!p.sport)
 		p.sport = (__be16)bpf_get_prandom_u32();
 
-	verdict = kbp_service_policy(&sv, p.saddr, &reason);
+	verdict = kbp_service_policy4(&sv, &p, &reason);
 	if (verdict != KBP_PASS) {
 		kbp_count_drop(reason, sv.svc_id, 0);
 		if (verdict == KBP_REJECT && kbp_sock_set_retval)
 			bpf_set_retval(-KBP_ECONNREFUSED);
 		return KBP_SOCK_REJECT;
 	}
-	be = kbp_select_backend(&sv, &p, cfg, kbp_now(), &backend_id);
+	be = kbp_select_backend4(&sv, &p, cfg, kbp_now(), &backend_id);
 	if (!be) {
 		kbp_count_drop(KBP_DROP_BACKEND_MISSING, sv.svc_id, 0);
 		return KBP_SOCK_REJECT;

@@ -51,7 +51,7 @@ enum kbp_svc_flags {
 	KBP_SVC_F_LOCAL_ONLY = 1 << 4,	 /* informational: the backends are the local endpoints */
 	KBP_SVC_F_TWO_SCOPES = 1 << 5,	 /* pods use the KBP_SCOPE_INTERNAL entry */
 	KBP_SVC_F_AFFINITY = 1 << 6,	 /* sessionAffinity=ClientIP */
-	KBP_SVC_F_SOURCE_RANGE = 1 << 7, /* check kbp_srcr4_v1 (loadBalancerSourceRanges) */
+	KBP_SVC_F_SOURCE_RANGE = 1 << 7, /* check kbp_srcr4/6_v1 (loadBalancerSourceRanges) */
 };
 _Static_assert(sizeof(enum kbp_svc_flags) == 4, "kbp_svc_flags");
 
@@ -260,7 +260,7 @@ enum kbp_drop_reason {
 	KBP_DROP_NO_LOCAL_ENDPOINTS = 2, /* KBP_ACTION_DROP (traffic policy Local) */
 	KBP_DROP_SOURCE_RANGE = 3,	 /* source outside loadBalancerSourceRanges */
 	KBP_DROP_BACKEND_MISSING = 4,	 /* slot or Maglev entry names an unknown backend */
-	KBP_DROP_NO_SNAT_ADDR = 5,	 /* SNAT needed but kbp_config.snat_addr4 is 0 */
+	KBP_DROP_NO_SNAT_ADDR = 5,	 /* SNAT needed but kbp_config.snat_addr4 (6) is 0 */
 	KBP_DROP_SNAT_PORTS = 6,	 /* no free SNAT port after KBP_SNAT_PORT_TRIES */
 	KBP_DROP_CT_INSERT = 7,		 /* conntrack insert failed */
 	KBP_DROP_REJECT_FAILED = 8,	 /* building the ICMP port unreachable failed */
@@ -301,13 +301,13 @@ _Static_assert(sizeof(struct kbp_svc_drop_key) == 8, "kbp_svc_drop_key");
 
 struct kbp_config {
 	__be32 snat_addr4;    /* node address used for SNAT and hairpin; 0 disables SNAT */
-	__be32 snat_addr6[4]; /* IPv6 counterpart (unused until IPv6 lands) */
+	__be32 snat_addr6[4]; /* IPv6 counterpart; all zero disables IPv6 SNAT */
 	__u16 snat_port_min;  /* host order, inclusive */
 	__u16 snat_port_max;
 	__u32 maglev_size; /* M of every Maglev table (prime, 16381 by default) */
-	__u32 hash_seed;   /* seed of kbp_flow_hash4; the same on every node */
-	/* The NodePort range, host order: only these ports consult kbp_node4_v1 for the addr-0
-	 * NodePort entry. nodeport_max 0 means every port does. */
+	__u32 hash_seed;   /* seed of kbp_flow_hash4/6; the same on every node */
+	/* The NodePort range, host order: only these ports consult kbp_node4_v1 / kbp_node6_v1 for
+	 * the addr-0 NodePort entry. nodeport_max 0 means every port does. */
 	__u16 nodeport_min;
 	__u16 nodeport_max;
 	/* New flows (conntrack entry pairs) one CPU may create per second; above it a new flow is

@@ -15,7 +15,7 @@ import {
   traceFlow,
 } from '../dataplanes/bpf/inspect.js';
 import { splitHostPort } from '../net/host-port.js';
-import { canonicalIPOfFamily } from '../net/ip.js';
+import { canonicalIP, ipFamilyOf } from '../net/ip.js';
 
 export interface TraceOptions {
   pinPath: string;
@@ -29,12 +29,13 @@ export interface TraceOptions {
   namesFile?: string;
 }
 
+/** ADDRESS:PORT, an IPv6 address in brackets ([fd00::10]:80). */
 function endpoint(text: string, what: string): { address: string; port: number } {
   const hp = splitHostPort(text);
-  const address = hp ? canonicalIPOfFamily(hp.host, 'IPv4') : null;
+  const address = hp ? canonicalIP(hp.host) : null;
   const port = hp ? Number(hp.port) : Number.NaN;
   if (!address || !Number.isInteger(port) || port < 1 || port > 65535) {
-    throw new Error(`${what} must be IPv4ADDRESS:PORT, not ${JSON.stringify(text)}`);
+    throw new Error(`${what} must be ADDRESS:PORT (IPv4, or [IPv6]), not ${JSON.stringify(text)}`);
   }
   return { address, port };
 }
@@ -44,6 +45,8 @@ export function parseTraceInput(
 ): TraceInput {
   const src = endpoint(opts.source, 'SRC');
   const dst = endpoint(opts.destination, 'DST');
+  if (ipFamilyOf(src.address) !== ipFamilyOf(dst.address))
+    throw new Error(`SRC and DST must be of one family, not ${opts.source} and ${opts.destination}`);
   const protocol = opts.protocol.toUpperCase();
   if (protocol !== 'TCP' && protocol !== 'UDP')
     throw new Error(`PROTO must be tcp or udp, not ${JSON.stringify(opts.protocol)}`);
@@ -98,8 +101,8 @@ export function registerTraceCommand(program: Command): void {
     .description(
       'Tell which service, backend and rule the bpf data plane gives a packet with this tuple, and why',
     )
-    .argument('<src>', 'source IPv4ADDRESS:PORT')
-    .argument('<dst>', 'destination IPv4ADDRESS:PORT')
+    .argument('<src>', 'source ADDRESS:PORT (IPv4, or [IPv6]:PORT)')
+    .argument('<dst>', 'destination ADDRESS:PORT (IPv4, or [IPv6]:PORT)')
     .argument('<proto>', 'tcp or udp')
     .option('--from <side>', 'the interface the packet arrives on: pod or external', 'pod')
     .option('--established', 'TCP: a packet of an existing connection rather than its SYN')

@@ -77,8 +77,9 @@ export class Lab {
     await this.exec(nsB, 'ip', ['link', 'set', ifB, 'up']);
   }
 
+  /** An IPv6 address is usable at once (nodad: no duplicate address detection to wait out). */
   async addAddress(ns: string, ifname: string, cidr: string): Promise<void> {
-    await this.exec(ns, 'ip', ['addr', 'add', cidr, 'dev', ifname]);
+    await this.exec(ns, 'ip', ['addr', 'add', cidr, 'dev', ifname, ...(cidr.includes(':') ? ['nodad'] : [])]);
   }
 
   async addRoute(ns: string, ...args: string[]): Promise<void> {
@@ -87,19 +88,21 @@ export class Lab {
 
   /**
    * `-A FORWARD -m conntrack --ctstate INVALID -j DROP`, as Docker, firewalld, several CNIs and
-   * kube-proxy's iptables mode install it; it also turns netfilter conntrack on in the namespace.
+   * kube-proxy's iptables mode install it, for IPv4 and IPv6; it also turns netfilter conntrack on
+   * in the namespace.
    */
   async dropInvalidForwards(ns: string): Promise<void> {
-    await this.exec(ns, 'iptables', [
-      '-A',
-      'FORWARD',
-      '-m',
-      'conntrack',
-      '--ctstate',
-      'INVALID',
-      '-j',
-      'DROP',
-    ]);
+    for (const command of ['iptables', 'ip6tables'])
+      await this.exec(ns, command, [
+        '-A',
+        'FORWARD',
+        '-m',
+        'conntrack',
+        '--ctstate',
+        'INVALID',
+        '-j',
+        'DROP',
+      ]);
   }
 
   /**

@@ -1,12 +1,18 @@
-// Crafted Ethernet/IPv4/TCP/UDP frames for BPF_PROG_TEST_RUN, with correct checksums, and a
-// reader that checks them. Addresses are dotted strings, ports numbers, as in layout.ts.
+// Crafted Ethernet/IPv4/IPv6/TCP/UDP frames for BPF_PROG_TEST_RUN, with correct checksums, and a
+// reader that checks them. Addresses are strings (the family is the address's), ports numbers, as
+// in layout.ts.
 
-import { ipBytes } from './ip.js';
+import { formatIP, ipBytes, ipFamilyOf } from './ip.js';
 
 export const ETH_HLEN = 14;
 export const IPPROTO_ICMP = 1;
 export const IPPROTO_TCP = 6;
 export const IPPROTO_UDP = 17;
+export const IPPROTO_ICMPV6 = 58;
+/** IPv6 extension headers (next header values). */
+export const IPV6_EXT = { HOPOPTS: 0, ROUTING: 43, FRAGMENT: 44, DSTOPTS: 60 } as const;
+const ETH_P_IP = 0x0800;
+const ETH_P_IPV6 = 0x86dd;
 
 export const TCP = { FIN: 0x01, SYN: 0x02, RST: 0x04, PSH: 0x08, ACK: 0x10 } as const;
 
@@ -30,6 +36,9 @@ export interface PacketSpec {
   ipId?: number;
   srcMac?: string;
   dstMac?: string;
+  /** IPv6 only: extension headers before the L4 header, in order (each 8 bytes; a fragment
+   * header says offset 0, more fragments, id 1). */
+  extHeaders?: number[];
 }
 
 /** One's complement sum of `buf` (16-bit big-endian words), not complemented. */
@@ -41,12 +50,13 @@ export function onesSum(buf: Buffer, initial = 0): number {
   return sum;
 }
 
+/** The pseudo header's sum: RFC 793's for IPv4 (4-byte addresses), RFC 8200's for IPv6. */
 function pseudoHeaderSum(saddr: Buffer, daddr: Buffer, proto: number, l4Length: number): number {
-  const ph = Buffer.alloc(12);
+  const ph = Buffer.alloc(2 * saddr.length + 8);
   saddr.copy(ph, 0);
-  daddr.copy(ph, 4);
-  ph[9] = proto;
-  ph.writeUInt16BE(l4Length, 10);
+  daddr.copy(ph, saddr.length);
+  ph.writeUInt16BE(l4Length, ph.length - 6);
+  ph[ph.length - 1] = proto;
   return onesSum(ph);
 }
 
@@ -54,7 +64,32 @@ function macBytes(mac: string): Buffer {
   return Buffer.from(mac.split(':').map((h) => Number.parseInt(h, 16)));
 }
 
+/** The IPv6 header with its extension headers, for an L4 part of l4Len bytes. */
+function ipv6Header(spec: PacketSpec, l4Len: number): Buffer {
+  const ext = spec.extHeaders ?? [];
+  const ip = Buffer.alloc(40 + 8 * ext.length);
+  ip.writeUInt32BE(0x60000000, 0);
+  ip.writeUInt16BE(8 * ext.length + l4Len, 4);
+  ip[6] = ext[0] ?? spec.proto;
+  ip[7] = spec.ttl ?? 64;
+  Buffer.from(ipBytes(spec.saddr, 'IPv6')).copy(ip, 8);
+  Buffer.from(ipBytes(spec.daddr, 'IPv6')).copy(ip, 24);
+  ext.forEach((type, i) => {
+    const h = ip.subarray(40 + 8 * i, 48 + 8 * i);
+    h[0] = ext[i + 1] ?? spec.proto;
+    if (type === IPV6_EXT.FRAGMENT) {
+      h.writeUInt16BE(1, 2); // offset 0, more fragments
+      h.writeUInt32BE(1, 4);
+    } else {
+      h[2] = 1; // a PadN option filling the header
+      h[3] = 4;
+    }
+  });
+  return ip;
+}
+
 export function buildPacket(spec: PacketSpec): Buffer {
+  if (ipFamilyOf(spec.saddr) === 'IPv6') return buildPacket6(spec);
   const options = spec.ipOptions ?? Buffer.alloc(0);
   if (options.length % 4 !== 0 || options.length > 40)
     throw new Error('IPv4 options must be 4-byte padded, ≤ 40');
@@ -82,7 +117,27 @@ export function buildPacket(spec: PacketSpec): Buffer {
   options.copy(ip, 20);
   ip.writeUInt16BE(~onesSum(ip) & 0xffff, 10);
 
-  const l4 = frame.subarray(ETH_HLEN + ihlLen);
+  writeL4(frame.subarray(ETH_HLEN + ihlLen), spec, saddr, daddr);
+  return frame;
+}
+
+function buildPacket6(spec: PacketSpec): Buffer {
+  const l4Len = (spec.proto === IPPROTO_TCP ? 20 : 8) + (spec.payload?.length ?? 0);
+  const ip = ipv6Header(spec, l4Len);
+  const frame = Buffer.alloc(ETH_HLEN + ip.length + l4Len);
+  macBytes(spec.dstMac ?? '02:00:00:00:00:02').copy(frame, 0);
+  macBytes(spec.srcMac ?? '02:00:00:00:00:01').copy(frame, 6);
+  frame.writeUInt16BE(ETH_P_IPV6, 12);
+  ip.copy(frame, ETH_HLEN);
+  writeL4(frame.subarray(ETH_HLEN + ip.length), spec, ip.subarray(8, 24), ip.subarray(24, 40));
+  return frame;
+}
+
+/** The TCP or UDP header, payload and checksum into l4 (sized for them). */
+function writeL4(l4: Buffer, spec: PacketSpec, saddr: Buffer, daddr: Buffer): void {
+  const payload = spec.payload ?? Buffer.alloc(0);
+  const l4HeaderLen = spec.proto === IPPROTO_TCP ? 20 : 8;
+  const l4Len = l4.length;
   l4.writeUInt16BE(spec.sport, 0);
   l4.writeUInt16BE(spec.dport, 2);
   if (spec.proto === IPPROTO_TCP) {
@@ -100,6 +155,38 @@ export function buildPacket(spec: PacketSpec): Buffer {
     const at = spec.proto === IPPROTO_TCP ? 16 : 6;
     l4.writeUInt16BE(spec.proto === IPPROTO_UDP && sum === 0 ? 0xffff : sum, at);
   }
+}
+
+/** An ICMPv6 neighbour solicitation (type 135) from `saddr` for `target`, to its solicited-node
+ * multicast address: what must pass the programs untouched. */
+export function buildNeighbourSolicitation(saddr: string, target: string): Buffer {
+  const t = Buffer.from(ipBytes(target, 'IPv6'));
+  const daddr = Buffer.from(ipBytes('ff02::1:ff00:0', 'IPv6'));
+  t.copy(daddr, 13, 13);
+  const icmp = Buffer.alloc(24);
+  icmp[0] = 135;
+  t.copy(icmp, 8);
+  const ip = ipv6Header(
+    {
+      saddr,
+      daddr: formatIP(daddr),
+      proto: IPPROTO_ICMPV6 as typeof IPPROTO_TCP,
+      sport: 0,
+      dport: 0,
+      ttl: 255,
+    },
+    icmp.length,
+  );
+  icmp.writeUInt16BE(
+    ~onesSum(icmp, pseudoHeaderSum(ip.subarray(8, 24), daddr, IPPROTO_ICMPV6, 24)) & 0xffff,
+    2,
+  );
+  const frame = Buffer.alloc(ETH_HLEN + ip.length + icmp.length);
+  macBytes('33:33:ff:00:00:00').copy(frame, 0);
+  macBytes('02:00:00:00:00:01').copy(frame, 6);
+  frame.writeUInt16BE(ETH_P_IPV6, 12);
+  ip.copy(frame, ETH_HLEN);
+  icmp.copy(frame, ETH_HLEN + ip.length);
   return frame;
 }
 
@@ -130,7 +217,8 @@ function ipString(buf: Buffer, at: number): string {
 
 /** Reads a frame this module built (or the program rewrote); throws on anything else. */
 export function parsePacket(frame: Buffer): ParsedPacket {
-  if (frame.readUInt16BE(12) !== 0x0800) throw new Error('not IPv4');
+  if (frame.readUInt16BE(12) === ETH_P_IPV6) return parsePacket6(frame);
+  if (frame.readUInt16BE(12) !== ETH_P_IP) throw new Error('neither IPv4 nor IPv6');
   const ip = frame.subarray(ETH_HLEN);
   const ihlLen = (ip[0]! & 0x0f) * 4;
   const totLen = ip.readUInt16BE(2);
@@ -158,6 +246,50 @@ export function parsePacket(frame: Buffer): ParsedPacket {
     moreFragments: (ip.readUInt16BE(6) & 0x2000) !== 0,
     ipChecksumOk: onesSum(ip.subarray(0, ihlLen)) === 0xffff,
     l4ChecksumOk,
+    l4,
+  };
+}
+
+/** IPv6: ihlLen is the offset of the L4 header (after the extension headers), totLen the IPv6
+ * header's 40 bytes and its payload; there is no IP checksum (ipChecksumOk always). */
+function parsePacket6(frame: Buffer): ParsedPacket {
+  const ip = frame.subarray(ETH_HLEN);
+  const totLen = 40 + ip.readUInt16BE(4);
+  let proto = ip[6]!;
+  let at = 40;
+  let fragOffset = 0;
+  let moreFragments = false;
+  while (
+    ([IPV6_EXT.HOPOPTS, IPV6_EXT.ROUTING, IPV6_EXT.DSTOPTS, IPV6_EXT.FRAGMENT] as number[]).includes(proto)
+  ) {
+    if (proto === IPV6_EXT.FRAGMENT) {
+      fragOffset = ip.readUInt16BE(at + 2) & 0xfff8;
+      moreFragments = (ip.readUInt16BE(at + 2) & 1) !== 0;
+      proto = ip[at]!;
+      at += 8;
+    } else {
+      proto = ip[at]!;
+      at += 8 * (ip[at + 1]! + 1);
+    }
+  }
+  const l4 = ip.subarray(at, totLen);
+  const saddr = Buffer.from(ip.subarray(8, 24));
+  const daddr = Buffer.from(ip.subarray(24, 40));
+  const ports = (proto === IPPROTO_TCP || proto === IPPROTO_UDP) && fragOffset === 0;
+  return {
+    saddr: formatIP(saddr),
+    daddr: formatIP(daddr),
+    proto,
+    ihlLen: at,
+    totLen,
+    sport: ports ? l4.readUInt16BE(0) : 0,
+    dport: ports ? l4.readUInt16BE(2) : 0,
+    tcpFlags: proto === IPPROTO_TCP && fragOffset === 0 ? l4[13]! : 0,
+    ipId: 0,
+    fragOffset,
+    moreFragments,
+    ipChecksumOk: true,
+    l4ChecksumOk: onesSum(l4, pseudoHeaderSum(saddr, daddr, proto, l4.length)) === 0xffff,
     l4,
   };
 }

@@ -100,8 +100,8 @@ export async function kernelHasIPv6(
  * The families a rule mode runs, decided once at start as kube-proxy v1.37 does: IPv4, and IPv6
  * too whenever the kernel has it, node IPs or not (kube-proxy then uses ::1 as the IPv6 node IP).
  * Only the modes the differential test checks against kube-proxy (iptables, nftables); ipvs and
- * bpf keep deciding by the node IPs: undefined (bpf programs IPv4 only and reports IPv6 as not
- * programmed).
+ * bpf keep deciding by the node IPs: undefined (bpf programs a family when the node has an IP of
+ * it).
  */
 export async function proxyFamiliesFor(
   mode: string,

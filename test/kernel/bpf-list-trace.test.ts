@@ -256,4 +256,49 @@ describeRoot('list and trace on a live data plane', () => {
       expect(t.steps[0].result.startsWith('packet of a tracked flow')).toBe(before[i] === kept);
     }
   });
+
+  it('a dual-stack Service: the agent programs both families, trace takes IPv6 tuples and the datapath agrees', async () => {
+    const v4 = decisions(services(['10.1.0.53']));
+    const v6 = decisions(
+      [
+        servicePort('ns', 'hash', {
+          family: 'IPv6',
+          clusterIP: 'fd00::11',
+          schedulerAnnotation: 'maglev',
+          endpoints: [ep('fd00:1::3', 8080), ep('fd00:1::4', 8080), ep('fd00:1::5', 8080)],
+        }),
+      ],
+      { family: 'IPv6', nodeIP: 'fd00::1' },
+    );
+    await dp.sync(
+      { ...v4, families: [...v4.families, ...v6.families] },
+      {
+        changedServices: new Set(),
+        fullSyncRequired: true,
+      },
+    );
+    const client6 = 'fd00:2::9';
+    for (const sport of [42000, 42001, 42002, 42003]) {
+      const t = trace(`[${client6}]:${sport}`, '[fd00::11]:80', 'tcp');
+      expect(t).toMatchObject({ verdict: 'translate', servicePort: 'ns/hash', deterministic: true });
+      const out = send(PROGRAMS.tcFromPod, client6, 'fd00::11', 80, { sport });
+      expect(t.backend).toBe(`[${out.daddr}]:${out.dport}`);
+      const tracked = trace(`[${client6}]:${sport}`, '[fd00::11]:80', 'tcp', { syn: false });
+      expect(tracked.steps[0].result).toMatch(/packet of a tracked flow/);
+    }
+    // The IPv4 frontend of the same Service is still served.
+    expect(trace(`${CLIENT}:43000`, '10.96.0.11:80', 'tcp')).toMatchObject({ verdict: 'translate' });
+    expect(await listCommand({ pinPath, output: 'table', namesFile })).toMatch(
+      /TCP\/\[fd00::11\]:80 +ClusterIP +ns\/hash/,
+    );
+    expect(() =>
+      parseTraceInput({
+        source: `${CLIENT}:1`,
+        destination: '[fd00::11]:80',
+        protocol: 'tcp',
+        from: 'pod',
+        syn: true,
+      }),
+    ).toThrow(/one family/);
+  });
 });

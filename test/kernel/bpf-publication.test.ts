@@ -9,7 +9,7 @@ import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dumpMap, mapLookup, mapUpdate, testRun } from '../../native/libbpf.js';
 import type { ProxyDecisions } from '../../src/brain/types.js';
-import { maglevIndex4 } from '../../src/dataplanes/bpf/flow-hash.js';
+import { maglevIndex } from '../../src/dataplanes/bpf/flow-hash.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
 import {
   CONFIG_GRACE_MS,
@@ -271,7 +271,7 @@ describeRoot('publication into the loaded object', () => {
     for (let i = 0; i < 20; i++) {
       const sport = nextPort;
       const got = parsePacket(fromPod(syn('198.51.100.71')).dataOut).daddr;
-      expect(got).toBe(byId.get(table[maglevIndex4(CLIENT, sport, 80, 6, NODE_CONFIG.hashSeed, 251)]!));
+      expect(got).toBe(byId.get(table[maglevIndex(CLIENT, sport, 80, 6, NODE_CONFIG.hashSeed, 251)]!));
     }
   });
 });

@@ -7,7 +7,7 @@ import { KernelStore, readMaglevTable } from '../../src/dataplanes/bpf/kernel-st
 import { MAPS, svc4Key, svcVal, u32Codec } from '../../src/dataplanes/bpf/layout.js';
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
-import { type BpfPlan, planBpf } from '../../src/dataplanes/bpf/plan.js';
+import { type BpfPlan, frontendName, planBpf } from '../../src/dataplanes/bpf/plan.js';
 import { MapWriter } from '../../src/dataplanes/bpf/writer.js';
 import { silentLogger } from '../../src/logger.js';
 import { bpfConfig, decisions, ep, servicePort } from '../support/bpf-fixtures.js';
@@ -189,6 +189,61 @@ describeRoot('bpf writer against the loaded object', () => {
     // The same inner tables are still installed (no swap happened).
     expect(dumpMap(agent.lb.fd.maglev, 4, 4).values.map((v) => u32Codec.decode(v))).toEqual(maglevIds);
     expect(agent.store.read()).toEqual(before);
+  });
+
+  it('programs a dual-stack Service in both families in one apply, reads both back, restores both', async () => {
+    const v4 = manifest(['10.1.0.1', '10.1.0.4']);
+    const v6 = decisions(
+      [
+        servicePort('ns', 'web', {
+          family: 'IPv6',
+          clusterIP: 'fd00::10',
+          type: 'LoadBalancer',
+          nodePort: 30080,
+          externallyAccessible: true,
+          loadBalancerIPs: ['2001:db8::7'],
+          loadBalancerSourceRanges: ['2001:db8:1::/48'],
+          endpoints: [ep('fd00:1::1', 8080, { isLocal: true }), ep('fd00:1::2', 8080)],
+        }),
+      ],
+      { family: 'IPv6', nodeIP: 'fd00::1' },
+    );
+    const both: ProxyDecisions = { ...v4, families: [...v4.families, ...v6.families] };
+    const plan = agent.plan(both);
+    expect(plan.problems).toEqual([]);
+    expect((await agent.writer.apply(plan)).failures).toEqual([]);
+    const state = agent.store.read();
+    const ofFamily = (family: string) =>
+      state.frontends
+        .filter((f) => f.key.family === family)
+        .map((f) => frontendName(f.key))
+        .sort();
+    expect(ofFamily('IPv6')).toEqual(['TCP/[2001:db8::7]:80', 'TCP/[::]:30080', 'TCP/[fd00::10]:80']);
+    expect(ofFamily('IPv4')).toHaveLength(5);
+    const lb6 = plan.frontends.find((f) => f.kind === 'LoadBalancer' && f.key.family === 'IPv6')!;
+    expect(state.frontends.find((f) => frontendName(f.key) === lb6.name)?.value).toMatchObject({
+      count: 2,
+      localCount: 1,
+      checksSourceRanges: true,
+    });
+    expect(
+      state.backends
+        .filter((b) => b.family === 'IPv6')
+        .map((b) => `${b.address}:${b.port}${b.isLocal ? ' local' : ''}`)
+        .sort(),
+    ).toEqual(['fd00:1::1:8080 local', 'fd00:1::2:8080']);
+    expect(state.sourceRanges.filter((r) => r.family === 'IPv6')).toEqual([
+      { serviceId: lb6.serviceId, family: 'IPv6', cidr: '2001:db8:1::/48' },
+    ]);
+    // A restarted agent finds both families' ids and has nothing to write.
+    agent.lb.close();
+    agent = startAgent();
+    expect(await agent.writer.apply(agent.plan(both))).toMatchObject({
+      written: 0,
+      deleted: 0,
+      failures: [],
+    });
+    expect(agent.store.read()).toEqual(state);
   });
 
   it('reports a full map with its name, capacity and setting, and keeps the rest', async () => {

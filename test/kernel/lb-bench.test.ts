@@ -27,6 +27,7 @@ import {
 import { type TestRunResult, testRun } from '../../native/libbpf.js';
 import { PROGRAMS } from '../../src/dataplanes/bpf/layout.js';
 import { buildPacket, fragmentPacket, IPPROTO_TCP, parsePacket, TCP } from '../../src/net/packets.js';
+import { FAMILY_CASES } from '../support/families.js';
 import { type LoadedLb, loadLb, writeConfig } from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
 
@@ -83,6 +84,25 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     }),
     512,
   ) as [Buffer, Buffer];
+  // The same flow in IPv6 (families.ts): the tc programs' IPv6 tracked path.
+  const { A } = FAMILY_CASES.find((f) => f.family === 'IPv6')!;
+  const frame6 = buildPacket({
+    saddr: A(CLIENT),
+    daddr: A(VIP),
+    proto: IPPROTO_TCP,
+    sport: 40000,
+    dport: 80,
+    tcpFlags: TCP.ACK,
+  });
+  const reply6 = buildPacket({
+    saddr: A(BACKEND),
+    daddr: A(CLIENT),
+    proto: IPPROTO_TCP,
+    sport: 8080,
+    dport: 40000,
+    tcpFlags: TCP.ACK,
+  });
+
   const capacity = {
     svc4: CAPACITY,
     slots: CAPACITY,
@@ -97,6 +117,7 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     writeConfig(lb);
     writeServices(lb, 1, 1);
     writeTrackedFlow(lb);
+    writeTrackedFlow(lb, { client: A(CLIENT), vip: A(VIP), backend: A(BACKEND) });
   });
   afterAll(() => lb?.close());
 
@@ -113,6 +134,8 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
       ['XDP tracked flow', PROGRAMS.xdpFromExternal, frame],
       ['xdp_tx baseline', PROGRAMS.xdpTx, frame],
       ['tc egress reply', PROGRAMS.tcEgress, reply],
+      ['tc tracked IPv6', PROGRAMS.tcFromPod, frame6],
+      ['tc egress IPv6', PROGRAMS.tcEgress, reply6],
       ['tc not a service', PROGRAMS.tcFromPod, miss],
       ['tc egress untracked', PROGRAMS.tcEgress, miss],
       ['XDP not a service', PROGRAMS.xdpFromExternal, miss],
@@ -132,6 +155,12 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     const back = parsePacket(testRun(lb.prog(PROGRAMS.tcEgress), { data: reply }).dataOut);
     expect(back).toMatchObject({ saddr: VIP, sport: 80, ipChecksumOk: true, l4ChecksumOk: true });
     expect(testRun(lb.prog(PROGRAMS.tcEgress), { data: reply, repeat: 2 }).dataOut).toEqual(reply);
+    const once6 = parsePacket(testRun(lb.prog(PROGRAMS.tcFromPod), { data: frame6 }).dataOut);
+    expect(once6).toMatchObject({ daddr: A(BACKEND), dport: 8080, l4ChecksumOk: true });
+    expect(testRun(lb.prog(PROGRAMS.tcFromPod), { data: frame6, repeat: 2 }).dataOut).toEqual(frame6);
+    const back6 = parsePacket(testRun(lb.prog(PROGRAMS.tcEgress), { data: reply6 }).dataOut);
+    expect(back6).toMatchObject({ saddr: A(VIP), sport: 80, l4ChecksumOk: true });
+    expect(testRun(lb.prog(PROGRAMS.tcEgress), { data: reply6, repeat: 2 }).dataOut).toEqual(reply6);
     measure('tracked-flow path', 1);
   });
 

@@ -15,26 +15,31 @@ import {
 } from '../../native/libbpf.js';
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
 import { collectConntrack } from '../../src/dataplanes/bpf/conntrack-gc.js';
-import { maglevIndex4 } from '../../src/dataplanes/bpf/flow-hash.js';
+import { maglevIndex } from '../../src/dataplanes/bpf/flow-hash.js';
 import {
   ACTION,
   ALGORITHM,
   aff4Key,
+  aff6Key,
   affMatchKey,
   affVal,
   BE_F,
   CT_F,
   ct4Key,
   ct4Val,
+  ct6Key,
+  ct6Val,
   DROP_REASON,
   dropStats,
   ip4Codec,
+  ip6Codec,
   PROGRAMS,
   perCpuValueSize,
   rrVal,
   SCOPE,
   SVC_F,
   srcRange4Key,
+  srcRange6Key,
   sumPerCpu,
   svcDropKey,
   TCP_FLAG,
@@ -46,17 +51,21 @@ import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { Lab } from '../../src/lab/netns.js';
 import {
   buildIcmpError,
+  buildNeighbourSolicitation,
   buildPacket,
   ETH_HLEN,
   IPPROTO_ICMP,
+  IPPROTO_ICMPV6,
   IPPROTO_TCP,
   IPPROTO_UDP,
+  IPV6_EXT,
   onesSum,
   parsePacket,
   quotedPacket,
   replyTo,
   TCP,
 } from '../../src/net/packets.js';
+import { FAMILY_CASES } from '../support/families.js';
 import {
   buildRoutingNamespace,
   macOf,
@@ -140,32 +149,33 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     await lab.destroy();
   });
 
-  describe('DNAT and reverse NAT', () => {
+  describe.each(FAMILY_CASES)('DNAT and reverse NAT ($family)', ({ A, v4 }) => {
+    const itV4 = v4 ? it : it.skip;
     beforeAll(() => {
       writeFrontend(lb, {
         svcId: 1,
-        addr: '10.96.0.10',
+        addr: A('10.96.0.10'),
         port: 80,
         proto: IPPROTO_TCP,
-        backends: [{ id: 1, addr: '10.244.2.5', port: 8080, flags: BE_F.LOCAL }],
+        backends: [{ id: 1, addr: A('10.244.2.5'), port: 8080, flags: BE_F.LOCAL }],
       });
       writeFrontend(lb, {
         svcId: 2,
-        addr: '10.96.0.53',
+        addr: A('10.96.0.53'),
         port: 53,
         proto: IPPROTO_UDP,
-        backends: [{ id: 2, addr: '10.244.2.6', port: 5353, flags: BE_F.LOCAL }],
+        backends: [{ id: 2, addr: A('10.244.2.6'), port: 5353, flags: BE_F.LOCAL }],
       });
     });
 
     it('tc rewrites a TCP SYN to the backend at ingress and the reply back to the VIP at egress, checksums valid', () => {
-      const syn = tcp(CLIENT, '10.96.0.10', 80);
+      const syn = tcp(A(CLIENT), A('10.96.0.10'), 80);
       const out = run(lb, TC_POD, syn);
       expect(out.retval).toBe(TC_ACT_UNSPEC);
       const p = expectValid(out.dataOut);
       expect(p).toMatchObject({
-        saddr: CLIENT,
-        daddr: '10.244.2.5',
+        saddr: A(CLIENT),
+        daddr: A('10.244.2.5'),
         dport: 8080,
         sport: parsePacket(syn).sport,
       });
@@ -179,139 +189,153 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       const back = run(lb, TC_EGRESS, reply);
       expect(back.retval).toBe(TC_ACT_UNSPEC);
       const r = expectValid(back.dataOut);
-      expect(r).toMatchObject({ saddr: '10.96.0.10', sport: 80, daddr: CLIENT, dport: p.sport });
+      expect(r).toMatchObject({ saddr: A('10.96.0.10'), sport: 80, daddr: A(CLIENT), dport: p.sport });
     });
 
-    it('tc rewrites UDP (with and without a checksum) both ways', () => {
-      const out = run(lb, TC_POD, udp(CLIENT, '10.96.0.53', 53));
+    it('tc rewrites UDP both ways', () => {
+      const out = run(lb, TC_POD, udp(A(CLIENT), A('10.96.0.53'), 53));
       const p = expectValid(out.dataOut);
-      expect(p).toMatchObject({ daddr: '10.244.2.6', dport: 5353 });
+      expect(p).toMatchObject({ daddr: A('10.244.2.6'), dport: 5353 });
       const back = expectValid(run(lb, TC_EGRESS, replyTo(out.dataOut)).dataOut);
-      expect(back).toMatchObject({ saddr: '10.96.0.53', sport: 53, daddr: CLIENT });
+      expect(back).toMatchObject({ saddr: A('10.96.0.53'), sport: 53, daddr: A(CLIENT) });
+    });
 
+    // IPv6 has no UDP without a checksum (RFC 8200).
+    itV4('tc keeps a UDP checksum of 0 ("none") at 0', () => {
       const bare = buildPacket({
-        saddr: CLIENT,
-        daddr: '10.96.0.53',
+        saddr: A(CLIENT),
+        daddr: A('10.96.0.53'),
         proto: IPPROTO_UDP,
         sport: sport(),
         dport: 53,
         udpNoChecksum: true,
       });
       const q = parsePacket(run(lb, TC_POD, bare).dataOut);
-      expect(q.daddr).toBe('10.244.2.6');
+      expect(q.daddr).toBe(A('10.244.2.6'));
       expect(q.l4.readUInt16BE(6)).toBe(0);
       expect(q.ipChecksumOk).toBe(true);
     });
 
-    it('honours IPv4 options (ihl > 5)', () => {
+    itV4('honours IPv4 options (ihl > 5)', () => {
       const frame = buildPacket({
-        saddr: CLIENT,
-        daddr: '10.96.0.10',
+        saddr: A(CLIENT),
+        daddr: A('10.96.0.10'),
         proto: IPPROTO_TCP,
         sport: sport(),
         dport: 80,
         ipOptions: Buffer.from([1, 1, 1, 0, 0x94, 4, 0, 0]),
       });
       const p = expectValid(run(lb, TC_POD, frame).dataOut);
-      expect(p).toMatchObject({ ihlLen: 28, daddr: '10.244.2.5', dport: 8080 });
+      expect(p).toMatchObject({ ihlLen: 28, daddr: A('10.244.2.5'), dport: 8080 });
     });
 
-    it('an ICMP error about a translated flow reaches the client in service terms (RELATED, egress)', () => {
-      for (const [proto, vip, vport, backend, bport] of [
-        [IPPROTO_UDP, '10.96.0.53', 53, '10.244.2.6', 5353],
-        [IPPROTO_TCP, '10.96.0.10', 80, '10.244.2.5', 8080],
-      ] as const) {
+    itV4(
+      'an ICMP error about a translated flow reaches the client in service terms (RELATED, egress)',
+      () => {
+        for (const [proto, vip, vport, backend, bport] of [
+          [IPPROTO_UDP, A('10.96.0.53'), 53, A('10.244.2.6'), 5353],
+          [IPPROTO_TCP, A('10.96.0.10'), 80, A('10.244.2.5'), 8080],
+        ] as const) {
+          const src = sport();
+          const sent =
+            proto === IPPROTO_UDP
+              ? udp(A(CLIENT), vip, vport, src)
+              : tcp(A(CLIENT), vip, vport, TCP.SYN, src);
+          const out = run(lb, TC_POD, sent).dataOut;
+          expect(parsePacket(out)).toMatchObject({ daddr: backend, dport: bport });
+          // The backend's host answers the translated packet: port unreachable, quoting all of it.
+          const error = buildIcmpError({ saddr: backend, daddr: A(CLIENT), quote: out.subarray(ETH_HLEN) });
+          const back = run(lb, TC_EGRESS, error);
+          const icmp = expectValid(back.dataOut);
+          expect(icmp).toMatchObject({ proto: IPPROTO_ICMP, saddr: vip, daddr: A(CLIENT) });
+          // The quote is the packet as the client sent it, checksums included.
+          const quote = expectValid(quotedPacket(back.dataOut));
+          expect(quote).toMatchObject({ saddr: A(CLIENT), sport: src, daddr: vip, dport: vport });
+          expect(quotedPacket(back.dataOut).subarray(ETH_HLEN)).toEqual(sent.subarray(ETH_HLEN));
+        }
+        // An error quoting a packet of no tracked flow passes untouched.
+        const stranger = buildIcmpError({
+          saddr: A('10.244.2.6'),
+          daddr: A(CLIENT),
+          quote: udp(A(CLIENT), A('10.244.2.6'), 5353, 1).subarray(ETH_HLEN),
+        });
+        expect(run(lb, TC_EGRESS, stranger).dataOut).toEqual(stranger);
+      },
+    );
+
+    itV4(
+      'an ICMP error from the client about a reply reaches the backend in its terms, through the stack (RELATED, ingress)',
+      () => {
         const src = sport();
-        const sent =
-          proto === IPPROTO_UDP ? udp(CLIENT, vip, vport, src) : tcp(CLIENT, vip, vport, TCP.SYN, src);
-        const out = run(lb, TC_POD, sent).dataOut;
-        expect(parsePacket(out)).toMatchObject({ daddr: backend, dport: bport });
-        // The backend's host answers the translated packet: port unreachable, quoting all of it.
-        const error = buildIcmpError({ saddr: backend, daddr: CLIENT, quote: out.subarray(ETH_HLEN) });
-        const back = run(lb, TC_EGRESS, error);
-        const icmp = expectValid(back.dataOut);
-        expect(icmp).toMatchObject({ proto: IPPROTO_ICMP, saddr: vip, daddr: CLIENT });
-        // The quote is the packet as the client sent it, checksums included.
-        const quote = expectValid(quotedPacket(back.dataOut));
-        expect(quote).toMatchObject({ saddr: CLIENT, sport: src, daddr: vip, dport: vport });
-        expect(quotedPacket(back.dataOut).subarray(ETH_HLEN)).toEqual(sent.subarray(ETH_HLEN));
-      }
-      // An error quoting a packet of no tracked flow passes untouched.
-      const stranger = buildIcmpError({
-        saddr: '10.244.2.6',
-        daddr: CLIENT,
-        quote: udp(CLIENT, '10.244.2.6', 5353, 1).subarray(ETH_HLEN),
-      });
-      expect(run(lb, TC_EGRESS, stranger).dataOut).toEqual(stranger);
-    });
+        const out = run(lb, TC_POD, udp(A(CLIENT), A('10.96.0.53'), 53, src)).dataOut;
+        const sentByBackend = replyTo(out);
+        const seenByClient = run(lb, TC_EGRESS, sentByBackend).dataOut;
+        expect(parsePacket(seenByClient)).toMatchObject({ saddr: A('10.96.0.53'), sport: 53 });
+        // The client's socket is gone: its host answers the reply with port unreachable.
+        const error = buildIcmpError({
+          saddr: A(CLIENT),
+          daddr: A('10.96.0.53'),
+          quote: seenByClient.subarray(ETH_HLEN),
+        });
+        const fwd = run(lb, TC_POD, error);
+        expect(fwd.retval).toBe(TC_ACT_UNSPEC);
+        expect(expectValid(fwd.dataOut)).toMatchObject({
+          proto: IPPROTO_ICMP,
+          saddr: A(CLIENT),
+          daddr: A('10.244.2.6'),
+        });
+        // The quote is the reply exactly as the backend sent it, checksums included.
+        expect(quotedPacket(fwd.dataOut).subarray(ETH_HLEN)).toEqual(sentByBackend.subarray(ETH_HLEN));
+        // The same error at egress is not the egress program's: untouched.
+        expect(run(lb, TC_EGRESS, error).dataOut).toEqual(error);
+      },
+    );
 
-    it('an ICMP error from the client about a reply reaches the backend in its terms, through the stack (RELATED, ingress)', () => {
-      const src = sport();
-      const out = run(lb, TC_POD, udp(CLIENT, '10.96.0.53', 53, src)).dataOut;
-      const sentByBackend = replyTo(out);
-      const seenByClient = run(lb, TC_EGRESS, sentByBackend).dataOut;
-      expect(parsePacket(seenByClient)).toMatchObject({ saddr: '10.96.0.53', sport: 53 });
-      // The client's socket is gone: its host answers the reply with port unreachable.
-      const error = buildIcmpError({
-        saddr: CLIENT,
-        daddr: '10.96.0.53',
-        quote: seenByClient.subarray(ETH_HLEN),
-      });
-      const fwd = run(lb, TC_POD, error);
-      expect(fwd.retval).toBe(TC_ACT_UNSPEC);
-      expect(expectValid(fwd.dataOut)).toMatchObject({
-        proto: IPPROTO_ICMP,
-        saddr: CLIENT,
-        daddr: '10.244.2.6',
-      });
-      // The quote is the reply exactly as the backend sent it, checksums included.
-      expect(quotedPacket(fwd.dataOut).subarray(ETH_HLEN)).toEqual(sentByBackend.subarray(ETH_HLEN));
-      // The same error at egress is not the egress program's: untouched.
-      expect(run(lb, TC_EGRESS, error).dataOut).toEqual(error);
-    });
-
-    it('translates a BIG TCP packet (IPv4 tot_len 0 on a GSO skb), and leaves tot_len 0 alone otherwise', () => {
-      const src = sport();
-      run(lb, TC_POD, tcp(CLIENT, '10.96.0.10', 80, TCP.SYN, src));
-      const big = buildPacket({
-        saddr: CLIENT,
-        daddr: '10.96.0.10',
-        proto: IPPROTO_TCP,
-        sport: src,
-        dport: 80,
-        tcpFlags: TCP.ACK,
-        payload: Buffer.alloc(3000, 7),
-      });
-      big.writeUInt16BE(0, ETH_HLEN + 2);
-      big.writeUInt16BE(0, ETH_HLEN + 10);
-      big.writeUInt16BE(~onesSum(big.subarray(ETH_HLEN, ETH_HLEN + 20)) & 0xffff, ETH_HLEN + 10);
-      // struct __sk_buff as BPF_PROG_TEST_RUN takes it: gso_segs at 164, gso_size at 176.
-      const gso = (size: number) => {
-        const ctx = Buffer.alloc(192);
-        ctx.writeUInt32LE(size ? 3 : 0, 164);
-        ctx.writeUInt32LE(size, 176);
-        return ctx;
-      };
-      const out = testRun(lb.prog(TC_POD), { data: big, ctx: gso(1448) }).dataOut;
-      expect(out.readUInt16BE(ETH_HLEN + 2)).toBe(0);
-      expect(out.subarray(ETH_HLEN + 16, ETH_HLEN + 20)).toEqual(Buffer.from([10, 244, 2, 5]));
-      expect(out.readUInt16BE(ETH_HLEN + 22)).toBe(8080);
-      expect(onesSum(out.subarray(ETH_HLEN, ETH_HLEN + 20))).toBe(0xffff);
-      // The TCP checksum, over the real length, stays valid.
-      const l4 = out.subarray(ETH_HLEN + 20);
-      const ph = Buffer.alloc(12);
-      out.copy(ph, 0, ETH_HLEN + 12, ETH_HLEN + 20);
-      ph[9] = IPPROTO_TCP;
-      ph.writeUInt16BE(l4.length, 10);
-      expect(onesSum(l4, onesSum(ph))).toBe(0xffff);
-      // Not GSO: a tot_len of 0 is inconsistent, the packet passes untouched.
-      expect(testRun(lb.prog(TC_POD), { data: big, ctx: gso(0) }).dataOut).toEqual(big);
-    });
+    itV4(
+      'translates a BIG TCP packet (IPv4 tot_len 0 on a GSO skb), and leaves tot_len 0 alone otherwise',
+      () => {
+        const src = sport();
+        run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.10'), 80, TCP.SYN, src));
+        const big = buildPacket({
+          saddr: A(CLIENT),
+          daddr: A('10.96.0.10'),
+          proto: IPPROTO_TCP,
+          sport: src,
+          dport: 80,
+          tcpFlags: TCP.ACK,
+          payload: Buffer.alloc(3000, 7),
+        });
+        big.writeUInt16BE(0, ETH_HLEN + 2);
+        big.writeUInt16BE(0, ETH_HLEN + 10);
+        big.writeUInt16BE(~onesSum(big.subarray(ETH_HLEN, ETH_HLEN + 20)) & 0xffff, ETH_HLEN + 10);
+        // struct __sk_buff as BPF_PROG_TEST_RUN takes it: gso_segs at 164, gso_size at 176.
+        const gso = (size: number) => {
+          const ctx = Buffer.alloc(192);
+          ctx.writeUInt32LE(size ? 3 : 0, 164);
+          ctx.writeUInt32LE(size, 176);
+          return ctx;
+        };
+        const out = testRun(lb.prog(TC_POD), { data: big, ctx: gso(1448) }).dataOut;
+        expect(out.readUInt16BE(ETH_HLEN + 2)).toBe(0);
+        expect(out.subarray(ETH_HLEN + 16, ETH_HLEN + 20)).toEqual(Buffer.from([10, 244, 2, 5]));
+        expect(out.readUInt16BE(ETH_HLEN + 22)).toBe(8080);
+        expect(onesSum(out.subarray(ETH_HLEN, ETH_HLEN + 20))).toBe(0xffff);
+        // The TCP checksum, over the real length, stays valid.
+        const l4 = out.subarray(ETH_HLEN + 20);
+        const ph = Buffer.alloc(12);
+        out.copy(ph, 0, ETH_HLEN + 12, ETH_HLEN + 20);
+        ph[9] = IPPROTO_TCP;
+        ph.writeUInt16BE(l4.length, 10);
+        expect(onesSum(l4, onesSum(ph))).toBe(0xffff);
+        // Not GSO: a tot_len of 0 is inconsistent, the packet passes untouched.
+        expect(testRun(lb.prog(TC_POD), { data: big, ctx: gso(0) }).dataOut).toEqual(big);
+      },
+    );
 
     it('counts packets, bytes and connections per service and per backend', () => {
       const before = stats(lb.fd.svcStats, 1);
       const beBefore = stats(lb.fd.backendStats, 1);
-      const syn = tcp(CLIENT, '10.96.0.10', 80);
+      const syn = tcp(A(CLIENT), A('10.96.0.10'), 80);
       const out = run(lb, TC_POD, syn);
       run(lb, TC_EGRESS, replyTo(out.dataOut));
       const after = stats(lb.fd.svcStats, 1);
@@ -323,112 +347,125 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     });
   });
 
-  describe('external traffic (XDP and tc on external interfaces)', () => {
-    beforeAll(() => {
-      writeFrontend(lb, {
-        svcId: 10,
-        addr: '192.168.50.100',
-        port: 443,
-        proto: IPPROTO_TCP,
-        flags: SVC_F.EXTERNAL | SVC_F.LOADBALANCER,
-        backends: [{ id: 10, addr: '10.244.2.10', port: 8443, flags: BE_F.LOCAL }],
+  describe.each(FAMILY_CASES)(
+    'external traffic (XDP and tc on external interfaces) ($family)',
+    ({ A, v4 }) => {
+      const itV4 = v4 ? it : it.skip;
+      beforeAll(() => {
+        writeFrontend(lb, {
+          svcId: 10,
+          addr: A('192.168.50.100'),
+          port: 443,
+          proto: IPPROTO_TCP,
+          flags: SVC_F.EXTERNAL | SVC_F.LOADBALANCER,
+          backends: [{ id: 10, addr: A('10.244.2.10'), port: 8443, flags: BE_F.LOCAL }],
+        });
+        writeFrontend(lb, {
+          svcId: 11,
+          addr: A('10.96.0.11'),
+          port: 80,
+          proto: IPPROTO_TCP,
+          backends: [{ id: 11, addr: A('10.244.2.11'), port: 8080, flags: BE_F.LOCAL }],
+        });
+        // NodePort on every node address: one addr-0 frontend plus the node's addresses.
+        writeFrontend(lb, {
+          svcId: 12,
+          addr: v4 ? '0.0.0.0' : '::',
+          port: 30080,
+          proto: IPPROTO_TCP,
+          flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+          backends: [{ id: 12, addr: A('10.244.2.12'), port: 8080, flags: BE_F.LOCAL }],
+        });
+        for (const nodeIP of ['192.168.50.1', '192.168.60.1'])
+          mapUpdate(
+            v4 ? lb.fd.nodeAddrs4 : lb.fd.nodeAddrs6,
+            (v4 ? ip4Codec : ip6Codec).encode(A(nodeIP)),
+            u32Codec.encode(1),
+          );
       });
-      writeFrontend(lb, {
-        svcId: 11,
-        addr: '10.96.0.11',
-        port: 80,
-        proto: IPPROTO_TCP,
-        backends: [{ id: 11, addr: '10.244.2.11', port: 8080, flags: BE_F.LOCAL }],
+
+      itV4('XDP DNATs a LoadBalancer IP to a local backend and reverses the reply, checksums valid', () => {
+        const out = run(lb, XDP_EXT, tcp(A(OUTSIDE), A('192.168.50.100'), 443));
+        expect(out.retval).toBe(XDP_PASS);
+        const p = expectValid(out.dataOut);
+        expect(p).toMatchObject({ saddr: A(OUTSIDE), daddr: A('10.244.2.10'), dport: 8443 });
+        // The local backend's reply is translated on its way out of the external interface.
+        const back = run(lb, TC_EGRESS, replyTo(out.dataOut));
+        expect(expectValid(back.dataOut)).toMatchObject({
+          saddr: A('192.168.50.100'),
+          sport: 443,
+          daddr: A(OUTSIDE),
+        });
       });
-      // NodePort on every node address: one addr-0 frontend plus the node's addresses.
-      writeFrontend(lb, {
-        svcId: 12,
-        addr: '0.0.0.0',
-        port: 30080,
-        proto: IPPROTO_TCP,
-        flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
-        backends: [{ id: 12, addr: '10.244.2.12', port: 8080, flags: BE_F.LOCAL }],
+
+      itV4('XDP keeps UDP checksums valid too', () => {
+        writeFrontend(lb, {
+          svcId: 13,
+          addr: A('192.168.50.101'),
+          port: 53,
+          proto: IPPROTO_UDP,
+          flags: SVC_F.EXTERNAL | SVC_F.EXTERNAL_IP,
+          backends: [{ id: 13, addr: A('10.244.2.13'), port: 5353, flags: BE_F.LOCAL }],
+        });
+        const out = run(lb, XDP_EXT, udp(A(OUTSIDE), A('192.168.50.101'), 53));
+        expect(expectValid(out.dataOut)).toMatchObject({ daddr: A('10.244.2.13'), dport: 5353 });
+        const back = run(lb, TC_EGRESS, replyTo(out.dataOut));
+        expect(expectValid(back.dataOut)).toMatchObject({ saddr: A('192.168.50.101'), sport: 53 });
       });
-      mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode('192.168.50.1'), u32Codec.encode(1));
-      mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode('192.168.60.1'), u32Codec.encode(1));
-    });
 
-    it('XDP DNATs a LoadBalancer IP to a local backend and reverses the reply, checksums valid', () => {
-      const out = run(lb, XDP_EXT, tcp(OUTSIDE, '192.168.50.100', 443));
-      expect(out.retval).toBe(XDP_PASS);
-      const p = expectValid(out.dataOut);
-      expect(p).toMatchObject({ saddr: OUTSIDE, daddr: '10.244.2.10', dport: 8443 });
-      // The local backend's reply is translated on its way out of the external interface.
-      const back = run(lb, TC_EGRESS, replyTo(out.dataOut));
-      expect(expectValid(back.dataOut)).toMatchObject({
-        saddr: '192.168.50.100',
-        sport: 443,
-        daddr: OUTSIDE,
+      it('serves a NodePort on each node address through the addr-0 entry, and on no other address', () => {
+        for (const nodeIP of [A('192.168.50.1'), A('192.168.60.1')]) {
+          const out = run(lb, TC_EXT, tcp(A(OUTSIDE), nodeIP, 30080));
+          expect(out.retval).toBe(TC_ACT_UNSPEC);
+          expect(expectValid(out.dataOut)).toMatchObject({ daddr: A('10.244.2.12'), dport: 8080 });
+          // The reply crosses the stack from the backend's address and gets the node address as
+          // its source only as it leaves (a node-address source arriving on a pod interface
+          // would be a martian).
+          const reply = replyTo(out.dataOut);
+          expect(run(lb, TC_POD, reply).dataOut).toEqual(reply);
+          const back = run(lb, TC_EGRESS, reply);
+          expect(back.retval).toBe(TC_ACT_UNSPEC);
+          expect(expectValid(back.dataOut)).toMatchObject({ saddr: nodeIP, sport: 30080, daddr: A(OUTSIDE) });
+        }
+        const other = tcp(A(OUTSIDE), A('192.168.70.1'), 30080);
+        expect(run(lb, TC_EXT, other).dataOut).toEqual(other);
       });
-    });
 
-    it('XDP keeps UDP checksums valid too', () => {
-      writeFrontend(lb, {
-        svcId: 13,
-        addr: '192.168.50.101',
-        port: 53,
-        proto: IPPROTO_UDP,
-        flags: SVC_F.EXTERNAL | SVC_F.EXTERNAL_IP,
-        backends: [{ id: 13, addr: '10.244.2.13', port: 5353, flags: BE_F.LOCAL }],
+      it('leaves ClusterIP traffic from outside untouched, but serves it from pods', () => {
+        const frame = tcp(A(OUTSIDE), A('10.96.0.11'), 80);
+        expect(run(lb, XDP_EXT, frame).dataOut).toEqual(frame);
+        expect(run(lb, TC_EXT, frame).dataOut).toEqual(frame);
+        expect(parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.11'), 80)).dataOut).daddr).toBe(
+          A('10.244.2.11'),
+        );
       });
-      const out = run(lb, XDP_EXT, udp(OUTSIDE, '192.168.50.101', 53));
-      expect(expectValid(out.dataOut)).toMatchObject({ daddr: '10.244.2.13', dport: 5353 });
-      const back = run(lb, TC_EGRESS, replyTo(out.dataOut));
-      expect(expectValid(back.dataOut)).toMatchObject({ saddr: '192.168.50.101', sport: 53 });
-    });
+    },
+  );
 
-    it('serves a NodePort on each node address through the addr-0 entry, and on no other address', () => {
-      for (const nodeIP of ['192.168.50.1', '192.168.60.1']) {
-        const out = run(lb, TC_EXT, tcp(OUTSIDE, nodeIP, 30080));
-        expect(out.retval).toBe(TC_ACT_UNSPEC);
-        expect(expectValid(out.dataOut)).toMatchObject({ daddr: '10.244.2.12', dport: 8080 });
-        // The reply crosses the stack from the backend's address and gets the node address as
-        // its source only as it leaves (a node-address source arriving on a pod interface
-        // would be a martian).
-        const reply = replyTo(out.dataOut);
-        expect(run(lb, TC_POD, reply).dataOut).toEqual(reply);
-        const back = run(lb, TC_EGRESS, reply);
-        expect(back.retval).toBe(TC_ACT_UNSPEC);
-        expect(expectValid(back.dataOut)).toMatchObject({ saddr: nodeIP, sport: 30080, daddr: OUTSIDE });
-      }
-      const other = tcp(OUTSIDE, '192.168.70.1', 30080);
-      expect(run(lb, TC_EXT, other).dataOut).toEqual(other);
-    });
-
-    it('leaves ClusterIP traffic from outside untouched, but serves it from pods', () => {
-      const frame = tcp(OUTSIDE, '10.96.0.11', 80);
-      expect(run(lb, XDP_EXT, frame).dataOut).toEqual(frame);
-      expect(run(lb, TC_EXT, frame).dataOut).toEqual(frame);
-      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.11', 80)).dataOut).daddr).toBe('10.244.2.11');
-    });
-  });
-
-  describe('connection tracking', () => {
+  describe.each(FAMILY_CASES)('connection tracking ($family)', ({ A, v4 }) => {
+    const itV4 = v4 ? it : it.skip;
     const backends = [1, 2, 3, 4].map((i) => ({
       id: 100 + i,
-      addr: `10.244.3.${i}`,
+      addr: A(`10.244.3.${i}`),
       port: 8080,
       flags: BE_F.LOCAL,
     }));
     beforeAll(() => {
-      writeFrontend(lb, { svcId: 20, addr: '10.96.0.20', port: 80, proto: IPPROTO_TCP, backends });
+      writeFrontend(lb, { svcId: 20, addr: A('10.96.0.20'), port: 80, proto: IPPROTO_TCP, backends });
     });
 
     it('keeps every packet of a flow on its backend while new flows spread (random)', () => {
       const chosen = new Set<string>();
       for (let flow = 0; flow < 24; flow++) {
         const src = sport();
-        const first = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut).daddr;
+        const first = parsePacket(
+          run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.SYN, src)).dataOut,
+        ).daddr;
         chosen.add(first);
         for (const flags of [TCP.SYN, TCP.ACK, TCP.ACK | TCP.PSH, TCP.FIN | TCP.ACK]) {
-          expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, flags, src)).dataOut).daddr).toBe(
-            first,
-          );
+          expect(
+            parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, flags, src)).dataOut).daddr,
+          ).toBe(first);
         }
       }
       expect(chosen.size).toBeGreaterThan(1);
@@ -436,35 +473,39 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
 
     it('moves a new connection (SYN) off a removed or terminating backend, keeps established packets', () => {
       const src = sport();
-      const first = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut).daddr;
+      const first = parsePacket(
+        run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.SYN, src)).dataOut,
+      ).daddr;
       const removed = backends.find((b) => b.addr === first)!;
       const remaining = backends.filter((b) => b !== removed);
       writeFrontend(lb, {
         svcId: 20,
-        addr: '10.96.0.20',
+        addr: A('10.96.0.20'),
         port: 80,
         proto: IPPROTO_TCP,
         backends: remaining,
         gen: 1,
       });
-      mapDelete(lb.fd.backends4, u32Codec.encode(removed.id));
+      mapDelete(v4 ? lb.fd.backends4 : lb.fd.backends6, u32Codec.encode(removed.id));
       try {
         // An established packet keeps going to the old backend (kube-proxy keeps TCP conntrack).
-        expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.ACK, src)).dataOut).daddr).toBe(
-          first,
-        );
+        expect(
+          parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.ACK, src)).dataOut).daddr,
+        ).toBe(first);
         // A SYN on the same tuple is a new connection: it goes to a remaining backend.
-        const again = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut).daddr;
+        const again = parsePacket(
+          run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.SYN, src)).dataOut,
+        ).daddr;
         expect(remaining.map((b) => b.addr)).toContain(again);
       } finally {
-        writeFrontend(lb, { svcId: 20, addr: '10.96.0.20', port: 80, proto: IPPROTO_TCP, backends });
+        writeFrontend(lb, { svcId: 20, addr: A('10.96.0.20'), port: 80, proto: IPPROTO_TCP, backends });
       }
     });
 
     it('selects again for a SYN after the tracked flow closed', () => {
       writeFrontend(lb, {
         svcId: 21,
-        addr: '10.96.0.21',
+        addr: A('10.96.0.21'),
         port: 80,
         proto: IPPROTO_TCP,
         algorithm: ALGORITHM.rr,
@@ -472,11 +513,13 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       });
       mapUpdate(lb.fd.rr, u32Codec.encode(21), rrVal.encode({ next: 0 }));
       const src = sport();
-      const a = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.21', 80, TCP.SYN, src)).dataOut).daddr;
+      const a = parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.21'), 80, TCP.SYN, src)).dataOut).daddr;
       // A retransmitted SYN of the open flow keeps its backend (rr would move on).
-      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.21', 80, TCP.SYN, src)).dataOut).daddr).toBe(a);
-      run(lb, TC_POD, tcp(CLIENT, '10.96.0.21', 80, TCP.RST, src));
-      const b = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.21', 80, TCP.SYN, src)).dataOut).daddr;
+      expect(
+        parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.21'), 80, TCP.SYN, src)).dataOut).daddr,
+      ).toBe(a);
+      run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.21'), 80, TCP.RST, src));
+      const b = parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.21'), 80, TCP.SYN, src)).dataOut).daddr;
       expect(b).not.toBe(a);
     });
 
@@ -484,14 +527,16 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     const fromBackend = (backend: string, clientPort: number, flags: number) =>
       buildPacket({
         saddr: backend,
-        daddr: CLIENT,
+        daddr: A(CLIENT),
         proto: IPPROTO_TCP,
         sport: 8080,
         dport: clientPort,
         tcpFlags: flags,
       });
     const ctHas = (key: { saddr: string; daddr: string; sport: number; dport: number }) =>
-      mapLookup(lb.fd.ct4Tcp, ct4Key.encode({ ...key, proto: IPPROTO_TCP }), Buffer.alloc(ct4Val.size));
+      v4
+        ? mapLookup(lb.fd.ct4Tcp, ct4Key.encode({ ...key, proto: IPPROTO_TCP }), Buffer.alloc(ct4Val.size))
+        : mapLookup(lb.fd.ct6Tcp, ct6Key.encode({ ...key, proto: IPPROTO_TCP }), Buffer.alloc(ct6Val.size));
 
     it('GC keeps a half-closed flow past the closing timeout; FIN both ways or an RST closes it', async () => {
       // Only closing flows may go in these passes: other tests' flows keep their entries.
@@ -503,7 +548,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       };
       const gcAt = (secondsLater: number) =>
         collectConntrack(
-          lb.fd.ct4Tcp,
+          v4 ? lb.fd.ct4Tcp : lb.fd.ct6Tcp,
           timeouts,
           undefined,
           () => process.hrtime.bigint() + BigInt(secondsLater) * 1_000_000_000n,
@@ -511,15 +556,15 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         );
       const open = () => {
         const src = sport();
-        const out = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut);
+        const out = parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.SYN, src)).dataOut);
         run(lb, TC_EGRESS, fromBackend(out.daddr, src, TCP.SYN | TCP.ACK));
-        run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.ACK, src));
+        run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.ACK, src));
         return { src, backend: out.daddr };
       };
       const half = open();
-      const fwd = { saddr: CLIENT, daddr: '10.96.0.20', sport: half.src, dport: 80 };
-      const rev = { saddr: half.backend, daddr: CLIENT, sport: 8080, dport: half.src };
-      run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.FIN | TCP.ACK, half.src));
+      const fwd = { saddr: A(CLIENT), daddr: A('10.96.0.20'), sport: half.src, dport: 80 };
+      const rev = { saddr: half.backend, daddr: A(CLIENT), sport: 8080, dport: half.src };
+      run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.FIN | TCP.ACK, half.src));
       await gcAt(11);
       expect(ctHas(fwd), 'half-closed forward entry').toBe(true);
       expect(ctHas(rev), 'half-closed reply entry').toBe(true);
@@ -532,27 +577,29 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       const reset = open();
       run(lb, TC_EGRESS, fromBackend(reset.backend, reset.src, TCP.RST));
       await gcAt(11);
-      expect(ctHas({ saddr: CLIENT, daddr: '10.96.0.20', sport: reset.src, dport: 80 })).toBe(false);
+      expect(ctHas({ saddr: A(CLIENT), daddr: A('10.96.0.20'), sport: reset.src, dport: 80 })).toBe(false);
     });
 
     it('a SYN selects again when the backend left this service though it still serves another; the old reply entry goes', () => {
       const pair = backends.slice(0, 2);
       writeFrontend(lb, {
         svcId: 22,
-        addr: '10.96.0.22',
+        addr: A('10.96.0.22'),
         port: 80,
         proto: IPPROTO_TCP,
         algorithm: ALGORITHM.rr,
         backends: pair,
       });
-      writeFrontend(lb, { svcId: 23, addr: '10.96.0.23', port: 80, proto: IPPROTO_TCP, backends: pair });
+      writeFrontend(lb, { svcId: 23, addr: A('10.96.0.23'), port: 80, proto: IPPROTO_TCP, backends: pair });
       mapUpdate(lb.fd.rr, u32Codec.encode(22), rrVal.encode({ next: 0 }));
       const src = sport();
-      const first = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.22', 80, TCP.SYN, src)).dataOut).daddr;
+      const first = parsePacket(
+        run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.22'), 80, TCP.SYN, src)).dataOut,
+      ).daddr;
       expect(first).toBe(pair[0]!.addr);
       writeFrontend(lb, {
         svcId: 22,
-        addr: '10.96.0.22',
+        addr: A('10.96.0.22'),
         port: 80,
         proto: IPPROTO_TCP,
         algorithm: ALGORITHM.rr,
@@ -560,52 +607,60 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         gen: 1,
       });
       // Still in kbp_be4_v1 (service 23 uses it), no longer in service 22.
-      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.22', 80, TCP.ACK, src)).dataOut).daddr).toBe(
-        first,
+      expect(
+        parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.22'), 80, TCP.ACK, src)).dataOut).daddr,
+      ).toBe(first);
+      expect(
+        parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.22'), 80, TCP.SYN, src)).dataOut).daddr,
+      ).toBe(pair[1]!.addr);
+      expect(ctHas({ saddr: first, daddr: A(CLIENT), sport: 8080, dport: src }), 'old reply entry').toBe(
+        false,
       );
-      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.22', 80, TCP.SYN, src)).dataOut).daddr).toBe(
-        pair[1]!.addr,
-      );
-      expect(ctHas({ saddr: first, daddr: CLIENT, sport: 8080, dport: src }), 'old reply entry').toBe(false);
-      expect(ctHas({ saddr: pair[1]!.addr, daddr: CLIENT, sport: 8080, dport: src })).toBe(true);
+      expect(ctHas({ saddr: pair[1]!.addr, daddr: A(CLIENT), sport: 8080, dport: src })).toBe(true);
     });
 
     it('two flows sharing a post-DNAT tuple: the second gets another source port, both replies are reversed right', () => {
-      const shared = [{ id: 130, addr: '10.244.3.30', port: 8080, flags: BE_F.LOCAL }];
-      writeFrontend(lb, { svcId: 24, addr: '10.96.0.24', port: 80, proto: IPPROTO_TCP, backends: shared });
-      writeFrontend(lb, { svcId: 25, addr: '10.96.0.25', port: 80, proto: IPPROTO_TCP, backends: shared });
+      const shared = [{ id: 130, addr: A('10.244.3.30'), port: 8080, flags: BE_F.LOCAL }];
+      writeFrontend(lb, { svcId: 24, addr: A('10.96.0.24'), port: 80, proto: IPPROTO_TCP, backends: shared });
+      writeFrontend(lb, { svcId: 25, addr: A('10.96.0.25'), port: 80, proto: IPPROTO_TCP, backends: shared });
       const src = sport();
-      const a = expectValid(run(lb, TC_POD, tcp(CLIENT, '10.96.0.24', 80, TCP.SYN, src)).dataOut);
-      const b = expectValid(run(lb, TC_POD, tcp(CLIENT, '10.96.0.25', 80, TCP.SYN, src)).dataOut);
-      expect(a).toMatchObject({ saddr: CLIENT, sport: src, daddr: '10.244.3.30', dport: 8080 });
-      expect(b).toMatchObject({ saddr: CLIENT, daddr: '10.244.3.30', dport: 8080 });
+      const a = expectValid(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.24'), 80, TCP.SYN, src)).dataOut);
+      const b = expectValid(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.25'), 80, TCP.SYN, src)).dataOut);
+      expect(a).toMatchObject({ saddr: A(CLIENT), sport: src, daddr: A('10.244.3.30'), dport: 8080 });
+      expect(b).toMatchObject({ saddr: A(CLIENT), daddr: A('10.244.3.30'), dport: 8080 });
       expect(b.sport).not.toBe(src);
       expect(b.sport).toBeGreaterThanOrEqual(TEST_CONFIG.snatPortMin);
       expect(b.sport).toBeLessThanOrEqual(TEST_CONFIG.snatPortMax);
       // Later packets of the second flow keep its port.
-      expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.25', 80, TCP.ACK, src)).dataOut).sport).toBe(
-        b.sport,
-      );
+      expect(
+        parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.25'), 80, TCP.ACK, src)).dataOut).sport,
+      ).toBe(b.sport);
       const backA = expectValid(
-        run(lb, TC_EGRESS, fromBackend('10.244.3.30', src, TCP.SYN | TCP.ACK)).dataOut,
+        run(lb, TC_EGRESS, fromBackend(A('10.244.3.30'), src, TCP.SYN | TCP.ACK)).dataOut,
       );
-      expect(backA).toMatchObject({ saddr: '10.96.0.24', sport: 80, daddr: CLIENT, dport: src });
+      expect(backA).toMatchObject({ saddr: A('10.96.0.24'), sport: 80, daddr: A(CLIENT), dport: src });
       const backB = expectValid(
-        run(lb, TC_EGRESS, fromBackend('10.244.3.30', b.sport, TCP.SYN | TCP.ACK)).dataOut,
+        run(lb, TC_EGRESS, fromBackend(A('10.244.3.30'), b.sport, TCP.SYN | TCP.ACK)).dataOut,
       );
-      expect(backB).toMatchObject({ saddr: '10.96.0.25', sport: 80, daddr: CLIENT, dport: src });
+      expect(backB).toMatchObject({ saddr: A('10.96.0.25'), sport: 80, daddr: A(CLIENT), dport: src });
     });
 
-    it('records both entries with timestamps and TCP flags for userspace GC', () => {
+    itV4('records both entries with timestamps and TCP flags for userspace GC', () => {
       const src = sport();
       const before = process.hrtime.bigint();
-      const out = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.20', 80, TCP.SYN, src)).dataOut);
+      const out = parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.20'), 80, TCP.SYN, src)).dataOut);
       const after = process.hrtime.bigint();
       const fwd = Buffer.alloc(ct4Val.size);
       expect(
         mapLookup(
           lb.fd.ct4Tcp,
-          ct4Key.encode({ saddr: CLIENT, daddr: '10.96.0.20', sport: src, dport: 80, proto: IPPROTO_TCP }),
+          ct4Key.encode({
+            saddr: A(CLIENT),
+            daddr: A('10.96.0.20'),
+            sport: src,
+            dport: 80,
+            proto: IPPROTO_TCP,
+          }),
           fwd,
         ),
       ).toBe(true);
@@ -621,12 +676,12 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(f.lastSeenNs).toBeGreaterThan(before - 20_000_000n);
       expect(f.lastSeenNs).toBeLessThanOrEqual(after);
       const rev = Buffer.alloc(ct4Val.size);
-      const replyKey = { saddr: out.daddr, daddr: CLIENT, sport: 8080, dport: src, proto: IPPROTO_TCP };
+      const replyKey = { saddr: out.daddr, daddr: A(CLIENT), sport: 8080, dport: src, proto: IPPROTO_TCP };
       expect(mapLookup(lb.fd.ct4Tcp, ct4Key.encode(replyKey), rev)).toBe(true);
       expect(ct4Val.decode(rev)).toMatchObject({
-        xlateSaddr: '10.96.0.20',
+        xlateSaddr: A('10.96.0.20'),
         xlateSport: 80,
-        xlateDaddr: CLIENT,
+        xlateDaddr: A(CLIENT),
         xlateDport: src,
         flags: CT_F.REPLY,
       });
@@ -764,10 +819,10 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     }
   });
 
-  describe('backend choice', () => {
+  describe.each(FAMILY_CASES)('backend choice ($family)', ({ A, v4 }) => {
     const backends = [1, 2, 3].map((i) => ({
       id: 200 + i,
-      addr: `10.244.4.${i}`,
+      addr: A(`10.244.4.${i}`),
       port: 9000 + i,
       flags: BE_F.LOCAL,
     }));
@@ -775,7 +830,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     it('rr hands out the slots in order, one per new connection', () => {
       writeFrontend(lb, {
         svcId: 30,
-        addr: '10.96.0.30',
+        addr: A('10.96.0.30'),
         port: 80,
         proto: IPPROTO_TCP,
         algorithm: ALGORITHM.rr,
@@ -784,7 +839,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       mapUpdate(lb.fd.rr, u32Codec.encode(30), rrVal.encode({ next: 0 }));
       const order = Array.from(
         { length: 9 },
-        () => parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.30', 80)).dataOut).daddr,
+        () => parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.30'), 80)).dataOut).daddr,
       );
       const expected = Array.from({ length: 9 }, (_, i) => backends[i % 3]!.addr);
       expect(order).toEqual(expected);
@@ -806,7 +861,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       }
       writeFrontend(lb, {
         svcId: 31,
-        addr: '10.96.0.31',
+        addr: A('10.96.0.31'),
         port: 80,
         proto: IPPROTO_TCP,
         algorithm: ALGORITHM.maglev,
@@ -816,8 +871,10 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       const seen = new Set<string>();
       for (let i = 0; i < 60; i++) {
         const src = sport();
-        const got = parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.31', 80, TCP.SYN, src)).dataOut).daddr;
-        const index = maglevIndex4(CLIENT, src, 80, IPPROTO_TCP, TEST_CONFIG.hashSeed, m);
+        const got = parsePacket(
+          run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.31'), 80, TCP.SYN, src)).dataOut,
+        ).daddr;
+        const index = maglevIndex(A(CLIENT), src, 80, IPPROTO_TCP, TEST_CONFIG.hashSeed, m);
         expect(got).toBe(byId.get(table[index]!));
         seen.add(got);
       }
@@ -827,7 +884,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     it('ClientIP affinity keeps a client on its backend within the timeout and lets go after it', async () => {
       writeFrontend(lb, {
         svcId: 32,
-        addr: '10.96.0.32',
+        addr: A('10.96.0.32'),
         port: 80,
         proto: IPPROTO_TCP,
         algorithm: ALGORITHM.rr,
@@ -838,13 +895,16 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       mapUpdate(lb.fd.rr, u32Codec.encode(32), rrVal.encode({ next: 0 }));
       for (const b of backends)
         mapUpdate(lb.fd.affinityMatch, affMatchKey.encode({ backendId: b.id, svcId: 32 }), u8Codec.encode(1));
-      const client = '10.244.1.32';
-      const pick = () => parsePacket(run(lb, TC_POD, tcp(client, '10.96.0.32', 80)).dataOut).daddr;
+      const client = A('10.244.1.32');
+      const pick = () => parsePacket(run(lb, TC_POD, tcp(client, A('10.96.0.32'), 80)).dataOut).daddr;
       const first = pick();
       expect(first).toBe(backends[0]!.addr);
       for (let i = 0; i < 5; i++) expect(pick()).toBe(first); // rr alone would rotate
       const entry = Buffer.alloc(affVal.size);
-      expect(mapLookup(lb.fd.affinity4, aff4Key.encode({ client, svcId: 32 }), entry)).toBe(true);
+      const affinity = v4
+        ? mapLookup(lb.fd.affinity4, aff4Key.encode({ client, svcId: 32 }), entry)
+        : mapLookup(lb.fd.affinity6, aff6Key.encode({ client, svcId: 32 }), entry);
+      expect(affinity).toBe(true);
       expect(affVal.decode(entry).backendId).toBe(backends[0]!.id);
 
       await new Promise((resolve) => setTimeout(resolve, 1200));
@@ -858,49 +918,62 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     });
   });
 
-  describe('policy', () => {
+  describe.each(FAMILY_CASES)('policy ($family)', ({ A, v4 }) => {
+    const itV4 = v4 ? it : it.skip;
     it('drops sources outside loadBalancerSourceRanges (tc and XDP) and counts why', () => {
       writeFrontend(lb, {
         svcId: 40,
-        addr: '192.168.50.140',
+        addr: A('192.168.50.140'),
         port: 80,
         proto: IPPROTO_TCP,
         flags: SVC_F.EXTERNAL | SVC_F.LOADBALANCER | SVC_F.SOURCE_RANGE,
-        backends: [{ id: 40, addr: '10.244.2.40', port: 8080, flags: BE_F.LOCAL }],
+        backends: [{ id: 40, addr: A('10.244.2.40'), port: 8080, flags: BE_F.LOCAL }],
       });
       mapUpdate(
-        lb.fd.srcRange4,
-        srcRange4Key.encode({ prefixlen: 32 + 24, svcId: 40, addr: '203.0.113.0' }),
+        v4 ? lb.fd.srcRange4 : lb.fd.srcRange6,
+        (v4 ? srcRange4Key : srcRange6Key).encode({
+          prefixlen: 32 + (v4 ? 24 : 120),
+          svcId: 40,
+          addr: A('203.0.113.0'),
+        }),
         u8Codec.encode(1),
       );
-      const allowed = run(lb, XDP_EXT, tcp('203.0.113.99', '192.168.50.140', 80));
-      expect(allowed.retval).toBe(XDP_PASS);
-      expect(parsePacket(allowed.dataOut).daddr).toBe('10.244.2.40');
+      // XDP serves IPv4 only (IPv6 passes untouched to tc, whose answer is the same).
+      const allowedProg = v4 ? XDP_EXT : TC_EXT;
+      const allowed = run(lb, allowedProg, tcp(A('203.0.113.99'), A('192.168.50.140'), 80));
+      expect(allowed.retval).toBe(v4 ? XDP_PASS : TC_ACT_UNSPEC);
+      expect(parsePacket(allowed.dataOut).daddr).toBe(A('10.244.2.40'));
 
-      const before = drops(DROP_REASON.sourceRange);
-      expect(run(lb, XDP_EXT, tcp('198.51.100.1', '192.168.50.140', 80)).retval).toBe(XDP_DROP);
-      expect(run(lb, TC_EXT, tcp('198.51.100.1', '192.168.50.140', 80)).retval).toBe(TC_ACT_SHOT);
-      expect(drops(DROP_REASON.sourceRange) - before).toBe(2n);
-      expect(stats(lb.fd.svcStats, 40).drops).toBe(2n);
-      expect(serviceDrops(40, DROP_REASON.sourceRange)).toBe(2n);
+      const before = {
+        all: drops(DROP_REASON.sourceRange),
+        service: stats(lb.fd.svcStats, 40).drops,
+        byReason: serviceDrops(40, DROP_REASON.sourceRange),
+      };
+      const refused = tcp(A('198.51.100.1'), A('192.168.50.140'), 80);
+      expect(run(lb, XDP_EXT, refused).retval).toBe(v4 ? XDP_DROP : XDP_PASS);
+      expect(run(lb, TC_EXT, refused).retval).toBe(TC_ACT_SHOT);
+      const dropped = v4 ? 2n : 1n;
+      expect(drops(DROP_REASON.sourceRange) - before.all).toBe(dropped);
+      expect(stats(lb.fd.svcStats, 40).drops - before.service).toBe(dropped);
+      expect(serviceDrops(40, DROP_REASON.sourceRange) - before.byReason).toBe(dropped);
       expect(serviceDrops(40, DROP_REASON.noEndpoints)).toBe(0n);
     });
 
-    it('rejects a service without endpoints with ICMP port unreachable quoting the packet', () => {
+    itV4('rejects a service without endpoints with ICMP port unreachable quoting the packet', () => {
       writeFrontend(lb, {
         svcId: 41,
-        addr: '10.96.0.41',
+        addr: A('10.96.0.41'),
         port: 80,
         proto: IPPROTO_TCP,
         backends: [],
         action: ACTION.reject,
       });
-      const frame = tcp(CLIENT, '10.96.0.41', 80);
+      const frame = tcp(A(CLIENT), A('10.96.0.41'), 80);
       const before = drops(DROP_REASON.noEndpoints);
       const out = run(lb, TC_POD, frame);
       expect(out.retval).toBe(TC_ACT_REDIRECT);
       const icmp = expectValid(out.dataOut);
-      expect(icmp).toMatchObject({ proto: IPPROTO_ICMP, saddr: '10.96.0.41', daddr: CLIENT });
+      expect(icmp).toMatchObject({ proto: IPPROTO_ICMP, saddr: A('10.96.0.41'), daddr: A(CLIENT) });
       expect(icmp.l4[0]).toBe(3); // destination unreachable
       expect(icmp.l4[1]).toBe(3); // port unreachable
       expect(icmp.l4.subarray(8)).toEqual(frame.subarray(14, 14 + 20 + 8));
@@ -908,10 +981,10 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(drops(DROP_REASON.noEndpoints) - before).toBe(1n);
 
       // UDP too; XDP leaves the answer to tc.
-      const u = udp(CLIENT, '10.96.0.41', 80);
+      const u = udp(A(CLIENT), A('10.96.0.41'), 80);
       writeFrontend(lb, {
         svcId: 44,
-        addr: '10.96.0.41',
+        addr: A('10.96.0.41'),
         port: 80,
         proto: IPPROTO_UDP,
         backends: [],
@@ -920,14 +993,14 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(parsePacket(run(lb, TC_POD, u).dataOut).proto).toBe(IPPROTO_ICMP);
       writeFrontend(lb, {
         svcId: 42,
-        addr: '192.168.50.142',
+        addr: A('192.168.50.142'),
         port: 80,
         proto: IPPROTO_TCP,
         flags: SVC_F.EXTERNAL,
         backends: [],
         action: ACTION.reject,
       });
-      const ext = tcp(OUTSIDE, '192.168.50.142', 80);
+      const ext = tcp(A(OUTSIDE), A('192.168.50.142'), 80);
       const x = run(lb, XDP_EXT, ext);
       expect(x.retval).toBe(XDP_PASS);
       expect(x.dataOut).toEqual(ext);
@@ -936,23 +1009,25 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     it('drops (not rejects) when endpoints exist but the traffic policy allows none', () => {
       writeFrontend(lb, {
         svcId: 43,
-        addr: '192.168.50.143',
+        addr: A('192.168.50.143'),
         port: 80,
         proto: IPPROTO_TCP,
         flags: SVC_F.EXTERNAL | SVC_F.LOCAL_ONLY,
         backends: [],
         action: ACTION.drop,
       });
-      expect(run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.143', 80)).retval).toBe(TC_ACT_SHOT);
-      expect(run(lb, XDP_EXT, tcp(OUTSIDE, '192.168.50.143', 80)).retval).toBe(XDP_DROP);
+      expect(run(lb, TC_EXT, tcp(A(OUTSIDE), A('192.168.50.143'), 80)).retval).toBe(TC_ACT_SHOT);
+      expect(run(lb, XDP_EXT, tcp(A(OUTSIDE), A('192.168.50.143'), 80)).retval).toBe(
+        v4 ? XDP_DROP : XDP_PASS,
+      );
     });
 
     it('externalTrafficPolicy=Local: outside traffic to local endpoints, pod traffic to the cluster ones', () => {
-      const local = { id: 50, addr: '10.244.2.50', port: 8080, flags: BE_F.LOCAL };
-      const remote = { id: 51, addr: '10.244.9.51', port: 8080 };
+      const local = { id: 50, addr: A('10.244.2.50'), port: 8080, flags: BE_F.LOCAL };
+      const remote = { id: 51, addr: A('10.244.9.51'), port: 8080 };
       writeFrontend(lb, {
         svcId: 50,
-        addr: '192.168.50.150',
+        addr: A('192.168.50.150'),
         port: 80,
         proto: IPPROTO_TCP,
         flags: SVC_F.EXTERNAL | SVC_F.LOADBALANCER | SVC_F.LOCAL_ONLY | SVC_F.TWO_SCOPES,
@@ -960,7 +1035,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       });
       writeFrontend(lb, {
         svcId: 51,
-        addr: '192.168.50.150',
+        addr: A('192.168.50.150'),
         port: 80,
         proto: IPPROTO_TCP,
         scope: SCOPE.internal,
@@ -970,12 +1045,12 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       });
       mapUpdate(lb.fd.rr, u32Codec.encode(51), rrVal.encode({ next: 0 }));
       for (let i = 0; i < 6; i++) {
-        const out = parsePacket(run(lb, TC_EXT, tcp(OUTSIDE, '192.168.50.150', 80)).dataOut);
-        expect(out).toMatchObject({ saddr: OUTSIDE, daddr: local.addr }); // client IP kept
+        const out = parsePacket(run(lb, TC_EXT, tcp(A(OUTSIDE), A('192.168.50.150'), 80)).dataOut);
+        expect(out).toMatchObject({ saddr: A(OUTSIDE), daddr: local.addr }); // client IP kept
       }
       const fromPods = Array.from(
         { length: 4 },
-        () => parsePacket(run(lb, TC_POD, tcp(CLIENT, '192.168.50.150', 80)).dataOut).daddr,
+        () => parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('192.168.50.150'), 80)).dataOut).daddr,
       );
       expect(fromPods).toEqual([remote.addr, local.addr, remote.addr, local.addr]);
     });
@@ -983,24 +1058,163 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     it('internalTrafficPolicy=Local: a ClusterIP frontend whose list is the local endpoints', () => {
       writeFrontend(lb, {
         svcId: 52,
-        addr: '10.96.0.52',
+        addr: A('10.96.0.52'),
         port: 80,
         proto: IPPROTO_TCP,
         flags: SVC_F.LOCAL_ONLY,
-        backends: [{ id: 52, addr: '10.244.2.52', port: 8080, flags: BE_F.LOCAL }],
+        backends: [{ id: 52, addr: A('10.244.2.52'), port: 8080, flags: BE_F.LOCAL }],
       });
       for (let i = 0; i < 5; i++)
-        expect(parsePacket(run(lb, TC_POD, tcp(CLIENT, '10.96.0.52', 80)).dataOut).daddr).toBe('10.244.2.52');
+        expect(parsePacket(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.52'), 80)).dataOut).daddr).toBe(
+          A('10.244.2.52'),
+        );
       writeFrontend(lb, {
         svcId: 53,
-        addr: '10.96.0.53',
+        addr: A('10.96.0.53'),
         port: 80,
         proto: IPPROTO_TCP,
         flags: SVC_F.LOCAL_ONLY,
         backends: [],
         action: ACTION.drop,
       });
-      expect(run(lb, TC_POD, tcp(CLIENT, '10.96.0.53', 80)).retval).toBe(TC_ACT_SHOT);
+      expect(run(lb, TC_POD, tcp(A(CLIENT), A('10.96.0.53'), 80)).retval).toBe(TC_ACT_SHOT);
+    });
+  });
+
+  describe('IPv6 only', () => {
+    const VIP = 'fd00::a60:3c';
+    const BACKEND = 'fd00::af4:23c';
+    const CLIENT6 = 'fd00::af4:10a';
+    beforeAll(() => {
+      writeFrontend(lb, {
+        svcId: 60,
+        addr: VIP,
+        port: 80,
+        proto: IPPROTO_TCP,
+        backends: [{ id: 60, addr: BACKEND, port: 8080, flags: BE_F.LOCAL }],
+      });
+    });
+
+    it('walks hop-by-hop, destination options and routing headers to the TCP header, and no further than four', () => {
+      const src = sport();
+      const spec = { saddr: CLIENT6, daddr: VIP, proto: IPPROTO_TCP, sport: src, dport: 80 } as const;
+      const ext = [IPV6_EXT.HOPOPTS, IPV6_EXT.DSTOPTS, IPV6_EXT.ROUTING, IPV6_EXT.DSTOPTS];
+      const out = run(lb, TC_POD, buildPacket({ ...spec, extHeaders: ext }));
+      expect(out.retval).toBe(TC_ACT_UNSPEC);
+      const p = expectValid(out.dataOut);
+      expect(p).toMatchObject({ ihlLen: 40 + 8 * ext.length, daddr: BACKEND, dport: 8080, sport: src });
+      // The extension headers are kept as they were.
+      expect(out.dataOut.subarray(ETH_HLEN + 40, ETH_HLEN + p.ihlLen)).toEqual(
+        buildPacket({ ...spec, extHeaders: ext }).subarray(ETH_HLEN + 40, ETH_HLEN + p.ihlLen),
+      );
+      const back = expectValid(run(lb, TC_EGRESS, replyTo(out.dataOut)).dataOut);
+      expect(back).toMatchObject({ saddr: VIP, sport: 80, daddr: CLIENT6, dport: src });
+
+      const tooDeep = buildPacket({ ...spec, sport: sport(), extHeaders: [...ext, IPV6_EXT.DSTOPTS] });
+      expect(run(lb, TC_POD, tooDeep).dataOut).toEqual(tooDeep);
+    });
+
+    it('leaves neighbour discovery and fragments untouched, in every program', () => {
+      const solicitation = buildNeighbourSolicitation(CLIENT6, VIP);
+      expect(parsePacket(solicitation)).toMatchObject({ proto: IPPROTO_ICMPV6, l4ChecksumOk: true });
+      const fragment = buildPacket({
+        saddr: CLIENT6,
+        daddr: VIP,
+        proto: IPPROTO_TCP,
+        sport: sport(),
+        dport: 80,
+        extHeaders: [IPV6_EXT.FRAGMENT],
+      });
+      for (const frame of [solicitation, fragment]) {
+        for (const prog of [TC_POD, TC_EXT, TC_EGRESS]) {
+          const out = run(lb, prog, frame);
+          expect(out.retval).toBe(TC_ACT_UNSPEC);
+          expect(out.dataOut).toEqual(frame);
+        }
+        const x = run(lb, XDP_EXT, frame);
+        expect(x.retval).toBe(XDP_PASS);
+        expect(x.dataOut).toEqual(frame);
+      }
+    });
+
+    it('routes a NodePort flow to another node`s backend itself (SNAT, hop limit, MACs) and answers one too big with packet too big', async () => {
+      const v6 = FAMILY_CASES.find((f) => f.family === 'IPv6')!;
+      const nodeIP = v6.A('192.168.50.1');
+      const remote = v6.A(NEIGHBOURS.remoteBackend.ip);
+      const outside = v6.A(OUTSIDE);
+      writeFrontend(lb, {
+        svcId: 62,
+        addr: '::',
+        port: 30062,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.NODEPORT,
+        backends: [{ id: 62, addr: remote, port: 8080 }],
+      });
+      mapUpdate(lb.fd.nodeAddrs6, ip6Codec.encode(nodeIP), u32Codec.encode(1));
+      const syn = (payload = 0) =>
+        buildPacket({
+          saddr: outside,
+          daddr: nodeIP,
+          proto: IPPROTO_TCP,
+          sport: sport(),
+          dport: 30062,
+          payload: Buffer.alloc(payload),
+        });
+      const out = run(lb, TC_EXT, syn());
+      expect(out.retval).toBe(TC_ACT_REDIRECT);
+      const p = expectValid(out.dataOut);
+      expect(p).toMatchObject({ saddr: TEST_CONFIG.snatAddr6, daddr: remote, dport: 8080 });
+      expect(p.sport).toBeGreaterThanOrEqual(TEST_CONFIG.snatPortMin);
+      expect(out.dataOut[ETH_HLEN + 7]).toBe(63); // hop limit
+      expect(macOf(out.dataOut, 0)).toBe(NEIGHBOURS.remoteBackend.mac);
+      // The backend's reply comes back to the SNAT address and is routed to the client.
+      const back = run(lb, TC_EXT, replyTo(out.dataOut));
+      expect(back.retval).toBe(TC_ACT_REDIRECT);
+      expect(expectValid(back.dataOut)).toMatchObject({ saddr: nodeIP, sport: 30062, daddr: outside });
+      expect(macOf(back.dataOut, 0)).toBe(NEIGHBOURS.outside.mac);
+
+      await lab.exec('fib', 'ip', ['link', 'set', 'r0', 'mtu', '1400']);
+      try {
+        const before = drops(DROP_REASON.fragNeeded);
+        const frame = syn(1460);
+        const big = run(lb, TC_EXT, frame);
+        expect(big.retval).toBe(TC_ACT_REDIRECT);
+        const icmp = expectValid(big.dataOut);
+        expect(icmp).toMatchObject({ proto: IPPROTO_ICMPV6, saddr: nodeIP, daddr: outside });
+        expect(icmp.l4[0]).toBe(2); // packet too big
+        expect(icmp.l4.readUInt32BE(4)).toBe(1400); // the route's MTU
+        expect(icmp.l4.subarray(8)).toEqual(frame.subarray(ETH_HLEN, ETH_HLEN + 48));
+        expect(drops(DROP_REASON.fragNeeded) - before).toBe(1n);
+      } finally {
+        await lab.exec('fib', 'ip', ['link', 'set', 'r0', 'mtu', '1500']);
+      }
+    });
+
+    it('rejects a service without endpoints with ICMPv6 port unreachable quoting the packet and its extension headers', () => {
+      const vip = 'fd00::a60:3d';
+      writeFrontend(lb, { svcId: 61, addr: vip, port: 80, proto: IPPROTO_TCP, backends: [] });
+      for (const extHeaders of [[], [IPV6_EXT.HOPOPTS, IPV6_EXT.DSTOPTS]]) {
+        const frame = buildPacket({
+          saddr: CLIENT6,
+          daddr: vip,
+          proto: IPPROTO_TCP,
+          sport: sport(),
+          dport: 80,
+          extHeaders,
+        });
+        const before = drops(DROP_REASON.noEndpoints);
+        const out = run(lb, TC_POD, frame);
+        expect(out.retval).toBe(TC_ACT_REDIRECT);
+        const icmp = expectValid(out.dataOut);
+        expect(icmp).toMatchObject({ proto: IPPROTO_ICMPV6, saddr: vip, daddr: CLIENT6 });
+        expect(icmp.l4[0]).toBe(1); // destination unreachable
+        expect(icmp.l4[1]).toBe(4); // port unreachable
+        const quoted = 40 + 8 * extHeaders.length + 8;
+        expect(icmp.l4.subarray(8)).toEqual(frame.subarray(ETH_HLEN, ETH_HLEN + quoted));
+        expect(out.dataOut.subarray(0, 6)).toEqual(frame.subarray(6, 12)); // back to the sender's MAC
+        expect(drops(DROP_REASON.noEndpoints) - before).toBe(1n);
+      }
+      expect(serviceDrops(61, DROP_REASON.noEndpoints)).toBe(2n);
     });
   });
 

@@ -10,6 +10,7 @@ import { mapUpdate } from '../../native/libbpf.js';
 import { ifNameToIndex } from '../../native/libc.js';
 import { BE_F, ip4Codec, PROGRAMS, SVC_F, u32Codec } from '../../src/dataplanes/bpf/layout.js';
 import { Lab } from '../../src/lab/netns.js';
+import { formatIP } from '../../src/net/ip.js';
 import {
   buildIcmpError,
   buildPacket,
@@ -18,6 +19,7 @@ import {
   IPPROTO_ICMP,
   IPPROTO_TCP,
   IPPROTO_UDP,
+  IPV6_EXT,
   onesSum,
   parsePacket,
   replyTo,
@@ -233,6 +235,81 @@ function rewriteProblem(input: Buffer, out: Buffer, to: Tuple, later: boolean): 
   return got === want ? null : `L4 checksum ${got.toString(16)}, want ${want.toString(16)}`;
 }
 
+/** IPv6 (tc only; XDP leaves IPv6 to tc): the frontend and its backends. */
+const VIP6 = 'fd00::a60:46';
+const BACKENDS6: Record<number, Endpoint> = {
+  [IPPROTO_TCP]: { addr: 'fd00::af4:246', port: 8080 },
+  [IPPROTO_UDP]: { addr: 'fd00::af4:247', port: 5353 },
+};
+const IPV6_WALKED: readonly number[] = [IPV6_EXT.HOPOPTS, IPV6_EXT.ROUTING, IPV6_EXT.DSTOPTS];
+
+/** bpf/parse.h kbp_parse6's contract: the tuple and where the L4 header is, or null for "left
+ * alone" (at most four hop-by-hop, routing or destination-options headers walked; fragments,
+ * ICMPv6 and anything truncated or inconsistent are not parsed). */
+function parse6(f: Buffer): { tuple: Tuple; l4: number } | null {
+  if (f.length < ETH_HLEN + 40 || f.readUInt16BE(12) !== 0x86dd) return null;
+  const ip = f.subarray(ETH_HLEN);
+  if (ip[0]! >> 4 !== 6) return null;
+  const total = 40 + ip.readUInt16BE(4);
+  if (total > ip.length) return null;
+  let next = ip[6]!;
+  let off = 40;
+  for (let i = 0; i < 4 && IPV6_WALKED.includes(next); i++) {
+    if (off + 2 > ip.length) return null;
+    next = ip[off]!;
+    off += (ip[off + 1]! + 1) * 8;
+  }
+  if (off > total) return null;
+  const l4Len = total - off;
+  const l4 = ip.subarray(off);
+  if (next === IPPROTO_TCP) {
+    if (l4.length < 20 || l4Len < 20 || l4[12]! >> 4 < 5 || (l4[12]! >> 4) * 4 > l4Len) return null;
+  } else if (next === IPPROTO_UDP) {
+    if (l4.length < 8) return null;
+    const ulen = l4.readUInt16BE(4);
+    if (ulen < 8 || ulen > l4Len) return null;
+  } else {
+    return null;
+  }
+  const tuple = {
+    proto: next,
+    saddr: formatIP(ip.subarray(8, 24)),
+    daddr: formatIP(ip.subarray(24, 40)),
+    sport: l4.readUInt16BE(0),
+    dport: l4.readUInt16BE(2),
+  };
+  return { tuple, l4: ETH_HLEN + off };
+}
+
+/** rewriteProblem for IPv6: the addresses (no IP checksum), the ports and the L4 checksum updated
+ * exactly as RFC 1624 says over the pseudo header's addresses; nothing else changed. */
+function rewriteProblem6(input: Buffer, out: Buffer, to: Tuple, l4: number): string | null {
+  if (out.length !== input.length) return `length ${input.length} -> ${out.length}`;
+  const csum = l4 + (to.proto === IPPROTO_TCP ? 16 : 6);
+  const mutable = new Set<number>([l4, l4 + 1, l4 + 2, l4 + 3, csum, csum + 1]);
+  for (let i = ETH_HLEN + 8; i < ETH_HLEN + 40; i++) mutable.add(i);
+  for (let i = 0; i < input.length; i++) {
+    if (!mutable.has(i) && input[i] !== out[i]) return `byte ${i} changed`;
+  }
+  const saddr = formatIP(out.subarray(ETH_HLEN + 8, ETH_HLEN + 24));
+  const daddr = formatIP(out.subarray(ETH_HLEN + 24, ETH_HLEN + 40));
+  if (saddr !== to.saddr || daddr !== to.daddr) return `addresses ${saddr} > ${daddr}`;
+  if (out.readUInt16BE(l4) !== to.sport || out.readUInt16BE(l4 + 2) !== to.dport)
+    return `ports ${out.readUInt16BE(l4)} > ${out.readUInt16BE(l4 + 2)}`;
+  const check = input.readUInt16BE(csum);
+  if (to.proto === IPPROTO_UDP && check === 0)
+    return out.readUInt16BE(csum) === 0 ? null : 'UDP checksum 0 was filled in';
+  const want = csumUpdated(
+    check,
+    [...words(input, ETH_HLEN + 8, 16), ...words(input, l4, 2)],
+    [...words(out, ETH_HLEN + 8, 16), ...words(out, l4, 2)],
+  );
+  const got = out.readUInt16BE(csum);
+  if (to.proto === IPPROTO_UDP && want === 0)
+    return got === 0xffff ? null : `UDP checksum ${got}, want 0xffff`;
+  return got === want ? null : `L4 checksum ${got.toString(16)}, want ${want.toString(16)}`;
+}
+
 /** One direction's addresses and ports (the protocol is the entry key's). */
 type Ends = Omit<Tuple, 'proto'>;
 
@@ -441,6 +518,102 @@ describeRoot('bpf/lb.o fuzz', () => {
     expect(tally.malformed).toBeGreaterThan(1000);
     expect(tally.untouched).toBeGreaterThan(100);
   });
+  it(`never rewrites IPv6 wrongly: ${PACKETS} random, mutated and truncated packets, extension headers among them`, () => {
+    for (const [i, proto] of [IPPROTO_TCP, IPPROTO_UDP].entries()) {
+      const be = BACKENDS6[proto]!;
+      writeFrontend(lb, {
+        svcId: 90 + i,
+        addr: VIP6,
+        port: servicePort(proto),
+        proto,
+        backends: [{ id: 90 + i, addr: be.addr, port: be.port, flags: BE_F.LOCAL }],
+      });
+    }
+    const rand = mulberry32(SEED ^ 0x66);
+    const int = (n: number) => Math.floor(rand() * n);
+    const flows = new Map<string, Endpoint>();
+    const tally = { rewritten: 0, untouched: 0, malformed: 0, refusedByTestRun: 0 };
+    const extChoices = [...IPV6_WALKED, IPV6_EXT.FRAGMENT];
+    for (let n = 0; n < PACKETS; n++) {
+      const xdp = n % 4 === 3;
+      let frame: Buffer;
+      if (rand() < 0.3) {
+        frame = Buffer.alloc(ETH_HLEN + int(140));
+        for (let i = 0; i < frame.length; i++) frame[i] = int(256);
+        if (rand() < 0.7) frame.writeUInt16BE(0x86dd, 12);
+        if (rand() < 0.6 && frame.length > ETH_HLEN) frame[ETH_HLEN] = 0x60 | (frame[ETH_HLEN]! & 0x0f);
+        if (rand() < 0.5 && frame.length >= ETH_HLEN + 40)
+          frame[ETH_HLEN + 6] = [IPPROTO_TCP, IPPROTO_UDP, ...extChoices][int(6)]!;
+      } else {
+        const proto = rand() < 0.5 ? IPPROTO_TCP : IPPROTO_UDP;
+        const extHeaders = Array.from({ length: int(6) }, () => extChoices[int(rand() < 0.9 ? 3 : 4)]!);
+        frame = buildPacket({
+          saddr: `fd00:c6::${(1 + int(200)).toString(16)}`,
+          daddr: rand() < 0.85 ? VIP6 : 'fd00::a60:63',
+          proto,
+          sport: 1024 + int(60000),
+          dport: rand() < 0.9 ? servicePort(proto) : int(65536),
+          tcpFlags: [0x02, 0x10, 0x18, 0x11, 0x04][int(5)]!,
+          payload: Buffer.alloc(int(48), 0xab),
+          extHeaders,
+        });
+        const l4 = ETH_HLEN + 40 + 8 * extHeaders.length;
+        const mutations = rand() < 0.3 ? 0 : 1 + int(3);
+        for (let m = 0; m < mutations; m++) {
+          const kind = int(7);
+          const ext = ETH_HLEN + 40 + 8 * int(Math.max(1, extHeaders.length));
+          if (kind === 0) frame = frame.subarray(0, ETH_HLEN + int(frame.length - ETH_HLEN + 1));
+          else if (kind === 1) frame[int(Math.min(frame.length, 120))] = int(256);
+          else if (kind === 2 && frame.length >= ETH_HLEN + 6) frame.writeUInt16BE(int(200), ETH_HLEN + 4);
+          else if (kind === 3 && frame.length > ext + 1)
+            frame[ext + 1] = int(4); // hdrlen
+          else if (kind === 4 && frame.length > ext)
+            frame[ext] = [IPPROTO_TCP, IPPROTO_UDP, ...extChoices][int(6)]!;
+          else if (kind === 5 && frame.length > l4 + 12)
+            frame[l4 + 12] = int(256); // doff
+          else if (kind === 6 && frame.length >= l4 + 6) frame.writeUInt16BE(int(120), l4 + 4); // UDP length
+        }
+        frame = Buffer.from(frame);
+      }
+      const prog = xdp ? PROGRAMS.xdpFromExternal : PROGRAMS.tcFromPod;
+      const where = `packet ${n} (${prog}): ${frame.toString('hex')}`;
+      let out: ReturnType<typeof run>;
+      try {
+        out = run(lb, prog, frame);
+      } catch (err) {
+        // BPF_PROG_TEST_RUN refuses an skb shorter than its protocol's header before the program.
+        expect(!xdp && frame.length < ETH_HLEN + 40, `${where}: ${err}`).toBe(true);
+        tally.refusedByTestRun++;
+        continue;
+      }
+      expect(out.retval, where).toBe(xdp ? XDP_PASS : TC_ACT_UNSPEC);
+      const parsed = xdp ? null : parse6(frame);
+      let be = parsed ? flows.get(tupleKey(parsed.tuple)) : undefined;
+      if (
+        parsed &&
+        !be &&
+        parsed.tuple.daddr === VIP6 &&
+        parsed.tuple.dport === servicePort(parsed.tuple.proto)
+      ) {
+        be = BACKENDS6[parsed.tuple.proto]!;
+        flows.set(tupleKey(parsed.tuple), be);
+      }
+      if (parsed && be) {
+        const to = { ...parsed.tuple, daddr: be.addr, dport: be.port };
+        expect(rewriteProblem6(frame, out.dataOut, to, parsed.l4), where).toBeNull();
+        tally.rewritten++;
+      } else {
+        expect(out.dataOut.equals(frame), where).toBe(true);
+        if (parsed) tally.untouched++;
+        else tally.malformed++;
+      }
+    }
+    console.log(`IPv6 fuzz seed ${(SEED ^ 0x66).toString(16)}: ${JSON.stringify(tally)}`);
+    expect(tally.rewritten).toBeGreaterThan(1000);
+    expect(tally.malformed).toBeGreaterThan(1000);
+    expect(tally.untouched).toBeGreaterThan(100);
+  });
+
   it(`never rewrites an ICMP error wrongly: ${ICMP_ERRORS} errors about tracked and untracked flows, routed or not, both ways, through every program`, async () => {
     const rand = mulberry32(SEED ^ 0x1c);
     const int = (n: number) => Math.floor(rand() * n);

@@ -22,7 +22,7 @@ import {
 } from '../../native/libbpf.js';
 import { closeFd, netnsCookie, O_CLOEXEC, O_RDONLY, openPath } from '../../native/libc.js';
 import { detachAll, SOCK_HOOKS, syncSockHooks } from '../../src/dataplanes/bpf/attach.js';
-import { maglevIndex4 } from '../../src/dataplanes/bpf/flow-hash.js';
+import { maglevIndex } from '../../src/dataplanes/bpf/flow-hash.js';
 import { listAttachments } from '../../src/dataplanes/bpf/inspect.js';
 import {
   ACTION,
@@ -281,7 +281,7 @@ describeRoot('socket-level load balancing on the cgroup hooks', () => {
         count: 1,
         source: { address: NODE_IP, port: sourcePort },
       });
-      const index = maglevIndex4(NODE_IP, sourcePort, 80, IPPROTO_TCP, TEST_CONFIG.hashSeed, m);
+      const index = maglevIndex(NODE_IP, sourcePort, 80, IPPROTO_TCP, TEST_CONFIG.hashSeed, m);
       expect(answer!.backend).toBe(byId.get(table[index]!));
       seen.add(answer!.backend!);
     }

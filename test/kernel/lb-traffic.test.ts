@@ -10,6 +10,8 @@
 // lb: kbp_tc_ext on l0 (outside) and l1 (towards the other node), kbp_tc_pod on l2 (pod),
 // kbp_tc_ext_l3 on the tunnel t1 (an L3 device, as ipip or WireGuard; this kernel has neither), and the egress programs on all four. lb is shaped as
 // distributions ship a node: strict rp_filter and an INVALID drop rule in FORWARD.
+// Dual-stack except the tunnel: each IPv4 address has its IPv6 counterpart (families.ts), and the
+// cases marked ($family) run in both.
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
@@ -32,6 +34,7 @@ import {
   ACTION,
   BE_F,
   ip4Codec,
+  ip6Codec,
   PROGRAMS,
   SVC_F,
   TCP_FLAG,
@@ -39,7 +42,9 @@ import {
 } from '../../src/dataplanes/bpf/layout.js';
 import { Lab, type RequestResult } from '../../src/lab/netns.js';
 import { until } from '../../src/lab/until.js';
+import { joinHostPort } from '../../src/net/ip.js';
 import { IPPROTO_TCP, IPPROTO_UDP } from '../../src/net/packets.js';
+import { FAMILY_CASES } from '../support/families.js';
 import { inNetns } from '../support/in-netns.js';
 import { type LoadedLb, loadLb, writeConfig, writeFrontend } from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
@@ -48,6 +53,10 @@ const NODE_IPS = ['10.201.0.2', '10.202.0.1', '10.203.0.1', '10.205.0.2'];
 const REMOTE = { id: 1, addr: '10.202.0.2', port: 8080 };
 const LOCAL = { id: 2, addr: '10.203.0.2', port: 8080, flags: BE_F.LOCAL };
 const REMOTE_UDP = { id: 3, addr: '10.202.0.2', port: 5353 };
+const V6 = FAMILY_CASES.find((f) => f.family === 'IPv6')!;
+
+/** The address of a backend's "ip:port" (an IPv6 one without brackets, as the backend prints it). */
+const hostOf = (seen: string | null) => seen?.slice(0, seen.lastIndexOf(':')).replace(/^\[|\]$/g, '');
 
 describeRoot('bpf/lb.o with real traffic between namespaces', () => {
   const lab = new Lab(`kbptr${process.pid}`);
@@ -62,21 +71,24 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
 
   beforeAll(async () => {
     lb = loadLb();
-    writeConfig(lb, { snatAddr4: '10.202.0.1' });
+    writeConfig(lb, { snatAddr4: '10.202.0.1', snatAddr6: V6.A('10.202.0.1') });
     for (const ns of ['cl', 'lb', 'be', 'pod', 'tn']) await lab.addNamespace(ns);
     await lab.link('cl', 'c0', 'lb', 'l0');
     await lab.link('lb', 'l1', 'be', 'b0');
     await lab.link('lb', 'l2', 'pod', 'p0');
-    await lab.addAddress('cl', 'c0', '10.201.0.1/24');
-    await lab.addAddress('lb', 'l0', '10.201.0.2/24');
-    await lab.addAddress('lb', 'l1', '10.202.0.1/24');
-    await lab.addAddress('be', 'b0', '10.202.0.2/24');
-    await lab.addAddress('lb', 'l2', '10.203.0.1/24');
-    await lab.addAddress('pod', 'p0', '10.203.0.2/24');
-    await lab.addRoute('cl', 'default', 'via', '10.201.0.2');
-    await lab.addRoute('be', 'default', 'via', '10.202.0.1');
-    await lab.addRoute('pod', 'default', 'via', '10.203.0.1');
+    for (const { A, cidr } of FAMILY_CASES) {
+      await lab.addAddress('cl', 'c0', cidr('10.201.0.1/24'));
+      await lab.addAddress('lb', 'l0', cidr('10.201.0.2/24'));
+      await lab.addAddress('lb', 'l1', cidr('10.202.0.1/24'));
+      await lab.addAddress('be', 'b0', cidr('10.202.0.2/24'));
+      await lab.addAddress('lb', 'l2', cidr('10.203.0.1/24'));
+      await lab.addAddress('pod', 'p0', cidr('10.203.0.2/24'));
+      await lab.addRoute('cl', 'default', 'via', A('10.201.0.2'));
+      await lab.addRoute('be', 'default', 'via', A('10.202.0.1'));
+      await lab.addRoute('pod', 'default', 'via', A('10.203.0.1'));
+    }
     await lab.sysctl('lb', 'net.ipv4.ip_forward', '1');
+    await lab.sysctl('lb', 'net.ipv6.conf.all.forwarding', '1');
     await lab.sysctl('lb', 'net.ipv4.conf.all.rp_filter', '1');
     await lab.dropInvalidForwards('lb');
     // An L3 device: a point-to-point tunnel from tn whose packets carry no Ethernet header.
@@ -102,7 +114,10 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
     await lab.exec('cl', 'ethtool', ['-K', 'c0', 'tx', 'off']);
     await lab.startBackend('be', { name: 'remote', tcpPorts: [8080], udpPorts: [5353] });
     await lab.startBackend('pod', { name: 'local', tcpPorts: [8080] });
-    for (const ip of NODE_IPS) mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode(ip), u32Codec.encode(1));
+    for (const ip of NODE_IPS) {
+      mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode(ip), u32Codec.encode(1));
+      mapUpdate(lb.fd.nodeAddrs6, ip6Codec.encode(V6.A(ip)), u32Codec.encode(1));
+    }
     inLb(() => {
       const hooks = [
         ['l0', PROGRAMS.tcFromExternal, PROGRAMS.tcEgress],
@@ -123,40 +138,63 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
     lb?.close();
   });
 
-  it('ClusterIP from a pod to a backend on another node, TCP and UDP, client address kept', async () => {
-    writeFrontend(lb, { svcId: 1, addr: '10.96.0.1', port: 80, proto: IPPROTO_TCP, backends: [REMOTE] });
-    writeFrontend(lb, { svcId: 2, addr: '10.96.0.1', port: 53, proto: IPPROTO_UDP, backends: [REMOTE_UDP] });
-    const tcp = await lab.requests('pod', '10.96.0.1:80', { proto: 'tcp', count: 5 });
-    ok(tcp, 'remote');
-    expect(tcp[0]!.seenClient).toMatch(/^10\.203\.0\.2:/);
-    ok(await lab.requests('pod', '10.96.0.1:53', { proto: 'udp', count: 5 }), 'remote');
-  });
+  it.each(FAMILY_CASES)(
+    'ClusterIP from a pod to a backend on another node, TCP and UDP, client address kept ($family)',
+    async ({ A }) => {
+      const vip = A('10.96.0.1');
+      const backend = (b: typeof REMOTE) => ({ ...b, addr: A(b.addr) });
+      writeFrontend(lb, { svcId: 1, addr: vip, port: 80, proto: IPPROTO_TCP, backends: [backend(REMOTE)] });
+      writeFrontend(lb, {
+        svcId: 2,
+        addr: vip,
+        port: 53,
+        proto: IPPROTO_UDP,
+        backends: [backend(REMOTE_UDP)],
+      });
+      const tcp = await lab.requests('pod', joinHostPort(vip, 80), { proto: 'tcp', count: 5 });
+      ok(tcp, 'remote');
+      expect(hostOf(tcp[0]!.seenClient)).toBe(A('10.203.0.2'));
+      ok(await lab.requests('pod', joinHostPort(vip, 53), { proto: 'udp', count: 5 }), 'remote');
+    },
+  );
 
-  it('NodePort from outside: SNAT to a remote backend, client address kept for a local one', async () => {
-    const flags = SVC_F.EXTERNAL | SVC_F.NODEPORT;
-    writeFrontend(lb, {
-      svcId: 3,
-      addr: '0.0.0.0',
-      port: 30080,
-      proto: IPPROTO_TCP,
-      flags,
-      backends: [REMOTE],
-    });
-    writeFrontend(lb, {
-      svcId: 4,
-      addr: '0.0.0.0',
-      port: 30081,
-      proto: IPPROTO_TCP,
-      flags,
-      backends: [LOCAL],
-    });
-    const remote = await lab.requests('cl', '10.201.0.2:30080', { proto: 'tcp', count: 5 });
-    ok(remote, 'remote');
-    expect(remote[0]!.seenClient).toMatch(/^10\.202\.0\.1:/);
-    const local = await lab.requests('cl', '10.201.0.2:30081', { proto: 'tcp', count: 5 });
-    ok(local, 'local');
-    expect(local[0]!.seenClient).toMatch(/^10\.201\.0\.1:/);
-  });
+  it.each(FAMILY_CASES)(
+    'NodePort from outside: SNAT to a remote backend (routed by tc), client address kept for a local one ($family)',
+    async ({ A, v4 }) => {
+      const flags = SVC_F.EXTERNAL | SVC_F.NODEPORT;
+      const any = v4 ? '0.0.0.0' : '::';
+      const backend = (b: typeof REMOTE) => ({ ...b, addr: A(b.addr) });
+      const ids = v4 ? [3, 4] : [7, 8];
+      writeFrontend(lb, {
+        svcId: ids[0]!,
+        addr: any,
+        port: 30080,
+        proto: IPPROTO_TCP,
+        flags,
+        backends: [backend(REMOTE)],
+      });
+      writeFrontend(lb, {
+        svcId: ids[1]!,
+        addr: any,
+        port: 30081,
+        proto: IPPROTO_TCP,
+        flags,
+        backends: [backend(LOCAL)],
+      });
+      const remote = await lab.requests('cl', joinHostPort(A('10.201.0.2'), 30080), {
+        proto: 'tcp',
+        count: 5,
+      });
+      ok(remote, 'remote');
+      expect(hostOf(remote[0]!.seenClient)).toBe(A('10.202.0.1'));
+      const local = await lab.requests('cl', joinHostPort(A('10.201.0.2'), 30081), {
+        proto: 'tcp',
+        count: 5,
+      });
+      ok(local, 'local');
+      expect(hostOf(local[0]!.seenClient)).toBe(A('10.201.0.1'));
+    },
+  );
 
   it('NodePort through an L3 device (tun, as ipip or WireGuard): local backend, and SNAT to a remote one', async () => {
     const flags = SVC_F.EXTERNAL | SVC_F.NODEPORT;
@@ -283,22 +321,39 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
     expect(Number(ms)).toBeLessThan(1000);
   });
 
-  it('hairpin: a pod reaches itself through its service', async () => {
-    writeFrontend(lb, { svcId: 7, addr: '10.96.0.7', port: 80, proto: IPPROTO_TCP, backends: [LOCAL] });
-    ok(await lab.requests('pod', '10.96.0.7:80', { proto: 'tcp', count: 5 }), 'local');
-  });
-
-  it('a service without endpoints refuses connections at once (ICMP port unreachable)', async () => {
+  it.each(FAMILY_CASES)('hairpin: a pod reaches itself through its service ($family)', async ({ A, v4 }) => {
     writeFrontend(lb, {
-      svcId: 8,
-      addr: '10.96.0.8',
+      svcId: v4 ? 7 : 17,
+      addr: A('10.96.0.7'),
       port: 80,
       proto: IPPROTO_TCP,
-      backends: [],
-      action: ACTION.reject,
+      backends: [{ ...LOCAL, addr: A(LOCAL.addr) }],
     });
-    const [r] = await lab.requests('pod', '10.96.0.8:80', { proto: 'tcp', count: 1, timeoutMs: 3000 });
-    expect(r!.error).toMatch(/ECONNREFUSED/);
-    expect(r!.ms).toBeLessThan(1000);
+    ok(await lab.requests('pod', joinHostPort(A('10.96.0.7'), 80), { proto: 'tcp', count: 5 }), 'local');
   });
+
+  it.each(FAMILY_CASES)(
+    'a service without endpoints refuses connections at once (ICMP / ICMPv6 port unreachable) ($family)',
+    async ({ A, v4 }) => {
+      writeFrontend(lb, {
+        svcId: v4 ? 8 : 18,
+        addr: A('10.96.0.8'),
+        port: 80,
+        proto: IPPROTO_TCP,
+        backends: [],
+        action: ACTION.reject,
+      });
+      const [r] = await lab.requests('pod', joinHostPort(A('10.96.0.8'), 80), {
+        proto: 'tcp',
+        count: 1,
+        timeoutMs: 3000,
+      });
+      expect(r!.error).toMatch(/ECONNREFUSED/);
+      // IPv6: the first SYN's ICMPv6 error comes back through the veths while connect() still
+      // holds the socket's lock (TcpExt LockDroppedIcmps counts it), so the kernel keeps it as a
+      // soft error and the retransmitted SYN's error (1 s later) refuses the connection; still
+      // well before the 3 s a dropped SYN would take.
+      expect(r!.ms).toBeLessThan(v4 ? 1000 : 2000);
+    },
+  );
 });

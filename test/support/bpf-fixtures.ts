@@ -9,12 +9,13 @@ import type {
 } from '../../src/brain/types.js';
 import { type ScopePolicies, scopeVerdicts } from '../../src/brain/verdicts.js';
 import type { BpfConfig } from '../../src/config/types.js';
+import { joinHostPort } from '../../src/net/ip.js';
 
 export function ep(ip: string, port: number, extra: Partial<Endpoint> = {}): Endpoint {
   return {
     ip,
     port,
-    endpoint: `${ip}:${port}`,
+    endpoint: joinHostPort(ip, port),
     isLocal: false,
     ready: true,
     serving: true,

@@ -3,6 +3,7 @@
 // and local pods, with fixed neighbours.
 
 import type { Lab } from '../../src/lab/netns.js';
+import { FAMILY_CASES } from './families.js';
 
 export const OUTSIDE = '203.0.113.7';
 
@@ -14,21 +15,26 @@ export const NEIGHBOURS = {
 /** Another node's backend on the outside segment (device r1): reached through the same interface. */
 export const SAME_SEGMENT_BACKEND = { ip: '203.0.113.60', mac: '02:00:00:00:71:60' };
 
-/** Creates namespace `fib` in `lab`: devices r0 (remote backend), r1 (outside), r2 (pods). */
+/** Creates namespace `fib` in `lab`: devices r0 (remote backend), r1 (outside), r2 (pods), each
+ * with its IPv4 network and the IPv6 counterpart (families.ts), neighbours of both families. */
 export async function buildRoutingNamespace(lab: Lab): Promise<void> {
   await lab.addNamespace('fib');
   await lab.sysctl('fib', 'net.ipv4.ip_forward', '1');
+  await lab.sysctl('fib', 'net.ipv6.conf.all.forwarding', '1');
   let i = 0;
   for (const n of Object.values(NEIGHBOURS)) {
     const dev = `r${i++}`;
     await lab.exec('fib', 'ip', ['link', 'add', dev, 'type', 'veth', 'peer', 'name', `${dev}p`]);
     await lab.exec('fib', 'ip', ['link', 'set', dev, 'up']);
     await lab.exec('fib', 'ip', ['link', 'set', `${dev}p`, 'up']);
-    await lab.exec('fib', 'ip', ['addr', 'add', n.net, 'dev', dev]);
-    await lab.exec('fib', 'ip', ['neigh', 'add', n.ip, 'lladdr', n.mac, 'dev', dev, 'nud', 'permanent']);
+    for (const { A, cidr } of FAMILY_CASES) {
+      await lab.addAddress('fib', dev, cidr(n.net));
+      await lab.exec('fib', 'ip', ['neigh', 'add', A(n.ip), 'lladdr', n.mac, 'dev', dev, 'nud', 'permanent']);
+    }
   }
   const s = SAME_SEGMENT_BACKEND;
-  await lab.exec('fib', 'ip', ['neigh', 'add', s.ip, 'lladdr', s.mac, 'dev', 'r1', 'nud', 'permanent']);
+  for (const { A } of FAMILY_CASES)
+    await lab.exec('fib', 'ip', ['neigh', 'add', A(s.ip), 'lladdr', s.mac, 'dev', 'r1', 'nud', 'permanent']);
 }
 
 export function macOf(frame: Buffer, at: 0 | 6): string {

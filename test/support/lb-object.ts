@@ -29,6 +29,7 @@ import {
   BE_F,
   type BpfConfigValue,
   backend4,
+  backend6,
   type DatapathRodata,
   MAPS,
   RODATA_MAP,
@@ -36,10 +37,12 @@ import {
   SCOPE,
   slotKey,
   svc4Key,
+  svc6Key,
   svcVal,
   u8Codec,
   u32Codec,
 } from '../../src/dataplanes/bpf/layout.js';
+import { ipFamilyOf } from '../../src/net/ip.js';
 
 /** The programs' return codes (linux/pkt_cls.h TC_ACT_*, linux/bpf.h enum xdp_action). */
 export const TC_ACT_UNSPEC = -1;
@@ -134,14 +137,17 @@ export interface TestFrontend {
 const servedBy = new WeakMap<LoadedLb, Map<number, number[]>>();
 
 /** Backends, then the slot generation in one batch, then the {backend, service} pairs, then the
- * frontend entry; pairs of backends the service no longer lists go after it (as the writer). */
+ * frontend entry; pairs of backends the service no longer lists go after it (as the writer). The
+ * frontend address's family picks the maps. */
 export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
   const gen = f.gen ?? 0;
+  const v6 = ipFamilyOf(f.addr) === 'IPv6';
+  const backend = v6 ? backend6 : backend4;
   for (const b of f.backends) {
     mapUpdate(
-      lb.fd.backends4,
+      v6 ? lb.fd.backends6 : lb.fd.backends4,
       u32Codec.encode(b.id),
-      backend4.encode({ addr: b.addr, port: b.port, flags: b.flags ?? 0 }),
+      backend.encode({ addr: b.addr, port: b.port, flags: b.flags ?? 0 }),
     );
   }
   if (f.backends.length > 0) {
@@ -156,8 +162,13 @@ export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
       u8Codec.encode(1),
     );
   mapUpdate(
-    lb.fd.svc4,
-    svc4Key.encode({ addr: f.addr, port: f.port, proto: f.proto, scope: f.scope ?? SCOPE.all }),
+    v6 ? lb.fd.svc6 : lb.fd.svc4,
+    (v6 ? svc6Key : svc4Key).encode({
+      addr: f.addr,
+      port: f.port,
+      proto: f.proto,
+      scope: f.scope ?? SCOPE.all,
+    }),
     svcVal.encode({
       svcId: f.svcId,
       count: f.backends.length,
@@ -180,7 +191,7 @@ export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
 
 export const TEST_CONFIG: BpfConfigValue = {
   snatAddr4: '192.168.50.1',
-  snatAddr6: '::',
+  snatAddr6: 'fd00::c0a8:3201', // 192.168.50.1 in fd00::/96 (families.ts)
   snatPortMin: 61000,
   snatPortMax: 61999,
   maglevSize: 16381,

@@ -81,7 +81,7 @@ describe('metrics helpers', () => {
     expect(m.value('TCP/10.96.0.10:80', 9, c(0)).newConnections).toBe(9n);
   });
 
-  it('takes every non-loopback IPv4 address of the node', () => {
+  it('takes every non-loopback IPv4 address of the node, and every global IPv6 one', () => {
     expect(
       nodeAddresses([
         { ifname: 'lo', addr_info: [{ family: 'inet', local: '127.0.0.1', prefixlen: 8 }] },
@@ -90,10 +90,12 @@ describe('metrics helpers', () => {
           addr_info: [
             { family: 'inet', local: '192.168.1.10', prefixlen: 24 },
             { family: 'inet6', local: 'fe80::1', prefixlen: 64 },
+            { family: 'inet6', local: 'fd00:1::10', prefixlen: 64 },
           ],
         },
+        { ifname: 'lo', addr_info: [{ family: 'inet6', local: '::1', prefixlen: 128 }] },
         { ifname: 'eth1', addr_info: [{ family: 'inet', local: '10.0.0.5', prefixlen: 8 }] },
       ]),
-    ).toEqual(['10.0.0.5', '192.168.1.10']);
+    ).toEqual(['10.0.0.5', '192.168.1.10', 'fd00:1::10']);
   });
 });

@@ -1,7 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import type { ProxyDecisions } from '../../src/brain/types.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
-import { type PlanOptions, planBpf, resolveScheduler } from '../../src/dataplanes/bpf/plan.js';
+import {
+  DATAPATH_FAMILIES,
+  type PlanOptions,
+  planBpf,
+  resolveScheduler,
+} from '../../src/dataplanes/bpf/plan.js';
 import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
 
 const options: PlanOptions = {
@@ -161,11 +166,16 @@ describe('planBpf frontends', () => {
     expect(p.problems.map((x) => x.servicePortName)).toEqual(['ns/dup', 'ns/sctp']);
     expect(p.problems[0]!.reason).toMatch(/ns\/aff already uses it/);
     expect(p.problems[1]!.reason).toMatch(/SCTP/);
-    const v6 = plan(
-      decisions([servicePort('ns', 'v6', { family: 'IPv6', clusterIP: 'fd00::10' })], { family: 'IPv6' }),
-    );
+    const v6Decisions = decisions([servicePort('ns', 'v6', { family: 'IPv6', clusterIP: 'fd00::10' })], {
+      family: 'IPv6',
+    });
+    const v6 = plan(v6Decisions);
     expect(v6.frontends).toEqual([]);
     expect(v6.problems[0]!.reason).toMatch(/handles IPv4, not IPv6/);
+    // An object with both families' programs (DATAPATH_FAMILIES) programs it.
+    const both = plan(v6Decisions, { families: DATAPATH_FAMILIES });
+    expect(both.problems).toEqual([]);
+    expect(both.frontends.map((f) => [f.name, f.key.family])).toEqual([['TCP/[fd00::10]:80', 'IPv6']]);
   });
 });
 

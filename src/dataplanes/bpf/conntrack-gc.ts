@@ -10,12 +10,28 @@
 // refreshes last_seen_ns (at most once a second, KBP_CT_REFRESH_NS).
 //
 // Entries are handled as raw bytes (a walk reads hundreds of thousands of them): a record keeps
-// the key's 16 bytes as a latin1 string and the few value fields the policy needs.
+// the key's bytes as a latin1 string and the few value fields the policy needs. Both families'
+// maps are collected alike; a map's key size tells which layout it has.
 
-import { mapDelete, mapDeleteBatch, mapLookup, mapLookupBatch } from '../../../native/libbpf.js';
+import { mapDelete, mapDeleteBatch, mapInfo, mapLookup, mapLookupBatch } from '../../../native/libbpf.js';
 import { NativeError } from '../../../native/libc.js';
 import { IPPROTO } from './kernel-store.js';
-import { CT_F, ct4Key, ct4Val, TCP_FLAG } from './layout.js';
+import { CT_F, ct4Key, ct4Val, ct6Key, ct6Val, TCP_FLAG } from './layout.js';
+
+/** A family's conntrack key and value layout. */
+interface CtLayout {
+  key: typeof ct4Key | typeof ct6Key;
+  value: typeof ct4Val | typeof ct6Val;
+  addrBytes: number;
+}
+
+export const CT4_LAYOUT: CtLayout = { key: ct4Key, value: ct4Val, addrBytes: 4 };
+export const CT6_LAYOUT: CtLayout = { key: ct6Key, value: ct6Val, addrBytes: 16 };
+
+/** The layout of the conntrack map behind fd (kbp_ct4* or kbp_ct6*). */
+function layoutOf(fd: number): CtLayout {
+  return mapInfo(fd).keySize === ct6Key.size ? CT6_LAYOUT : CT4_LAYOUT;
+}
 
 export interface ConntrackTimeouts {
   tcpSynSeconds: number;
@@ -33,7 +49,7 @@ export const DEFAULT_CONNTRACK_TIMEOUTS: ConntrackTimeouts = {
 
 /** One conntrack entry, as much as the GC needs of it. */
 export interface CtRecord {
-  /** The 16 key bytes (kbp_ct4_key), latin1. */
+  /** The key's bytes (kbp_ct4_key or kbp_ct6_key), latin1. */
   key: string;
   /** The key of the other direction's entry: this entry's translated tuple, reversed. */
   pairKey: string;
@@ -45,22 +61,26 @@ export interface CtRecord {
   backendId: number;
 }
 
-const field = (name: keyof typeof ct4Val.fields) => ct4Val.fields[name].offset;
-/** The key's proto byte and the padding after it: the same in both directions. */
-const PROTO_AT = ct4Key.fields.proto.offset;
-
-export function ctRecord(keys: Buffer, keyAt: number, values: Buffer, valueAt: number): CtRecord {
-  const v = (name: keyof typeof ct4Val.fields) => valueAt + field(name);
+export function ctRecord(
+  keys: Buffer,
+  keyAt: number,
+  values: Buffer,
+  valueAt: number,
+  layout: CtLayout = CT4_LAYOUT,
+): CtRecord {
+  const v = (name: keyof typeof ct4Val.fields) => valueAt + layout.value.fields[name].offset;
   const latin1 = (buf: Buffer, at: number, len: number) => buf.toString('latin1', at, at + len);
+  // The key's proto byte and the padding after it: the same in both directions.
+  const protoAt = layout.key.fields.proto.offset;
   return {
-    key: latin1(keys, keyAt, ct4Key.size),
+    key: latin1(keys, keyAt, layout.key.size),
     pairKey:
-      latin1(values, v('xlateDaddr'), 4) +
-      latin1(values, v('xlateSaddr'), 4) +
+      latin1(values, v('xlateDaddr'), layout.addrBytes) +
+      latin1(values, v('xlateSaddr'), layout.addrBytes) +
       latin1(values, v('xlateDport'), 2) +
       latin1(values, v('xlateSport'), 2) +
-      latin1(keys, keyAt + PROTO_AT, ct4Key.size - PROTO_AT),
-    proto: keys[keyAt + PROTO_AT]!,
+      latin1(keys, keyAt + protoAt, layout.key.size - protoAt),
+    proto: keys[keyAt + protoAt]!,
     reply: (values[v('flags')]! & CT_F.REPLY) !== 0,
     lastSeenNs: values.readBigUInt64LE(v('lastSeenNs')),
     tcpFlags: values[v('tcpFlags')]!,
@@ -169,16 +189,16 @@ export function monotonicNs(): bigint {
 const CHUNK = 8192;
 
 /** A conntrack map's entries, one batch lookup at a time. */
-function* conntrackBatches(fd: number): Generator<CtRecord[]> {
-  const keys = Buffer.alloc(ct4Key.size * CHUNK);
-  const values = Buffer.alloc(ct4Val.size * CHUNK);
+function* conntrackBatches(fd: number, layout: CtLayout): Generator<CtRecord[]> {
+  const keys = Buffer.alloc(layout.key.size * CHUNK);
+  const values = Buffer.alloc(layout.value.size * CHUNK);
   let inBatch: Buffer | null = null;
   for (;;) {
-    const outBatch = Buffer.alloc(Math.max(ct4Key.size, 8));
+    const outBatch = Buffer.alloc(Math.max(layout.key.size, 8));
     const chunk = mapLookupBatch(fd, inBatch, outBatch, keys, values, CHUNK);
     const records: CtRecord[] = [];
     for (let i = 0; i < chunk.count; i++)
-      records.push(ctRecord(keys, i * ct4Key.size, values, i * ct4Val.size));
+      records.push(ctRecord(keys, i * layout.key.size, values, i * layout.value.size, layout));
     yield records;
     if (chunk.done) return;
     inBatch = outBatch;
@@ -187,7 +207,7 @@ function* conntrackBatches(fd: number): Generator<CtRecord[]> {
 
 /** Every entry of a conntrack map, with batched lookups. */
 export function readConntrack(fd: number): CtRecord[] {
-  return [...conntrackBatches(fd)].flat();
+  return [...conntrackBatches(fd, layoutOf(fd))].flat();
 }
 
 /** Lets the event loop run (a sync, a scrape, a netlink event) between two slices of a GC pass. */
@@ -208,9 +228,10 @@ export async function collectConntrack(
   pause: () => Promise<void> = yieldToEventLoop,
 ): Promise<ConntrackGcStats> {
   const started = performance.now();
+  const layout = layoutOf(fd);
   const records: CtRecord[] = [];
   const byKey = new Map<string, CtRecord>();
-  for (const batch of conntrackBatches(fd)) {
+  for (const batch of conntrackBatches(fd, layout)) {
     for (const r of batch) {
       records.push(r);
       byKey.set(r.key, r);
@@ -224,7 +245,7 @@ export async function collectConntrack(
     judgeFlows(records.slice(i, i + CHUNK), byKey, judged, now, timeouts, stale ?? (() => false), found);
     await pause();
   }
-  const value = Buffer.alloc(ct4Val.size);
+  const value = Buffer.alloc(layout.value.size);
   const wasRefreshed = (r: CtRecord) =>
     mapLookup(fd, Buffer.from(r.key, 'latin1'), value) && value.readBigUInt64LE(0) !== r.lastSeenNs;
   let refreshed = 0;
@@ -241,7 +262,7 @@ export async function collectConntrack(
     await pause();
   }
   for (let i = 0; i < doomed.length; i += CHUNK) {
-    deleteEntries(fd, doomed.slice(i, i + CHUNK));
+    deleteEntries(fd, doomed.slice(i, i + CHUNK), layout.key.size);
     await pause();
   }
   return {
@@ -254,7 +275,7 @@ export async function collectConntrack(
   };
 }
 
-function deleteEntries(fd: number, records: readonly CtRecord[]): void {
+function deleteEntries(fd: number, records: readonly CtRecord[], keySize: number): void {
   if (records.length === 0) return;
   const keys = Buffer.from(records.map((r) => r.key).join(''), 'latin1');
   try {
@@ -262,7 +283,6 @@ function deleteEntries(fd: number, records: readonly CtRecord[]): void {
   } catch (err) {
     // The batch stops at an entry the LRU already evicted: finish one by one.
     if (!(err instanceof NativeError)) throw err;
-    for (let i = 0; i < records.length; i++)
-      mapDelete(fd, keys.subarray(i * ct4Key.size, (i + 1) * ct4Key.size));
+    for (let i = 0; i < records.length; i++) mapDelete(fd, keys.subarray(i * keySize, (i + 1) * keySize));
   }
 }

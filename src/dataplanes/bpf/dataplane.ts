@@ -17,6 +17,8 @@ import { findCgroup2Root, resolveCgroup2Dir } from '../../host/cgroup.js';
 import { LinkWatch } from '../../host/link-watch.js';
 import { type PortReservation, reservePorts } from '../../host/reserved-ports.js';
 import type { Logger } from '../../logger.js';
+import type { IPFamily } from '../../model/types.js';
+import { isLoopback, parseIP } from '../../net/ip.js';
 import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../stats.js';
 import { Attacher, type AttachReport, syncSockHooks } from './attach.js';
 import {
@@ -131,15 +133,24 @@ export function interfaceAddresses(
   return out;
 }
 
-/** Every IPv4 address of the node except loopback: NodePorts open on "every node address". */
+/** Every IPv4 address of the node except loopback, and every global IPv6 one (not ::1, not
+ * link-local): NodePorts open on "every node address", as kube-proxy's nodePortAddresses default. */
 export function nodeAddresses(interfaces: readonly Pick<IpLink, 'ifname' | 'addr_info'>[]): string[] {
   const out = new Set<string>();
   for (const i of interfaces) {
-    for (const a of i.addr_info ?? [])
-      if (a.family === 'inet' && a.local && !a.local.startsWith('127.')) out.add(a.local);
+    for (const a of i.addr_info ?? []) {
+      if (!a.local) continue;
+      if (a.family === 'inet' && !a.local.startsWith('127.')) out.add(a.local);
+      const ip = a.family === 'inet6' ? parseIP(a.local) : null;
+      if (ip && !isLoopback(ip) && !(ip.bytes[0] === 0xfe && (ip.bytes[1]! & 0xc0) === 0x80))
+        out.add(a.local);
+    }
   }
   return [...out].sort();
 }
+
+/** The conntrack maps GC walks, both families. */
+const CONNTRACK_MAPS = ['ct4Tcp', 'ct4Any', 'ct6Tcp', 'ct6Any'] as const;
 
 export class BpfDataplane implements Dataplane, BpfStatsProvider {
   readonly mode = 'bpf' as const;
@@ -154,7 +165,13 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private flushTimer: NodeJS.Timeout | null = null;
   private readonly counters = new MonotonicCounters();
   private readonly backendCounters = new MonotonicCounters();
-  private readonly gc = { runs: 0, scanned: 0, deleted: 0, seconds: 0, entries: { ct4Tcp: 0, ct4Any: 0 } };
+  private readonly gc = {
+    runs: 0,
+    scanned: 0,
+    deleted: 0,
+    seconds: 0,
+    entries: { ct4Tcp: 0, ct4Any: 0, ct6Tcp: 0, ct6Any: 0 },
+  };
   private closed = false;
   /** What the names file holds, by frontend name; null until it is written. */
   private namesWritten: Map<string, string> | null = null;
@@ -277,7 +294,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     }
     // Ids released by the previous run are unknown now, but tracked flows may still name them.
     const until = Date.now() + ID_QUARANTINE_MS;
-    for (const map of ['ct4Tcp', 'ct4Any'] as const) {
+    for (const map of CONNTRACK_MAPS) {
       for (const r of readConntrack(this.lb.fd[map])) {
         this.ids.serviceIds.quarantine(r.svcId, until);
         this.ids.backendIds.quarantine(r.backendId, until);
@@ -375,13 +392,14 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   }
 
   private async writeConfig(decisions: ProxyDecisions, plan: BpfPlan): Promise<void> {
-    const nodeIP = decisions.families.find((f) => f.family === 'IPv4')?.nodeIP || ANY_ADDRESS.IPv4;
+    const nodeIP = (family: IPFamily) =>
+      decisions.families.find((f) => f.family === family)?.nodeIP || ANY_ADDRESS[family];
     // Without any NodePort on every node address, a range nothing falls in keeps the node
     // address lookup off the path (0 would mean "every port").
     const nodeport = plan.anyAddressNodePorts ?? { min: 65535, max: 65535 };
     const wanted = {
-      snatAddr4: nodeIP,
-      snatAddr6: '::',
+      snatAddr4: nodeIP('IPv4'),
+      snatAddr6: nodeIP('IPv6'),
       snatPortMin: SNAT_PORT_RANGE.min,
       snatPortMax: SNAT_PORT_RANGE.max,
       maglevSize: this.config.bpf.maglevTableSize,
@@ -489,18 +507,25 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const pairs = this.udpPairs;
     // In the background, as a GC pass: the sync does not wait for a walk of the conntrack map.
     this.gcQueue
-      .run(() =>
-        collectConntrack(
-          this.lb.fd.ct4Any,
-          DEFAULT_CONNTRACK_TIMEOUTS,
-          (r) => r.proto === IPPROTO.UDP && !pairs.has(`${r.svcId}/${r.backendId}`),
-        ),
-      )
+      .run(async () => {
+        const passes: ConntrackGcStats[] = [];
+        for (const map of ['ct4Any', 'ct6Any'] as const)
+          passes.push(
+            await collectConntrack(
+              this.lb.fd[map],
+              DEFAULT_CONNTRACK_TIMEOUTS,
+              (r) => r.proto === IPPROTO.UDP && !pairs.has(`${r.svcId}/${r.backendId}`),
+            ),
+          );
+        return passes;
+      })
       .then(
-        (stats) => {
-          this.countGc(stats);
-          if (stats.staleUdp)
-            this.log.debug({ flows: stats.staleUdp }, 'deleted UDP conntrack entries of removed backends');
+        (passes) => {
+          for (const stats of passes) {
+            this.countGc(stats);
+            if (stats.staleUdp)
+              this.log.debug({ flows: stats.staleUdp }, 'deleted UDP conntrack entries of removed backends');
+          }
         },
         (err: unknown) =>
           this.log.error({ err }, 'deleting UDP conntrack entries of removed backends failed'),
@@ -598,7 +623,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   collectConntrack(): Promise<ConntrackGcStats[]> {
     return this.gcQueue.run(async () => {
       const passes: ConntrackGcStats[] = [];
-      for (const map of ['ct4Tcp', 'ct4Any'] as const) {
+      for (const map of CONNTRACK_MAPS) {
         const pass = await collectConntrack(this.lb.fd[map]);
         this.countGc(pass);
         this.gc.entries[map] = pass.scanned - pass.deletedEntries;
@@ -624,7 +649,10 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       drops: [],
       fragments: [],
       maps: [],
-      conntrackEntries: [{ family: 'IPv4', entries: this.gc.entries.ct4Tcp + this.gc.entries.ct4Any }],
+      conntrackEntries: [
+        { family: 'IPv4', entries: this.gc.entries.ct4Tcp + this.gc.entries.ct4Any },
+        { family: 'IPv6', entries: this.gc.entries.ct6Tcp + this.gc.entries.ct6Any },
+      ],
       conntrackGC: {
         runs: this.gc.runs,
         scannedEntries: this.gc.scanned,
@@ -670,12 +698,15 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       stats.fragments.push({ event: event.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), packets });
     }
     const slots = (plan?.frontends ?? []).reduce((n, f) => n + f.backendIds.length, 0);
+    const ofFamily = <T extends { family: IPFamily }>(items: readonly T[] | undefined, family: IPFamily) =>
+      (items ?? []).filter((i) => i.family === family).length;
     const entries: Partial<Record<keyof typeof MAPS, number>> = {
-      svc4: plan?.frontends.length ?? 0,
-      backends4: plan?.backends.length ?? 0,
+      svc4: (plan?.frontends ?? []).filter((f) => f.key.family === 'IPv4').length,
+      svc6: (plan?.frontends ?? []).filter((f) => f.key.family === 'IPv6').length,
+      backends4: ofFamily(plan?.backends, 'IPv4'),
+      backends6: ofFamily(plan?.backends, 'IPv6'),
       slots,
-      ct4Tcp: this.gc.entries.ct4Tcp,
-      ct4Any: this.gc.entries.ct4Any,
+      ...this.gc.entries,
     };
     for (const [key, count] of Object.entries(entries) as [keyof typeof MAPS, number][]) {
       stats.maps.push({ name: MAPS[key].name, entries: count, capacity: this.lb.capacity[key] });

@@ -1,9 +1,9 @@
-// The datapath's flow hash (bpf/hash.h kbp_flow_hash4), for `trace` and tests: which Maglev
-// slot a client tuple lands in. Bob Jenkins' lookup3 jhash_3words as in the Linux kernel over
-// (saddr, sport << 16 | dport, proto); the destination address is left out so every address of
-// a service picks the same backend.
+// The datapath's flow hash (bpf/hash.h kbp_flow_hash4, kbp_flow_hash6), for `trace` and tests:
+// which Maglev slot a client tuple lands in. Bob Jenkins' lookup3 jhash_3words as in the Linux
+// kernel over (saddr, sport << 16 | dport, proto), an IPv6 saddr folded to the XOR of its four
+// words; the destination address is left out so every address of a service picks the same backend.
 
-import { ipBytes } from '../../net/ip.js';
+import { ipBytes, ipFamilyOf } from '../../net/ip.js';
 
 function rol32(w: number, s: number): number {
   return ((w << s) | (w >>> (32 - s))) >>> 0;
@@ -24,13 +24,16 @@ export function jhash3Words(a0: number, b0: number, c0: number, initval: number)
   return c;
 }
 
-export function flowHash4(saddr: string, sport: number, dport: number, proto: number, seed: number): number {
-  const a = Buffer.from(ipBytes(saddr, 'IPv4')).readUInt32BE(0);
+export function flowHash(saddr: string, sport: number, dport: number, proto: number, seed: number): number {
+  const family = ipFamilyOf(saddr) ?? 'IPv4';
+  const bytes = Buffer.from(ipBytes(saddr, family));
+  let a = 0;
+  for (let at = 0; at < bytes.length; at += 4) a = (a ^ bytes.readUInt32BE(at)) >>> 0;
   return jhash3Words(a, ((sport << 16) | dport) >>> 0, proto, seed >>> 0);
 }
 
 /** The Maglev table index the datapath reads for this client tuple. */
-export function maglevIndex4(
+export function maglevIndex(
   saddr: string,
   sport: number,
   dport: number,
@@ -38,5 +41,5 @@ export function maglevIndex4(
   seed: number,
   tableSize: number,
 ): number {
-  return flowHash4(saddr, sport, dport, proto, seed) % tableSize;
+  return flowHash(saddr, sport, dport, proto, seed) % tableSize;
 }

@@ -18,7 +18,7 @@ import {
 import { closeFd } from '../../../native/libc.js';
 import { BPFFS_ROOT, notOnBpffs } from '../../host/bpffs.js';
 import type { Protocol } from '../../model/types.js';
-import { joinHostPort } from '../../net/ip.js';
+import { ipFamilyOf, joinHostPort } from '../../net/ip.js';
 import {
   clsactInterfaces,
   HOOKS,
@@ -33,7 +33,7 @@ import {
   TC_PRIORITY,
 } from './attach.js';
 import { type FrontendNames, namesFilePath } from './dataplane.js';
-import { flowHash4 } from './flow-hash.js';
+import { flowHash } from './flow-hash.js';
 import {
   decodeFrontendValue,
   encodeFrontendKey,
@@ -43,24 +43,31 @@ import {
 } from './kernel-store.js';
 import {
   aff4Key,
+  aff6Key,
   affMatchKey,
   affVal,
   BE_F,
   type BpfConfigValue,
   backend4,
+  backend6,
   CT_F,
   type Ct4Key,
   type Ct4Val,
   ct4Key,
   ct4Val,
+  ct6Key,
+  ct6Val,
   ip4Codec,
+  ip6Codec,
   MAPS,
   PROGRAMS,
   rrVal,
   SRC_RANGE_ID_BITS,
   slotKey,
   srcRange4Key,
+  srcRange6Key,
   svc4Key,
+  svc6Key,
   svcVal,
   TCP_FLAG,
   type TrafficStats,
@@ -360,7 +367,8 @@ export interface TraceMaps {
 const name = (b: BackendEntry | null, id: number) =>
   b ? joinHostPort(b.address, b.port) : `#${id} (missing)`;
 
-/** The datapath's decision for one packet, step by step (kbp_lb4 in bpf/lb.h). */
+/** The datapath's decision for one packet, step by step (kbp_lb4 / kbp_lb6, bpf/lb_family.h); the
+ * destination's family picks the maps. */
 export function traceFlow(
   input: TraceInput,
   maps: TraceMaps,
@@ -418,8 +426,9 @@ export function traceFlow(
   }
 
   // 2. Service lookup.
+  const family = ipFamilyOf(input.daddr) ?? 'IPv4';
   const key: FrontendKey = {
-    family: 'IPv4',
+    family,
     address: input.daddr,
     port: input.dport,
     protocol: input.protocol,
@@ -431,7 +440,7 @@ export function traceFlow(
     const candidate =
       cfg.nodeportMax === 0 || (input.dport >= cfg.nodeportMin && input.dport <= cfg.nodeportMax);
     if (candidate && maps.isNodeAddress(input.daddr)) {
-      key.address = ANY_ADDRESS.IPv4;
+      key.address = ANY_ADDRESS[family];
       sv = maps.frontend(key);
     }
   }
@@ -523,7 +532,7 @@ export function traceFlow(
     const table = maps.maglevTable(sv.serviceId);
     const cfg = maps.config();
     if (table && cfg.maglevSize > 0) {
-      const index = flowHash4(input.saddr, input.sport, input.dport, proto, cfg.hashSeed) % cfg.maglevSize;
+      const index = flowHash(input.saddr, input.sport, input.dport, proto, cfg.hashSeed) % cfg.maglevSize;
       const id = table[index] ?? 0;
       steps.push({
         step: 'maglev',
@@ -566,16 +575,29 @@ export function kernelTraceMaps(
     return mapLookup(fd[map], key, value) ? value : null;
   };
   let config: BpfConfigValue | null = null;
+  const v6 = (address: string) => ipFamilyOf(address) === 'IPv6';
   return {
     conntrack(key) {
-      const v = lookup(key.proto === IPPROTO.TCP ? 'ct4Tcp' : 'ct4Any', ct4Key.encode(key), ct4Val.size);
+      const tcp = key.proto === IPPROTO.TCP;
+      if (v6(key.saddr)) {
+        const v = lookup(tcp ? 'ct6Tcp' : 'ct6Any', ct6Key.encode(key), ct6Val.size);
+        return v ? ct6Val.decode(v) : null;
+      }
+      const v = lookup(tcp ? 'ct4Tcp' : 'ct4Any', ct4Key.encode(key), ct4Val.size);
       return v ? ct4Val.decode(v) : null;
     },
     frontend(key) {
-      const v = lookup('svc4', svc4Key.encode(encodeFrontendKey(key)), svcVal.size);
+      const k = encodeFrontendKey(key);
+      const v =
+        key.family === 'IPv6'
+          ? lookup('svc6', svc6Key.encode(k), svcVal.size)
+          : lookup('svc4', svc4Key.encode(k), svcVal.size);
       return v ? decodeFrontendValue(svcVal.decode(v)) : null;
     },
-    isNodeAddress: (address) => lookup('nodeAddrs4', ip4Codec.encode(address), 4) !== null,
+    isNodeAddress: (address) =>
+      v6(address)
+        ? lookup('nodeAddrs6', ip6Codec.encode(address), 4) !== null
+        : lookup('nodeAddrs4', ip4Codec.encode(address), 4) !== null,
     config() {
       config ??= maps.store.readConfig();
       return config;
@@ -585,12 +607,14 @@ export function kernelTraceMaps(
       return v ? u32Codec.decode(v) : 0;
     },
     backend(id) {
-      const v = lookup('backends4', u32Codec.encode(id), backend4.size);
+      // One id space for both families: the id is in one of the two maps.
+      const v4 = lookup('backends4', u32Codec.encode(id), backend4.size);
+      const v = v4 ?? lookup('backends6', u32Codec.encode(id), backend6.size);
       if (!v) return null;
-      const b = backend4.decode(v);
+      const b = v4 ? backend4.decode(v) : backend6.decode(v);
       return {
         id,
-        family: 'IPv4',
+        family: v4 ? 'IPv4' : 'IPv6',
         address: b.addr,
         port: b.port,
         isLocal: (b.flags & BE_F.LOCAL) !== 0,
@@ -598,13 +622,22 @@ export function kernelTraceMaps(
       };
     },
     sourceAllowed: (serviceId, saddr) =>
-      lookup(
-        'srcRange4',
-        srcRange4Key.encode({ prefixlen: SRC_RANGE_ID_BITS + 32, svcId: serviceId, addr: saddr }),
-        u8Codec.size,
-      ) !== null,
+      v6(saddr)
+        ? lookup(
+            'srcRange6',
+            srcRange6Key.encode({ prefixlen: SRC_RANGE_ID_BITS + 128, svcId: serviceId, addr: saddr }),
+            u8Codec.size,
+          ) !== null
+        : lookup(
+            'srcRange4',
+            srcRange4Key.encode({ prefixlen: SRC_RANGE_ID_BITS + 32, svcId: serviceId, addr: saddr }),
+            u8Codec.size,
+          ) !== null,
     affinity(client, serviceId) {
-      const v = lookup('affinity4', aff4Key.encode({ client, svcId: serviceId }), affVal.size);
+      const key = { client, svcId: serviceId };
+      const v = v6(client)
+        ? lookup('affinity6', aff6Key.encode(key), affVal.size)
+        : lookup('affinity4', aff4Key.encode(key), affVal.size);
       if (!v) return null;
       const a = affVal.decode(v);
       return { backendId: a.backendId, ageNs: nowNs() - a.lastUsedNs };

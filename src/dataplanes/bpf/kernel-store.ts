@@ -21,7 +21,8 @@ import {
 } from '../../../native/libbpf.js';
 import { closeFd, NativeError } from '../../../native/libc.js';
 import type { BpfScheduler } from '../../config/types.js';
-import type { Protocol } from '../../model/types.js';
+import type { IPFamily, Protocol } from '../../model/types.js';
+import { ipFamilyOf } from '../../net/ip.js';
 import {
   ACTION,
   ALGORITHM,
@@ -29,12 +30,14 @@ import {
   BE_F,
   type BpfConfigValue,
   backend4,
+  backend6,
   config as configCodec,
   type DropStats,
   dropStats,
   type FragStats,
   fragStats,
   ip4Codec,
+  ip6Codec,
   MAPS,
   perCpuValueSize,
   SCOPE,
@@ -45,8 +48,10 @@ import {
   slotKey,
   sockConfig,
   srcRange4Key,
+  srcRange6Key,
   sumPerCpu,
   svc4Key,
+  svc6Key,
   svcDropKey,
   svcVal,
   type TrafficStats,
@@ -132,20 +137,45 @@ export function encodeFrontendKey(k: FrontendKey) {
   return { addr: k.address, port: k.port, proto: IPPROTO[k.protocol], scope: SCOPE[k.scope] };
 }
 
-export function decodeFrontendKey(k: {
-  addr: string;
-  port: number;
-  proto: number;
-  scope: number;
-}): FrontendKey {
+export function decodeFrontendKey(
+  k: {
+    addr: string;
+    port: number;
+    proto: number;
+    scope: number;
+  },
+  family: IPFamily = 'IPv4',
+): FrontendKey {
   return {
-    family: 'IPv4',
+    family,
     address: k.addr,
     port: k.port,
     protocol: PROTOCOL_OF.get(k.proto) ?? 'TCP',
     scope: k.scope === SCOPE.internal ? 'internal' : 'all',
   };
 }
+
+/** Each family's maps of the writer's entries, and their codecs. */
+const FAMILY_MAPS = {
+  IPv4: {
+    svc: 'svc4',
+    svcKey: svc4Key,
+    backends: 'backends4',
+    backend: backend4,
+    srcRange: 'srcRange4',
+    srcRangeKey: srcRange4Key,
+  },
+  IPv6: {
+    svc: 'svc6',
+    svcKey: svc6Key,
+    backends: 'backends6',
+    backend: backend6,
+    srcRange: 'srcRange6',
+    srcRangeKey: srcRange6Key,
+  },
+} as const satisfies Record<IPFamily, Record<string, unknown>>;
+
+const FAMILIES = Object.keys(FAMILY_MAPS) as IPFamily[];
 
 function rangeKey(r: SourceRange) {
   const [addr, bits] = r.cidr.split('/');
@@ -193,24 +223,29 @@ export class KernelStore implements MapStore {
   }
 
   upsertBackends(entries: readonly BackendEntry[]): void {
-    const v4 = entries.filter((b) => b.family === 'IPv4');
-    this.updateBatch(
-      'backends4',
-      u32Codec.encodeMany(v4.map((b) => b.id)),
-      backend4.encodeMany(
-        v4.map((b) => ({
-          addr: b.address,
-          port: b.port,
-          flags: (b.isLocal ? BE_F.LOCAL : 0) | (b.terminating ? BE_F.TERMINATING : 0),
-        })),
-      ),
-      v4.length,
-    );
+    for (const family of FAMILIES) {
+      const m = FAMILY_MAPS[family];
+      const of = entries.filter((b) => b.family === family);
+      this.updateBatch(
+        m.backends,
+        u32Codec.encodeMany(of.map((b) => b.id)),
+        m.backend.encodeMany(
+          of.map((b) => ({
+            addr: b.address,
+            port: b.port,
+            flags: (b.isLocal ? BE_F.LOCAL : 0) | (b.terminating ? BE_F.TERMINATING : 0),
+          })),
+        ),
+        of.length,
+      );
+    }
   }
 
   deleteBackends(entries: readonly Pick<BackendEntry, 'id' | 'family'>[]): void {
-    const v4 = entries.filter((b) => b.family === 'IPv4');
-    this.deleteBatch('backends4', u32Codec.encodeMany(v4.map((b) => b.id)), v4.length);
+    for (const family of FAMILIES) {
+      const of = entries.filter((b) => b.family === family);
+      this.deleteBatch(FAMILY_MAPS[family].backends, u32Codec.encodeMany(of.map((b) => b.id)), of.length);
+    }
   }
 
   upsertSlots(entries: readonly SlotEntry[]): void {
@@ -284,16 +319,18 @@ export class KernelStore implements MapStore {
   }
 
   upsertSourceRanges(entries: readonly SourceRange[]): void {
-    for (const r of entries.filter((e) => e.family === 'IPv4')) {
-      this.guard('srcRange4', () =>
-        mapUpdate(this.fd.srcRange4, srcRange4Key.encode(rangeKey(r)), u8Codec.encode(1)),
+    for (const r of entries) {
+      const m = FAMILY_MAPS[r.family];
+      this.guard(m.srcRange, () =>
+        mapUpdate(this.fd[m.srcRange], m.srcRangeKey.encode(rangeKey(r)), u8Codec.encode(1)),
       );
     }
   }
 
   deleteSourceRanges(entries: readonly SourceRange[]): void {
-    for (const r of entries.filter((e) => e.family === 'IPv4')) {
-      mapDelete(this.fd.srcRange4, srcRange4Key.encode(rangeKey(r)));
+    for (const r of entries) {
+      const m = FAMILY_MAPS[r.family];
+      mapDelete(this.fd[m.srcRange], m.srcRangeKey.encode(rangeKey(r)));
     }
   }
 
@@ -319,33 +356,40 @@ export class KernelStore implements MapStore {
   }
 
   upsertFrontends(entries: readonly FrontendEntry[]): void {
-    const v4 = entries.filter((f) => f.key.family === 'IPv4');
-    this.updateBatch(
-      'svc4',
-      svc4Key.encodeMany(v4.map((f) => encodeFrontendKey(f.key))),
-      svcVal.encodeMany(v4.map((f) => encodeFrontendValue(f.value))),
-      v4.length,
-    );
+    for (const family of FAMILIES) {
+      const m = FAMILY_MAPS[family];
+      const of = entries.filter((f) => f.key.family === family);
+      this.updateBatch(
+        m.svc,
+        m.svcKey.encodeMany(of.map((f) => encodeFrontendKey(f.key))),
+        svcVal.encodeMany(of.map((f) => encodeFrontendValue(f.value))),
+        of.length,
+      );
+    }
   }
 
   deleteFrontends(keys: readonly FrontendKey[]): void {
-    const v4 = keys.filter((k) => k.family === 'IPv4');
-    this.deleteBatch('svc4', svc4Key.encodeMany(v4.map(encodeFrontendKey)), v4.length);
+    for (const family of FAMILIES) {
+      const m = FAMILY_MAPS[family];
+      const of = keys.filter((k) => k.family === family);
+      this.deleteBatch(m.svc, m.svcKey.encodeMany(of.map(encodeFrontendKey)), of.length);
+    }
   }
 
   read(): StoredState {
     const dump = (map: MapName) => dumpMap(this.fd[map], MAPS[map].keySize, MAPS[map].valueSize);
-    const frontends = dump('svc4');
     const slots = dump('slots');
-    const backends = dump('backends4');
     const maglev = dump('maglev');
     const matches = dump('affinityMatch');
-    const ranges = dump('srcRange4');
     return {
-      frontends: frontends.keys.map((k, i) => ({
-        key: decodeFrontendKey(svc4Key.decode(k)),
-        value: decodeFrontendValue(svcVal.decode(frontends.values[i]!)),
-      })),
+      frontends: FAMILIES.flatMap((family) => {
+        const m = FAMILY_MAPS[family];
+        const frontends = dump(m.svc);
+        return frontends.keys.map((k, i) => ({
+          key: decodeFrontendKey(m.svcKey.decode(k), family),
+          value: decodeFrontendValue(svcVal.decode(frontends.values[i]!)),
+        }));
+      }),
       slots: slots.keys.map((k, i) => {
         const key = slotKey.decode(k);
         return {
@@ -355,16 +399,20 @@ export class KernelStore implements MapStore {
           backendId: u32Codec.decode(slots.values[i]!),
         };
       }),
-      backends: backends.keys.map((k, i) => {
-        const b = backend4.decode(backends.values[i]!);
-        return {
-          id: u32Codec.decode(k),
-          family: 'IPv4' as const,
-          address: b.addr,
-          port: b.port,
-          isLocal: (b.flags & BE_F.LOCAL) !== 0,
-          terminating: (b.flags & BE_F.TERMINATING) !== 0,
-        };
+      backends: FAMILIES.flatMap((family) => {
+        const m = FAMILY_MAPS[family];
+        const backends = dump(m.backends);
+        return backends.keys.map((k, i) => {
+          const b = m.backend.decode(backends.values[i]!);
+          return {
+            id: u32Codec.decode(k),
+            family,
+            address: b.addr,
+            port: b.port,
+            isLocal: (b.flags & BE_F.LOCAL) !== 0,
+            terminating: (b.flags & BE_F.TERMINATING) !== 0,
+          };
+        });
       }),
       maglev: maglev.keys.map((k, i) => ({
         key: { serviceId: u32Codec.decode(k) },
@@ -378,30 +426,31 @@ export class KernelStore implements MapStore {
         const m = affMatchKey.decode(k);
         return { backendId: m.backendId, serviceId: m.svcId };
       }),
-      sourceRanges: ranges.keys.map((k) => {
-        const r = srcRange4Key.decode(k);
-        return {
-          serviceId: r.svcId,
-          family: 'IPv4' as const,
-          cidr: `${r.addr}/${r.prefixlen - SRC_RANGE_ID_BITS}`,
-        };
+      sourceRanges: FAMILIES.flatMap((family) => {
+        const m = FAMILY_MAPS[family];
+        return dump(m.srcRange).keys.map((k) => {
+          const r = m.srcRangeKey.decode(k);
+          return { serviceId: r.svcId, family, cidr: `${r.addr}/${r.prefixlen - SRC_RANGE_ID_BITS}` };
+        });
       }),
     };
   }
 
-  /** The node's addresses for NodePorts on every node address (kbp_node4_v1). */
+  /** The node's addresses of both families for NodePorts on every node address (kbp_node4_v1,
+   * kbp_node6_v1). */
   setNodeAddresses(addresses: readonly string[]): void {
-    const current = dumpMap(this.fd.nodeAddrs4, 4, 4).keys.map((k) => ip4Codec.decode(k));
-    const wanted = new Set(addresses);
-    const stale = current.filter((a) => !wanted.has(a));
-    const fresh = addresses.filter((a) => !current.includes(a));
-    this.updateBatch(
-      'nodeAddrs4',
-      ip4Codec.encodeMany(fresh),
-      u32Codec.encodeMany(fresh.map(() => 1)),
-      fresh.length,
-    );
-    this.deleteBatch('nodeAddrs4', ip4Codec.encodeMany(stale), stale.length);
+    const maps = [
+      { family: 'IPv4', map: 'nodeAddrs4', codec: ip4Codec },
+      { family: 'IPv6', map: 'nodeAddrs6', codec: ip6Codec },
+    ] as const;
+    for (const { family, map, codec } of maps) {
+      const current = dumpMap(this.fd[map], codec.size, 4).keys.map((k) => codec.decode(k));
+      const wanted = addresses.filter((a) => ipFamilyOf(a) === family);
+      const stale = current.filter((a) => !wanted.includes(a));
+      const fresh = wanted.filter((a) => !current.includes(a));
+      this.updateBatch(map, codec.encodeMany(fresh), u32Codec.encodeMany(fresh.map(() => 1)), fresh.length);
+      this.deleteBatch(map, codec.encodeMany(stale), stale.length);
+    }
   }
 
   /** Each interface's primary IPv4 address, the SNAT source through it (kbp_ifaddr4_v1). */

@@ -197,6 +197,8 @@ export class ScalarCodec<V> {
 export const u32Codec = new ScalarCodec(4, u32(0));
 export const u8Codec = new ScalarCodec(1, u8(0));
 export const ip4Codec = new ScalarCodec(4, ip4(0));
+/** An IPv6 address as a whole key (kbp_node6_key's one field). */
+export const ip6Codec = new ScalarCodec(16, ip6(0));
 
 // ---------- constants (types.h enums) ----------
 

@@ -38,9 +38,6 @@ export type MapName = keyof typeof MAPS;
  * reinterpretation of the old maps. */
 export const PIN_LAYOUT_VERSION = 'v1';
 
-/** IPv6 maps stay small until the programs handle IPv6 (LRU maps are preallocated). */
-const UNUSED_FAMILY_CAPACITY = 1024;
-
 /** The config setting that sizes each map (named in map-full errors). */
 export const MAP_SIZE_SETTING: Record<MapName, string> = {
   svc4: 'bpf.mapSizes.services',
@@ -79,20 +76,20 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
 export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, number | null> {
   return {
     svc4: sizes.services,
-    svc6: UNUSED_FAMILY_CAPACITY,
+    svc6: sizes.services,
     slots: sizes.backendSlots,
     backends4: sizes.backends,
-    backends6: UNUSED_FAMILY_CAPACITY,
+    backends6: sizes.backends,
     maglev: sizes.services,
     ct4Tcp: sizes.conntrack,
     ct4Any: sizes.conntrack,
-    ct6Tcp: UNUSED_FAMILY_CAPACITY,
-    ct6Any: UNUSED_FAMILY_CAPACITY,
+    ct6Tcp: sizes.conntrack,
+    ct6Any: sizes.conntrack,
     affinity4: sizes.affinity,
-    affinity6: UNUSED_FAMILY_CAPACITY,
+    affinity6: sizes.affinity,
     affinityMatch: sizes.backendSlots,
     srcRange4: sizes.sourceRanges,
-    srcRange6: UNUSED_FAMILY_CAPACITY,
+    srcRange6: sizes.sourceRanges,
     // Indexed by id: ids run from 1 to capacity - 1.
     rr: sizes.services,
     svcStats: sizes.services,

@@ -25,8 +25,9 @@ export const SCHEDULERS: readonly BpfScheduler[] = ['random', 'rr', 'maglev'];
 /** The address of a NodePort frontend open on every node address (nodePortAddresses match-all). */
 export const ANY_ADDRESS: Record<IPFamily, string> = { IPv4: '0.0.0.0', IPv6: '::' };
 
-/** The families the datapath programs: IPv4 (the v6 maps exist, the v6 programs do not yet). */
-export const DATAPATH_FAMILIES: readonly IPFamily[] = ['IPv4'];
+/** The families the datapath programs: both (XDP and the socket hooks serve IPv4 only; IPv6 takes
+ * the tc path). */
+export const DATAPATH_FAMILIES: readonly IPFamily[] = ['IPv4', 'IPv6'];
 
 /** count and slot are 16-bit in kbp_svc_val and kbp_slot_key. */
 export const MAX_BACKENDS_PER_FRONTEND = 65535;
@@ -119,8 +120,8 @@ export interface BpfPlan {
   /** Sorted by id. */
   backends: PlannedBackend[];
   problems: PlanProblem[];
-  /** The lowest and highest port of the IPv4 NodePort frontends open on every node address
-   * (kbp_config's NodePort range), null when there is none. */
+  /** The lowest and highest port of the NodePort frontends (either family) open on every node
+   * address (kbp_config's NodePort range), null when there is none. */
   anyAddressNodePorts: { min: number; max: number } | null;
   /** The allocators after this plan. */
   serviceIds: IdAllocator;
@@ -302,7 +303,7 @@ interface PlanState {
   orderDependent: number;
   /** The Services with a problem, so a plan's problems are found without a walk over every one. */
   withProblems: Set<string>;
-  /** Port → how many IPv4 NodePort frontends on every node address use it. */
+  /** Port → how many NodePort frontends on every node address (either family) use it. */
   anyAddressNodePorts: Map<number, number>;
 }
 
@@ -363,7 +364,7 @@ function refreshBackendFlags(use: BackendUse): void {
 }
 
 function countAnyAddressNodePort(state: PlanState, f: PlannedFrontend, by: 1 | -1): void {
-  if (f.kind !== 'NodePort' || f.key.family !== 'IPv4' || f.key.address !== ANY_ADDRESS.IPv4) return;
+  if (f.kind !== 'NodePort' || f.key.address !== ANY_ADDRESS[f.key.family]) return;
   const n = (state.anyAddressNodePorts.get(f.key.port) ?? 0) + by;
   if (n > 0) state.anyAddressNodePorts.set(f.key.port, n);
   else state.anyAddressNodePorts.delete(f.key.port);
