@@ -135,7 +135,7 @@ static __always_inline int kbp_rewrite6(void *ctx, const bool xdp, const bool l3
 	void *data = kbp_data(ctx, xdp);
 	void *end = kbp_data_end(ctx, xdp);
 	struct ipv6hdr *ip6 = data + KBP_L2_LEN(l3);
-	__u32 l4_off = p->l4_off, addr_diff = 0;
+	__u32 l4_off = p->l4_off & KBP_IPV6_L4_OFF_MASK, addr_diff = 0;
 	__be32 *old;
 
 	if ((void *)(ip6 + 1) > end || l4_off > KBP_IPV6_L4_OFF_MAX)

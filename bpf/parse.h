@@ -168,6 +168,11 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, const bool l3,
 #define KBP_IPV6_EXT_MAX 4
 /* The furthest a TCP/UDP header can be after them (each is at most 2048 bytes). */
 #define KBP_IPV6_L4_OFF_MAX (40 + KBP_IPV6_EXT_MAX * 2048)
+/* A mask that keeps every offset the parser accepts: an offset masked with it has a bound the
+ * verifier sees however the compiler spills it (6.1's marks no packet range past a pointer whose
+ * variable part may reach 64 KiB, as a __u16 reloaded from the stack does). */
+#define KBP_IPV6_L4_OFF_MASK 0x3fff
+_Static_assert(KBP_IPV6_L4_OFF_MAX <= KBP_IPV6_L4_OFF_MASK, "KBP_IPV6_L4_OFF_MASK");
 
 /* 0 when the packet is an unfragmented IPv6 TCP/UDP packet whose headers are complete and
  * consistent, behind at most KBP_IPV6_EXT_MAX extension headers; -1 for everything else:

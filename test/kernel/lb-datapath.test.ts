@@ -65,7 +65,7 @@ import {
   replyTo,
   TCP,
 } from '../../src/net/packets.js';
-import { FAMILY_CASES } from '../support/families.js';
+import { FAMILY_CASES, itIPv4Only } from '../support/families.js';
 import {
   buildRoutingNamespace,
   macOf,
@@ -150,7 +150,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
   });
 
   describe.each(FAMILY_CASES)('DNAT and reverse NAT ($family)', ({ A, v4 }) => {
-    const itV4 = v4 ? it : it.skip;
+    const itV4 = itIPv4Only(v4);
     beforeAll(() => {
       writeFrontend(lb, {
         svcId: 1,
@@ -350,7 +350,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
   describe.each(FAMILY_CASES)(
     'external traffic (XDP and tc on external interfaces) ($family)',
     ({ A, v4 }) => {
-      const itV4 = v4 ? it : it.skip;
+      const itV4 = itIPv4Only(v4);
       beforeAll(() => {
         writeFrontend(lb, {
           svcId: 10,
@@ -443,7 +443,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
   );
 
   describe.each(FAMILY_CASES)('connection tracking ($family)', ({ A, v4 }) => {
-    const itV4 = v4 ? it : it.skip;
+    const itV4 = itIPv4Only(v4);
     const backends = [1, 2, 3, 4].map((i) => ({
       id: 100 + i,
       addr: A(`10.244.3.${i}`),
@@ -919,7 +919,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
   });
 
   describe.each(FAMILY_CASES)('policy ($family)', ({ A, v4 }) => {
-    const itV4 = v4 ? it : it.skip;
+    const itV4 = itIPv4Only(v4);
     it('drops sources outside loadBalancerSourceRanges (tc and XDP) and counts why', () => {
       writeFrontend(lb, {
         svcId: 40,
