@@ -18,6 +18,7 @@ import {
   endpointInKernel,
   isKubeProxyMode,
   KUBE_PROXY_MODES,
+  kernelMode,
   type ProbeContext,
 } from './kernel-probe.js';
 import type { MeasureId, Sample } from './measures.js';
@@ -50,6 +51,9 @@ export interface CellSettings {
    */
   iptablesBackend: 'auto' | 'legacy' | 'nft';
 }
+
+/** The ipvs modes' scheduler (kube-proxy's default), as the real kube-proxy's ipvs mode needs one. */
+const IPVS_SCHEDULER = 'rr';
 
 /** kubelet's hint chain, which tells kube-proxy's iptables-wrapper (and our agent) the backend. */
 const HINT_CHAIN = ['-t', 'mangle', '-N', 'KUBE-IPTABLES-HINT'];
@@ -97,13 +101,15 @@ function agentConfig(
     ...(sockCgroup ? ['  socketLB: all', `  cgroupPath: ${sockCgroup}`] : []),
   ];
   const proxyMode = isKubeProxyMode(mode) ? KUBE_PROXY_MODES[mode] : mode === 'bpf-sock' ? 'bpf' : mode;
-  // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s).
+  // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s); ipvs
+  // names its scheduler, rr (kube-proxy's default), so both read it from the same line.
   if (feed.kind === 'apiserver')
     return kubeProxyConfig({
       mode: proxyMode,
       hostname: NODE_NAME,
       clusterCIDR: CLUSTER_CIDR,
       kubeconfig: feed.api.kubeconfigPath,
+      ...(proxyMode === 'ipvs' ? { ipvsScheduler: IPVS_SCHEDULER } : {}),
       extraLines: isKubeProxyMode(mode) ? [] : bpf,
     });
   return [
@@ -135,6 +141,11 @@ async function kubeServicesPosition(
   return index < 0 ? undefined : { rule: index + 1, of: rules.length };
 }
 
+/** The modes whose rules go through iptables: iptables itself, and ipvs for its companion rules. */
+function usesIptables(mode: BenchMode): boolean {
+  return mode === 'iptables' || mode === 'ipvs';
+}
+
 /** Starts the node's proxy for this mode: the real kube-proxy, or our agent. */
 function startProxy(
   ctx: CellContext,
@@ -145,15 +156,17 @@ function startProxy(
   const { lab, topology, feed } = ctx;
   if (isKubeProxyMode(mode)) {
     if (feed.kind !== 'apiserver') throw new Error(`${mode} needs the API server`);
+    const ruleMode = KUBE_PROXY_MODES[mode];
     return KubeProxyProcess.start({
       lab,
       ns: topology.nodeNs,
       binary: join(feed.api.binaries.k8s, 'kube-proxy'),
       configPath,
-      iptablesDir:
-        mode === 'kube-proxy-iptables'
-          ? iptablesBackendDir(join(ctx.workDir, `iptables-${iptablesBackend}`), iptablesBackend)
-          : undefined,
+      mode: ruleMode,
+      // ipvs mode writes its companion rules (masquerade, ipset matches) with iptables too.
+      iptablesDir: usesIptables(ruleMode)
+        ? iptablesBackendDir(join(ctx.workDir, `iptables-${iptablesBackend}`), iptablesBackend)
+        : undefined,
     });
   }
   const source = feed.kind === 'manifests' ? ['--manifests', feed.dir, '--hostname-override', NODE_NAME] : [];
@@ -296,9 +309,10 @@ export async function runCell(
       : lab.exec(topology.clientNs, cmd, args);
   await setMeasuredSlice(ctx.feed, scenario, []);
   await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
-  const iptablesMode = mode === 'iptables' || mode === 'kube-proxy-iptables';
+  const iptablesMode = kernelMode(mode) === 'iptables';
   const hintBinary = settings.iptablesBackend === 'auto' ? null : `iptables-${settings.iptablesBackend}`;
-  if (iptablesMode && hintBinary) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
+  const hinted = usesIptables(kernelMode(mode)) && hintBinary !== null;
+  if (hinted) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
 
   ctx.step(`${isKubeProxyMode(mode) ? 'kube-proxy' : 'agent'} cold start`);
   // The real kube-proxy has no backend detection of its own: it is given the one ours would pick
@@ -358,7 +372,7 @@ export async function runCell(
     await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
     // Empty once the client's commands have exited.
     if (sockCgroup) rmdirSync(sockCgroup);
-    if (iptablesMode && hintBinary)
+    if (hinted)
       await lab.exec(topology.nodeNs, hintBinary, ['-t', 'mangle', '-X', 'KUBE-IPTABLES-HINT'], {
         allowFailure: true,
       });

@@ -27,6 +27,7 @@ interface BenchFlags {
   bpfCostServices?: string;
   out: string;
   iptablesBackend: 'auto' | 'legacy' | 'nft';
+  startupTimeoutScale?: string;
   ipvsLab?: boolean;
   render?: string;
 }
@@ -88,6 +89,7 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
       rounds: flags.quick ? 3 : 7,
       repeat: flags.quick ? 100_000 : 1_000_000,
     },
+    startupTimeoutScale: positive('--startup-timeout-scale', flags.startupTimeoutScale ?? '1'),
     out: flags.out,
     quick: flags.quick ?? false,
     progress,
@@ -106,7 +108,7 @@ export function registerBenchCommand(program: Command): void {
     )
     .option(
       '--modes <list>',
-      'modes to measure (ipvs needs a kernel with IPVS; kube-proxy-iptables and kube-proxy-nftables run the real kube-proxy, built by scripts/install-control-plane.sh, and feed every mode from a real API server)',
+      'modes to measure (ipvs and kube-proxy-ipvs need a kernel with IPVS; kube-proxy-iptables, kube-proxy-nftables and kube-proxy-ipvs run the real kube-proxy, built by scripts/install-control-plane.sh, and feed every mode from a real API server)',
       ALL_MODES.join(','),
     )
     .option(
@@ -136,6 +138,10 @@ export function registerBenchCommand(program: Command): void {
       )
         .choices(['auto', 'legacy', 'nft'])
         .default('auto'),
+    )
+    .option(
+      '--startup-timeout-scale <x>',
+      "multiply the start-up bounds (the API server's readiness) by x; the IPVS lab's guest runs with 10",
     )
     .option('--out <dir>', 'results root: <dir>/<timestamp>/ and <dir>/latest/', 'bench/results')
     .addOption(
