@@ -87,16 +87,11 @@ export class ApiCluster {
 
   /**
    * Starts the control plane, links it to `nodeNs`, registers the node and the bench's namespace.
-   * `startupTimeoutScale` stretches the API server's readiness bound (the IPVS lab's emulation).
+   * `timeoutScale` stretches the API server's readiness bound (the IPVS lab's emulation).
    */
-  static async start(
-    lab: Lab,
-    nodeNs: string,
-    workDir: string,
-    startupTimeoutScale = 1,
-  ): Promise<ApiCluster> {
+  static async start(lab: Lab, nodeNs: string, workDir: string, timeoutScale = 1): Promise<ApiCluster> {
     const cp = await ControlPlane.start(lab, {
-      readyTimeoutMs: API_SERVER_READY_TIMEOUT_MS * startupTimeoutScale,
+      readyTimeoutMs: API_SERVER_READY_TIMEOUT_MS * timeoutScale,
     });
     try {
       const server = await cp.linkNamespace(nodeNs, 1);

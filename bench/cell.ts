@@ -46,6 +46,12 @@ export interface CellSettings {
   /** Bound on the whole cold start (large N in iptables mode takes minutes). */
   coldStartTimeoutMs: number;
   /**
+   * The bounds on waits (the API server's readiness, a change reaching the kernel and its sync)
+   * are multiplied by this: 1 natively; the IPVS lab's guest, under software emulation, passes
+   * LAB_TIMEOUT_SCALE.
+   */
+  timeoutScale: number;
+  /**
    * iptables mode's backend: "auto" lets the agent detect it as kube-proxy's iptables-wrapper does
    * (nft on a clean node); "legacy" or "nft" plant kubelet's hint chain in that backend first.
    */
@@ -273,6 +279,10 @@ async function measureDataPlane(
   add('wrkReqPerSec', wrk.requestsPerSec, { errors: wrk.errors });
 }
 
+/** Bounds, natively, on an endpoint change reaching the kernel and on its sync being logged after. */
+const CHANGE_TO_KERNEL_MS = 120_000;
+const CHANGE_SYNC_LOGGED_MS = 30_000;
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export async function runCell(
@@ -349,13 +359,14 @@ export async function runCell(
       const syncsBefore = agent.syncs.length;
       const started = performance.now();
       await setMeasuredSlice(ctx.feed, scenario, [ip]);
-      const deadline = started + 120_000;
+      const deadline = started + CHANGE_TO_KERNEL_MS * settings.timeoutScale;
       while (!(await endpointInKernel(mode, probe, target.name, ip))) {
-        if (performance.now() > deadline) throw new Error(`endpoint ${ip} not in the kernel after 120 s`);
+        if (performance.now() > deadline)
+          throw new Error(`endpoint ${ip} not in the kernel after ${(deadline - started) / 1000} s`);
         await sleep(2);
       }
       add('endpointChangeMs', performance.now() - started);
-      const sync = await agent.waitForSync(syncsBefore + 1, 30_000);
+      const sync = await agent.waitForSync(syncsBefore + 1, CHANGE_SYNC_LOGGED_MS * settings.timeoutScale);
       add('changeSyncMs', sync.durationMs);
     }
     return samples;

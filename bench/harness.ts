@@ -44,11 +44,6 @@ export interface BenchOptions {
   reps: number;
   cell: CellSettings;
   bpfCost: { services: number[]; rounds: number; repeat: number };
-  /**
-   * Start-up bounds (the API server's readiness) are multiplied by this: 1 natively; the IPVS
-   * lab's guest, under software emulation, passes LAB_STARTUP_TIMEOUT_SCALE.
-   */
-  startupTimeoutScale: number;
   /** Results root: <out>/<timestamp>/ and <out>/latest/. */
   out: string;
   quick: boolean;
@@ -171,7 +166,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
         'starting the control plane (etcd, kube-apiserver, kube-controller-manager) for the real kube-proxy',
       );
       try {
-        api = await ApiCluster.start(lab, topology.nodeNs, workDir, options.startupTimeoutScale);
+        api = await ApiCluster.start(lab, topology.nodeNs, workDir, options.cell.timeoutScale);
       } catch (err) {
         drop(isKubeProxyMode, `the control plane did not start: ${(err as Error).message.split('\n')[0]}`);
       }

@@ -27,7 +27,7 @@ interface BenchFlags {
   bpfCostServices?: string;
   out: string;
   iptablesBackend: 'auto' | 'legacy' | 'nft';
-  startupTimeoutScale?: string;
+  timeoutScale?: string;
   ipvsLab?: boolean;
   render?: string;
 }
@@ -82,6 +82,7 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
       udpProbes: positive('--udp-probes', flags.udpProbes ?? d.udpProbes),
       endpointChanges: positive('--endpoint-changes', flags.endpointChanges ?? d.endpointChanges),
       coldStartTimeoutMs: 20 * 60_000,
+      timeoutScale: positive('--timeout-scale', flags.timeoutScale ?? '1'),
       iptablesBackend: flags.iptablesBackend,
     },
     bpfCost: {
@@ -89,7 +90,6 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
       rounds: flags.quick ? 3 : 7,
       repeat: flags.quick ? 100_000 : 1_000_000,
     },
-    startupTimeoutScale: positive('--startup-timeout-scale', flags.startupTimeoutScale ?? '1'),
     out: flags.out,
     quick: flags.quick ?? false,
     progress,
@@ -140,8 +140,8 @@ export function registerBenchCommand(program: Command): void {
         .default('auto'),
     )
     .option(
-      '--startup-timeout-scale <x>',
-      "multiply the start-up bounds (the API server's readiness) by x; the IPVS lab's guest runs with 10",
+      '--timeout-scale <x>',
+      "multiply the bounds on waits (the API server's readiness, an endpoint change reaching the kernel) by x; the IPVS lab's guest runs with 10",
     )
     .option('--out <dir>', 'results root: <dir>/<timestamp>/ and <dir>/latest/', 'bench/results')
     .addOption(

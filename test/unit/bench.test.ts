@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { ALL_MODES, unavailableModes } from '../../bench/harness.js';
-import { guestBenchArgs, guestEnvironment, LAB_STARTUP_TIMEOUT_SCALE } from '../../bench/ipvs-lab.js';
+import { guestBenchArgs, guestEnvironment, LAB_TIMEOUT_SCALE } from '../../bench/ipvs-lab.js';
 import type { Sample } from '../../bench/measures.js';
 import { chartSvg, linearTicks } from '../../bench/plot.js';
 import { aggregate, bpfPairs, kubeProxyPairs, ratio, ratioTable } from '../../bench/report.js';
@@ -170,7 +170,7 @@ describe('modes and the IPVS lab', () => {
     expect(unavailableModes(ALL_MODES, ipvs, null)).toEqual([]);
   });
 
-  it("the guest runs every requested mode, the real kube-proxy's too, with its start-up bounds scaled", () => {
+  it("the guest runs every requested mode, the real kube-proxy's too, with its bounds on waits scaled", () => {
     const options = benchOptions(
       {
         quick: true,
@@ -185,7 +185,7 @@ describe('modes and the IPVS lab', () => {
       },
       () => {},
     );
-    expect(options.startupTimeoutScale).toBe(1);
+    expect(options.cell.timeoutScale).toBe(1);
     const args = guestBenchArgs(options);
     const flag = (name: string) => args[args.indexOf(name) + 1];
     expect(args[0]).toBe('bench');
@@ -195,7 +195,7 @@ describe('modes and the IPVS lab', () => {
     expect(flag('--reps')).toBe('2');
     expect(flag('--seconds')).toBe('1');
     expect(flag('--iptables-backend')).toBe('auto');
-    expect(flag('--startup-timeout-scale')).toBe(String(LAB_STARTUP_TIMEOUT_SCALE));
+    expect(flag('--timeout-scale')).toBe(String(LAB_TIMEOUT_SCALE));
     expect(flag('--out')).toBe('/run/lab');
     expect(args).toContain('--quick');
     expect(args).not.toContain('--ipvs-lab');
@@ -204,19 +204,19 @@ describe('modes and the IPVS lab', () => {
       {
         modes: flag('--modes') as string,
         endpoints: flag('--endpoints') as string,
-        startupTimeoutScale: flag('--startup-timeout-scale'),
+        timeoutScale: flag('--timeout-scale'),
         out: '/run/lab',
         iptablesBackend: 'auto',
       },
       () => {},
     );
-    expect(guest.startupTimeoutScale).toBe(LAB_STARTUP_TIMEOUT_SCALE);
+    expect(guest.cell.timeoutScale).toBe(LAB_TIMEOUT_SCALE);
     expect(() =>
       benchOptions(
-        { modes: 'ipvs', endpoints: '3', startupTimeoutScale: '0', out: 'x', iptablesBackend: 'auto' },
+        { modes: 'ipvs', endpoints: '3', timeoutScale: '0', out: 'x', iptablesBackend: 'auto' },
         () => {},
       ),
-    ).toThrow(/--startup-timeout-scale/);
+    ).toThrow(/--timeout-scale/);
   });
 
   it("the guest's bench inherits PATH and where the control-plane binaries are cached, nothing else", () => {
