@@ -12,7 +12,12 @@
 
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ControlPlane, type ControlPlaneBinaries, locateControlPlane } from '../src/lab/control-plane.js';
+import {
+  API_SERVER_READY_TIMEOUT_MS,
+  ControlPlane,
+  type ControlPlaneBinaries,
+  locateControlPlane,
+} from '../src/lab/control-plane.js';
 import {
   collectionPath,
   create,
@@ -80,9 +85,14 @@ export class ApiCluster {
     return this.cp.binaries;
   }
 
-  /** Starts the control plane, links it to `nodeNs`, registers the node and the bench's namespace. */
-  static async start(lab: Lab, nodeNs: string, workDir: string): Promise<ApiCluster> {
-    const cp = await ControlPlane.start(lab);
+  /**
+   * Starts the control plane, links it to `nodeNs`, registers the node and the bench's namespace.
+   * `timeoutScale` stretches the API server's readiness bound (the IPVS lab's emulation).
+   */
+  static async start(lab: Lab, nodeNs: string, workDir: string, timeoutScale = 1): Promise<ApiCluster> {
+    const cp = await ControlPlane.start(lab, {
+      readyTimeoutMs: API_SERVER_READY_TIMEOUT_MS * timeoutScale,
+    });
     try {
       const server = await cp.linkNamespace(nodeNs, 1);
       await createNode(cp, { name: NODE_NAME, ip: NODE_IP, podCIDR: POD_CIDR });

@@ -18,6 +18,7 @@ import {
   endpointInKernel,
   isKubeProxyMode,
   KUBE_PROXY_MODES,
+  kernelMode,
   type ProbeContext,
 } from './kernel-probe.js';
 import type { MeasureId, Sample } from './measures.js';
@@ -45,11 +46,20 @@ export interface CellSettings {
   /** Bound on the whole cold start (large N in iptables mode takes minutes). */
   coldStartTimeoutMs: number;
   /**
+   * The bounds on waits (the API server's readiness, a change reaching the kernel and its sync)
+   * are multiplied by this: 1 natively; the IPVS lab's guest, under software emulation, passes
+   * LAB_TIMEOUT_SCALE.
+   */
+  timeoutScale: number;
+  /**
    * iptables mode's backend: "auto" lets the agent detect it as kube-proxy's iptables-wrapper does
    * (nft on a clean node); "legacy" or "nft" plant kubelet's hint chain in that backend first.
    */
   iptablesBackend: 'auto' | 'legacy' | 'nft';
 }
+
+/** The ipvs modes' scheduler (kube-proxy's default), as the real kube-proxy's ipvs mode needs one. */
+const IPVS_SCHEDULER = 'rr';
 
 /** kubelet's hint chain, which tells kube-proxy's iptables-wrapper (and our agent) the backend. */
 const HINT_CHAIN = ['-t', 'mangle', '-N', 'KUBE-IPTABLES-HINT'];
@@ -97,13 +107,15 @@ function agentConfig(
     ...(sockCgroup ? ['  socketLB: all', `  cgroupPath: ${sockCgroup}`] : []),
   ];
   const proxyMode = isKubeProxyMode(mode) ? KUBE_PROXY_MODES[mode] : mode === 'bpf-sock' ? 'bpf' : mode;
-  // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s).
+  // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s); ipvs
+  // names its scheduler, rr (kube-proxy's default), so both read it from the same line.
   if (feed.kind === 'apiserver')
     return kubeProxyConfig({
       mode: proxyMode,
       hostname: NODE_NAME,
       clusterCIDR: CLUSTER_CIDR,
       kubeconfig: feed.api.kubeconfigPath,
+      ...(proxyMode === 'ipvs' ? { ipvsScheduler: IPVS_SCHEDULER } : {}),
       extraLines: isKubeProxyMode(mode) ? [] : bpf,
     });
   return [
@@ -135,6 +147,11 @@ async function kubeServicesPosition(
   return index < 0 ? undefined : { rule: index + 1, of: rules.length };
 }
 
+/** The modes whose rules go through iptables: iptables itself, and ipvs for its companion rules. */
+function usesIptables(mode: BenchMode): boolean {
+  return mode === 'iptables' || mode === 'ipvs';
+}
+
 /** Starts the node's proxy for this mode: the real kube-proxy, or our agent. */
 function startProxy(
   ctx: CellContext,
@@ -145,15 +162,17 @@ function startProxy(
   const { lab, topology, feed } = ctx;
   if (isKubeProxyMode(mode)) {
     if (feed.kind !== 'apiserver') throw new Error(`${mode} needs the API server`);
+    const ruleMode = KUBE_PROXY_MODES[mode];
     return KubeProxyProcess.start({
       lab,
       ns: topology.nodeNs,
       binary: join(feed.api.binaries.k8s, 'kube-proxy'),
       configPath,
-      iptablesDir:
-        mode === 'kube-proxy-iptables'
-          ? iptablesBackendDir(join(ctx.workDir, `iptables-${iptablesBackend}`), iptablesBackend)
-          : undefined,
+      mode: ruleMode,
+      // ipvs mode writes its companion rules (masquerade, ipset matches) with iptables too.
+      iptablesDir: usesIptables(ruleMode)
+        ? iptablesBackendDir(join(ctx.workDir, `iptables-${iptablesBackend}`), iptablesBackend)
+        : undefined,
     });
   }
   const source = feed.kind === 'manifests' ? ['--manifests', feed.dir, '--hostname-override', NODE_NAME] : [];
@@ -260,6 +279,10 @@ async function measureDataPlane(
   add('wrkReqPerSec', wrk.requestsPerSec, { errors: wrk.errors });
 }
 
+/** Bounds, natively, on an endpoint change reaching the kernel and on its sync being logged after. */
+const CHANGE_TO_KERNEL_MS = 120_000;
+const CHANGE_SYNC_LOGGED_MS = 30_000;
+
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 export async function runCell(
@@ -296,9 +319,10 @@ export async function runCell(
       : lab.exec(topology.clientNs, cmd, args);
   await setMeasuredSlice(ctx.feed, scenario, []);
   await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
-  const iptablesMode = mode === 'iptables' || mode === 'kube-proxy-iptables';
+  const iptablesMode = kernelMode(mode) === 'iptables';
   const hintBinary = settings.iptablesBackend === 'auto' ? null : `iptables-${settings.iptablesBackend}`;
-  if (iptablesMode && hintBinary) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
+  const hinted = usesIptables(kernelMode(mode)) && hintBinary !== null;
+  if (hinted) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
 
   ctx.step(`${isKubeProxyMode(mode) ? 'kube-proxy' : 'agent'} cold start`);
   // The real kube-proxy has no backend detection of its own: it is given the one ours would pick
@@ -335,13 +359,14 @@ export async function runCell(
       const syncsBefore = agent.syncs.length;
       const started = performance.now();
       await setMeasuredSlice(ctx.feed, scenario, [ip]);
-      const deadline = started + 120_000;
+      const deadline = started + CHANGE_TO_KERNEL_MS * settings.timeoutScale;
       while (!(await endpointInKernel(mode, probe, target.name, ip))) {
-        if (performance.now() > deadline) throw new Error(`endpoint ${ip} not in the kernel after 120 s`);
+        if (performance.now() > deadline)
+          throw new Error(`endpoint ${ip} not in the kernel after ${(deadline - started) / 1000} s`);
         await sleep(2);
       }
       add('endpointChangeMs', performance.now() - started);
-      const sync = await agent.waitForSync(syncsBefore + 1, 30_000);
+      const sync = await agent.waitForSync(syncsBefore + 1, CHANGE_SYNC_LOGGED_MS * settings.timeoutScale);
       add('changeSyncMs', sync.durationMs);
     }
     return samples;
@@ -358,7 +383,7 @@ export async function runCell(
     await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
     // Empty once the client's commands have exited.
     if (sockCgroup) rmdirSync(sockCgroup);
-    if (iptablesMode && hintBinary)
+    if (hinted)
       await lab.exec(topology.nodeNs, hintBinary, ['-t', 'mangle', '-X', 'KUBE-IPTABLES-HINT'], {
         allowFailure: true,
       });

@@ -15,7 +15,7 @@ import { createLogger } from '../src/logger.js';
 import { ApiCluster, controlPlaneMissing } from './api-cluster.js';
 import { measureBpfCost } from './bpf-cost.js';
 import { type CellSettings, type ClusterFeed, runCell } from './cell.js';
-import { type BenchMode, isKubeProxyMode } from './kernel-probe.js';
+import { type BenchMode, isKubeProxyMode, kernelMode } from './kernel-probe.js';
 import { type MachineInfo, machineInfo } from './machine.js';
 import { type BpfCostSample, type CellFailure, MEASURE_IDS, MEASURES, type Sample } from './measures.js';
 import { chartSvg, MODE_COLORS, type Series } from './plot.js';
@@ -32,6 +32,7 @@ export const ALL_MODES: BenchMode[] = [
   'ipvs',
   'kube-proxy-iptables',
   'kube-proxy-nftables',
+  'kube-proxy-ipvs',
 ];
 
 export interface BenchOptions {
@@ -78,8 +79,8 @@ const METHODOLOGY = [
   'Source: with the kube-proxy-* modes in the run, every proxy (ours too) lists and watches a real kube-apiserver (etcd, kube-apiserver, kube-controller-manager in a namespace linked to the node); the bench writes the Services and EndpointSlices through the API as a controller would. Without them, our agent reads the same objects from manifest files (`--manifests DIR`).',
   'N Services with E endpoints each; every Service has its own ClusterIP and EndpointSlice, all slices list the same E real backend pods (a C epoll server: HTTP keep-alive on 8080, UDP echo on 5353), because N × E real backends cannot run on one machine.',
   'Traffic goes from the client pod to the last Service (the worst case for iptables: last in KUBE-SERVICES); only that Service also has a UDP port.',
-  'Cold start: proxy process start to its first full sync (our "synced" log line; kube-proxy\'s first IPv4 "SyncProxyRules complete", logged at --v=2), including listing or reading every object; first sync: the duration the proxy logs for that sync (ours: durationMs; kube-proxy: elapsed).',
-  "Endpoint change: the measured Service's EndpointSlice gets one more endpoint (one API write, or one manifest file rewritten); timed until the kernel shows it (polled: the endpoint's iptables chain, its nft chain, or the BPF backends map); from manifests it includes the watcher's 200 ms debounce and re-read. The proxy's own duration of that sync is reported next to it.",
+  'Cold start: proxy process start to its first full sync (our "synced" log line; kube-proxy\'s first IPv4 "SyncProxyRules complete", logged at --v=2; in ipvs mode "syncProxyRules complete", logged at --v=4), including listing or reading every object; first sync: the duration the proxy logs for that sync (ours: durationMs; kube-proxy: elapsed).',
+  "Endpoint change: the measured Service's EndpointSlice gets one more endpoint (one API write, or one manifest file rewritten); timed until the kernel shows it (polled: the endpoint's iptables chain, its nft chain, its IPVS real server, or the BPF backends map); from manifests it includes the watcher's 200 ms debounce and re-read. The proxy's own duration of that sync is reported next to it.",
   'New connections: a C client connects, sends one HTTP/1.1 request, reads the reply and closes with RST (no TIME_WAIT), sequentially, for a fixed time; first-packet latency is the connect() time. UDP: a new socket (new source port, so a new conntrack/flow entry) per datagram.',
   'Keep-alive throughput: wrk -t1 -c2 for the same fixed time.',
   'Each repetition walks every N and, at each N, every mode in an order rotated by one per repetition; conntrack is flushed and the node cleaned (`cleanup`) between cells.',
@@ -98,6 +99,22 @@ function rotate<T>(items: T[], by: number): T[] {
   return [...items.slice(k), ...items.slice(0, k)];
 }
 
+/**
+ * The requested modes this machine cannot measure, each with its reason: the ipvs modes (ours and
+ * the real kube-proxy's) need a kernel with IPVS, the real kube-proxy's modes the control plane.
+ */
+export function unavailableModes(
+  modes: readonly BenchMode[],
+  ipvs: MachineInfo['ipvs'],
+  controlPlaneMissing: string | null,
+): BenchResults['unavailable'] {
+  return modes.flatMap((mode) => {
+    if (kernelMode(mode) === 'ipvs' && !ipvs.available) return [{ mode, reason: ipvs.reason }];
+    if (isKubeProxyMode(mode) && controlPlaneMissing) return [{ mode, reason: controlPlaneMissing }];
+    return [];
+  });
+}
+
 export async function runBench(options: BenchOptions): Promise<{ dir: string; results: BenchResults }> {
   const startedAt = new Date();
   const started = performance.now();
@@ -112,9 +129,8 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     }
     modes = modes.filter((mode) => !which(mode));
   };
-  if (!machine.ipvs.available) drop((m) => m === 'ipvs', machine.ipvs.reason);
-  const missing = controlPlaneMissing();
-  if (missing) drop(isKubeProxyMode, missing);
+  for (const { mode, reason } of unavailableModes(modes, machine.ipvs, controlPlaneMissing()))
+    drop((m) => m === mode, reason);
 
   // Every bpf pin of the run lives under BPFFS_ROOT (the agents' and BPF_PROG_TEST_RUN's): a node
   // that cannot have bpffs fails before any namespace exists.
@@ -150,7 +166,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
         'starting the control plane (etcd, kube-apiserver, kube-controller-manager) for the real kube-proxy',
       );
       try {
-        api = await ApiCluster.start(lab, topology.nodeNs, workDir);
+        api = await ApiCluster.start(lab, topology.nodeNs, workDir, options.cell.timeoutScale);
       } catch (err) {
         drop(isKubeProxyMode, `the control plane did not start: ${(err as Error).message.split('\n')[0]}`);
       }

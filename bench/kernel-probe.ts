@@ -13,8 +13,8 @@ import { NAMESPACE, SERVICE_TCP_PORT, TCP_TARGET_PORT } from './scenario.js';
 
 /**
  * "bpf-sock": the bpf mode with bpf.socketLB all, the client pod served at its sockets.
- * "kube-proxy-iptables", "kube-proxy-nftables": the real kube-proxy binary in that mode, the
- * baseline our iptables and nftables modes re-implement.
+ * "kube-proxy-iptables", "kube-proxy-nftables", "kube-proxy-ipvs": the real kube-proxy binary in
+ * that mode, the baseline our iptables, nftables and ipvs modes re-implement.
  */
 export type BenchMode =
   | 'bpf'
@@ -23,12 +23,14 @@ export type BenchMode =
   | 'nftables'
   | 'ipvs'
   | 'kube-proxy-iptables'
-  | 'kube-proxy-nftables';
+  | 'kube-proxy-nftables'
+  | 'kube-proxy-ipvs';
 
 /** The real kube-proxy's modes, each next to the mode of ours that re-implements it. */
 export const KUBE_PROXY_MODES = {
   'kube-proxy-iptables': 'iptables',
   'kube-proxy-nftables': 'nftables',
+  'kube-proxy-ipvs': 'ipvs',
 } as const satisfies Partial<Record<BenchMode, BenchMode>>;
 
 export type KubeProxyMode = keyof typeof KUBE_PROXY_MODES;
@@ -38,7 +40,7 @@ export function isKubeProxyMode(mode: BenchMode): mode is KubeProxyMode {
 }
 
 /** What the kernel holds in this mode: the real kube-proxy programs the same rules as ours. */
-function kernelMode(mode: BenchMode): Exclude<BenchMode, KubeProxyMode> {
+export function kernelMode(mode: BenchMode): Exclude<BenchMode, KubeProxyMode> {
   return isKubeProxyMode(mode) ? KUBE_PROXY_MODES[mode] : mode;
 }
 

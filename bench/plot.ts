@@ -25,6 +25,7 @@ export const MODE_COLORS: Record<string, string> = {
   // The real kube-proxy: the colour of the mode of ours that re-implements it, lighter.
   'kube-proxy-iptables': '#f1b6da',
   'kube-proxy-nftables': '#92c5de',
+  'kube-proxy-ipvs': '#fdb863',
 };
 
 const WIDTH = 720;

@@ -27,6 +27,7 @@ interface BenchFlags {
   bpfCostServices?: string;
   out: string;
   iptablesBackend: 'auto' | 'legacy' | 'nft';
+  timeoutScale?: string;
   ipvsLab?: boolean;
   render?: string;
 }
@@ -81,6 +82,7 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
       udpProbes: positive('--udp-probes', flags.udpProbes ?? d.udpProbes),
       endpointChanges: positive('--endpoint-changes', flags.endpointChanges ?? d.endpointChanges),
       coldStartTimeoutMs: 20 * 60_000,
+      timeoutScale: positive('--timeout-scale', flags.timeoutScale ?? '1'),
       iptablesBackend: flags.iptablesBackend,
     },
     bpfCost: {
@@ -106,7 +108,7 @@ export function registerBenchCommand(program: Command): void {
     )
     .option(
       '--modes <list>',
-      'modes to measure (ipvs needs a kernel with IPVS; kube-proxy-iptables and kube-proxy-nftables run the real kube-proxy, built by scripts/install-control-plane.sh, and feed every mode from a real API server)',
+      'modes to measure (ipvs and kube-proxy-ipvs need a kernel with IPVS; kube-proxy-iptables, kube-proxy-nftables and kube-proxy-ipvs run the real kube-proxy, built by scripts/install-control-plane.sh, and feed every mode from a real API server)',
       ALL_MODES.join(','),
     )
     .option(
@@ -136,6 +138,10 @@ export function registerBenchCommand(program: Command): void {
       )
         .choices(['auto', 'legacy', 'nft'])
         .default('auto'),
+    )
+    .option(
+      '--timeout-scale <x>',
+      "multiply the bounds on waits (the API server's readiness, an endpoint change reaching the kernel) by x; the IPVS lab's guest runs with 10",
     )
     .option('--out <dir>', 'results root: <dir>/<timestamp>/ and <dir>/latest/', 'bench/results')
     .addOption(

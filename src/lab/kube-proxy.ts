@@ -10,7 +10,7 @@ import { processMemory, stopAgentProcess } from './agent.js';
 import { AgentLog, type LogLineReading } from './agent-log.js';
 import type { Lab } from './netns.js';
 
-export type RuleMode = 'iptables' | 'nftables';
+export type RuleMode = 'iptables' | 'nftables' | 'ipvs';
 
 export interface ProxyConfigOptions {
   /** The proxy mode (our agent's bpf too: it reads the same file). */
@@ -20,6 +20,8 @@ export interface ProxyConfigOptions {
   kubeconfig: string;
   /** The mode section's syncPeriod; absent: kube-proxy's default (30 s, minSyncPeriod 1 s). */
   syncPeriod?: string;
+  /** ipvs mode: its section's scheduler; absent: kube-proxy's default (rr). */
+  ipvsScheduler?: string;
   /** clientConnection.contentType; absent: kube-proxy's default (protobuf). */
   contentType?: string;
   /** Lines appended as they are (our agent's bpf section). */
@@ -28,6 +30,14 @@ export interface ProxyConfigOptions {
 
 /** One KubeProxyConfiguration for kube-proxy and for our agent, so both run with the same settings. */
 export function kubeProxyConfig(o: ProxyConfigOptions): string {
+  if (o.ipvsScheduler && o.mode !== 'ipvs')
+    throw new Error(`kubeProxyConfig: an ipvs scheduler in ${o.mode} mode`);
+  // In the mode's own section: v1alpha1 has no top-level syncPeriod/minSyncPeriod (kube-proxy
+  // decodes the file leniently and ignores them; ours would apply them).
+  const modeSection = [
+    ...(o.syncPeriod ? [`  syncPeriod: ${o.syncPeriod}`] : []),
+    ...(o.ipvsScheduler ? [`  scheduler: ${o.ipvsScheduler}`] : []),
+  ];
   return [
     'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
     'kind: KubeProxyConfiguration',
@@ -46,9 +56,7 @@ export function kubeProxyConfig(o: ProxyConfigOptions): string {
     '  min: 0',
     '  tcpEstablishedTimeout: 0s',
     '  tcpCloseWaitTimeout: 0s',
-    // In the mode's own section: v1alpha1 has no top-level syncPeriod/minSyncPeriod (kube-proxy
-    // decodes the file leniently and ignores them; ours would apply them).
-    ...(o.syncPeriod ? [`${o.mode}:`, `  syncPeriod: ${o.syncPeriod}`] : []),
+    ...(modeSection.length > 0 ? [`${o.mode}:`, ...modeSection] : []),
     ...(o.extraLines ?? []),
     '',
   ].join('\n');
@@ -92,9 +100,19 @@ export function goDurationMs(text: string): number {
 }
 
 /**
- * kube-proxy's log read as our agent's: each IPv4 "SyncProxyRules complete" is a sync (its
- * `elapsed` the duration), full when the "Syncing … rules" line before it said fullSync=true. The
- * IPv6 proxier's syncs are left out: the benchmark's Services are IPv4.
+ * The klog level at which each mode logs its syncs: the iptables and nftables proxiers log "Syncing
+ * … rules" and "SyncProxyRules complete" at 2; the ipvs proxier "Syncing ipvs proxier rules" at 3
+ * and "syncProxyRules complete" at 4 (pkg/proxy/ipvs/proxier.go, v1.37), with a few more lines at
+ * 4 than the other modes log at 2 (one per Service and slice event, one per address bound on the
+ * first sync).
+ */
+export const SYNC_LOG_LEVEL: Record<RuleMode, number> = { iptables: 2, nftables: 2, ipvs: 4 };
+
+/**
+ * kube-proxy's log read as our agent's: each IPv4 "SyncProxyRules complete" (ipvs: "syncProxyRules
+ * complete") is a sync (its `elapsed` the duration), full when the "Syncing … rules" line before it
+ * said fullSync=true; the ipvs proxier has no partial syncs. The IPv6 proxier's syncs are left out:
+ * the benchmark's Services are IPv4.
  */
 export function kubeProxyLineReader(): (text: string) => LogLineReading {
   let full = false;
@@ -102,7 +120,8 @@ export function kubeProxyLineReader(): (text: string) => LogLineReading {
     const line = parseKlogLine(text);
     if (!line || line.ipFamily === 'IPv6') return line ? { line } : {};
     if (/^Syncing (iptables|nftables) rules$/.test(line.msg as string)) full = line.fullSync === 'true';
-    if (line.msg !== 'SyncProxyRules complete') return { line };
+    if (line.msg === 'Syncing ipvs proxier rules') full = true;
+    if (line.msg !== 'SyncProxyRules complete' && line.msg !== 'syncProxyRules complete') return { line };
     return { line, sync: { durationMs: goDurationMs(line.elapsed ?? ''), full } };
   };
 }
@@ -112,7 +131,9 @@ export interface KubeProxyStart {
   ns: string;
   binary: string;
   configPath: string;
-  /** iptables mode: the directory of iptablesBackendDir(), first in its PATH. */
+  /** The mode its config names: it sets the log level its syncs are read at. */
+  mode: RuleMode;
+  /** iptables and ipvs modes: the directory of iptablesBackendDir(), first in its PATH. */
   iptablesDir?: string;
 }
 
@@ -132,8 +153,13 @@ export class KubeProxyProcess {
   static start(o: KubeProxyStart): KubeProxyProcess {
     const startedAt = performance.now();
     const path = [o.iptablesDir, process.env.PATH].filter(Boolean).join(':');
-    // --v=2: the level of the sync lines. `env` execs, so the pid is kube-proxy's.
-    const child = o.lab.spawn(o.ns, 'env', [`PATH=${path}`, o.binary, `--config=${o.configPath}`, '--v=2']);
+    // `env` execs, so the pid is kube-proxy's.
+    const child = o.lab.spawn(o.ns, 'env', [
+      `PATH=${path}`,
+      o.binary,
+      `--config=${o.configPath}`,
+      `--v=${SYNC_LOG_LEVEL[o.mode]}`,
+    ]);
     return new KubeProxyProcess(child, startedAt);
   }
 

@@ -280,7 +280,7 @@ describeControlPlane('kube-proxy itself vs our agent, same API server, same node
     const configPath = join(cp.workDir, `${ns}.conf`);
     writeFileSync(configPath, proxyConfig(mode, kubeconfig));
     const start = () =>
-      KubeProxyProcess.start({ lab, ns, binary: join(cp.binaries.k8s, 'kube-proxy'), configPath });
+      KubeProxyProcess.start({ lab, ns, binary: join(cp.binaries.k8s, 'kube-proxy'), configPath, mode });
     let kubeProxy = start();
     // kube-proxy v1.37.2 can run its first sync before its node handler has the Node's labels
     // (it logs "... since node is missing label"), and in nftables mode its partial syncs never

@@ -5,12 +5,15 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { ALL_MODES, unavailableModes } from '../../bench/harness.js';
+import { guestBenchArgs, guestEnvironment, LAB_TIMEOUT_SCALE } from '../../bench/ipvs-lab.js';
 import type { Sample } from '../../bench/measures.js';
 import { chartSvg, linearTicks } from '../../bench/plot.js';
 import { aggregate, bpfPairs, kubeProxyPairs, ratio, ratioTable } from '../../bench/report.js';
 import { clusterIP, manifestFiles, measuredService, validateScenario } from '../../bench/scenario.js';
 import { histogram, histogramPercentile, mergeHistograms, percentile, summarize } from '../../bench/stats.js';
 import { parseColumns, parseLoadgen, parseWrk } from '../../bench/tools.js';
+import { benchOptions } from '../../src/cli/bench.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
 import { readManifests } from '../../src/sources/manifests.js';
 
@@ -106,12 +109,20 @@ describe('report', () => {
       'ipvs',
       'kube-proxy-iptables',
       'kube-proxy-nftables',
+      'kube-proxy-ipvs',
     ] as const;
     expect(kubeProxyPairs(modes)).toEqual([
       ['iptables', 'kube-proxy-iptables'],
       ['bpf', 'kube-proxy-iptables'],
       ['nftables', 'kube-proxy-nftables'],
       ['bpf', 'kube-proxy-nftables'],
+      ['ipvs', 'kube-proxy-ipvs'],
+      ['bpf', 'kube-proxy-ipvs'],
+    ]);
+    // The IPVS lab's run without bpf: ours against the real one only.
+    expect(kubeProxyPairs(['ipvs', 'kube-proxy-ipvs', 'iptables', 'kube-proxy-iptables'])).toEqual([
+      ['ipvs', 'kube-proxy-ipvs'],
+      ['iptables', 'kube-proxy-iptables'],
     ]);
     expect(bpfPairs(modes)).toEqual([
       ['bpf', 'iptables'],
@@ -133,6 +144,86 @@ describe('report', () => {
     expect(agg[0]?.median).toBeGreaterThan(49);
     expect(agg[0]?.median).toBeLessThanOrEqual(50);
     expect(agg[0]?.p99).toBeLessThanOrEqual(50);
+  });
+});
+
+describe('modes and the IPVS lab', () => {
+  const noIpvs = { available: false, reason: 'this kernel (6.18) has no IPVS' };
+  const ipvs = { available: true, reason: 'IPVS present (/proc/net/ip_vs)' };
+  const noControlPlane = 'the control-plane binaries are not built: bash scripts/install-control-plane.sh';
+
+  it('kube-proxy-ipvs needs IPVS, as ipvs does, and the control plane, as the other real modes do', () => {
+    expect(ALL_MODES).toContain('kube-proxy-ipvs');
+    expect(unavailableModes(ALL_MODES, noIpvs, null)).toEqual([
+      { mode: 'ipvs', reason: noIpvs.reason },
+      { mode: 'kube-proxy-ipvs', reason: noIpvs.reason },
+    ]);
+    expect(unavailableModes(ALL_MODES, ipvs, noControlPlane)).toEqual([
+      { mode: 'kube-proxy-iptables', reason: noControlPlane },
+      { mode: 'kube-proxy-nftables', reason: noControlPlane },
+      { mode: 'kube-proxy-ipvs', reason: noControlPlane },
+    ]);
+    // Without either, the kernel is the reason: the control plane would not make it run.
+    expect(unavailableModes(['kube-proxy-ipvs', 'bpf'], noIpvs, noControlPlane)).toEqual([
+      { mode: 'kube-proxy-ipvs', reason: noIpvs.reason },
+    ]);
+    expect(unavailableModes(ALL_MODES, ipvs, null)).toEqual([]);
+  });
+
+  it("the guest runs every requested mode, the real kube-proxy's too, with its bounds on waits scaled", () => {
+    const options = benchOptions(
+      {
+        quick: true,
+        modes: 'ipvs,kube-proxy-ipvs,iptables,kube-proxy-iptables',
+        services: '1,100',
+        endpoints: '3',
+        reps: '2',
+        seconds: '1',
+        out: 'bench/results',
+        iptablesBackend: 'auto',
+        ipvsLab: true,
+      },
+      () => {},
+    );
+    expect(options.cell.timeoutScale).toBe(1);
+    const args = guestBenchArgs(options);
+    const flag = (name: string) => args[args.indexOf(name) + 1];
+    expect(args[0]).toBe('bench');
+    expect(flag('--modes')).toBe('ipvs,kube-proxy-ipvs,iptables,kube-proxy-iptables');
+    expect(flag('--services')).toBe('1,100');
+    expect(flag('--endpoints')).toBe('3');
+    expect(flag('--reps')).toBe('2');
+    expect(flag('--seconds')).toBe('1');
+    expect(flag('--iptables-backend')).toBe('auto');
+    expect(flag('--timeout-scale')).toBe(String(LAB_TIMEOUT_SCALE));
+    expect(flag('--out')).toBe('/run/lab');
+    expect(args).toContain('--quick');
+    expect(args).not.toContain('--ipvs-lab');
+    // What the guest is given, read back by the guest's own flag parsing.
+    const guest = benchOptions(
+      {
+        modes: flag('--modes') as string,
+        endpoints: flag('--endpoints') as string,
+        timeoutScale: flag('--timeout-scale'),
+        out: '/run/lab',
+        iptablesBackend: 'auto',
+      },
+      () => {},
+    );
+    expect(guest.cell.timeoutScale).toBe(LAB_TIMEOUT_SCALE);
+    expect(() =>
+      benchOptions(
+        { modes: 'ipvs', endpoints: '3', timeoutScale: '0', out: 'x', iptablesBackend: 'auto' },
+        () => {},
+      ),
+    ).toThrow(/--timeout-scale/);
+  });
+
+  it("the guest's bench inherits PATH and where the control-plane binaries are cached, nothing else", () => {
+    expect(
+      guestEnvironment({ PATH: '/usr/sbin:/usr/bin', HOME: '/root', KBP_CACHE_DIR: '/cache', TERM: 'xterm' }),
+    ).toEqual({ PATH: '/usr/sbin:/usr/bin', HOME: '/root', KBP_CACHE_DIR: '/cache' });
+    expect(guestEnvironment({})).toEqual({});
   });
 });
 

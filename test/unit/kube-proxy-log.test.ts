@@ -7,6 +7,7 @@ import {
   kubeProxyConfig,
   kubeProxyLineReader,
   parseKlogLine,
+  SYNC_LOG_LEVEL,
 } from '../../src/lab/kube-proxy.js';
 
 describe('kube-proxy log', () => {
@@ -62,6 +63,31 @@ describe('kube-proxy log', () => {
       durationMs: 40,
       full: false,
     });
+  });
+
+  it('reads the ipvs proxier\'s syncs, logged at --v=4 with a lowercase "syncProxyRules complete"; every one full', () => {
+    expect(SYNC_LOG_LEVEL).toEqual({ iptables: 2, nftables: 2, ipvs: 4 });
+    const read = kubeProxyLineReader();
+    const line = (msg: string, fields: string) => `I1202 02:40:00.1 1 proxier.go:9] "${msg}" ${fields}`;
+    expect(read(line('ipvs sync params', 'ipFamily="IPv4" minSyncPeriod="1s"')).sync).toBeUndefined();
+    expect(read(line('Syncing ipvs proxier rules', 'ipFamily="IPv4"')).sync).toBeUndefined();
+    expect(read(line('syncProxyRules complete', 'ipFamily="IPv6" elapsed="3ms"')).sync).toBeUndefined();
+    expect(read(line('syncProxyRules complete', 'ipFamily="IPv4" elapsed="812.5ms"')).sync).toEqual({
+      durationMs: 812.5,
+      full: true,
+    });
+  });
+
+  it('ipvs mode names its scheduler in its own section, beside its periods; other modes have none', () => {
+    const base = { hostname: 'node', clusterCIDR: '10.244.0.0/16', kubeconfig: '/k' };
+    expect(kubeProxyConfig({ ...base, mode: 'ipvs', syncPeriod: '5s', ipvsScheduler: 'rr' })).toContain(
+      'ipvs:\n  syncPeriod: 5s\n  scheduler: rr\n',
+    );
+    expect(kubeProxyConfig({ ...base, mode: 'ipvs', ipvsScheduler: 'rr' })).toContain(
+      'ipvs:\n  scheduler: rr\n',
+    );
+    expect(kubeProxyConfig({ ...base, mode: 'ipvs' })).not.toContain('ipvs:');
+    expect(() => kubeProxyConfig({ ...base, mode: 'iptables', ipvsScheduler: 'rr' })).toThrow(/scheduler/);
   });
 
   it('one configuration for both: periods in the mode section, extra lines appended', () => {
