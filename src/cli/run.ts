@@ -8,7 +8,7 @@ import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig } from '../config/types.js';
 import { openDataplane } from '../dataplanes/open.js';
-import { heapAfterFullSyncs } from '../host/heap.js';
+import { collectHeapSoon } from '../host/heap.js';
 import { CachedHostAddresses } from '../host/interfaces.js';
 import { LinkWatch } from '../host/link-watch.js';
 import { createLogger, type Logger } from '../logger.js';
@@ -71,6 +71,15 @@ function openSource(opts: RunOptions, config: ProxyConfig, nodeName: string, log
     nodeName,
     logger: log,
   });
+}
+
+/** A full sync's garbage collected once it is over; incremental syncs are left alone. */
+export function heapAfterFullSyncs(log: Logger): SyncObserver {
+  return {
+    synced(report) {
+      if (report.full) collectHeapSoon(log);
+    },
+  };
 }
 
 export interface RunningAgent {

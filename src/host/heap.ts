@@ -6,7 +6,6 @@
 
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import type { SyncObserver } from '../brain/sync-loop.js';
 import type { Logger } from '../logger.js';
 
 type Collect = () => void;
@@ -27,26 +26,21 @@ function fullCollection(): Collect | null {
   return collector;
 }
 
-/** Runs one full collection after each full sync, once the event loop has had its turn. */
-export function heapAfterFullSyncs(log: Logger): SyncObserver {
-  return {
-    synced(report) {
-      if (!report.full) return;
-      const collect = fullCollection();
-      if (!collect) return;
-      setImmediate(() => {
-        const started = performance.now();
-        const before = process.memoryUsage().heapUsed;
-        collect();
-        log.debug(
-          {
-            ms: Math.round(performance.now() - started),
-            heapUsedMiB: Math.round(process.memoryUsage().heapUsed / 2 ** 20),
-            freedMiB: Math.round((before - process.memoryUsage().heapUsed) / 2 ** 20),
-          },
-          'heap collected after a full sync',
-        );
-      });
-    },
-  };
+/** Runs one full collection once the event loop has had its turn (after the sync that asks). */
+export function collectHeapSoon(log: Logger): void {
+  const collect = fullCollection();
+  if (!collect) return;
+  setImmediate(() => {
+    const started = performance.now();
+    const before = process.memoryUsage().heapUsed;
+    collect();
+    log.debug(
+      {
+        ms: Math.round(performance.now() - started),
+        heapUsedMiB: Math.round(process.memoryUsage().heapUsed / 2 ** 20),
+        freedMiB: Math.round((before - process.memoryUsage().heapUsed) / 2 ** 20),
+      },
+      'heap collected after a full sync',
+    );
+  });
 }

@@ -2,7 +2,7 @@ import { Writable } from 'node:stream';
 import pino from 'pino';
 import { describe, expect, it } from 'vitest';
 import type { SyncReport } from '../../src/brain/sync-loop.js';
-import { heapAfterFullSyncs } from '../../src/host/heap.js';
+import { heapAfterFullSyncs } from '../../src/cli/run.js';
 
 function capturingLogger(): { log: pino.Logger; lines: Record<string, unknown>[] } {
   const lines: Record<string, unknown>[] = [];
