@@ -223,9 +223,13 @@ describeRoot('attaching the programs to the interfaces found', () => {
       // Before the first sync the node IP is unknown: eth0 is external by its default route.
       expect(pinned(pinDir)).toEqual([
         'cgroup-connect4@cgroup kbp_sock_connec',
+        'cgroup-connect6@cgroup kbp_sock_connec',
         'cgroup-getpeername4@cgroup kbp_sock_getpee',
+        'cgroup-getpeername6@cgroup kbp_sock_getpee',
         'cgroup-recvmsg4@cgroup kbp_sock_recvms',
+        'cgroup-recvmsg6@cgroup kbp_sock_recvms',
         'cgroup-sendmsg4@cgroup kbp_sock_sendms',
+        'cgroup-sendmsg6@cgroup kbp_sock_sendms',
         'tc-egress@eth0 kbp_tc_egress',
         'tc-egress@flannel.1 kbp_tc_egress',
         'tc-egress@tun0 kbp_tc_egress_l',
@@ -264,6 +268,10 @@ describeRoot('attaching the programs to the interfaces found', () => {
         'cgroup-sendmsg4 kbp_sock_sendmsg4',
         'cgroup-recvmsg4 kbp_sock_recvmsg4',
         'cgroup-getpeername4 kbp_sock_getpeername4',
+        'cgroup-connect6 kbp_sock_connect6',
+        'cgroup-sendmsg6 kbp_sock_sendmsg6',
+        'cgroup-recvmsg6 kbp_sock_recvmsg6',
+        'cgroup-getpeername6 kbp_sock_getpeername6',
       ]);
       expect(attachments.find((a) => a.interface === 'tun0' && a.hook === 'tc-egress')?.program).toBe(
         'kbp_tc_egress_l3',
