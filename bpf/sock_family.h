@@ -14,8 +14,8 @@
  * hooks do not serve) or KBP_SOCK_REFUSED (service without endpoints, traffic policy with none for
  * this scope, source outside loadBalancerSourceRanges, backend missing).
  */
-static __always_inline int KBP_F(kbp_sock_xlate)(struct bpf_sock_addr *ctx, KBP_PKT *p, bool connect,
-						 KBP_BACKEND *to) {
+static __always_inline int KBP_F(kbp_sock_xlate)(struct bpf_sock_addr *ctx, KBP_PKT *p,
+						 bool connect, KBP_BACKEND *to) {
 	struct kbp_svc_val sv;
 	KBP_SOCKREV_KEY rk = {};
 	KBP_SOCKREV_VAL rv = {};

@@ -614,7 +614,8 @@ export const MAPS = {
   fragStats: mapLayout('kbp_fragst_v1', u32Codec, fragStats, true),
 } as const satisfies Record<string, MapLayout>;
 
-/** The programs in bpf/lb.o. */
+/** The programs in bpf/lb.o. Their names differ in the first 15 characters, all the kernel keeps,
+ * so `list` can tell which one a link runs. */
 export const PROGRAMS = {
   /** tc ingress of pod-facing interfaces (traffic from pods, both directions of SNATed flows). */
   tcFromPod: 'kbp_tc_pod',
@@ -631,19 +632,19 @@ export const PROGRAMS = {
   /** Benchmark baseline: swap MACs, XDP_TX. */
   xdpTx: 'kbp_xdp_tx',
   /** cgroup connect4: TCP and UDP connect() to a service address goes to a backend. */
-  sockConnect4: 'kbp_sock_connect4',
+  sockConnect4: 'kbp_sock4_connect',
   /** cgroup sendmsg4: each unconnected UDP datagram to a service address goes to a backend. */
-  sockSendmsg4: 'kbp_sock_sendmsg4',
+  sockSendmsg4: 'kbp_sock4_sendmsg',
   /** cgroup recvmsg4: UDP replies from a backend read as from the service address. */
-  sockRecvmsg4: 'kbp_sock_recvmsg4',
+  sockRecvmsg4: 'kbp_sock4_recvmsg',
   /** cgroup getpeername4: a translated socket's peer reads as the service address. */
-  sockGetpeername4: 'kbp_sock_getpeername4',
+  sockGetpeername4: 'kbp_sock4_getpeername',
   /** cgroup connect6, sendmsg6, recvmsg6, getpeername6: the same for IPv6 sockets; a dual-stack
    * socket's IPv4-mapped service address is decided in the IPv4 maps. */
-  sockConnect6: 'kbp_sock_connect6',
-  sockSendmsg6: 'kbp_sock_sendmsg6',
-  sockRecvmsg6: 'kbp_sock_recvmsg6',
-  sockGetpeername6: 'kbp_sock_getpeername6',
+  sockConnect6: 'kbp_sock6_connect',
+  sockSendmsg6: 'kbp_sock6_sendmsg',
+  sockRecvmsg6: 'kbp_sock6_recvmsg',
+  sockGetpeername6: 'kbp_sock6_getpeername',
 } as const;
 
 // ---------- load-time constants (.rodata) ----------
