@@ -21,6 +21,10 @@ const PROGRAMS = [
   'kbp_sock4_sendmsg',
   'kbp_sock4_recvmsg',
   'kbp_sock4_getpeername',
+  'kbp_sock6_connect',
+  'kbp_sock6_sendmsg',
+  'kbp_sock6_recvmsg',
+  'kbp_sock6_getpeername',
 ];
 
 describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {
