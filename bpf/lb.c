@@ -9,7 +9,8 @@
  *   kbp_xdp_ext       XDP on external interfaces: the same load balancer before the stack (IPv4;
  *                     IPv6 passes to tc)
  *   kbp_xdp_tx        benchmark baseline
- *   kbp_sock_connect4, kbp_sock_sendmsg4, kbp_sock_recvmsg4, kbp_sock_getpeername4
+ *   kbp_sock4_connect, kbp_sock4_sendmsg, kbp_sock4_recvmsg, kbp_sock4_getpeername, and their
+ *   IPv6 counterparts kbp_sock6_connect ... kbp_sock6_getpeername
  *                     cgroup v2 socket hooks: socket-level load balancing (sock.h)
  * The tc programs return TC_ACT_UNSPEC (= TCX_NEXT) to let the packet continue, so they work
  * under tcx and under clsact/cls_bpf direct-action alike.
@@ -154,24 +155,46 @@ int kbp_xdp_tx(struct xdp_md *ctx) {
 }
 
 SEC("cgroup/connect4")
-int kbp_sock_connect4(struct bpf_sock_addr *ctx) {
-	return kbp_sock_xlate4(ctx, true);
+int kbp_sock4_connect(struct bpf_sock_addr *ctx) {
+	return kbp_sock_connect_or_send4(ctx, true);
 }
 
 SEC("cgroup/sendmsg4")
-int kbp_sock_sendmsg4(struct bpf_sock_addr *ctx) {
-	return kbp_sock_xlate4(ctx, false);
+int kbp_sock4_sendmsg(struct bpf_sock_addr *ctx) {
+	return kbp_sock_connect_or_send4(ctx, false);
 }
 
 SEC("cgroup/recvmsg4")
-int kbp_sock_recvmsg4(struct bpf_sock_addr *ctx) {
-	kbp_sock_rev4(ctx);
+int kbp_sock4_recvmsg(struct bpf_sock_addr *ctx) {
+	kbp_sock_unxlate4(ctx);
 	return KBP_SOCK_PROCEED;
 }
 
 SEC("cgroup/getpeername4")
-int kbp_sock_getpeername4(struct bpf_sock_addr *ctx) {
-	kbp_sock_rev4(ctx);
+int kbp_sock4_getpeername(struct bpf_sock_addr *ctx) {
+	kbp_sock_unxlate4(ctx);
+	return KBP_SOCK_PROCEED;
+}
+
+SEC("cgroup/connect6")
+int kbp_sock6_connect(struct bpf_sock_addr *ctx) {
+	return kbp_sock_connect_or_send6(ctx, true);
+}
+
+SEC("cgroup/sendmsg6")
+int kbp_sock6_sendmsg(struct bpf_sock_addr *ctx) {
+	return kbp_sock_connect_or_send6(ctx, false);
+}
+
+SEC("cgroup/recvmsg6")
+int kbp_sock6_recvmsg(struct bpf_sock_addr *ctx) {
+	kbp_sock_unxlate6(ctx);
+	return KBP_SOCK_PROCEED;
+}
+
+SEC("cgroup/getpeername6")
+int kbp_sock6_getpeername(struct bpf_sock_addr *ctx) {
+	kbp_sock_unxlate6(ctx);
 	return KBP_SOCK_PROCEED;
 }
 

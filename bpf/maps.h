@@ -247,6 +247,13 @@ struct {
 	__type(value, struct kbp_sockrev4_val);
 } kbp_sockrev4_v1 SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KBP_MAX_SOCK_REV);
+	__type(key, struct kbp_sockrev6_key);
+	__type(value, struct kbp_sockrev6_val);
+} kbp_sockrev6_v1 SEC(".maps");
+
 /* Datagrams in flight as fragments: entries are never deleted (fragments may come in any order),
  * the LRU forgets the oldest. */
 struct {

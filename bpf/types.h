@@ -394,4 +394,23 @@ struct kbp_sockrev4_val {
 };
 _Static_assert(sizeof(struct kbp_sockrev4_val) == 12, "kbp_sockrev4_val");
 
+/* kbp_sockrev6_v1 (LRU): the same for IPv6 sockets. A dual-stack socket's IPv4-mapped peer
+ * (::ffff:a.b.c.d) is an IPv4 one: its entry is in kbp_sockrev4_v1. */
+struct kbp_sockrev6_key {
+	__u64 cookie;	/* bpf_get_socket_cookie */
+	__be32 addr[4]; /* backend */
+	__be16 port;
+	__u16 pad;
+	__u32 pad2;
+};
+_Static_assert(sizeof(struct kbp_sockrev6_key) == 32, "kbp_sockrev6_key");
+
+struct kbp_sockrev6_val {
+	__be32 addr[4]; /* service address and port the socket used */
+	__be16 port;
+	__u16 pad;
+	__u32 svc_id;
+};
+_Static_assert(sizeof(struct kbp_sockrev6_val) == 24, "kbp_sockrev6_val");
+
 #endif /* KBP_TYPES_H */

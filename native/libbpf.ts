@@ -573,6 +573,10 @@ export const BPF_CGROUP_INET4_CONNECT = 10;
 export const BPF_CGROUP_UDP4_SENDMSG = 14;
 export const BPF_CGROUP_UDP4_RECVMSG = 19;
 export const BPF_CGROUP_INET4_GETPEERNAME = 29;
+export const BPF_CGROUP_INET6_CONNECT = 11;
+export const BPF_CGROUP_UDP6_SENDMSG = 15;
+export const BPF_CGROUP_UDP6_RECVMSG = 20;
+export const BPF_CGROUP_INET6_GETPEERNAME = 30;
 export const BPF_FUNC_SET_RETVAL = 187;
 /** bpf_loop (5.17+): bpf/lb.o needs it, bpf/lb_compat.o does not. */
 export const BPF_FUNC_LOOP = 181;

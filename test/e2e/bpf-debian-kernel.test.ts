@@ -17,10 +17,14 @@ const PROGRAMS = [
   'kbp_tc_egress_l3',
   'kbp_xdp_ext',
   'kbp_xdp_tx',
-  'kbp_sock_connect4',
-  'kbp_sock_sendmsg4',
-  'kbp_sock_recvmsg4',
-  'kbp_sock_getpeername4',
+  'kbp_sock4_connect',
+  'kbp_sock4_sendmsg',
+  'kbp_sock4_recvmsg',
+  'kbp_sock4_getpeername',
+  'kbp_sock6_connect',
+  'kbp_sock6_sendmsg',
+  'kbp_sock6_recvmsg',
+  'kbp_sock6_getpeername',
 ];
 
 describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {

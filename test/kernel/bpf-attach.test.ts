@@ -222,10 +222,14 @@ describeRoot('attaching the programs to the interfaces found', () => {
       });
       // Before the first sync the node IP is unknown: eth0 is external by its default route.
       expect(pinned(pinDir)).toEqual([
-        'cgroup-connect4@cgroup kbp_sock_connec',
-        'cgroup-getpeername4@cgroup kbp_sock_getpee',
-        'cgroup-recvmsg4@cgroup kbp_sock_recvms',
-        'cgroup-sendmsg4@cgroup kbp_sock_sendms',
+        'cgroup-connect4@cgroup kbp_sock4_conne',
+        'cgroup-connect6@cgroup kbp_sock6_conne',
+        'cgroup-getpeername4@cgroup kbp_sock4_getpe',
+        'cgroup-getpeername6@cgroup kbp_sock6_getpe',
+        'cgroup-recvmsg4@cgroup kbp_sock4_recvm',
+        'cgroup-recvmsg6@cgroup kbp_sock6_recvm',
+        'cgroup-sendmsg4@cgroup kbp_sock4_sendm',
+        'cgroup-sendmsg6@cgroup kbp_sock6_sendm',
         'tc-egress@eth0 kbp_tc_egress',
         'tc-egress@flannel.1 kbp_tc_egress',
         'tc-egress@tun0 kbp_tc_egress_l',
@@ -260,10 +264,14 @@ describeRoot('attaching the programs to the interfaces found', () => {
       expect(
         attachments.filter((a) => a.interface === 'cgroup').map((a) => `${a.hook} ${a.program}`),
       ).toEqual([
-        'cgroup-connect4 kbp_sock_connect4',
-        'cgroup-sendmsg4 kbp_sock_sendmsg4',
-        'cgroup-recvmsg4 kbp_sock_recvmsg4',
-        'cgroup-getpeername4 kbp_sock_getpeername4',
+        'cgroup-connect4 kbp_sock4_connect',
+        'cgroup-sendmsg4 kbp_sock4_sendmsg',
+        'cgroup-recvmsg4 kbp_sock4_recvmsg',
+        'cgroup-getpeername4 kbp_sock4_getpeername',
+        'cgroup-connect6 kbp_sock6_connect',
+        'cgroup-sendmsg6 kbp_sock6_sendmsg',
+        'cgroup-recvmsg6 kbp_sock6_recvmsg',
+        'cgroup-getpeername6 kbp_sock6_getpeername',
       ]);
       expect(attachments.find((a) => a.interface === 'tun0' && a.hook === 'tc-egress')?.program).toBe(
         'kbp_tc_egress_l3',

@@ -77,6 +77,7 @@ const TEST_CAPACITY: Partial<Record<MapName, number>> = {
   affinity6: 1024,
   srcRange6: 1024,
   sockRev4: 4096,
+  sockRev6: 4096,
 };
 
 export function loadLb(

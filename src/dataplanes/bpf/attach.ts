@@ -16,8 +16,12 @@ import { existsSync, mkdirSync, readdirSync, statSync, unlinkSync } from 'node:f
 import {
   BPF_CGROUP_INET4_CONNECT,
   BPF_CGROUP_INET4_GETPEERNAME,
+  BPF_CGROUP_INET6_CONNECT,
+  BPF_CGROUP_INET6_GETPEERNAME,
   BPF_CGROUP_UDP4_RECVMSG,
   BPF_CGROUP_UDP4_SENDMSG,
+  BPF_CGROUP_UDP6_RECVMSG,
+  BPF_CGROUP_UDP6_SENDMSG,
   BPF_TC_EGRESS,
   BPF_TC_INGRESS,
   BPF_TCX_EGRESS,
@@ -66,6 +70,14 @@ export const SOCK_HOOKS = [
     hook: 'cgroup-getpeername4',
     program: PROGRAMS.sockGetpeername4,
     attachType: BPF_CGROUP_INET4_GETPEERNAME,
+  },
+  { hook: 'cgroup-connect6', program: PROGRAMS.sockConnect6, attachType: BPF_CGROUP_INET6_CONNECT },
+  { hook: 'cgroup-sendmsg6', program: PROGRAMS.sockSendmsg6, attachType: BPF_CGROUP_UDP6_SENDMSG },
+  { hook: 'cgroup-recvmsg6', program: PROGRAMS.sockRecvmsg6, attachType: BPF_CGROUP_UDP6_RECVMSG },
+  {
+    hook: 'cgroup-getpeername6',
+    program: PROGRAMS.sockGetpeername6,
+    attachType: BPF_CGROUP_INET6_GETPEERNAME,
   },
 ] as const;
 export type SockHook = (typeof SOCK_HOOKS)[number]['hook'];

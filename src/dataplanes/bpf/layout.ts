@@ -464,6 +464,19 @@ export const sockRev4Val = new StructCodec(
   { addr: ip4(0), port: port(4), svcId: u32(8) },
   { pad: 6 },
 );
+/** kbp_sockrev6_v1 (LRU): the IPv6 counterparts (an IPv4-mapped peer's entry is an IPv4 one). */
+export const sockRev6Key = new StructCodec(
+  'kbp_sockrev6_key',
+  32,
+  { cookie: u64(0), addr: ip6(8), port: port(24) },
+  { pad: 26, pad2: 28 },
+);
+export const sockRev6Val = new StructCodec(
+  'kbp_sockrev6_val',
+  24,
+  { addr: ip6(0), port: port(16), svcId: u32(20) },
+  { pad: 18 },
+);
 /** kbp_frag4_v1 (LRU): a fragmented datagram, by the fields every fragment repeats... */
 export const frag4Key = new StructCodec(
   'kbp_frag4_key',
@@ -504,6 +517,8 @@ export type BpfConfigValue = StructValue<typeof config.fields>;
 export type SockConfig = StructValue<typeof sockConfig.fields>;
 export type SockRev4Key = StructValue<typeof sockRev4Key.fields>;
 export type SockRev4Val = StructValue<typeof sockRev4Val.fields>;
+export type SockRev6Key = StructValue<typeof sockRev6Key.fields>;
+export type SockRev6Val = StructValue<typeof sockRev6Val.fields>;
 export type Frag4Key = StructValue<typeof frag4Key.fields>;
 export type Frag4Val = StructValue<typeof frag4Val.fields>;
 export type FragStats = StructValue<typeof fragStats.fields>;
@@ -534,6 +549,8 @@ export const STRUCTS: readonly StructCodec<Fields>[] = [
   sockConfig,
   sockRev4Key,
   sockRev4Val,
+  sockRev6Key,
+  sockRev6Val,
   frag4Key,
   frag4Val,
   fragStats,
@@ -590,13 +607,15 @@ export const MAPS = {
   sockConfig: mapLayout('kbp_sockcfg_v1', u32Codec, sockConfig),
   /** LRU: {socket cookie, backend} -> the service address the socket asked for. */
   sockRev4: mapLayout('kbp_sockrev4_v1', sockRev4Key, sockRev4Val),
+  sockRev6: mapLayout('kbp_sockrev6_v1', sockRev6Key, sockRev6Val),
   /** LRU: {saddr, daddr, IP id, proto} of a fragmented datagram -> its first fragment's ports. */
   fragments4: mapLayout('kbp_frag4_v1', frag4Key, frag4Val),
   /** Per CPU, one entry: fragments recorded, followed, and passed untouched. */
   fragStats: mapLayout('kbp_fragst_v1', u32Codec, fragStats, true),
 } as const satisfies Record<string, MapLayout>;
 
-/** The programs in bpf/lb.o. */
+/** The programs in bpf/lb.o. Their names differ in the first 15 characters, all the kernel keeps,
+ * so `list` can tell which one a link runs. */
 export const PROGRAMS = {
   /** tc ingress of pod-facing interfaces (traffic from pods, both directions of SNATed flows). */
   tcFromPod: 'kbp_tc_pod',
@@ -613,13 +632,19 @@ export const PROGRAMS = {
   /** Benchmark baseline: swap MACs, XDP_TX. */
   xdpTx: 'kbp_xdp_tx',
   /** cgroup connect4: TCP and UDP connect() to a service address goes to a backend. */
-  sockConnect4: 'kbp_sock_connect4',
+  sockConnect4: 'kbp_sock4_connect',
   /** cgroup sendmsg4: each unconnected UDP datagram to a service address goes to a backend. */
-  sockSendmsg4: 'kbp_sock_sendmsg4',
+  sockSendmsg4: 'kbp_sock4_sendmsg',
   /** cgroup recvmsg4: UDP replies from a backend read as from the service address. */
-  sockRecvmsg4: 'kbp_sock_recvmsg4',
+  sockRecvmsg4: 'kbp_sock4_recvmsg',
   /** cgroup getpeername4: a translated socket's peer reads as the service address. */
-  sockGetpeername4: 'kbp_sock_getpeername4',
+  sockGetpeername4: 'kbp_sock4_getpeername',
+  /** cgroup connect6, sendmsg6, recvmsg6, getpeername6: the same for IPv6 sockets; a dual-stack
+   * socket's IPv4-mapped service address is decided in the IPv4 maps. */
+  sockConnect6: 'kbp_sock6_connect',
+  sockSendmsg6: 'kbp_sock6_sendmsg',
+  sockRecvmsg6: 'kbp_sock6_recvmsg',
+  sockGetpeername6: 'kbp_sock6_getpeername',
 } as const;
 
 // ---------- load-time constants (.rodata) ----------

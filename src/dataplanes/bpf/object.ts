@@ -68,6 +68,7 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
   ifAddrs4: '',
   sockConfig: '',
   sockRev4: 'bpf.mapSizes.socketReverse',
+  sockRev6: 'bpf.mapSizes.socketReverse',
   fragments4: '',
   fragStats: '',
 };
@@ -105,6 +106,7 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
     ifAddrs4: null,
     sockConfig: null,
     sockRev4: sizes.socketReverse,
+    sockRev6: sizes.socketReverse,
     // Datagrams in flight as fragments: the object's 8192 (an LRU: the oldest are forgotten).
     fragments4: null,
     fragStats: null,

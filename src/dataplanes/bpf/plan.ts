@@ -25,8 +25,7 @@ export const SCHEDULERS: readonly BpfScheduler[] = ['random', 'rr', 'maglev'];
 /** The address of a NodePort frontend open on every node address (nodePortAddresses match-all). */
 export const ANY_ADDRESS: Record<IPFamily, string> = { IPv4: '0.0.0.0', IPv6: '::' };
 
-/** The families the datapath programs: both (XDP and the socket hooks serve IPv4 only; IPv6 takes
- * the tc path). */
+/** The families the datapath programs: both (XDP serves IPv4 only; IPv6 takes the tc path there). */
 export const DATAPATH_FAMILIES: readonly IPFamily[] = ['IPv4', 'IPv6'];
 
 /** count and slot are 16-bit in kbp_svc_val and kbp_slot_key. */
