@@ -24,6 +24,7 @@ import {
   manifestFiles,
   NODE_NAME,
   type Scenario,
+  scenarioMapSizes,
 } from './scenario.js';
 import { cliEntryPoint } from './tools.js';
 
@@ -53,7 +54,8 @@ const LIST_SERVER = fileURLToPath(new URL('list-server.js', import.meta.url));
 const LIST_SERVER_PORT = 6443;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-function agentConfig(source: MemorySource): string {
+function agentConfig(source: MemorySource, scenario: Scenario): string {
+  const sizes = scenarioMapSizes(scenario);
   return [
     'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
     'kind: KubeProxyConfiguration',
@@ -61,6 +63,12 @@ function agentConfig(source: MemorySource): string {
     `clusterCIDR: ${CLUSTER_CIDR}`,
     'clientConnection:',
     `  contentType: ${source === 'api-protobuf' ? PROTOBUF_CONTENT_TYPE : 'application/json'}`,
+    // Past the default sizes (65,536 frontends, 2^20 slots), the maps are raised as an operator
+    // would: with a full map every sync is a whole plan (2-4 s a change at 100,000).
+    'bpf:',
+    '  mapSizes:',
+    `    services: ${sizes.services}`,
+    `    backendSlots: ${sizes.backendSlots}`,
     '',
   ].join('\n');
 }
@@ -88,7 +96,7 @@ export async function measureAgentMemory(
   await lab.addNamespace(name);
   const workDir = mkdtempSync(join(tmpdir(), 'kbp-mem-'));
   const configPath = join(workDir, 'config.yaml');
-  writeFileSync(configPath, agentConfig(source));
+  writeFileSync(configPath, agentConfig(source, scenario));
   const args = ['--config', configPath, '--hostname-override', NODE_NAME];
   const manifestDir = join(workDir, 'manifests');
   let server: ReturnType<Lab['spawn']> | null = null;
