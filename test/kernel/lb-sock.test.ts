@@ -202,6 +202,9 @@ describeRoot('socket-level load balancing on the cgroup hooks', () => {
     // The node as distributions ship it: strict rp_filter, the conntrack INVALID drop in FORWARD.
     await lab.reversePathFilter('node', 1);
     await lab.dropInvalidForwards('node');
+    // Link-local addresses wait out duplicate address detection; until then the first IPv6
+    // packets stall in neighbour discovery.
+    for (const ns of ['node', 'be', 'pod']) await lab.waitForIPv6Addresses(ns);
     await lab.startBackend('be', { name: 'a', tcpPorts: [A.port], udpPorts: [UA.port] });
     await lab.startBackend('be', { name: 'b', tcpPorts: [B.port], udpPorts: [UB.port] });
     mapUpdate(lb.fd.nodeAddrs4, ip4Codec.encode(NODE_IP), u32Codec.encode(1));

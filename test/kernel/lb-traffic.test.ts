@@ -112,6 +112,9 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
     await lab.addRoute('tn', '10.201.0.0/16', 'via', '10.205.0.2');
     // XDP on a veth cannot fix up CHECKSUM_PARTIAL packets (reference gotcha 5).
     await lab.exec('cl', 'ethtool', ['-K', 'c0', 'tx', 'off']);
+    // Link-local addresses wait out duplicate address detection; until then the first IPv6
+    // packets stall in neighbour discovery (a pod's interface is up and settled when it runs).
+    for (const ns of ['cl', 'lb', 'be', 'pod']) await lab.waitForIPv6Addresses(ns);
     await lab.startBackend('be', { name: 'remote', tcpPorts: [8080], udpPorts: [5353] });
     await lab.startBackend('pod', { name: 'local', tcpPorts: [8080] });
     for (const ip of NODE_IPS) {
