@@ -20,12 +20,9 @@ export function mergeSlices(
   nodeName: string,
 ): Map<string, Endpoint[]> {
   const byPort = new Map<string, Endpoint[]>();
-  const ordered =
-    slices.length === 1
-      ? slices.filter((slice) => slice.addressType === family)
-      : slices
-          .filter((slice) => slice.addressType === family)
-          .sort((a, b) => (a.meta.name < b.meta.name ? -1 : 1));
+  const ordered = slices
+    .filter((slice) => slice.addressType === family)
+    .sort((a, b) => (a.meta.name < b.meta.name ? -1 : 1));
   for (const slice of ordered) {
     for (const port of slice.ports) {
       // kube-proxy ignores ports with a nil or zero port number.

@@ -19,18 +19,27 @@ export interface ParsedCIDR {
   prefixLength: number;
 }
 
+/** Four dot-separated decimal fields, each 0-255 (leading zeros read as decimal), in one pass: the
+ * batch writes of a cold sync parse 10^5 addresses. */
 function parseIPv4Fields(text: string): Uint8Array | null {
-  const fields = text.split('.');
-  if (fields.length !== 4) return null;
   const bytes = new Uint8Array(4);
-  for (let i = 0; i < 4; i++) {
-    const field = fields[i] ?? '';
-    if (!/^[0-9]+$/.test(field)) return null;
-    const value = Number.parseInt(field, 10);
-    if (value > 255) return null;
-    bytes[i] = value;
+  let field = 0;
+  let value = 0;
+  let digits = 0;
+  for (let i = 0; i <= text.length; i++) {
+    const c = i < text.length ? text.charCodeAt(i) : 46;
+    if (c === 46) {
+      if (digits === 0 || field > 3) return null;
+      bytes[field++] = value;
+      value = 0;
+      digits = 0;
+    } else if (c >= 48 && c <= 57) {
+      value = value * 10 + (c - 48);
+      if (value > 255) return null;
+      digits++;
+    } else return null;
   }
-  return bytes;
+  return field === 4 ? bytes : null;
 }
 
 function parseIPv6(text: string): Uint8Array | null {

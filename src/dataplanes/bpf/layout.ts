@@ -79,39 +79,10 @@ function ipField(offset: number, family: 'IPv4' | 'IPv6'): Field<string> {
     offset,
     size,
     read: (b, at) => formatIP(new Uint8Array(b.subarray(at + offset, at + offset + size))),
-    write:
-      family === 'IPv4'
-        ? (b, at, v) => {
-            if (!writeDottedQuad(b, at + offset, v)) b.set(ipBytes(v, family), at + offset);
-          }
-        : (b, at, v) => b.set(ipBytes(v, family), at + offset),
+    write: (b, at, v) => b.set(ipBytes(v, family), at + offset),
   };
 }
 
-/**
- * Writes "a.b.c.d" (no leading zeros, each field ≤ 255) as 4 bytes without parsing it into an
- * array first: the batch writes of a cold sync encode 10^5 addresses. False for any other text,
- * which the full parser then takes (and rejects when it is no IPv4 address).
- */
-function writeDottedQuad(b: Buffer, at: number, text: string): boolean {
-  let field = 0;
-  let digits = 0;
-  let index = 0;
-  for (let i = 0; i <= text.length; i++) {
-    const c = i < text.length ? text.charCodeAt(i) : 46;
-    if (c === 46) {
-      if (digits === 0 || index > 3) return false;
-      b[at + index++] = field;
-      field = 0;
-      digits = 0;
-    } else if (c >= 48 && c <= 57) {
-      if (digits > 0 && field === 0) return false;
-      field = field * 10 + (c - 48);
-      if (++digits > 3 || field > 255) return false;
-    } else return false;
-  }
-  return index === 4;
-}
 const ip4 = (offset: number) => ipField(offset, 'IPv4');
 const ip6 = (offset: number) => ipField(offset, 'IPv6');
 

@@ -17,7 +17,7 @@
 
 import { joinHostPort } from '../../net/ip.js';
 import { buildMaglevTable, MAGLEV_HASH_SEED } from './maglev.js';
-import { EntriesByService, PairsByService, type ServiceIndex, SlotsByService } from './mirror-index.js';
+import { EntriesByService, PairsByService, SlotsByService } from './mirror-index.js';
 import type { BpfPlan, PlannedBackend, PlannedFrontend } from './plan.js';
 import { frontendName, plannedBackend, plannedFrontend } from './plan.js';
 import {
@@ -482,8 +482,6 @@ export class MapWriter {
       return !(e && wanted(e)) && !failed.has(serviceId);
     };
     if (scopedIds) for (const e of entries) scopedIds.add(e.planned.serviceId);
-    const ofScope = <K extends { serviceId: number }, V extends K>(m: ServiceIndex<K, V>): V[] =>
-      scopedIds ? [...scopedIds].flatMap((id) => m.ofService(id)) : m.all();
     const failedBackends = new Set(
       failed.size === 0
         ? []
@@ -492,9 +490,9 @@ export class MapWriter {
     const fullPlanned = scopedIds ? null : new Set(entries.flatMap((e) => e.planned.backendIds));
     const isPlanned = (id: number) => (fullPlanned ? fullPlanned.has(id) : backendOf(id) !== undefined);
     const backends = scopedIds
-      ? [...new Set(mirror.slots.where(() => true, scopedIds).map((s) => s.backendId))].flatMap(
-          (id) => mirror.backends.get(id) ?? [],
-        )
+      ? [
+          ...new Set([...scopedIds].flatMap((id) => mirror.slots.ofService(id)).map((s) => s.backendId)),
+        ].flatMap((id) => mirror.backends.get(id) ?? [])
       : [...mirror.backends.values()];
     const maglevReaders = scopedIds
       ? [...scopedIds].filter((id) => mirror.maglev.refs.has(id))
@@ -530,9 +528,10 @@ export class MapWriter {
     );
     PendingDeletions.schedule(
       pending.sourceRanges,
-      ofScope(mirror.sourceRanges).filter((r) =>
-        unused(r.serviceId, (e) => e.planned.sourceRanges.includes(r.cidr)),
-      ),
+      (scopedIds
+        ? [...scopedIds].flatMap((id) => mirror.sourceRanges.ofService(id))
+        : mirror.sourceRanges.all()
+      ).filter((r) => unused(r.serviceId, (e) => e.planned.sourceRanges.includes(r.cidr))),
       rangeId,
       due,
     );
