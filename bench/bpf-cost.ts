@@ -140,17 +140,17 @@ export function writeTrackedFlow(
  * ns/packet of each program at each service count (ascending), `rounds` rounds of `repeat`
  * repetitions each. `pinPath` must be a fresh directory on bpffs; it is removed afterwards.
  */
-export function measureBpfCost(opts: {
+export async function measureBpfCost(opts: {
   serviceCounts: number[];
   rounds: number;
   repeat: number;
   pinPath: string;
   log: Logger;
   onStep?: (text: string) => void;
-}): BpfCostSample[] {
+}): Promise<BpfCostSample[]> {
   const counts = [...opts.serviceCounts].sort((a, b) => a - b);
   const capacity = Math.max(1024, 2 ** Math.ceil(Math.log2((counts.at(-1) ?? 1) + 2)));
-  const lb = loadPinnedObject({
+  const lb = await loadPinnedObject({
     pinPath: opts.pinPath,
     log: opts.log,
     mapSizes: {

@@ -130,8 +130,8 @@ describeRoot('attaching the programs to the interfaces found', () => {
     }
   });
 
-  it('puts ingress and egress programs on the devices found, the L3 variants on tun0, XDP on the L2 uplink only', () => {
-    lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
+  it('puts ingress and egress programs on the devices found, the L3 variants on tun0, XDP on the L2 uplink only', async () => {
+    lb = await loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
     const found = discoverInterfaces(host(), [NODE_IP], auto);
     const report = inNetns(ns, () =>
       new Attacher(lb!.pinDir, lb!.prog, { xdpMode: 'generic' }, silentLogger).sync(found),
@@ -157,10 +157,10 @@ describeRoot('attaching the programs to the interfaces found', () => {
     expect(ip('-d', 'link', 'show', 'eth0')).toMatch(/xdpgeneric/);
   });
 
-  it('swaps the new programs into the pinned links after a restart', () => {
+  it('swaps the new programs into the pinned links after a restart', async () => {
     const before = pinnedLink(lb!, 'tc-egress@vethptp');
     lb!.close();
-    lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
+    lb = await loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
     const found = discoverInterfaces(host(), [NODE_IP], auto);
     const report = inNetns(ns, () =>
       new Attacher(lb!.pinDir, lb!.prog, { xdpMode: 'generic' }, silentLogger).sync(found),

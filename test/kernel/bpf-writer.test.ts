@@ -48,8 +48,8 @@ interface Agent {
 }
 
 /** What the agent does at start-up: load (reusing pinned maps), read the maps, seed the allocators. */
-function startAgent(): Agent {
-  const lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
+async function startAgent(): Promise<Agent> {
+  const lb = await loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
   const store = new KernelStore(lb.fd, lb.capacity);
   const writer = new MapWriter(store, { maglevTableSize: M, graceMs: 0 });
   const restored = writer.restore();
@@ -90,8 +90,8 @@ function startAgent(): Agent {
 
 describeRoot('bpf writer against the loaded object', () => {
   let agent: Agent;
-  beforeAll(() => {
-    agent = startAgent();
+  beforeAll(async () => {
+    agent = await startAgent();
   });
   afterAll(() => {
     agent?.lb.close();
@@ -169,7 +169,7 @@ describeRoot('bpf writer against the loaded object', () => {
     const before = agent.store.read();
     const maglevIds = dumpMap(agent.lb.fd.maglev, 4, 4).values.map((v) => u32Codec.decode(v));
     agent.lb.close();
-    agent = startAgent();
+    agent = await startAgent();
     expect(agent.lb.reused.map((r) => r.name)).toContain('svc4');
     const plan = agent.plan(manifest(['10.1.0.1', '10.1.0.4']));
     const byName = new Map(
@@ -237,7 +237,7 @@ describeRoot('bpf writer against the loaded object', () => {
     ]);
     // A restarted agent finds both families' ids and has nothing to write.
     agent.lb.close();
-    agent = startAgent();
+    agent = await startAgent();
     expect(await agent.writer.apply(agent.plan(both))).toMatchObject({
       written: 0,
       deleted: 0,

@@ -218,7 +218,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const problem = maglevTableSizeProblem(bpf.maglevTableSize);
     if (problem) throw new Error(`bpf.maglevTableSize: ${problem}`);
     const started = performance.now();
-    const lb = loadPinnedObject({
+    const lb = await loadPinnedObject({
       pinPath: bpf.pinPath,
       mapSizes: bpf.mapSizes,
       objectPath: options.objectPath,

@@ -16,7 +16,7 @@ import {
   findMap,
   getPinned,
   helperSupported,
-  loadObject,
+  loadObjectOffThread,
   mapFd,
   mapInfo,
   openObject,
@@ -168,7 +168,7 @@ export interface LoadOptions {
   log: Logger;
 }
 
-export function loadPinnedObject(options: LoadOptions): LoadedObject {
+export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObject> {
   const pinDir = `${options.pinPath}/${PIN_LAYOUT_VERSION}`;
   ensureBpffs(options.pinPath, options.log);
   mkdirSync(`${pinDir}/maps`, { recursive: true });
@@ -203,7 +203,7 @@ export function loadPinnedObject(options: LoadOptions): LoadedObject {
         if (size !== null) setMapMaxEntries(map, size);
       }
     }
-    loadObject(obj);
+    await loadObjectOffThread(obj);
     verifyLayoutAgainstBtf(obj);
     const fd = {} as Record<MapName, number>;
     const capacity = {} as Record<MapName, number>;
