@@ -80,7 +80,8 @@ export function podIPv6(node: Pick<NodeSpec, 'podCIDR' | 'podCIDR6'>, ipv4: stri
 
 /**
  * Pods from the EndpointSlices: one per IPv4 endpoint address (named pod-<IPv4>), with its IPv6
- * address on a dual-stack node; an IPv6 endpoint that is no such pod's address is a pod of its own.
+ * address on a dual-stack node. IPv6 endpoints name those pods' IPv6 addresses (podIPv6()); one
+ * that names no pod's is left out, as is every IPv6 endpoint on a node that is not dual-stack.
  */
 export function clusterSpecFromState(
   state: Pick<ClusterState, 'endpointSlices'>,
@@ -89,43 +90,41 @@ export function clusterSpecFromState(
   clientRoutes: string[],
 ): ClusterSpec {
   const pods = new Map<string, PodSpec>();
-  const slices = [...state.endpointSlices.values()].filter((s) => s.addressType !== 'FQDN');
-  // IPv4 first, so IPv6 endpoints find the pods they belong to.
-  slices.sort((a, b) => (a.addressType === b.addressType ? 0 : a.addressType === 'IPv4' ? -1 : 1));
   const byIPv6 = new Map<string, PodSpec>();
-  for (const slice of slices) {
-    for (const endpoint of slice.endpoints) {
-      const address = endpoint.addresses[0];
-      const ip = address && canonicalIP(address);
-      if (!ip || !endpoint.nodeName) continue;
-      let pod = slice.addressType === 'IPv4' ? pods.get(`pod-${ip}`) : byIPv6.get(ip);
-      if (!pod) {
-        const node = nodes.find((n) => n.name === endpoint.nodeName);
-        const ip6 = slice.addressType === 'IPv6' ? ip : node ? podIPv6(node, ip) : null;
-        pod = {
-          name: `pod-${ip}`,
-          ip: slice.addressType === 'IPv4' ? ip : '',
-          ...(ip6 ? { ip6 } : {}),
-          node: endpoint.nodeName,
-          tcpPorts: [],
-          udpPorts: [],
-        };
-        pods.set(pod.name, pod);
-        if (ip6) byIPv6.set(ip6, pod);
-      }
-      for (const port of slice.ports) {
-        if (port.port === null) continue;
-        const list = port.protocol === 'UDP' ? pod.udpPorts : pod.tcpPorts;
-        if (!list.includes(port.port)) list.push(port.port);
+  const slices = [...state.endpointSlices.values()];
+  // IPv4 first, so IPv6 endpoints find the pods they belong to.
+  for (const family of ['IPv4', 'IPv6'] as const) {
+    for (const slice of slices) {
+      if (slice.addressType !== family) continue;
+      for (const endpoint of slice.endpoints) {
+        const address = endpoint.addresses[0];
+        const ip = address ? canonicalIP(address) : null;
+        if (!ip || !endpoint.nodeName) continue;
+        let pod = family === 'IPv4' ? pods.get(ip) : byIPv6.get(ip);
+        if (!pod && family === 'IPv4') {
+          const node = nodes.find((n) => n.name === endpoint.nodeName);
+          const ip6 = node ? podIPv6(node, ip) : null;
+          pod = {
+            name: `pod-${ip}`,
+            ip,
+            ...(ip6 ? { ip6 } : {}),
+            node: endpoint.nodeName,
+            tcpPorts: [],
+            udpPorts: [],
+          };
+          pods.set(ip, pod);
+          if (ip6) byIPv6.set(ip6, pod);
+        }
+        if (!pod) continue;
+        for (const port of slice.ports) {
+          if (port.port === null) continue;
+          const list = port.protocol === 'UDP' ? pod.udpPorts : pod.tcpPorts;
+          if (!list.includes(port.port)) list.push(port.port);
+        }
       }
     }
   }
-  return {
-    nodes,
-    pods: [...pods.values()].sort((a, b) => (a.name < b.name ? -1 : 1)),
-    clients,
-    clientRoutes,
-  };
+  return { nodes, pods: [...pods.values()].sort((a, b) => (a.ip < b.ip ? -1 : 1)), clients, clientRoutes };
 }
 
 /** The first host address of a CIDR: the pods' gateway on their node. */
@@ -198,8 +197,7 @@ export async function buildCluster(lab: Lab, spec: ClusterSpec): Promise<BuiltCl
     await lab.addNamespace(ns);
     await lab.link(ns, 'eth0', nodeNs(node.name), hostSide);
     podInterface.set(pod.name, hostSide);
-    const families: [string, string, string][] = [];
-    if (pod.ip) families.push([pod.ip, gatewayOf(node.podCIDR), '32']);
+    const families: [string, string, string][] = [[pod.ip, gatewayOf(node.podCIDR), '32']];
     if (pod.ip6 && node.podCIDR6) families.push([pod.ip6, gatewayOf(node.podCIDR6), '128']);
     for (const [ip, gateway, bits] of families) {
       await lab.addAddress(ns, 'eth0', `${ip}/${bits}`);
