@@ -190,43 +190,48 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     console.log(`fragment paths: 1 service, repeat ${REPEAT}, median of ${ROUNDS}\n${rows.join('\n')}`);
   });
 
-  it.runIf(BASELINE)('compares with the baseline object, rounds interleaved', () => {
-    const base = loadLb(capacity, undefined, BASELINE!, MAPS_SINCE_BASELINE);
-    try {
-      writeConfig(base);
-      writeServices(base, 1, 1);
-      writeTrackedFlow(base);
-      const cases = [
-        ['tc tracked flow', PROGRAMS.tcFromPod, frame],
-        ['XDP tracked flow', PROGRAMS.xdpFromExternal, frame],
-        ['tc egress reply', PROGRAMS.tcEgress, reply],
-        ['tc not a service', PROGRAMS.tcFromPod, miss],
-        ['XDP not a service', PROGRAMS.xdpFromExternal, miss],
-      ] as const;
-      const rows: string[] = [];
-      for (const [name, prog, data] of cases) {
-        const ns: Record<'base' | 'now', number[]> = { base: [], now: [] };
-        const once = (which: 'base' | 'now'): TestRunResult =>
-          testRun((which === 'base' ? base : lb).prog(prog), { data, repeat: REPEAT });
-        // Alternating which goes first, so neither always runs on a warmer cache.
-        for (let round = 0; round < 2 * ROUNDS; round++) {
-          const order = round % 2 ? (['now', 'base'] as const) : (['base', 'now'] as const);
-          for (const which of order) ns[which].push(once(which).durationNs);
+  it.runIf(BASELINE)(
+    'compares with the baseline object, rounds interleaved',
+    () => {
+      const base = loadLb(capacity, undefined, BASELINE!, MAPS_SINCE_BASELINE);
+      try {
+        writeConfig(base);
+        writeServices(base, 1, 1);
+        writeTrackedFlow(base);
+        const cases = [
+          ['tc tracked flow', PROGRAMS.tcFromPod, frame],
+          ['XDP tracked flow', PROGRAMS.xdpFromExternal, frame],
+          ['tc egress reply', PROGRAMS.tcEgress, reply],
+          ['tc not a service', PROGRAMS.tcFromPod, miss],
+          ['XDP not a service', PROGRAMS.xdpFromExternal, miss],
+        ] as const;
+        const rows: string[] = [];
+        for (const [name, prog, data] of cases) {
+          const ns: Record<'base' | 'now', number[]> = { base: [], now: [] };
+          const once = (which: 'base' | 'now'): TestRunResult =>
+            testRun((which === 'base' ? base : lb).prog(prog), { data, repeat: REPEAT });
+          // Alternating which goes first, so neither always runs on a warmer cache.
+          for (let round = 0; round < 2 * ROUNDS; round++) {
+            const order = round % 2 ? (['now', 'base'] as const) : (['base', 'now'] as const);
+            for (const which of order) ns[which].push(once(which).durationNs);
+          }
+          const b = median(ns.base);
+          const n = median(ns.now);
+          expect(b).toBeGreaterThan(0);
+          rows.push(
+            `  ${name.padEnd(18)} baseline ${String(b).padStart(4)}  now ${String(n).padStart(4)} ns/packet  now/baseline ${(n / b).toFixed(3)}`,
+          );
         }
-        const b = median(ns.base);
-        const n = median(ns.now);
-        expect(b).toBeGreaterThan(0);
-        rows.push(
-          `  ${name.padEnd(18)} baseline ${String(b).padStart(4)}  now ${String(n).padStart(4)} ns/packet  now/baseline ${(n / b).toFixed(3)}`,
+        console.log(
+          `baseline ${BASELINE}, repeat ${REPEAT}, medians of ${2 * ROUNDS} interleaved rounds\n${rows.join('\n')}`,
         );
+      } finally {
+        base.close();
       }
-      console.log(
-        `baseline ${BASELINE}, repeat ${REPEAT}, medians of ${2 * ROUNDS} interleaved rounds\n${rows.join('\n')}`,
-      );
-    } finally {
-      base.close();
-    }
-  });
+      // Ten interleaved rounds of five cases on two objects: minutes on a loaded machine.
+    },
+    600_000,
+  );
 
   it('measures new flows through XDP, IPv4 beside IPv6 (a LoadBalancer IP, a local backend)', () => {
     const xdp = lb.prog(PROGRAMS.xdpFromExternal);
