@@ -228,8 +228,8 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
       } finally {
         base.close();
       }
-      // Ten interleaved rounds of five cases on two objects: minutes on a loaded machine.
     },
+    // Ten interleaved rounds of five cases on two objects: minutes on a loaded machine.
     600_000,
   );
 
