@@ -246,7 +246,7 @@ describeRoot('bpf writer against the loaded object', () => {
     expect(agent.store.read()).toEqual(state);
   });
 
-  it('keeps each interface`s SNAT source of both families: written, changed, gone, and kept across a restart', () => {
+  it('keeps each interface`s SNAT source of both families: written, changed, gone, and kept across a restart', async () => {
     const { store } = agent;
     const byIfindex = (entries: [number, string][]) => new Map(entries);
     store.setInterfaceAddresses({
@@ -283,7 +283,7 @@ describeRoot('bpf writer against the loaded object', () => {
     ]);
     // Pinned: a restarted agent finds them.
     agent.lb.close();
-    agent = startAgent();
+    agent = await startAgent();
     expect(agent.store.interfaceAddresses()).toEqual(held);
     agent.store.setInterfaceAddresses({ IPv4: new Map(), IPv6: new Map() });
     expect(agent.store.interfaceAddresses()).toEqual({ IPv4: new Map(), IPv6: new Map() });
