@@ -1,6 +1,6 @@
 // BPF per-packet cost as the kernel measures it (BPF_PROG_TEST_RUN, average ns over `repeat` runs):
-// the tc and XDP load balancer programs on a tracked flow, next to the trivial xdp_tx program,
-// with 1 service and with many in the maps. The object is loaded by the agent's own loader into
+// the tc and XDP load balancer programs on a tracked flow (XDP in both families), next to the
+// trivial xdp_tx program, with 1 service and with many in the maps. The object is loaded by the agent's own loader into
 // a private pin directory, removed afterwards.
 //
 // BPF_PROG_TEST_RUN repeats a program on the same buffer, so a rewrite would turn every later
@@ -37,12 +37,15 @@ import type { BpfCostSample } from './measures.js';
 export const CLIENT = '10.244.1.10';
 export const VIP = '10.96.0.10';
 export const BACKEND = '10.244.2.5';
+/** The same flow in IPv6: each address in the low 32 bits of fd00::/96. */
+export const FLOW6 = { client: 'fd00::af4:10a', vip: 'fd00::a60:a', backend: 'fd00::af4:205' } as const;
 const BATCH = 10_000;
 
 export const BPF_COST_PROGRAMS = [
-  { label: 'tc (tracked flow)', prog: PROGRAMS.tcFromPod },
-  { label: 'XDP (tracked flow)', prog: PROGRAMS.xdpFromExternal },
-  { label: 'xdp_tx (baseline)', prog: PROGRAMS.xdpTx },
+  { label: 'tc (tracked flow)', prog: PROGRAMS.tcFromPod, v6: false },
+  { label: 'XDP (tracked flow)', prog: PROGRAMS.xdpFromExternal, v6: false },
+  { label: 'XDP IPv6 (tracked flow)', prog: PROGRAMS.xdpFromExternal, v6: true },
+  { label: 'xdp_tx (baseline)', prog: PROGRAMS.xdpTx, v6: false },
 ] as const;
 
 /** Service id's address: id 1 is the measured VIP; the others are from 10.100.0.0 on. */
@@ -178,21 +181,18 @@ export async function measureBpfCost(opts: {
       newFlowRate: 0,
     });
     writeTrackedFlow(lb);
-    const frame = buildPacket({
-      saddr: CLIENT,
-      daddr: VIP,
-      proto: IPPROTO_TCP,
-      sport: 40000,
-      dport: 80,
-      tcpFlags: TCP.ACK,
-    });
+    writeTrackedFlow(lb, FLOW6);
+    const packet = (saddr: string, daddr: string) =>
+      buildPacket({ saddr, daddr, proto: IPPROTO_TCP, sport: 40000, dport: 80, tcpFlags: TCP.ACK });
+    const frames = { v4: packet(CLIENT, VIP), v6: packet(FLOW6.client, FLOW6.vip) };
     let written = 0;
     for (const services of counts) {
       opts.onStep?.(`BPF_PROG_TEST_RUN with ${services.toLocaleString('en')} service(s)`);
       writeServices(lb, written + 1, services);
       written = Math.max(written, services);
-      for (const { label, prog } of BPF_COST_PROGRAMS) {
+      for (const { label, prog, v6 } of BPF_COST_PROGRAMS) {
         const fd = lb.prog(prog);
+        const frame = v6 ? frames.v6 : frames.v4;
         for (let round = 0; round < opts.rounds; round++) {
           samples.push({
             program: label,

@@ -96,7 +96,8 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
         }
       }
     }
-    expect(new Set(results.bpfCost.map((r) => `${r.program}@${r.services}`)).size).toBe(6);
+    // tc, XDP, XDP IPv6 and the xdp_tx baseline, at each of the two service counts.
+    expect(new Set(results.bpfCost.map((r) => `${r.program}@${r.services}`)).size).toBe(8);
     expect(results.machine.kernel).not.toBe('');
   });
 

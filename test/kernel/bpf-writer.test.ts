@@ -4,7 +4,7 @@ import { dumpMap } from '../../native/libbpf.js';
 import type { ProxyDecisions } from '../../src/brain/types.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
 import { KernelStore, readMaglevTable } from '../../src/dataplanes/bpf/kernel-store.js';
-import { MAPS, svc4Key, svcVal, u32Codec } from '../../src/dataplanes/bpf/layout.js';
+import { ifAddr6Val, MAPS, svc4Key, svcVal, u32Codec } from '../../src/dataplanes/bpf/layout.js';
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
 import { type BpfPlan, frontendName, planBpf } from '../../src/dataplanes/bpf/plan.js';
@@ -244,6 +244,49 @@ describeRoot('bpf writer against the loaded object', () => {
       failures: [],
     });
     expect(agent.store.read()).toEqual(state);
+  });
+
+  it('keeps each interface`s SNAT source of both families: written, changed, gone, and kept across a restart', async () => {
+    const { store } = agent;
+    const byIfindex = (entries: [number, string][]) => new Map(entries);
+    store.setInterfaceAddresses({
+      IPv4: byIfindex([
+        [2, '192.168.1.10'],
+        [3, '10.0.9.1'],
+      ]),
+      IPv6: byIfindex([
+        [2, 'fd00:1::10'],
+        [4, '2001:db8::4'],
+      ]),
+    });
+    const raw6 = dumpMap(agent.lb.fd.ifAddrs6, 4, ifAddr6Val.size);
+    // The value is the struct of types.h, key the ifindex.
+    expect(
+      raw6.keys.map((k, i) => [u32Codec.decode(k), ifAddr6Val.decode(raw6.values[i]!).addr]).sort(),
+    ).toEqual([
+      [2, 'fd00:1::10'],
+      [4, '2001:db8::4'],
+    ]);
+    // An address changes, an interface goes, another gets its first IPv6 address.
+    store.setInterfaceAddresses({
+      IPv4: byIfindex([[2, '192.168.1.10']]),
+      IPv6: byIfindex([
+        [2, 'fd00:1::11'],
+        [3, 'fd00:3::1'],
+      ]),
+    });
+    const held = store.interfaceAddresses();
+    expect([...held.IPv4].sort()).toEqual([[2, '192.168.1.10']]);
+    expect([...held.IPv6].sort()).toEqual([
+      [2, 'fd00:1::11'],
+      [3, 'fd00:3::1'],
+    ]);
+    // Pinned: a restarted agent finds them.
+    agent.lb.close();
+    agent = await startAgent();
+    expect(agent.store.interfaceAddresses()).toEqual(held);
+    agent.store.setInterfaceAddresses({ IPv4: new Map(), IPv6: new Map() });
+    expect(agent.store.interfaceAddresses()).toEqual({ IPv4: new Map(), IPv6: new Map() });
   });
 
   it('reports a full map with its name, capacity and setting, and keeps the rest', async () => {
