@@ -8,9 +8,6 @@ import { runCommand } from '../host/command.js';
 import type { Logger } from '../logger.js';
 import { openBpfDataplane } from './bpf/dataplane.js';
 import { ConntrackReconciler, withConntrackCleanup } from './conntrack.js';
-import { openIptablesDataplane } from './iptables/dataplane.js';
-import { openIpvsDataplane } from './ipvs/dataplane.js';
-import { openNftablesDataplane } from './nftables/dataplane.js';
 import type { BpfStatsProvider, RuleModeStatsProvider } from './stats.js';
 
 export interface OpenedDataplane {
@@ -29,6 +26,8 @@ type Opener = (config: ProxyConfig, log: Logger) => Promise<OpenedDataplane>;
 const reconciled = (dataplane: Dataplane, log: Logger): Dataplane =>
   withConntrackCleanup(dataplane, new ConntrackReconciler({ exec: runCommand, log }));
 
+// The rule modes' code is imported when such a mode opens (the three cost ~60 ms of start-up).
+// bpf's is not: its open must start the BPF load within the call, before run.ts reads the source.
 const OPENERS: Record<ProxyMode, Opener> = {
   bpf: async (config, log) => {
     const dataplane = await openBpfDataplane(config, log);
@@ -36,11 +35,13 @@ const OPENERS: Record<ProxyMode, Opener> = {
     return { dataplane, iptables: { randomFully: true, nfacct: false }, bpfStats: dataplane };
   },
   iptables: async (config, log) => {
+    const { openIptablesDataplane } = await import('./iptables/dataplane.js');
     const dataplane = await openIptablesDataplane({ config });
     log.info({ backend: dataplane.backend, ...dataplane.capabilities }, 'iptables backend chosen');
     return { dataplane: reconciled(dataplane, log), iptables: dataplane.capabilities, ruleStats: dataplane };
   },
   ipvs: async (config, log) => {
+    const { openIpvsDataplane } = await import('./ipvs/dataplane.js');
     const dataplane = await openIpvsDataplane({ config });
     log.info(
       { backend: dataplane.backend, ...dataplane.capabilities },
@@ -49,6 +50,7 @@ const OPENERS: Record<ProxyMode, Opener> = {
     return { dataplane: reconciled(dataplane, log), iptables: dataplane.capabilities, ruleStats: dataplane };
   },
   nftables: async (_config, log) => {
+    const { openNftablesDataplane } = await import('./nftables/dataplane.js');
     const dataplane = await openNftablesDataplane();
     // nftables mode masquerades fully-random and has no nfacct counters, whatever iptables can do.
     return {
