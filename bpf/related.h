@@ -49,7 +49,7 @@ static __always_inline __u32 kbp_csum_diff16(__u32 diff, __u16 from, __u16 to) {
 
 /* Linear bytes an ICMP error needs here: Ethernet, the outer IPv4 header, ICMP, the quoted IPv4
  * header and its TCP header as far as the checksum; for IPv6, room for 64 bytes of extension
- * headers in the outer packet and in the quote. */
+ * headers in the quote (and as many in the outer packet, which are not walked yet). */
 #define KBP_RELATED_PULL  (sizeof(struct ethhdr) + 60 + 8 + 60 + 18)
 #define KBP_RELATED6_PULL (sizeof(struct ethhdr) + 40 + 64 + 8 + 40 + 64 + 18)
 
@@ -57,8 +57,7 @@ static __always_inline __u32 kbp_csum_diff16(__u32 diff, __u16 from, __u16 to) {
  * The IPv6 extension headers from `off` bytes into the IPv6 header at ip6 (at most
  * KBP_IPV6_EXT_MAX of them): the offset of the header after them, its type in *nexthdr; -1 when
  * one is truncated. A Fragment header is walked in a quote when it says offset 0 (the quoted
- * packet is a first fragment, which holds the ports); otherwise, and in the outer packet (a
- * fragmented error, which only the stack can reassemble), it ends the walk with -1.
+ * packet is a first fragment, which holds the ports); otherwise it ends the walk with -1.
  */
 static __always_inline int kbp_related_ext6(void *ip6, void *end, __u32 off, __u8 *nexthdr,
 					    const bool quote) {

@@ -52,9 +52,10 @@ static __always_inline __u32 KBP_F(kbp_related_set)(__u32 diff, __be32 *at, cons
  * Returns KBP_PASS (rewritten for the stack, or untouched), or, for a routed flow, kbp_route's
  * KBP_REDIRECT / KBP_REDIRECT_NEIGH (tc) or KBP_TX (XDP) with hop filled; an error whose routed
  * flow cannot be forwarded from here (no route, TTL, XDP on another interface) is untouched.
- * rp and rt are room for the route's query (kbp_route's packet and tuple): the load balancer's own
- * packet and entry, unused once its parser has refused the packet, so that this code adds little
- * to the program's stack.
+ * rp and rt are room for the conntrack key and the route's query (kbp_route's packet and tuple):
+ * at ingress the load balancer's own packet and entry, unused once its parser has refused the
+ * packet, so that this code adds little to the program's stack (kbp_tc_pod's, with the bpf_loop
+ * callback's, must stay within 512 bytes on 6.1's verifier).
  */
 static __always_inline int KBP_F(kbp_related)(void *ctx, const bool xdp, const bool l3,
 					      const bool ingress, struct kbp_hop *hop, KBP_PKT *rp,
@@ -111,10 +112,11 @@ static __always_inline int KBP_F(kbp_related)(void *ctx, const bool xdp, const b
 
 	if (iph->version != 6)
 		return KBP_PASS;
-	next = iph->nexthdr;
-	off = kbp_related_ext6(iph, end, sizeof(*iph), &next, false);
-	if (off < 0 || next != IPPROTO_ICMPV6)
+	/* The error right behind the IPv6 header: one behind extension headers is left alone (the
+	 * walk would cost the stack kbp_tc_pod does not have on 6.1's verifier). */
+	if (iph->nexthdr != IPPROTO_ICMPV6)
 		return KBP_PASS;
+	off = sizeof(*iph);
 	ih = (void *)iph + off;
 	if ((void *)(ih + 1) > end)
 		return KBP_PASS;
@@ -142,17 +144,19 @@ static __always_inline int KBP_F(kbp_related)(void *ctx, const bool xdp, const b
 	if (!KBP_F(kbp_related_eq)(KBP_REL_DADDR(iph), KBP_REL_SADDR(in)))
 		return KBP_PASS;
 
-	/* The entry of the direction opposite to the quoted packet: its reversed tuple. (Blocks
-	 * here end their locals' lifetimes: the stack is shared with the load balancer's.) */
+	/* The entry of the direction opposite to the quoted packet: its reversed tuple. The key is
+	 * built in rt's room too (the route query, later, overwrites it). */
 	{
-		KBP_CT_KEY key = {};
+		KBP_CT_KEY *key = (KBP_CT_KEY *)rt;
 
-		__builtin_memcpy(&key.saddr, KBP_REL_DADDR(in), sizeof(key.saddr));
-		__builtin_memcpy(&key.daddr, KBP_REL_SADDR(in), sizeof(key.daddr));
-		key.sport = ports[1];
-		key.dport = ports[0];
-		key.proto = proto;
-		ct = KBP_F(kbp_ct_lookup)(&key);
+		_Static_assert(sizeof(KBP_CT_KEY) <= sizeof(KBP_CT_VAL), "a key fits in rt");
+		__builtin_memset(key, 0, sizeof(*key));
+		__builtin_memcpy(&key->saddr, KBP_REL_DADDR(in), sizeof(key->saddr));
+		__builtin_memcpy(&key->daddr, KBP_REL_SADDR(in), sizeof(key->daddr));
+		key->sport = ports[1];
+		key->dport = ports[0];
+		key->proto = proto;
+		ct = KBP_F(kbp_ct_lookup)(key);
 		if (!ct)
 			return KBP_PASS;
 	}
@@ -261,8 +265,7 @@ static __always_inline int KBP_F(kbp_related)(void *ctx, const bool xdp, const b
 	return verdict;
 }
 
-/* tc: an ICMP packet (IPv6: or one behind extension headers) gets its quote pulled into the
- * linear area first. */
+/* tc: an ICMP packet gets its quote pulled into the linear area first. */
 static __always_inline void KBP_FAM_NAME(kbp_related, _pull)(struct __sk_buff *skb, const bool l3) {
 	KBP_REL_IPH *iph = (void *)(long)skb->data + KBP_L2_LEN(l3);
 	__u32 want;
@@ -273,8 +276,7 @@ static __always_inline void KBP_FAM_NAME(kbp_related, _pull)(struct __sk_buff *s
 	if (iph->protocol != IPPROTO_ICMP)
 		return;
 #else
-	if (iph->nexthdr != IPPROTO_ICMPV6 && iph->nexthdr != IPPROTO_HOPOPTS &&
-	    iph->nexthdr != IPPROTO_ROUTING && iph->nexthdr != IPPROTO_DSTOPTS)
+	if (iph->nexthdr != IPPROTO_ICMPV6)
 		return;
 #endif
 	want = skb->len < KBP_REL_PULL ? skb->len : KBP_REL_PULL;
@@ -294,9 +296,12 @@ static __always_inline int KBP_FAM_NAME(kbp_related, _ingress)(void *ctx, const 
 
 static __always_inline void KBP_FAM_NAME(kbp_related, _egress)(struct __sk_buff *skb,
 							       const bool l3) {
-	/* Egress forwards nothing: no route, and no room needed for one. */
+	/* Egress forwards nothing (no route), and its program's stack is small: room of its own. */
+	KBP_PKT rp;
+	KBP_CT_VAL rt;
+
 	KBP_FAM_NAME(kbp_related, _pull)(skb, l3);
-	KBP_F(kbp_related)(skb, false, l3, false, NULL, NULL, NULL);
+	KBP_F(kbp_related)(skb, false, l3, false, NULL, &rp, &rt);
 }
 
 #undef KBP_REL_IPH

@@ -439,9 +439,8 @@ function withOuterOptions(f: Buffer, n: number): Buffer {
   return g;
 }
 
-/** bpf/related.h kbp_related_ext6: the extension headers walked from `off` (at most four; a
- * Fragment header only in a quote and only at offset 0), the offset after them and the next
- * header, or null. */
+/** bpf/related.h kbp_related_ext6: a quote's extension headers walked from `off` (at most four;
+ * a Fragment header only at offset 0), the offset after them and the next header, or null. */
 function walk6(
   b: Buffer,
   off: number,
@@ -498,8 +497,9 @@ function relatedRewrite6(f: Buffer, entries: Map<string, Entry>, ingress: boolea
   if (f.length < ETH_HLEN + 40 || f.readUInt16BE(12) !== 0x86dd) return null;
   const ip = f.subarray(ETH_HLEN);
   if (ip[0]! >> 4 !== 6) return null;
-  const outer = walk6(ip, 40, ip[6]!, false);
-  if (!outer || outer.next !== IPPROTO_ICMPV6 || ip.length < outer.off + 8) return null;
+  // The error right behind the IPv6 header: one behind extension headers is left alone.
+  const outer = { off: 40 };
+  if (ip[6] !== IPPROTO_ICMPV6 || ip.length < outer.off + 8) return null;
   const icmp = ip.subarray(outer.off);
   if (icmp[0] !== 1 && icmp[0] !== 2 && icmp[0] !== 3) return null;
   const q = icmp.subarray(8);
