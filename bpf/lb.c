@@ -104,7 +104,8 @@ int kbp_tc_ext_l3(struct __sk_buff *skb) {
 static __always_inline int kbp_tc_rev(struct __sk_buff *skb, const bool l3) {
 	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
 		kbp_pull_headers(skb, KBP_PULL_LEN6);
-		kbp_rev_egress6(skb, l3);
+		if (!kbp_rev_egress6(skb, l3))
+			kbp_related6_egress(skb, l3);
 	} else {
 		kbp_pull_headers(skb, KBP_PULL_LEN);
 		if (!kbp_rev_egress4(skb, l3))

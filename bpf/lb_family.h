@@ -212,11 +212,11 @@ static __always_inline int KBP_F(kbp_lb)(void *ctx, const bool xdp, const bool l
 
 #if KBP_FAM == 4
 	if (kbp_parse4(ctx, xdp, l3, &p) < 0)
-		return kbp_related4_ingress(ctx, xdp, l3, hop);
+		return kbp_related4_ingress(ctx, xdp, l3, hop, &p, &t);
 #else
-	/* ICMPv6 (neighbour discovery, errors) and fragments pass untouched. */
+	/* ICMPv6 errors go to related.h; neighbour discovery passes untouched. */
 	if (kbp_parse6(ctx, xdp, l3, &p) < 0)
-		return KBP_PASS;
+		return kbp_related6_ingress(ctx, xdp, l3, hop, &p, &t);
 	hop->l4_off = p.l4_off;
 #endif
 

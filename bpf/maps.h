@@ -280,4 +280,12 @@ struct {
 	__type(value, struct kbp_frag_stats);
 } kbp_fragst_v1 SEC(".maps");
 
+/* The IPv6 counterpart of kbp_frag4_v1 (frag.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KBP_MAX_FRAG);
+	__type(key, struct kbp_frag6_key);
+	__type(value, struct kbp_frag6_val);
+} kbp_frag6_v1 SEC(".maps");
+
 #endif /* KBP_MAPS_H */

@@ -127,8 +127,9 @@ static __always_inline int kbp_rewrite4(void *ctx, const bool xdp, const bool l3
 			      p->proto == IPPROTO_TCP, addr_diff, sport, dport);
 }
 
-/* The IPv6 rewrite: no IP checksum, so only the L4 one changes with the addresses; the hop limit
- * is decremented when the program forwards the packet itself. */
+/* The IPv6 rewrite: no IP checksum, so only the L4 one changes with the addresses (a later
+ * fragment gets the addresses only); the hop limit is decremented when the program forwards the
+ * packet itself. */
 static __always_inline int kbp_rewrite6(void *ctx, const bool xdp, const bool l3,
 					const struct kbp_pkt6 *p, const __be32 *saddr,
 					const __be32 *daddr, __be16 sport, __be16 dport,
@@ -141,7 +142,8 @@ static __always_inline int kbp_rewrite6(void *ctx, const bool xdp, const bool l3
 
 	if ((void *)(ip6 + 1) > end || l4_off > KBP_IPV6_L4_OFF_MAX)
 		return -1;
-	if ((void *)ip6 + l4_off + sizeof(struct udphdr) > end)
+	/* A later fragment has no L4 header (and nothing sums its addresses): L3 only. */
+	if (p->frag != KBP_PKT_FRAG_LATER && (void *)ip6 + l4_off + sizeof(struct udphdr) > end)
 		return -1;
 	old = ip6->saddr.in6_u.u6_addr32;
 #pragma unroll
@@ -155,6 +157,8 @@ static __always_inline int kbp_rewrite6(void *ctx, const bool xdp, const bool l3
 	__builtin_memcpy(&ip6->daddr, daddr, sizeof(ip6->daddr));
 	if (ttl_dec)
 		ip6->hop_limit--;
+	if (p->frag == KBP_PKT_FRAG_LATER)
+		return 0;
 	return kbp_rewrite_l4(ctx, xdp, KBP_L2_LEN(l3) + l4_off, (void *)ip6 + l4_off, end,
 			      p->proto == IPPROTO_TCP, addr_diff, sport, dport);
 }

@@ -2,7 +2,8 @@
 /*
  * The parsed packet (struct kbp_pkt4, struct kbp_pkt6) and the parsers: IPv4 TCP and UDP, whole or
  * fragmented (the tc programs only, see frag.h); IPv6 TCP and UDP behind at most
- * KBP_IPV6_EXT_MAX extension headers, unfragmented; everything else is left alone
+ * KBP_IPV6_EXT_MAX extension headers, whole or fragmented (tc only, the same way); everything
+ * else is left alone
  * (docs/bpf-datapath.md, "Packet walk", step 1).
  */
 #ifndef KBP_PARSE_H
@@ -52,11 +53,12 @@ struct kbp_pkt6 {
 	__be16 dport;
 	__u8 proto;
 	__u8 tcp_flags;
-	__u16 l4_off; /* bytes from the IPv6 header to the TCP/UDP header (extension headers) */
+	__u16 l4_off; /* bytes from the IPv6 header to the TCP/UDP header (extension headers), or to
+		       * a later fragment's data */
 	__u32 len;
 	__u8 ttl;  /* the hop limit */
 	__u8 df;   /* 1: IPv6 routers never fragment */
-	__u8 frag; /* KBP_PKT_WHOLE: fragmented datagrams are not parsed */
+	__u8 frag; /* as kbp_pkt4's */
 };
 
 /*
@@ -163,8 +165,8 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, const bool l3,
 	return 0;
 }
 
-/* Extension headers (hop-by-hop, routing, destination options) walked before the TCP/UDP header;
- * a packet with more is left alone. */
+/* Extension headers (hop-by-hop, routing, destination options, one Fragment header) walked before
+ * the TCP/UDP header; a packet with more is left alone. */
 #define KBP_IPV6_EXT_MAX 4
 /* The furthest a TCP/UDP header can be after them (each is at most 2048 bytes). */
 #define KBP_IPV6_L4_OFF_MAX (40 + KBP_IPV6_EXT_MAX * 2048)
@@ -174,16 +176,19 @@ static __always_inline int kbp_parse4(void *ctx, const bool xdp, const bool l3,
 #define KBP_IPV6_L4_OFF_MASK 0x3fff
 _Static_assert(KBP_IPV6_L4_OFF_MAX <= KBP_IPV6_L4_OFF_MASK, "KBP_IPV6_L4_OFF_MASK");
 
-/* 0 when the packet is an unfragmented IPv6 TCP/UDP packet whose headers are complete and
- * consistent, behind at most KBP_IPV6_EXT_MAX extension headers; -1 for everything else:
- * fragments (a fragment header), ICMPv6 (neighbour discovery among it), other protocols. */
+/* 0 when the packet is an IPv6 TCP/UDP packet whose headers are complete and consistent, behind at
+ * most KBP_IPV6_EXT_MAX extension headers: whole, a first fragment (its ports recorded), or, in
+ * tc, a later fragment whose first fragment's ports were recorded (p->proto, p->sport, p->dport
+ * are those; p->l4_off is where its fragment's data starts). -1 for everything else: ICMPv6
+ * (neighbour discovery among it, errors for related.h), other protocols, fragments in XDP. */
 static __always_inline int kbp_parse6(void *ctx, const bool xdp, const bool l3,
 				      struct kbp_pkt6 *p) {
 	void *data = kbp_data(ctx, xdp);
 	void *end = kbp_data_end(ctx, xdp);
 	struct ipv6hdr *ip6 = data + KBP_L2_LEN(l3);
 	__u32 off = sizeof(*ip6), total;
-	__u8 nexthdr;
+	__u8 nexthdr, frag = KBP_PKT_WHOLE;
+	__be32 frag_id = 0;
 
 	if ((void *)(ip6 + 1) > end)
 		return -1;
@@ -207,6 +212,30 @@ static __always_inline int kbp_parse6(void *ctx, const bool xdp, const bool l3,
 	for (int i = 0; i < KBP_IPV6_EXT_MAX; i++) {
 		struct ipv6_opt_hdr *opt;
 
+		if (nexthdr == IPPROTO_FRAGMENT) {
+			struct kbp_frag6_hdr *fh = (void *)ip6 + off;
+			__u16 fo;
+
+			/* XDP leaves fragments to tc (see kbp_parse4); a second Fragment header is
+			 * not a datagram's. */
+			if (xdp || (void *)(fh + 1) > end || frag != KBP_PKT_WHOLE)
+				return -1;
+			fo = bpf_ntohs(fh->frag_off);
+			nexthdr = fh->nexthdr;
+			off += sizeof(*fh);
+			/* Offset 0 without M is an atomic fragment (RFC 6946): a whole datagram. */
+			if (fo & KBP_IP6_OFFSET) {
+				frag = KBP_PKT_FRAG_LATER;
+				frag_id = fh->id;
+				/* What follows is the datagram's data, not headers. */
+				break;
+			}
+			if (fo & KBP_IP6_MF) {
+				frag = KBP_PKT_FRAG_FIRST;
+				frag_id = fh->id;
+			}
+			continue;
+		}
 		if (nexthdr != IPPROTO_HOPOPTS && nexthdr != IPPROTO_ROUTING &&
 		    nexthdr != IPPROTO_DSTOPTS)
 			break;
@@ -218,17 +247,25 @@ static __always_inline int kbp_parse6(void *ctx, const bool xdp, const bool l3,
 	}
 	if (off > total)
 		return -1;
-	if (kbp_parse_ports((void *)ip6 + off, end, total - off, nexthdr, true, &p->sport,
-			    &p->dport, &p->tcp_flags) < 0)
+	if (frag == KBP_PKT_FRAG_LATER) {
+		if (kbp_frag_ports_v6(ip6, frag_id, &nexthdr, &p->sport, &p->dport) < 0)
+			return -1;
+		p->tcp_flags = 0;
+	} else if (kbp_parse_ports((void *)ip6 + off, end, total - off, nexthdr,
+				   frag == KBP_PKT_WHOLE, &p->sport, &p->dport,
+				   &p->tcp_flags) < 0) {
 		return -1;
+	}
 	__builtin_memcpy(p->saddr, &ip6->saddr, sizeof(p->saddr));
 	__builtin_memcpy(p->daddr, &ip6->daddr, sizeof(p->daddr));
 	p->proto = nexthdr;
 	p->ttl = ip6->hop_limit;
 	p->df = 1;
-	p->frag = KBP_PKT_WHOLE;
+	p->frag = frag;
 	p->l4_off = off;
 	p->len = kbp_frame_len(ctx, xdp);
+	if (frag == KBP_PKT_FRAG_FIRST)
+		kbp_frag_record_v6(ip6, frag_id, nexthdr, p->sport, p->dport);
 	return 0;
 }
 

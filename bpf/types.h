@@ -355,10 +355,29 @@ struct kbp_frag4_val {
 };
 _Static_assert(sizeof(struct kbp_frag4_val) == 4, "kbp_frag4_val");
 
+/* kbp_frag6_v1 (LRU): an IPv6 datagram being fragmented, by what every fragment repeats (RFC 8200:
+ * the addresses and the Fragment header's identification, as the kernel's reassembly keys it)... */
+struct kbp_frag6_key {
+	__be32 saddr[4];
+	__be32 daddr[4];
+	__be32 id; /* the Fragment header's identification */
+};
+_Static_assert(sizeof(struct kbp_frag6_key) == 36, "kbp_frag6_key");
+
+/* ...-> the ports and the L4 protocol of its first fragment (a later fragment's Fragment header
+ * names the first header of the fragmentable part, which need not be the TCP/UDP one). */
+struct kbp_frag6_val {
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+_Static_assert(sizeof(struct kbp_frag6_val) == 8, "kbp_frag6_val");
+
 /* kbp_fragst_v1 (PERCPU_ARRAY, one entry): the fragments of TCP/UDP datagrams the tc programs saw,
- * counted by each program that sees one (ingress and egress alike). */
+ * of both families, counted by each program that sees one (ingress and egress alike). */
 struct kbp_frag_stats {
-	__u64 first;	     /* first fragments: ports recorded in kbp_frag4_v1 */
+	__u64 first;	     /* first fragments: ports recorded in kbp_frag4_v1 / kbp_frag6_v1 */
 	__u64 later_known;   /* later fragments given their first fragment's ports */
 	__u64 later_unknown; /* later fragments without a recorded first one: passed untouched */
 	__u64 record_failed; /* first fragments whose record could not be written */

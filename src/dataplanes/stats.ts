@@ -43,7 +43,7 @@ export interface BpfStats {
   backendsNotCounted: number;
   /** kbp_drops_v1, by reason name (e.g. "no_endpoints", "source_range"). */
   drops: { reason: string; packets: CounterValue; bytes: CounterValue }[];
-  /** kbp_fragst_v1: IPv4 fragments the tc programs saw, by event ("first", "later_known",
+  /** kbp_fragst_v1: IPv4 and IPv6 fragments the tc programs saw, by event ("first", "later_known",
    * "later_unknown": passed untouched, "record_failed"). */
   fragments: { event: string; packets: CounterValue }[];
   /** Every map the data plane owns, by pinned name. */

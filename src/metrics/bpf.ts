@@ -188,7 +188,7 @@ export function renderBpfStats(stats: BpfStats, maxBackends: number): string {
   byLabel(
     'kube_bpf_proxy_fragments_total',
     'counter',
-    'IPv4 fragments of TCP/UDP datagrams the bpf tc programs saw, by event (later_unknown: passed untouched)',
+    'IPv4 and IPv6 fragments of TCP/UDP datagrams the bpf tc programs saw, by event (later_unknown: passed untouched)',
     'event',
     stats.fragments.map((f) => [f.event, f.packets]),
   );

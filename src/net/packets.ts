@@ -250,8 +250,9 @@ export function parsePacket(frame: Buffer): ParsedPacket {
   };
 }
 
-/** IPv6: ihlLen is the offset of the L4 header (after the extension headers), totLen the IPv6
- * header's 40 bytes and its payload; there is no IP checksum (ipChecksumOk always). */
+/** IPv6: ihlLen is the offset of the L4 header (after the extension headers; a later fragment's:
+ * of its data), totLen the IPv6 header's 40 bytes and its payload, ipId the Fragment header's
+ * identification; there is no IP checksum (ipChecksumOk always). */
 function parsePacket6(frame: Buffer): ParsedPacket {
   const ip = frame.subarray(ETH_HLEN);
   const totLen = 40 + ip.readUInt16BE(4);
@@ -259,14 +260,18 @@ function parsePacket6(frame: Buffer): ParsedPacket {
   let at = 40;
   let fragOffset = 0;
   let moreFragments = false;
+  let ipId = 0;
   while (
     ([IPV6_EXT.HOPOPTS, IPV6_EXT.ROUTING, IPV6_EXT.DSTOPTS, IPV6_EXT.FRAGMENT] as number[]).includes(proto)
   ) {
     if (proto === IPV6_EXT.FRAGMENT) {
       fragOffset = ip.readUInt16BE(at + 2) & 0xfff8;
       moreFragments = (ip.readUInt16BE(at + 2) & 1) !== 0;
+      ipId = ip.readUInt32BE(at + 4);
       proto = ip[at]!;
       at += 8;
+      // A later fragment's data follows: no more headers.
+      if (fragOffset !== 0) break;
     } else {
       proto = ip[at]!;
       at += 8 * (ip[at + 1]! + 1);
@@ -285,7 +290,7 @@ function parsePacket6(frame: Buffer): ParsedPacket {
     sport: ports ? l4.readUInt16BE(0) : 0,
     dport: ports ? l4.readUInt16BE(2) : 0,
     tcpFlags: proto === IPPROTO_TCP && fragOffset === 0 ? l4[13]! : 0,
-    ipId: 0,
+    ipId,
     fragOffset,
     moreFragments,
     ipChecksumOk: true,
@@ -295,21 +300,51 @@ function parsePacket6(frame: Buffer): ParsedPacket {
 }
 
 /** An ICMP error frame from `saddr` to `daddr` quoting `quote` (an IPv4 packet, no Ethernet
- * header): destination unreachable (type 3) by default, code 3 (port unreachable). */
+ * header): destination unreachable (type 3) by default, code 3 (port unreachable). With IPv6
+ * addresses, an ICMPv6 error quoting an IPv6 packet: destination unreachable (type 1) by default,
+ * code 4 (port unreachable), its checksum over the pseudo header. */
 export function buildIcmpError(spec: {
   saddr: string;
   daddr: string;
   quote: Buffer;
   type?: number;
   code?: number;
-  /** Next-hop MTU of a fragmentation needed (code 4). */
+  /** Next-hop MTU of a fragmentation needed (code 4), or of an ICMPv6 packet too big (type 2). */
   mtu?: number;
+  /** IPv6 only: extension headers before the ICMPv6 header (IPV6_EXT.*, 8 bytes each). */
+  extHeaders?: number[];
+  hopLimit?: number;
 }): Buffer {
+  const v6 = ipFamilyOf(spec.saddr) === 'IPv6';
   const icmp = Buffer.alloc(8 + spec.quote.length);
-  icmp[0] = spec.type ?? 3;
-  icmp[1] = spec.code ?? 3;
-  icmp.writeUInt16BE(spec.mtu ?? 0, 6);
+  icmp[0] = spec.type ?? (v6 ? 1 : 3);
+  icmp[1] = spec.code ?? (v6 ? 4 : 3);
+  if (v6) icmp.writeUInt32BE(spec.mtu ?? 0, 4);
+  else icmp.writeUInt16BE(spec.mtu ?? 0, 6);
   spec.quote.copy(icmp, 8);
+  if (v6) {
+    const ip = ipv6Header(
+      {
+        saddr: spec.saddr,
+        daddr: spec.daddr,
+        proto: IPPROTO_ICMPV6 as typeof IPPROTO_TCP,
+        sport: 0,
+        dport: 0,
+        ttl: spec.hopLimit ?? 64,
+        extHeaders: spec.extHeaders,
+      },
+      icmp.length,
+    );
+    const sum = pseudoHeaderSum(ip.subarray(8, 24), ip.subarray(24, 40), IPPROTO_ICMPV6, icmp.length);
+    icmp.writeUInt16BE(~onesSum(icmp, sum) & 0xffff, 2);
+    const frame = Buffer.alloc(ETH_HLEN + ip.length + icmp.length);
+    macBytes('02:00:00:00:00:02').copy(frame, 0);
+    macBytes('02:00:00:00:00:01').copy(frame, 6);
+    frame.writeUInt16BE(ETH_P_IPV6, 12);
+    ip.copy(frame, ETH_HLEN);
+    icmp.copy(frame, ETH_HLEN + ip.length);
+    return frame;
+  }
   icmp.writeUInt16BE(~onesSum(icmp) & 0xffff, 2);
   const frame = Buffer.alloc(ETH_HLEN + 20 + icmp.length);
   macBytes('02:00:00:00:00:02').copy(frame, 0);
@@ -318,7 +353,7 @@ export function buildIcmpError(spec: {
   const ip = frame.subarray(ETH_HLEN, ETH_HLEN + 20);
   ip[0] = 0x45;
   ip.writeUInt16BE(20 + icmp.length, 2);
-  ip[8] = 64;
+  ip[8] = spec.hopLimit ?? 64;
   ip[9] = IPPROTO_ICMP;
   Buffer.from(ipBytes(spec.saddr, 'IPv4')).copy(ip, 12);
   Buffer.from(ipBytes(spec.daddr, 'IPv4')).copy(ip, 16);
@@ -327,12 +362,12 @@ export function buildIcmpError(spec: {
   return frame;
 }
 
-/** The IPv4 packet an ICMP error quotes, as a frame parsePacket reads. */
+/** The packet an ICMP (or ICMPv6) error quotes, as a frame parsePacket reads. */
 export function quotedPacket(icmpFrame: Buffer): Buffer {
   const p = parsePacket(icmpFrame);
   const quote = p.l4.subarray(8);
   const frame = Buffer.alloc(ETH_HLEN + quote.length);
-  frame.writeUInt16BE(0x0800, 12);
+  frame.writeUInt16BE(icmpFrame.readUInt16BE(12), 12);
   quote.copy(frame, ETH_HLEN);
   return frame;
 }
@@ -355,10 +390,13 @@ export function replyTo(frame: Buffer, tcpFlags: number = TCP.SYN | TCP.ACK): Bu
 /**
  * Splits a frame's IPv4 datagram into fragments of at most `chunk` payload bytes (a multiple of
  * 8), as a host fragments it: each fragment repeats the IP header (its options included), with
- * DF clear, MF on all but the last, the offset, its own length and header checksum.
+ * DF clear, MF on all but the last, the offset, its own length and header checksum. An IPv6
+ * datagram gets a Fragment header with identification `id` after its unfragmentable part (the
+ * IPv6 header and any leading hop-by-hop and routing headers, RFC 8200 4.5), repeated in each.
  */
-export function fragmentPacket(frame: Buffer, chunk: number): Buffer[] {
+export function fragmentPacket(frame: Buffer, chunk: number, id = 0x1234): Buffer[] {
   if (chunk <= 0 || chunk % 8 !== 0) throw new Error('fragment payload must be a positive multiple of 8');
+  if (frame.readUInt16BE(12) === ETH_P_IPV6) return fragmentPacket6(frame, chunk, id);
   const ip = frame.subarray(ETH_HLEN);
   const ihlLen = (ip[0]! & 0x0f) * 4;
   const payload = ip.subarray(ihlLen, ip.readUInt16BE(2));
@@ -376,10 +414,42 @@ export function fragmentPacket(frame: Buffer, chunk: number): Buffer[] {
   return out;
 }
 
+/** Where an IPv6 packet's unfragmentable part ends, and the next header field that names what
+ * follows it. */
+function unfragmentable6(ip: Buffer): { end: number; nextAt: number } {
+  let nextAt = 6;
+  let at = 40;
+  while (ip[nextAt] === IPV6_EXT.HOPOPTS || ip[nextAt] === IPV6_EXT.ROUTING) {
+    nextAt = at;
+    at += 8 * (ip[at + 1]! + 1);
+  }
+  return { end: at, nextAt };
+}
+
+function fragmentPacket6(frame: Buffer, chunk: number, id: number): Buffer[] {
+  const ip = frame.subarray(ETH_HLEN, ETH_HLEN + 40 + frame.readUInt16BE(ETH_HLEN + 4));
+  const { end, nextAt } = unfragmentable6(ip);
+  const payload = ip.subarray(end);
+  const out: Buffer[] = [];
+  for (let at = 0; at < payload.length; at += chunk) {
+    const part = payload.subarray(at, at + chunk);
+    const head = Buffer.from(frame.subarray(0, ETH_HLEN + end));
+    const fh = Buffer.alloc(8);
+    fh[0] = ip[nextAt]!;
+    fh.writeUInt16BE(at | (at + chunk < payload.length ? 1 : 0), 2);
+    fh.writeUInt32BE(id >>> 0, 4);
+    head[ETH_HLEN + nextAt] = IPV6_EXT.FRAGMENT;
+    head.writeUInt16BE(end - 40 + 8 + part.length, ETH_HLEN + 4);
+    out.push(Buffer.concat([head, fh, part]));
+  }
+  return out;
+}
+
 /** The datagram the fragments (any order) make up, as one frame: the first fragment's headers,
- * the payloads by offset. Throws when one is missing. */
+ * the payloads by offset (IPv6: without the Fragment header). Throws when one is missing. */
 export function reassemble(fragments: Buffer[]): Buffer {
   const sorted = [...fragments].sort((a, b) => parsePacket(a).fragOffset - parsePacket(b).fragOffset);
+  if (sorted[0]!.readUInt16BE(12) === ETH_P_IPV6) return reassemble6(sorted);
   const first = sorted[0]!;
   const ihlLen = (first[ETH_HLEN]! & 0x0f) * 4;
   const parts: Buffer[] = [];
@@ -398,5 +468,39 @@ export function reassemble(fragments: Buffer[]): Buffer {
   h.writeUInt16BE(0, 6);
   h.writeUInt16BE(0, 10);
   h.writeUInt16BE(~onesSum(h) & 0xffff, 10);
+  return frame;
+}
+
+function reassemble6(sorted: Buffer[]): Buffer {
+  const parts: Buffer[] = [];
+  let next = 0;
+  let head: Buffer | null = null;
+  for (const f of sorted) {
+    const ip = f.subarray(ETH_HLEN, ETH_HLEN + 40 + f.readUInt16BE(ETH_HLEN + 4));
+    // The Fragment header: after the unfragmentable part.
+    let nextAt = 6;
+    let at = 40;
+    while (ip[nextAt] !== IPV6_EXT.FRAGMENT) {
+      if (ip[nextAt] !== IPV6_EXT.HOPOPTS && ip[nextAt] !== IPV6_EXT.ROUTING)
+        throw new Error('not a fragment');
+      nextAt = at;
+      at += 8 * (ip[at + 1]! + 1);
+    }
+    const offset = ip.readUInt16BE(at + 2) & 0xfff8;
+    if (offset !== next) throw new Error(`fragment at ${next} missing`);
+    if (!head) {
+      head = Buffer.from(f.subarray(0, ETH_HLEN + at));
+      head[ETH_HLEN + nextAt] = ip[at]!;
+    }
+    const body = ip.subarray(at + 8);
+    parts.push(body);
+    next += body.length;
+    if (!(ip.readUInt16BE(at + 2) & 1) && f !== sorted[sorted.length - 1])
+      throw new Error('fragment after the last');
+  }
+  const last = sorted[sorted.length - 1]!;
+  if (parsePacket(last).moreFragments) throw new Error('last fragment missing');
+  const frame = Buffer.concat([head!, ...parts]);
+  frame.writeUInt16BE(frame.length - ETH_HLEN - 40, ETH_HLEN + 4);
   return frame;
 }

@@ -152,6 +152,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
 
   describe.each(FAMILY_CASES)('DNAT and reverse NAT ($family)', ({ A, v4 }) => {
     const itV4 = itIPv4Only(v4);
+    const ICMP = v4 ? IPPROTO_ICMP : IPPROTO_ICMPV6;
     beforeAll(() => {
       writeFrontend(lb, {
         svcId: 1,
@@ -230,67 +231,59 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(p).toMatchObject({ ihlLen: 28, daddr: A('10.244.2.5'), dport: 8080 });
     });
 
-    itV4(
-      'an ICMP error about a translated flow reaches the client in service terms (RELATED, egress)',
-      () => {
-        for (const [proto, vip, vport, backend, bport] of [
-          [IPPROTO_UDP, A('10.96.0.53'), 53, A('10.244.2.6'), 5353],
-          [IPPROTO_TCP, A('10.96.0.10'), 80, A('10.244.2.5'), 8080],
-        ] as const) {
-          const src = sport();
-          const sent =
-            proto === IPPROTO_UDP
-              ? udp(A(CLIENT), vip, vport, src)
-              : tcp(A(CLIENT), vip, vport, TCP.SYN, src);
-          const out = run(lb, TC_POD, sent).dataOut;
-          expect(parsePacket(out)).toMatchObject({ daddr: backend, dport: bport });
-          // The backend's host answers the translated packet: port unreachable, quoting all of it.
-          const error = buildIcmpError({ saddr: backend, daddr: A(CLIENT), quote: out.subarray(ETH_HLEN) });
-          const back = run(lb, TC_EGRESS, error);
-          const icmp = expectValid(back.dataOut);
-          expect(icmp).toMatchObject({ proto: IPPROTO_ICMP, saddr: vip, daddr: A(CLIENT) });
-          // The quote is the packet as the client sent it, checksums included.
-          const quote = expectValid(quotedPacket(back.dataOut));
-          expect(quote).toMatchObject({ saddr: A(CLIENT), sport: src, daddr: vip, dport: vport });
-          expect(quotedPacket(back.dataOut).subarray(ETH_HLEN)).toEqual(sent.subarray(ETH_HLEN));
-        }
-        // An error quoting a packet of no tracked flow passes untouched.
-        const stranger = buildIcmpError({
-          saddr: A('10.244.2.6'),
-          daddr: A(CLIENT),
-          quote: udp(A(CLIENT), A('10.244.2.6'), 5353, 1).subarray(ETH_HLEN),
-        });
-        expect(run(lb, TC_EGRESS, stranger).dataOut).toEqual(stranger);
-      },
-    );
-
-    itV4(
-      'an ICMP error from the client about a reply reaches the backend in its terms, through the stack (RELATED, ingress)',
-      () => {
+    it('an ICMP error about a translated flow reaches the client in service terms (RELATED, egress)', () => {
+      for (const [proto, vip, vport, backend, bport] of [
+        [IPPROTO_UDP, A('10.96.0.53'), 53, A('10.244.2.6'), 5353],
+        [IPPROTO_TCP, A('10.96.0.10'), 80, A('10.244.2.5'), 8080],
+      ] as const) {
         const src = sport();
-        const out = run(lb, TC_POD, udp(A(CLIENT), A('10.96.0.53'), 53, src)).dataOut;
-        const sentByBackend = replyTo(out);
-        const seenByClient = run(lb, TC_EGRESS, sentByBackend).dataOut;
-        expect(parsePacket(seenByClient)).toMatchObject({ saddr: A('10.96.0.53'), sport: 53 });
-        // The client's socket is gone: its host answers the reply with port unreachable.
-        const error = buildIcmpError({
-          saddr: A(CLIENT),
-          daddr: A('10.96.0.53'),
-          quote: seenByClient.subarray(ETH_HLEN),
-        });
-        const fwd = run(lb, TC_POD, error);
-        expect(fwd.retval).toBe(TC_ACT_UNSPEC);
-        expect(expectValid(fwd.dataOut)).toMatchObject({
-          proto: IPPROTO_ICMP,
-          saddr: A(CLIENT),
-          daddr: A('10.244.2.6'),
-        });
-        // The quote is the reply exactly as the backend sent it, checksums included.
-        expect(quotedPacket(fwd.dataOut).subarray(ETH_HLEN)).toEqual(sentByBackend.subarray(ETH_HLEN));
-        // The same error at egress is not the egress program's: untouched.
-        expect(run(lb, TC_EGRESS, error).dataOut).toEqual(error);
-      },
-    );
+        const sent =
+          proto === IPPROTO_UDP ? udp(A(CLIENT), vip, vport, src) : tcp(A(CLIENT), vip, vport, TCP.SYN, src);
+        const out = run(lb, TC_POD, sent).dataOut;
+        expect(parsePacket(out)).toMatchObject({ daddr: backend, dport: bport });
+        // The backend's host answers the translated packet: port unreachable, quoting all of it.
+        const error = buildIcmpError({ saddr: backend, daddr: A(CLIENT), quote: out.subarray(ETH_HLEN) });
+        const back = run(lb, TC_EGRESS, error);
+        const icmp = expectValid(back.dataOut);
+        expect(icmp).toMatchObject({ proto: ICMP, saddr: vip, daddr: A(CLIENT) });
+        // The quote is the packet as the client sent it, checksums included.
+        const quote = expectValid(quotedPacket(back.dataOut));
+        expect(quote).toMatchObject({ saddr: A(CLIENT), sport: src, daddr: vip, dport: vport });
+        expect(quotedPacket(back.dataOut).subarray(ETH_HLEN)).toEqual(sent.subarray(ETH_HLEN));
+      }
+      // An error quoting a packet of no tracked flow passes untouched.
+      const stranger = buildIcmpError({
+        saddr: A('10.244.2.6'),
+        daddr: A(CLIENT),
+        quote: udp(A(CLIENT), A('10.244.2.6'), 5353, 1).subarray(ETH_HLEN),
+      });
+      expect(run(lb, TC_EGRESS, stranger).dataOut).toEqual(stranger);
+    });
+
+    it('an ICMP error from the client about a reply reaches the backend in its terms, through the stack (RELATED, ingress)', () => {
+      const src = sport();
+      const out = run(lb, TC_POD, udp(A(CLIENT), A('10.96.0.53'), 53, src)).dataOut;
+      const sentByBackend = replyTo(out);
+      const seenByClient = run(lb, TC_EGRESS, sentByBackend).dataOut;
+      expect(parsePacket(seenByClient)).toMatchObject({ saddr: A('10.96.0.53'), sport: 53 });
+      // The client's socket is gone: its host answers the reply with port unreachable.
+      const error = buildIcmpError({
+        saddr: A(CLIENT),
+        daddr: A('10.96.0.53'),
+        quote: seenByClient.subarray(ETH_HLEN),
+      });
+      const fwd = run(lb, TC_POD, error);
+      expect(fwd.retval).toBe(TC_ACT_UNSPEC);
+      expect(expectValid(fwd.dataOut)).toMatchObject({
+        proto: ICMP,
+        saddr: A(CLIENT),
+        daddr: A('10.244.2.6'),
+      });
+      // The quote is the reply exactly as the backend sent it, checksums included.
+      expect(quotedPacket(fwd.dataOut).subarray(ETH_HLEN)).toEqual(sentByBackend.subarray(ETH_HLEN));
+      // The same error at egress is not the egress program's: untouched.
+      expect(run(lb, TC_EGRESS, error).dataOut).toEqual(error);
+    });
 
     itV4(
       'translates a BIG TCP packet (IPv4 tot_len 0 on a GSO skb), and leaves tot_len 0 alone otherwise',
@@ -1165,27 +1158,37 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
       expect(x.dataOut).toEqual(tooDeep);
     });
 
-    it('leaves neighbour discovery and fragments untouched, in every program', () => {
+    it('leaves neighbour discovery untouched in every program, and fragments to tc', () => {
       const solicitation = buildNeighbourSolicitation(CLIENT6, VIP);
       expect(parsePacket(solicitation)).toMatchObject({ proto: IPPROTO_ICMPV6, l4ChecksumOk: true });
+      for (const prog of [TC_POD, TC_EXT, TC_EGRESS]) {
+        const out = run(lb, prog, solicitation);
+        expect(out.retval).toBe(TC_ACT_UNSPEC);
+        expect(out.dataOut).toEqual(solicitation);
+      }
+      // A first fragment (offset 0, more fragments): XDP passes it untouched, tc translates it
+      // (lb-fragments.test.ts follows whole datagrams).
+      const src = sport();
       const fragment = buildPacket({
         saddr: CLIENT6,
         daddr: VIP,
         proto: IPPROTO_TCP,
-        sport: sport(),
+        sport: src,
         dport: 80,
         extHeaders: [IPV6_EXT.FRAGMENT],
       });
       for (const frame of [solicitation, fragment]) {
-        for (const prog of [TC_POD, TC_EXT, TC_EGRESS]) {
-          const out = run(lb, prog, frame);
-          expect(out.retval).toBe(TC_ACT_UNSPEC);
-          expect(out.dataOut).toEqual(frame);
-        }
         const x = run(lb, XDP_EXT, frame);
         expect(x.retval).toBe(XDP_PASS);
         expect(x.dataOut).toEqual(frame);
       }
+      expect(parsePacket(run(lb, TC_POD, fragment).dataOut)).toMatchObject({
+        daddr: BACKEND,
+        dport: 8080,
+        sport: src,
+        fragOffset: 0,
+        moreFragments: true,
+      });
     });
 
     it('routes a NodePort flow to another node`s backend itself (SNAT, hop limit, MACs) and answers one too big with packet too big', async () => {
@@ -1242,6 +1245,110 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
         expect(drops(DROP_REASON.fragNeeded) - before).toBe(1n);
       } finally {
         await lab.exec('fib', 'ip', ['link', 'set', 'r0', 'mtu', '1500']);
+      }
+    });
+
+    it('a router`s packet too big about a SNATed flow reaches the client in its terms, forwarded by tc; the quote`s extension headers walked, a later fragment`s quote left', () => {
+      const v6 = FAMILY_CASES.find((f) => f.family === 'IPv6')!;
+      const nodeIP = v6.A('192.168.50.1');
+      const outside = v6.A(OUTSIDE);
+      const router = v6.A('10.244.9.254');
+      const src = sport();
+      const spec = { saddr: outside, daddr: nodeIP, proto: IPPROTO_TCP, sport: src, dport: 30062 } as const;
+      const sent = buildPacket({ ...spec, extHeaders: [IPV6_EXT.DSTOPTS] });
+      const out = run(lb, TC_EXT, sent);
+      expect(out.retval).toBe(TC_ACT_REDIRECT);
+      const snat = parsePacket(out.dataOut);
+      // A router on the backend's path: packet too big to the SNAT address, quoting as much of the
+      // packet as fits (RFC 4443: here, all of it).
+      const error = buildIcmpError({
+        saddr: router,
+        daddr: snat.saddr,
+        quote: out.dataOut.subarray(ETH_HLEN),
+        type: 2,
+        code: 0,
+        mtu: 1280,
+      });
+      const back = run(lb, TC_EXT, error);
+      expect(back.retval).toBe(TC_ACT_REDIRECT);
+      const icmp = expectValid(back.dataOut);
+      expect(icmp).toMatchObject({ proto: IPPROTO_ICMPV6, saddr: router, daddr: outside });
+      expect(icmp.l4[0]).toBe(2);
+      expect(icmp.l4.readUInt32BE(4)).toBe(1280); // the MTU as the router said
+      expect(back.dataOut[ETH_HLEN + 7]).toBe(63); // forwarded by us
+      expect(macOf(back.dataOut, 0)).toBe(NEIGHBOURS.outside.mac);
+      // The quote is the client's packet exactly as it sent it, extension header and checksum
+      // (but for the hop limit, one less since it left this node).
+      const asSent = Buffer.from(sent);
+      asSent[ETH_HLEN + 7] = 63;
+      expect(quotedPacket(back.dataOut).subarray(ETH_HLEN)).toEqual(asSent.subarray(ETH_HLEN));
+
+      // Time exceeded about the same flow: translated the same way.
+      const expired = buildIcmpError({
+        saddr: router,
+        daddr: snat.saddr,
+        quote: out.dataOut.subarray(ETH_HLEN, ETH_HLEN + snat.ihlLen + 8),
+        type: 3,
+        code: 0,
+      });
+      const fwd = run(lb, TC_EXT, expired);
+      expect(fwd.retval).toBe(TC_ACT_REDIRECT);
+      expect(expectValid(fwd.dataOut)).toMatchObject({ saddr: router, daddr: outside });
+      expect(parsePacket(quotedPacket(fwd.dataOut))).toMatchObject({
+        saddr: outside,
+        sport: src,
+        daddr: nodeIP,
+      });
+
+      // Not ours: an error quoting a later fragment (no ports), an informational message
+      // (echo request, type 128), and one addressed elsewhere than the quoted packet's sender.
+      // The quoted packet a first fragment: its ports are there, translated; a later one: not ours.
+      const asFragment = (offset: number) => {
+        const f = buildPacket({ ...snat, proto: IPPROTO_TCP, extHeaders: [IPV6_EXT.FRAGMENT] });
+        f.writeUInt16BE(offset | 1, ETH_HLEN + 40 + 2);
+        return buildIcmpError({
+          saddr: router,
+          daddr: snat.saddr,
+          quote: f.subarray(ETH_HLEN),
+          type: 2,
+          mtu: 1280,
+        });
+      };
+      const first = run(lb, TC_EXT, asFragment(0));
+      expect(first.retval).toBe(TC_ACT_REDIRECT);
+      expect(parsePacket(quotedPacket(first.dataOut))).toMatchObject({
+        saddr: outside,
+        sport: src,
+        dport: 30062,
+      });
+      const strays = [
+        asFragment(80),
+        // Behind an extension header: not walked (yet), left to the stack.
+        buildIcmpError({
+          saddr: router,
+          daddr: snat.saddr,
+          quote: out.dataOut.subarray(ETH_HLEN),
+          type: 2,
+          mtu: 1280,
+          extHeaders: [IPV6_EXT.HOPOPTS],
+        }),
+        buildIcmpError({
+          saddr: router,
+          daddr: snat.saddr,
+          quote: out.dataOut.subarray(ETH_HLEN),
+          type: 128,
+        }),
+        buildIcmpError({
+          saddr: router,
+          daddr: v6.A('10.244.9.1'),
+          quote: out.dataOut.subarray(ETH_HLEN),
+          type: 2,
+        }),
+      ];
+      for (const stray of strays) {
+        const r = run(lb, TC_EXT, stray);
+        expect(r.retval).toBe(TC_ACT_UNSPEC);
+        expect(r.dataOut).toEqual(stray);
       }
     });
 

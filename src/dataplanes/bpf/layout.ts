@@ -73,6 +73,15 @@ function port(offset: number): Field<number> {
     write: (b, at, v) => b.writeUInt16BE(v, at + offset),
   };
 }
+/** A __be32 (an IPv6 Fragment header's identification): host-order number, network order. */
+function be32(offset: number): Field<number> {
+  return {
+    offset,
+    size: 4,
+    read: (b, at) => b.readUInt32BE(at + offset),
+    write: (b, at, v) => b.writeUInt32BE(v >>> 0, at + offset),
+  };
+}
 function ipField(offset: number, family: 'IPv4' | 'IPv6'): Field<string> {
   const size = family === 'IPv4' ? 4 : 16;
   return {
@@ -459,6 +468,16 @@ export const frag4Key = new StructCodec(
 );
 /** ...-> the ports its first fragment carried. */
 export const frag4Val = new StructCodec('kbp_frag4_val', 4, { sport: port(0), dport: port(2) });
+/** kbp_frag6_v1 (LRU): an IPv6 datagram in fragments, by its addresses and the Fragment header's
+ * identification... */
+export const frag6Key = new StructCodec('kbp_frag6_key', 36, { saddr: ip6(0), daddr: ip6(16), id: be32(32) });
+/** ...-> its first fragment's ports and L4 protocol. */
+export const frag6Val = new StructCodec(
+  'kbp_frag6_val',
+  8,
+  { sport: port(0), dport: port(2), proto: u8(4) },
+  { pad: 5 },
+);
 /** kbp_fragst_v1 (per CPU, one entry): fragments of TCP/UDP datagrams the tc programs saw. */
 export const fragStats = new StructCodec('kbp_frag_stats', 32, {
   first: u64(0),
@@ -495,6 +514,8 @@ export type SockRev6Val = StructValue<typeof sockRev6Val.fields>;
 export type Frag4Key = StructValue<typeof frag4Key.fields>;
 export type Frag4Val = StructValue<typeof frag4Val.fields>;
 export type FragStats = StructValue<typeof fragStats.fields>;
+export type Frag6Key = StructValue<typeof frag6Key.fields>;
+export type Frag6Val = StructValue<typeof frag6Val.fields>;
 
 export const STRUCTS: readonly StructCodec<Fields>[] = [
   svc4Key,
@@ -528,6 +549,8 @@ export const STRUCTS: readonly StructCodec<Fields>[] = [
   frag4Key,
   frag4Val,
   fragStats,
+  frag6Key,
+  frag6Val,
 ] as unknown as readonly StructCodec<Fields>[];
 
 // ---------- maps ----------
@@ -588,6 +611,8 @@ export const MAPS = {
   fragments4: mapLayout('kbp_frag4_v1', frag4Key, frag4Val),
   /** Per CPU, one entry: fragments recorded, followed, and passed untouched. */
   fragStats: mapLayout('kbp_fragst_v1', u32Codec, fragStats, true),
+  /** LRU: {saddr, daddr, Fragment header id} of an IPv6 datagram -> its first fragment's ports. */
+  fragments6: mapLayout('kbp_frag6_v1', frag6Key, frag6Val),
 } as const satisfies Record<string, MapLayout>;
 
 /** The programs in bpf/lb.o. Their names differ in the first 15 characters, all the kernel keeps,

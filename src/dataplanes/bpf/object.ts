@@ -72,6 +72,7 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
   sockRev6: 'bpf.mapSizes.socketReverse',
   fragments4: '',
   fragStats: '',
+  fragments6: '',
 };
 
 /** max_entries of every map from bpf.mapSizes; null keeps the object's own value. */
@@ -109,9 +110,11 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
     sockConfig: null,
     sockRev4: sizes.socketReverse,
     sockRev6: sizes.socketReverse,
-    // Datagrams in flight as fragments: the object's 8192 (an LRU: the oldest are forgotten).
+    // Datagrams in flight as fragments (fragments6 too): the object's 8192 (an LRU: the oldest
+    // are forgotten).
     fragments4: null,
     fragStats: null,
+    fragments6: null,
   };
 }
 
