@@ -161,6 +161,7 @@ function startProxy(
   mode: BenchMode,
   configPath: string,
   iptablesBackend: 'legacy' | 'nft',
+  family: IPFamily,
 ): LabAgent | KubeProxyProcess {
   const { lab, topology, feed } = ctx;
   if (isKubeProxyMode(mode)) {
@@ -172,6 +173,8 @@ function startProxy(
       binary: join(feed.api.binaries.k8s, 'kube-proxy'),
       configPath,
       mode: ruleMode,
+      // Its syncs are those of the measured family's proxier (it runs one per family).
+      family,
       // ipvs mode writes its companion rules (masquerade, ipset matches) with iptables too.
       iptablesDir: usesIptables(ruleMode)
         ? iptablesBackendDir(join(ctx.workDir, `iptables-${iptablesBackend}`), iptablesBackend)
@@ -341,7 +344,7 @@ export async function runCell(
   // The real kube-proxy has no backend detection of its own: it is given the one ours would pick
   // ("auto": nft on a clean node, as kube-proxy's iptables-wrapper decides).
   const kubeProxyBackend = settings.iptablesBackend === 'legacy' ? 'legacy' : 'nft';
-  const agent = startProxy(ctx, mode, configPath, kubeProxyBackend);
+  const agent = startProxy(ctx, mode, configPath, kubeProxyBackend, family);
   /** The iptables backend in use: the one kube-proxy was given, or the one our agent logged. */
   const probeBackend = () =>
     isKubeProxyMode(mode)

@@ -46,7 +46,7 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
       (line) => progress.push(line),
     );
     ({ dir, results } = await runBench(options));
-  }, 300_000);
+  }, 420_000);
   afterAll(() => rmSync(out, { recursive: true, force: true }));
 
   it('measures every mode that runs here and says why the others did not', () => {
