@@ -451,7 +451,7 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
     '',
     `Machine: ${machineLine(results.machine)}.`,
     '',
-    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}} in ${resultFamilies(results).join(' and ')}${(results.settings.controlPlaneServiceCounts ?? []).length > 0 ? ` and, bpf control plane only, {${results.settings.controlPlaneServiceCounts.join(', ')}}` : ''} services × ${results.settings.endpoints} endpoints, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
+    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}}${(results.settings.controlPlaneServiceCounts ?? []).length > 0 ? ` and, bpf control plane only, {${results.settings.controlPlaneServiceCounts.join(', ')}}` : ''} services × ${results.settings.endpoints} endpoints, Services of ${resultFamilies(results).join(' and ')}, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
     '',
     results.source === 'apiserver'
       ? 'Source: every proxy, ours and the real kube-proxy, listed and watched a real kube-apiserver; the bench wrote the Services and EndpointSlices through the API.'
