@@ -99,9 +99,12 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
         }
       }
     }
-    // The data plane carried IPv6 in every mode: no failed request in an IPv6 cell.
-    for (const s of results.samples.filter((x) => x.family === 'IPv6' && x.measure === 'crrPerSec'))
-      expect(s.errors, `${s.mode} IPv6`).toBe(0);
+    // The data plane carried IPv6 in every mode: new connections to the IPv6 ClusterIP, fewer
+    // than 1 % of them failed (none did in the runs so far).
+    for (const s of results.samples.filter((x) => x.family === 'IPv6' && x.measure === 'crrPerSec')) {
+      expect(s.attempts, `${s.mode} IPv6`).toBeGreaterThan(0);
+      expect(s.errors ?? 0, `${s.mode} IPv6`).toBeLessThan(0.01 * (s.attempts ?? 0));
+    }
     // IPv4: tc tracked (repeated and one run per call), tc new flow, XDP tracked, xdp_tx; IPv6 the
     // tc rows (and XDP once it translates IPv6), at each of the two service counts.
     const rows = new Set(results.bpfCost.map((r) => `${r.program}|${r.family}@${r.services}`));
