@@ -220,7 +220,7 @@ function translates(fd: number, frame: Buffer, backend: string): boolean {
  * and `onStep` says so; the tc rows must. `pinPath` must be a fresh directory on bpffs; it is
  * removed afterwards.
  */
-export function measureBpfCost(opts: {
+export async function measureBpfCost(opts: {
   serviceCounts: number[];
   rounds: number;
   repeat: number;
@@ -229,11 +229,11 @@ export function measureBpfCost(opts: {
   pinPath: string;
   log: Logger;
   onStep?: (text: string) => void;
-}): BpfCostSample[] {
+}): Promise<BpfCostSample[]> {
   const counts = [...opts.serviceCounts].sort((a, b) => a - b);
   const families = opts.families ?? ['IPv4'];
   const capacity = Math.max(1024, 2 ** Math.ceil(Math.log2((counts.at(-1) ?? 1) + 2)));
-  const lb = loadPinnedObject({
+  const lb = await loadPinnedObject({
     pinPath: opts.pinPath,
     log: opts.log,
     mapSizes: {

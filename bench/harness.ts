@@ -312,7 +312,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
 
     say('BPF per-packet cost (BPF_PROG_TEST_RUN)');
     try {
-      bpfCostSamples = measureBpfCost({
+      bpfCostSamples = await measureBpfCost({
         serviceCounts: options.bpfCost.services,
         rounds: options.bpfCost.rounds,
         repeat: options.bpfCost.repeat,

@@ -6,8 +6,8 @@
  *   kbp_tc_ext_l3     the same on external devices without an Ethernet header (ipip, WireGuard)
  *   kbp_tc_egress     tc egress of pod-facing and external interfaces: replies back to the VIP
  *   kbp_tc_egress_l3  the same on external devices without an Ethernet header
- *   kbp_xdp_ext       XDP on external interfaces: the same load balancer before the stack (IPv4;
- *                     IPv6 passes to tc)
+ *   kbp_xdp_ext       XDP on external interfaces: the same load balancer before the stack (IPv4
+ *                     and IPv6)
  *   kbp_xdp_tx        benchmark baseline
  *   kbp_sock4_connect, kbp_sock4_sendmsg, kbp_sock4_recvmsg, kbp_sock4_getpeername, and their
  *   IPv6 counterparts kbp_sock6_connect ... kbp_sock6_getpeername
@@ -125,11 +125,21 @@ int kbp_tc_egress_l3(struct __sk_buff *skb) {
 
 SEC("xdp")
 int kbp_xdp_ext(struct xdp_md *ctx) {
+	void *data = (void *)(long)ctx->data;
+	struct ethhdr *eth = data;
 	__u32 reason = KBP_DROP_NONE, svc_id = 0;
 	struct kbp_hop hop = {};
-	int verdict = kbp_lb4(ctx, true, false, KBP_ROLE_EXT, &reason, &svc_id, &hop);
+	int verdict;
 
-	/* Rejects and frag needed are answered by kbp_tc_ext, which can build the ICMP error. */
+	if ((void *)(eth + 1) > (void *)(long)ctx->data_end)
+		return XDP_PASS;
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+		verdict = kbp_lb6(ctx, true, false, KBP_ROLE_EXT, &reason, &svc_id, &hop);
+	else
+		verdict = kbp_lb4(ctx, true, false, KBP_ROLE_EXT, &reason, &svc_id, &hop);
+
+	/* Rejects and frag needed (packet too big) are answered by kbp_tc_ext, which can build the
+	 * ICMP or ICMPv6 error. */
 	if (verdict == KBP_TX)
 		return XDP_TX;
 	if (verdict != KBP_DROP)

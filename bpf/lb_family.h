@@ -137,7 +137,7 @@ static __always_inline int KBP_F(kbp_new_flow)(void *ctx, const bool xdp, const 
 #if KBP_FAM == 4
 		out->xlate_saddr = kbp_snat_source4(ctx, xdp, b.addr, cfg);
 #else
-		kbp_snat_source6(out->xlate_saddr, cfg);
+		kbp_snat_source6(ctx, xdp, b.addr, cfg, out->xlate_saddr);
 #endif
 		KBP_ADDR_SET(s.key.daddr, out->xlate_saddr);
 	} else {

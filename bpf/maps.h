@@ -233,6 +233,16 @@ struct {
 	__type(value, __be32);
 } kbp_ifaddr4_v1 SEC(".maps");
 
+/* kbp_ifaddr6_v1: the IPv6 counterpart, key __u32 ifindex, value the interface's first usable
+ * global IPv6 address (not tentative, not deprecated while another is not), the source the
+ * kernel's MASQUERADE would pick through it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KBP_MAX_IFADDR);
+	__type(key, __u32);
+	__type(value, struct kbp_ifaddr6_val);
+} kbp_ifaddr6_v1 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);

@@ -15,6 +15,7 @@
 
 #include "csum.h"
 #include "ctx.h"
+#include "family.h"
 #include "fib.h"
 #include "maps.h"
 #include "parse.h"
@@ -183,8 +184,29 @@ static __always_inline __be32 kbp_snat_source4(void *ctx, const bool xdp, __be32
 	return cfg->snat_addr4;
 }
 
-/* The SNAT source of an IPv6 flow: the configured node address (no per-interface choice yet). */
-static __always_inline void kbp_snat_source6(__be32 *out, const struct kbp_config *cfg) {
+/*
+ * The IPv6 counterpart: into `out`, the address of the interface the FIB sends the flow to
+ * `backend` through (kbp_ifaddr6_v1), else the configured node address (kbp_config.snat_addr6).
+ */
+static __always_inline void kbp_snat_source6(void *ctx, const bool xdp, const __be32 *backend,
+					     const struct kbp_config *cfg, __be32 *out) {
+	struct bpf_fib_lookup fib = {};
+	struct kbp_ifaddr6_val *addr;
+	long rc;
+
+	fib.family = KBP_AF_INET6;
+	fib.ifindex = kbp_ingress_ifindex(ctx, xdp);
+	__builtin_memcpy(fib.ipv6_dst, backend, sizeof(fib.ipv6_dst));
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS || rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		__u32 ifindex = fib.ifindex;
+
+		addr = bpf_map_lookup_elem(&kbp_ifaddr6_v1, &ifindex);
+		if (addr && !kbp_addr_zero6(addr->addr)) {
+			__builtin_memcpy(out, addr->addr, sizeof(addr->addr));
+			return;
+		}
+	}
 	__builtin_memcpy(out, cfg->snat_addr6, sizeof(cfg->snat_addr6));
 }
 

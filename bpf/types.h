@@ -330,6 +330,12 @@ struct kbp_node6_key {
 };
 _Static_assert(sizeof(struct kbp_node6_key) == 16, "kbp_node6_key");
 
+/* kbp_ifaddr6_v1: key __u32 ifindex, value an IPv6 address of that interface (maps.h). */
+struct kbp_ifaddr6_val {
+	__be32 addr[4];
+};
+_Static_assert(sizeof(struct kbp_ifaddr6_val) == 16, "kbp_ifaddr6_val");
+
 /* ---------- IPv4 fragments (frag.h) ---------- */
 
 /* kbp_frag4_v1 (LRU): a datagram being fragmented, by the fields every fragment repeats... */

@@ -5,6 +5,7 @@
 // failed sync puts its changes back and asks the runner for a retry.
 
 import type { ChangeTracker, PendingChanges } from '../model/tracker.js';
+import type { IPFamily } from '../model/types.js';
 import type { ConntrackReconcileReport, Dataplane } from './dataplane.js';
 import { type BrainConfig, Decider } from './decide.js';
 import type { NodeEnv, ProxyDecisions } from './types.js';
@@ -24,8 +25,11 @@ export interface SyncReport {
 
 /** Who wants to know about syncs: metrics, health, logs. */
 export interface SyncObserver {
-  /** A sync was asked for (kube-proxy's QueuedUpdate / last_queued_timestamp). */
-  queued?(at: Date): void;
+  /**
+   * A sync was asked for, for the families the pending changes touch (kube-proxy's per-family
+   * QueuedUpdate and last_queued_timestamp).
+   */
+  queued?(at: Date, families: ReadonlySet<IPFamily>): void;
   synced?(report: SyncReport): void;
   failed?(info: { full: boolean; error: unknown; durationSeconds: number }): void;
 }
@@ -50,10 +54,12 @@ export class SyncLoop {
     this.now = opts.now ?? Date.now;
   }
 
-  /** Tells observers a sync has been requested (call when source events arrive). */
+  /** Tells observers a sync has been requested (call when source events arrive), for the families
+   * of the changes pending. */
   noteQueued(): void {
     const at = new Date(this.now());
-    for (const observer of this.opts.observers) observer.queued?.(at);
+    const { families } = this.opts.tracker.peekPending();
+    for (const observer of this.opts.observers) observer.queued?.(at, families);
   }
 
   /** Makes the next sync a full one (the bench times both kinds of sync for the same change). */

@@ -22,10 +22,25 @@ export const mainScript = compiledSibling(import.meta.url, 'main.js');
  * several people on one machine neither meet nor delete each other's leftovers. */
 export const LAB_PREFIX = process.env.KBP_LAB_PREFIX || 'kbpdemo';
 
-/** The nodes of examples/manifests/nodes.yaml, and clients inside and outside the LB source ranges. */
+/**
+ * The nodes of examples/manifests/nodes.yaml, dual-stack, and clients inside and outside the LB
+ * source ranges.
+ */
 export const DEMO_NODES = [
-  { name: 'node-a', ip: '10.10.0.1', podCIDR: '10.244.1.0/24' },
-  { name: 'node-b', ip: '10.10.0.2', podCIDR: '10.244.2.0/24' },
+  {
+    name: 'node-a',
+    ip: '10.10.0.1',
+    podCIDR: '10.244.1.0/24',
+    ip6: 'fd00:10::1',
+    podCIDR6: 'fd00:244:0:1::/64',
+  },
+  {
+    name: 'node-b',
+    ip: '10.10.0.2',
+    podCIDR: '10.244.2.0/24',
+    ip6: 'fd00:10::2',
+    podCIDR6: 'fd00:244:0:2::/64',
+  },
 ];
 export const DEMO_CLIENTS = [
   { name: 'allowed', ip: '192.0.2.100' },
@@ -50,7 +65,7 @@ export function demoConfig(mode: ProxyMode, pinPath: string): string {
     'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
     'kind: KubeProxyConfiguration',
     `mode: ${mode}`,
-    'clusterCIDR: 10.244.0.0/16',
+    'clusterCIDR: 10.244.0.0/16,fd00:244::/48',
     'iptables:',
     '  minSyncPeriod: 0s',
     'bpf:',
@@ -62,7 +77,7 @@ export function demoConfig(mode: ProxyMode, pinPath: string): string {
 function summarize(results: RequestResult[]): string {
   const counts = new Map<string, number>();
   for (const r of results) {
-    const key = r.backend ? `${r.backend} (saw ${r.seenClient?.split(':')[0]})` : `error ${r.error}`;
+    const key = r.backend ? `${r.backend} (saw ${r.seenClient?.replace(/:\d+$/, '')})` : `error ${r.error}`;
     counts.set(key, (counts.get(key) ?? 0) + 1);
   }
   return [...counts].map(([k, n]) => `${n}× ${k}`).join(', ');
@@ -153,6 +168,15 @@ export async function runDemo(opts: {
         proto: 'tcp',
         count: 12,
         expect: 'ready endpoints of zone-a (topology hints): web-1, web-2',
+      },
+      {
+        // demo/web is PreferDualStack: its IPv6 ClusterIP has the pods' IPv6 endpoints.
+        title: 'ClusterIP demo/web over IPv6 from a pod on node-a',
+        from: podOnA,
+        target: '[fd00:96::a]:80',
+        proto: 'tcp',
+        count: 12,
+        expect: 'the same pods over IPv6 (zone-a hints of the IPv6 slice): web-1, web-2; client IPv6 kept',
       },
       {
         title: 'ClusterIP demo/dns (UDP) from a pod',

@@ -15,6 +15,7 @@ import {
   openPinnedMaps,
   readFrontendNames,
 } from '../dataplanes/bpf/inspect.js';
+import { joinHostPort } from '../net/ip.js';
 
 export interface ListOptions {
   pinPath: string;
@@ -90,7 +91,7 @@ export function formatFrontends(views: readonly FrontendView[]): string {
     ]);
     for (const b of v.backends) {
       const state = [b.local ? 'local' : '', b.terminating ? 'terminating' : ''].filter(Boolean).join(',');
-      rows.push([`  -> ${b.address}:${b.port}`, state, '', '', ...counterColumns(b.stats)]);
+      rows.push([`  -> ${joinHostPort(b.address, b.port)}`, state, '', '', ...counterColumns(b.stats)]);
     }
   }
   return `${table(rows)}\n`;

@@ -94,7 +94,30 @@ export async function startAgent(
 ): Promise<RunningAgent> {
   const nodeName = resolveNodeName(config.hostnameOverride);
   const tracker = new ChangeTracker(nodeName);
-  const { dataplane, iptables, ruleStats, bpfStats } = await openDataplane(config, log);
+  // Both start at once: the data plane's BPF programs are verified off the event loop while the
+  // source lists (or reads) and parses the objects. Events that arrive before the first sync only
+  // fill the tracker.
+  let onChange = () => {};
+  const opening = openDataplane(config, log);
+  const source = openSource(opts, config, nodeName, log);
+  // kube-proxy waits for the initial lists before its first sync, so a restart never programs a
+  // half-known cluster (which would scale services down to nothing).
+  const listed = source.start((events) => {
+    // Each problem once, when it appears or its reason changes; the metric counts the current ones.
+    for (const problem of tracker.apply(events))
+      log.warn({ origin: problem.origin }, `skipped: ${formatProblem(problem)}`);
+    onChange();
+  });
+  // Settled below, after the status servers are up (probes answer while a large list is read).
+  listed.catch(() => {});
+  let opened: Awaited<typeof opening>;
+  try {
+    opened = await opening;
+  } catch (err) {
+    await source.stop().catch(() => {});
+    throw err;
+  }
+  const { dataplane, iptables, ruleStats, bpfStats } = opened;
   // Decided once, as kube-proxy decides them at start.
   const proxyFamilies = await proxyFamiliesFor(config.mode);
   if (proxyFamilies) log.info({ families: proxyFamilies }, 'IP families');
@@ -129,20 +152,11 @@ export async function startAgent(
       onError: (err) => log.error({ err }, 'sync crashed'),
     },
   );
-  const source = openSource(opts, config, nodeName, log);
-  let synced = false;
-  // kube-proxy waits for the initial lists before its first sync, so a restart never programs a
-  // half-known cluster (which would scale services down to nothing).
-  await source.start((events) => {
-    // Each problem once, when it appears or its reason changes; the metric counts the current ones.
-    for (const problem of tracker.apply(events))
-      log.warn({ origin: problem.origin }, `skipped: ${formatProblem(problem)}`);
-    if (synced) {
-      loop.noteQueued();
-      runner.run();
-    }
-  });
-  synced = true;
+  await listed;
+  onChange = () => {
+    loop.noteQueued();
+    runner.run();
+  };
   log.info({ mode: config.mode, node: nodeName }, 'initial state received; starting the sync loop');
   loop.noteQueued();
   runner.start();

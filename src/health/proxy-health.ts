@@ -1,6 +1,8 @@
 // The proxy's own health, as kube-proxy 1.33 keeps it (pkg/proxy/healthcheck/proxy_health.go,
 // reference/kube-proxy.md §5.2): per IP family, when rules were last synced and since when an
 // update has been waiting. A family is unhealthy once a queued update has waited 2 × syncPeriod.
+// Updates are queued per family, for the families a change touches (kube-proxy's metaproxier hands
+// each event to the proxier of its family), so on a dual-stack node one family can turn stale alone.
 // /healthz adds node eligibility; /livez and the healthCheckNodePort servers do not.
 
 import type { SyncObserver } from '../brain/sync-loop.js';
@@ -25,6 +27,39 @@ export interface ProxyHealthOptions {
   now?: () => number;
 }
 
+/** What the health is decided from: kube-proxy's lastUpdatedMap and oldestPendingQueuedMap. */
+export interface ProxyHealthState {
+  /** ms since the epoch of each family's last successful sync. */
+  lastUpdated: ReadonlyMap<IPFamily, number>;
+  /** ms since the epoch of each family's oldest sync request still waiting. */
+  oldestPendingQueued: ReadonlyMap<IPFamily, number>;
+  /** The oldest request from before the first sync, when no family is known yet. */
+  pendingBeforeFirstSync: number | null;
+}
+
+/**
+ * kube-proxy's Health(), pure: each family the node runs is healthy unless its oldest queued
+ * update has waited at least healthTimeoutMs; the proxy is healthy when every family is (so one
+ * stale family makes /livez and /healthz fail, and its own status entry says which). The top-level
+ * lastUpdated is the latest over the families.
+ */
+export function decideHealth(state: ProxyHealthState, now: number, healthTimeoutMs: number): HealthReport {
+  const late = (queuedAt: number | undefined | null) =>
+    queuedAt !== undefined && queuedAt !== null && now - queuedAt >= healthTimeoutMs;
+  const report: HealthReport = {
+    healthy: !late(state.pendingBeforeFirstSync),
+    lastUpdated: null,
+    status: new Map(),
+  };
+  for (const [family, lastUpdated] of [...state.lastUpdated].sort(([a], [b]) => a.localeCompare(b))) {
+    const healthy = !late(state.oldestPendingQueued.get(family));
+    report.status.set(family, { lastUpdated, healthy });
+    report.healthy &&= healthy;
+    if (report.lastUpdated === null || lastUpdated > report.lastUpdated) report.lastUpdated = lastUpdated;
+  }
+  return report;
+}
+
 export class ProxyHealth {
   private readonly lastUpdated = new Map<IPFamily, number>();
   private readonly oldestPendingQueued = new Map<IPFamily, number>();
@@ -40,14 +75,18 @@ export class ProxyHealth {
     this.now = options.now ?? Date.now;
   }
 
-  /** QueuedUpdate: a sync was asked for; keeps the oldest pending time. */
-  queuedUpdate(at: number = this.now()): void {
+  /**
+   * QueuedUpdate(family) for each family the changes touch and the node runs (a single-stack
+   * node has no proxier for the other family); keeps each family's oldest pending time.
+   */
+  queuedUpdate(families: Iterable<IPFamily>, at: number = this.now()): void {
     if (this.lastUpdated.size === 0) {
       this.pendingBeforeFirstSync ??= at;
       return;
     }
-    for (const family of this.lastUpdated.keys()) {
-      if (!this.oldestPendingQueued.has(family)) this.oldestPendingQueued.set(family, at);
+    for (const family of families) {
+      if (this.lastUpdated.has(family) && !this.oldestPendingQueued.has(family))
+        this.oldestPendingQueued.set(family, at);
     }
   }
 
@@ -59,21 +98,15 @@ export class ProxyHealth {
   }
 
   health(): HealthReport {
-    const now = this.now();
-    const late = (queuedAt: number | undefined | null) =>
-      queuedAt !== undefined && queuedAt !== null && now - queuedAt >= this.options.healthTimeoutMs;
-    const report: HealthReport = {
-      healthy: !late(this.pendingBeforeFirstSync),
-      lastUpdated: null,
-      status: new Map(),
-    };
-    for (const [family, lastUpdated] of [...this.lastUpdated].sort(([a], [b]) => a.localeCompare(b))) {
-      const healthy = !late(this.oldestPendingQueued.get(family));
-      report.status.set(family, { lastUpdated, healthy });
-      report.healthy &&= healthy;
-      if (report.lastUpdated === null || lastUpdated > report.lastUpdated) report.lastUpdated = lastUpdated;
-    }
-    return report;
+    return decideHealth(
+      {
+        lastUpdated: this.lastUpdated,
+        oldestPendingQueued: this.oldestPendingQueued,
+        pendingBeforeFirstSync: this.pendingBeforeFirstSync,
+      },
+      this.now(),
+      this.options.healthTimeoutMs,
+    );
   }
 
   /** Health().Healthy: what /livez and the healthCheckNodePort servers report. */
@@ -84,7 +117,7 @@ export class ProxyHealth {
   /** Feeds the state from the sync loop: queued → QueuedUpdate, synced → Updated per family. */
   syncObserver(): SyncObserver {
     return {
-      queued: (at) => this.queuedUpdate(at.getTime()),
+      queued: (at, families) => this.queuedUpdate(families, at.getTime()),
       synced: (report) => {
         const at = this.now();
         for (const { family } of report.decisions.families) this.updated(family, at);

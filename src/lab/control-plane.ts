@@ -277,7 +277,8 @@ export class ControlPlane {
       `--tls-cert-file=${this.file('apiserver.crt')}`,
       `--tls-private-key-file=${this.file('apiserver.key')}`,
       `--client-ca-file=${this.file('ca.crt')}`,
-      '--service-cluster-ip-range=10.96.0.0/16',
+      // Dual-stack, as the example manifests' ServiceCIDR: their dual-stack Service is accepted.
+      '--service-cluster-ip-range=10.96.0.0/16,fd00:96::/112',
       '--service-node-port-range=30000-32767',
       '--authorization-mode=RBAC',
       `--token-auth-file=${this.file('tokens.csv')}`,

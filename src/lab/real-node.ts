@@ -5,6 +5,12 @@
 // conntrack INVALID drop in FORWARD; TSO and GRO on), host-network servers, and agents that run the
 // configuration the Helm chart renders with its default values, by default in a mount namespace
 // without bpffs. Pod addresses come from host-local, so manifests are written once the pods exist.
+// The cluster is dual-stack, as such a cluster's nodes are: IPv6 node addresses on the underlay and
+// for the client, IPv6 pod CIDRs handed out by host-local beside the IPv4 ones, flannel's
+// flannel-v6.1 overlay and its ip6tables masquerade rules, IPv6 forwarding on (the node setup, as a
+// dual-stack node's CNI and kubelet setup turn it on; the agent sets no sysctl), and every Service
+// RequireDualStack with an EndpointSlice per address type. ipv6Of() gives each IPv4 address of the
+// lab its IPv6 counterpart.
 
 import { execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -14,6 +20,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { parseAllDocuments } from 'yaml';
 import type { ProxyMode } from '../config/types.js';
+import { canonicalIP } from '../net/ip.js';
 import { type AgentStartOptions, LabAgent } from './agent.js';
 import type { SyncLine } from './agent-log.js';
 import { CHART, helm } from './helm.js';
@@ -40,10 +47,25 @@ const ROOT = fileURLToPath(
 export const CNI_BIN = join(ROOT, '.tools/cni/bin');
 const mainScript = compiledSibling(import.meta.url, '../cli/main.js');
 
+/**
+ * The lab's IPv6 counterpart of an IPv4 address a.b.c.d: fd00:a:b::c:d (the groups written as the
+ * decimal digits read), e.g. 10.96.1.3 -> fd00:10:96::1:3, 192.0.2.100 -> fd00:192::2:100.
+ */
+export function ipv6Of(ipv4: string): string {
+  const [a, b, c, d] = ipv4.split('.');
+  const ip = canonicalIP(`fd00:${a}:${b}::${c}:${d}`);
+  if (!ip) throw new Error(`no IPv6 counterpart for ${ipv4}`);
+  return ip;
+}
+
 const CLUSTER_CIDR = '10.244.0.0/16';
+/** The IPv6 cluster CIDR: each node's IPv6 pod CIDR is a /64 of it, as kube-controller-manager
+ * allocates them (--node-cidr-mask-size-ipv6 64). */
+const CLUSTER_CIDR6 = 'fd00:244::/48';
 const UNDERLAY_GATEWAY = '10.10.0.254';
 /** The outside client, behind the router that joins it to the nodes' underlay. */
 export const CLIENT_IP = '192.0.2.100';
+export const CLIENT_IP6 = ipv6Of(CLIENT_IP);
 const CLIENT_GATEWAY = '192.0.2.1';
 const VXLAN_MTU = 1450;
 
@@ -53,6 +75,10 @@ export interface RealNode {
   podCIDR: string;
   /** flannel.1's address: the pod CIDR's network address, as flannel assigns it. */
   vtep: string;
+  /** The node's IPv6 address on the underlay (a /64), its IPv6 pod CIDR and flannel-v6.1's address. */
+  ip6: string;
+  podCIDR6: string;
+  vtep6: string;
   cni: 'bridge' | 'ptp';
   rpFilter: ReversePathFilter;
 }
@@ -63,10 +89,23 @@ export const REAL_NODES: RealNode[] = [
     ip: '10.10.0.1',
     podCIDR: '10.244.1.0/24',
     vtep: '10.244.1.0',
+    ip6: ipv6Of('10.10.0.1'),
+    podCIDR6: 'fd00:244:0:1::/64',
+    vtep6: 'fd00:244:0:1::',
     cni: 'bridge',
     rpFilter: 1,
   },
-  { name: 'node-b', ip: '10.10.0.2', podCIDR: '10.244.2.0/24', vtep: '10.244.2.0', cni: 'ptp', rpFilter: 2 },
+  {
+    name: 'node-b',
+    ip: '10.10.0.2',
+    podCIDR: '10.244.2.0/24',
+    vtep: '10.244.2.0',
+    ip6: ipv6Of('10.10.0.2'),
+    podCIDR6: 'fd00:244:0:2::/64',
+    vtep6: 'fd00:244:0:2::',
+    cni: 'ptp',
+    rpFilter: 2,
+  },
 ];
 
 export interface RealNodeSpec {
@@ -82,6 +121,8 @@ export interface PodInfo {
   name: string;
   node: string;
   ip: string;
+  /** Its IPv6 address, from host-local's IPv6 range. */
+  ip6: string;
   /** The host side of its veth, named by the CNI plugin. */
   hostInterface: string;
 }
@@ -96,8 +137,15 @@ function nodeOf(name: string): RealNode {
   return node;
 }
 
-/** flannel's nat rules (its iptables trafficmngr) for one node, as `iptables -t nat` argument lists. */
-function flannelMasqueradeRules(node: RealNode): string[][] {
+/**
+ * flannel's nat rules (its iptables trafficmngr) for one node and family, as `iptables -t nat` /
+ * `ip6tables -t nat` argument lists.
+ */
+function flannelMasqueradeRules(node: RealNode, family: 'IPv4' | 'IPv6'): string[][] {
+  const v4 = family === 'IPv4';
+  const podCIDR = v4 ? node.podCIDR : node.podCIDR6;
+  const clusterCIDR = v4 ? CLUSTER_CIDR : CLUSTER_CIDR6;
+  const multicast = v4 ? '224.0.0.0/4' : 'ff00::/8';
   const rule = (...spec: string[]) => [
     '-A',
     'FLANNEL-POSTRTG',
@@ -112,21 +160,26 @@ function flannelMasqueradeRules(node: RealNode): string[][] {
     ['-A', 'POSTROUTING', '-m', 'comment', '--comment', 'flanneld masq', '-j', 'FLANNEL-POSTRTG'],
     // kube-proxy's masquerade mark: kube-proxy masquerades those itself.
     rule('-m', 'mark', '--mark', '0x4000/0x4000', '-j', 'RETURN'),
-    rule('-s', node.podCIDR, '-d', CLUSTER_CIDR, '-j', 'RETURN'),
-    rule('-s', CLUSTER_CIDR, '-d', node.podCIDR, '-j', 'RETURN'),
-    rule('!', '-s', CLUSTER_CIDR, '-d', node.podCIDR, '-j', 'RETURN'),
-    rule('-s', CLUSTER_CIDR, '!', '-d', '224.0.0.0/4', '-j', 'MASQUERADE', '--random-fully'),
-    rule('!', '-s', CLUSTER_CIDR, '-d', CLUSTER_CIDR, '-j', 'MASQUERADE', '--random-fully'),
+    rule('-s', podCIDR, '-d', clusterCIDR, '-j', 'RETURN'),
+    rule('-s', clusterCIDR, '-d', podCIDR, '-j', 'RETURN'),
+    rule('!', '-s', clusterCIDR, '-d', podCIDR, '-j', 'RETURN'),
+    rule('-s', clusterCIDR, '!', '-d', multicast, '-j', 'MASQUERADE', '--random-fully'),
+    rule('!', '-s', clusterCIDR, '-d', clusterCIDR, '-j', 'MASQUERADE', '--random-fully'),
   ];
 }
 
 /** The netconf flannel's CNI plugin delegates to bridge (kube-flannel.yml's delegate), or ptp. */
 function cniConfig(node: RealNode, dataDir: string): Record<string, unknown> {
+  // One range per family: host-local hands each pod an address of both (flannel's dual-stack
+  // netconf gives the delegate the same two ranges).
   const ipam = {
     type: 'host-local',
-    subnet: node.podCIDR,
+    ranges: [[{ subnet: node.podCIDR }], [{ subnet: node.podCIDR6 }]],
     dataDir,
-    routes: [{ dst: node.cni === 'bridge' ? CLUSTER_CIDR : '0.0.0.0/0' }],
+    routes:
+      node.cni === 'bridge'
+        ? [{ dst: CLUSTER_CIDR }, { dst: CLUSTER_CIDR6 }]
+        : [{ dst: '0.0.0.0/0' }, { dst: '::/0' }],
   };
   const common = { cniVersion: '1.0.0', name: 'cbr0', mtu: VXLAN_MTU, ipMasq: false, ipam };
   return node.cni === 'bridge'
@@ -205,9 +258,11 @@ export class RealNodeLab {
     // The router: the nodes' L2 segment (br0, the nodes' default gateway) and the client's link.
     await lab.addNamespace('wire');
     await lab.sysctl('wire', 'net.ipv4.ip_forward', '1');
+    await lab.sysctl('wire', 'net.ipv6.conf.all.forwarding', '1');
     await lab.exec('wire', 'ip', ['link', 'add', 'br0', 'type', 'bridge']);
     await lab.exec('wire', 'ip', ['link', 'set', 'br0', 'up']);
     await lab.addAddress('wire', 'br0', `${UNDERLAY_GATEWAY}/24`);
+    await lab.addAddress('wire', 'br0', `${ipv6Of(UNDERLAY_GATEWAY)}/64`);
 
     for (const [index, node] of REAL_NODES.entries()) await this.buildNode(node, `w${index}`);
     await this.joinOverlay();
@@ -217,15 +272,24 @@ export class RealNodeLab {
     await lab.addAddress('wire', 'wc', `${CLIENT_GATEWAY}/24`);
     await lab.addAddress(CLIENT_NS, 'eth0', `${CLIENT_IP}/24`);
     await lab.addRoute(CLIENT_NS, 'default', 'via', CLIENT_GATEWAY);
+    await lab.addAddress('wire', 'wc', `${ipv6Of(CLIENT_GATEWAY)}/64`);
+    await lab.addAddress(CLIENT_NS, 'eth0', `${CLIENT_IP6}/64`);
+    await lab.addRoute(CLIENT_NS, 'default', 'via', ipv6Of(CLIENT_GATEWAY));
     await this.enableOffloads(CLIENT_NS, 'eth0');
     await this.enableOffloads('wire', 'wc');
-    for (const { ip, node } of spec.loadBalancerRoutes)
+    for (const { ip, node } of spec.loadBalancerRoutes) {
       await lab.addRoute('wire', `${ip}/32`, 'via', nodeOf(node).ip);
+      await lab.addRoute('wire', `${ipv6Of(ip)}/128`, 'via', nodeOf(node).ip6);
+    }
 
     for (const pod of spec.pods) await this.addPod(pod);
     for (const server of spec.hostServers) {
       await lab.startBackend(nodeNs(server.node), { name: server.name, tcpPorts: [server.port] });
     }
+    // Link-local addresses (veths, cni0, the vxlan devices) pass duplicate address detection
+    // before the first IPv6 packet, as they have long done on a node that has been up a while.
+    for (const ns of ['wire', CLIENT_NS, ...REAL_NODES.map((n) => nodeNs(n.name))])
+      await lab.waitForIPv6Addresses(ns);
   }
 
   private async buildNode(node: RealNode, wirePort: string): Promise<void> {
@@ -234,72 +298,97 @@ export class RealNodeLab {
     await lab.addNamespace(ns);
     await lab.reversePathFilter(ns, node.rpFilter);
     await lab.sysctl(ns, 'net.ipv4.ip_forward', '1');
+    // A dual-stack node forwards IPv6 (the CNI plugins turn it on as well when they wire a pod).
+    await lab.sysctl(ns, 'net.ipv6.conf.all.forwarding', '1');
     // kubeadm's preflight demands it wherever pods share a bridge (node-a's cni0).
     await lab.sysctl(ns, 'net.bridge.bridge-nf-call-iptables', '1');
     await lab.link(ns, 'eth0', 'wire', wirePort);
     await lab.exec('wire', 'ip', ['link', 'set', wirePort, 'master', 'br0']);
     await lab.addAddress(ns, 'eth0', `${node.ip}/24`);
     await lab.addRoute(ns, 'default', 'via', UNDERLAY_GATEWAY);
+    await lab.addAddress(ns, 'eth0', `${node.ip6}/64`);
+    await lab.addRoute(ns, 'default', 'via', ipv6Of(UNDERLAY_GATEWAY));
     await this.enableOffloads(ns, 'eth0');
     await this.enableOffloads('wire', wirePort);
     // nf_conntrack is built into this kernel, nothing to load.
     await lab.dropInvalidForwards(ns);
-    for (const args of flannelMasqueradeRules(node)) await lab.exec(ns, 'iptables', ['-t', 'nat', ...args]);
-    await lab.exec(ns, 'ip', [
-      'link',
-      'add',
-      'flannel.1',
-      'type',
-      'vxlan',
-      'id',
-      '1',
-      'local',
-      node.ip,
-      'dev',
-      'eth0',
-      'dstport',
-      '8472',
-      'nolearning',
-    ]);
-    await lab.exec(ns, 'ip', ['link', 'set', 'flannel.1', 'mtu', String(VXLAN_MTU), 'up']);
-    await lab.addAddress(ns, 'flannel.1', `${node.vtep}/32`);
+    for (const args of flannelMasqueradeRules(node, 'IPv4'))
+      await lab.exec(ns, 'iptables', ['-t', 'nat', ...args]);
+    for (const args of flannelMasqueradeRules(node, 'IPv6'))
+      await lab.exec(ns, 'ip6tables', ['-t', 'nat', ...args]);
+    // flannel's vxlan backend: flannel.1 over the IPv4 underlay, flannel-v6.1 over the IPv6 one.
+    for (const [device, local, vtep] of [
+      ['flannel.1', node.ip, `${node.vtep}/32`],
+      ['flannel-v6.1', node.ip6, `${node.vtep6}/128`],
+    ] as const) {
+      await lab.exec(ns, 'ip', [
+        'link',
+        'add',
+        device,
+        'type',
+        'vxlan',
+        'id',
+        '1',
+        'local',
+        local,
+        'dev',
+        'eth0',
+        'dstport',
+        '8472',
+        'nolearning',
+      ]);
+      await lab.exec(ns, 'ip', [
+        'link',
+        'set',
+        device,
+        'mtu',
+        String(VXLAN_MTU - (device === 'flannel.1' ? 0 : 20)),
+        'up',
+      ]);
+      await lab.addAddress(ns, device, vtep);
+    }
   }
 
   /** What flanneld programs for each remote lease: route, permanent neighbour, FDB entry. */
   private async joinOverlay(): Promise<void> {
-    const macs = new Map<string, string>();
-    for (const node of REAL_NODES) {
-      const { stdout } = await this.lab.exec(nodeNs(node.name), 'ip', ['-j', 'link', 'show', 'flannel.1']);
-      macs.set(node.name, (JSON.parse(stdout) as { address: string }[])[0]?.address ?? '');
-    }
-    for (const node of REAL_NODES) {
-      const ns = nodeNs(node.name);
-      for (const remote of REAL_NODES) {
-        if (remote === node) continue;
-        const mac = macs.get(remote.name) ?? '';
-        await this.lab.addRoute(ns, remote.podCIDR, 'via', remote.vtep, 'dev', 'flannel.1', 'onlink');
-        await this.lab.exec(ns, 'ip', [
-          'neigh',
-          'replace',
-          remote.vtep,
-          'lladdr',
-          mac,
-          'dev',
-          'flannel.1',
-          'nud',
-          'permanent',
-        ]);
-        await this.lab.exec(ns, 'bridge', [
-          'fdb',
-          'append',
-          mac,
-          'dev',
-          'flannel.1',
-          'dst',
-          remote.ip,
-          'self',
-          'permanent',
-        ]);
+    for (const v4 of [true, false]) {
+      const device = v4 ? 'flannel.1' : 'flannel-v6.1';
+      const macs = new Map<string, string>();
+      for (const node of REAL_NODES) {
+        const { stdout } = await this.lab.exec(nodeNs(node.name), 'ip', ['-j', 'link', 'show', device]);
+        macs.set(node.name, (JSON.parse(stdout) as { address: string }[])[0]?.address ?? '');
+      }
+      for (const node of REAL_NODES) {
+        const ns = nodeNs(node.name);
+        for (const remote of REAL_NODES) {
+          if (remote === node) continue;
+          const mac = macs.get(remote.name) ?? '';
+          const vtep = v4 ? remote.vtep : remote.vtep6;
+          const podCIDR = v4 ? remote.podCIDR : remote.podCIDR6;
+          await this.lab.addRoute(ns, podCIDR, 'via', vtep, 'dev', device, 'onlink');
+          await this.lab.exec(ns, 'ip', [
+            'neigh',
+            'replace',
+            vtep,
+            'lladdr',
+            mac,
+            'dev',
+            device,
+            'nud',
+            'permanent',
+          ]);
+          await this.lab.exec(ns, 'bridge', [
+            'fdb',
+            'append',
+            mac,
+            'dev',
+            device,
+            'dst',
+            v4 ? remote.ip : remote.ip6,
+            'self',
+            'permanent',
+          ]);
+        }
       }
     }
   }
@@ -333,11 +422,15 @@ export class RealNodeLab {
     const ns = podNs(pod.name);
     await this.lab.addNamespace(ns);
     const result = await this.cni('ADD', pod);
-    const ip = result.ips?.[0]?.address.split('/')[0];
+    const addresses = (result.ips ?? []).map((i) => i.address.split('/')[0] ?? '');
+    const ip = addresses.find((a) => !a.includes(':'));
+    const ip6 = addresses.find((a) => a.includes(':'));
     const hostInterface = result.interfaces?.find((i) => !i.sandbox && i.name.startsWith('veth'))?.name;
-    if (!ip || !hostInterface)
-      throw new Error(`CNI ADD for ${pod.name} gave no address or veth: ${JSON.stringify(result)}`);
-    this.pods.set(pod.name, { name: pod.name, node: pod.node, ip, hostInterface });
+    if (!ip || !ip6 || !hostInterface)
+      throw new Error(
+        `CNI ADD for ${pod.name} gave no address of each family or no veth: ${JSON.stringify(result)}`,
+      );
+    this.pods.set(pod.name, { name: pod.name, node: pod.node, ip, ip6, hostInterface });
     await this.enableOffloads(nodeNs(pod.node), hostInterface);
     await this.enableOffloads(ns, 'eth0');
     await this.lab.startBackend(ns, { name: pod.name, tcpPorts: pod.tcpPorts, udpPorts: pod.udpPorts });
@@ -483,6 +576,7 @@ export class RealNodeLab {
     ];
   }
 
+  /** A RequireDualStack Service (each address with its ipv6Of() counterpart) and a slice per family. */
   private serviceObjects(svc: LabService): unknown[] {
     const metadata = { name: svc.name, namespace: 'default' };
     const service = {
@@ -492,49 +586,58 @@ export class RealNodeLab {
       spec: {
         type: svc.type,
         clusterIP: svc.clusterIP,
-        clusterIPs: [svc.clusterIP],
-        ipFamilies: ['IPv4'],
-        ipFamilyPolicy: 'SingleStack',
+        clusterIPs: [svc.clusterIP, ipv6Of(svc.clusterIP)],
+        ipFamilies: ['IPv4', 'IPv6'],
+        ipFamilyPolicy: 'RequireDualStack',
         ports: svc.ports,
         ...(svc.type === 'ClusterIP'
           ? {}
           : { externalTrafficPolicy: svc.externalTrafficPolicy ?? 'Cluster' }),
         ...(svc.healthCheckNodePort ? { healthCheckNodePort: svc.healthCheckNodePort } : {}),
-        ...(svc.externalIPs ? { externalIPs: svc.externalIPs } : {}),
+        ...(svc.externalIPs ? { externalIPs: svc.externalIPs.flatMap((ip) => [ip, ipv6Of(ip)]) } : {}),
       },
       status: svc.loadBalancerIP
-        ? { loadBalancer: { ingress: [{ ip: svc.loadBalancerIP, ipMode: 'VIP' }] } }
+        ? {
+            loadBalancer: {
+              ingress: [svc.loadBalancerIP, ipv6Of(svc.loadBalancerIP)].map((ip) => ({ ip, ipMode: 'VIP' })),
+            },
+          }
         : {},
     };
-    const endpoints = svc.endpoints.map((endpoint) => {
-      const conditions = { ready: true, serving: true, terminating: false };
-      if ('hostNode' in endpoint) {
-        return { addresses: [nodeOf(endpoint.hostNode).ip], conditions, nodeName: endpoint.hostNode };
-      }
-      const pod = this.pod(endpoint.pod);
+    const slice = (addressType: 'IPv4' | 'IPv6') => {
+      const v4 = addressType === 'IPv4';
+      const endpoints = svc.endpoints.map((endpoint) => {
+        const conditions = { ready: true, serving: true, terminating: false };
+        if ('hostNode' in endpoint) {
+          const node = nodeOf(endpoint.hostNode);
+          return { addresses: [v4 ? node.ip : node.ip6], conditions, nodeName: endpoint.hostNode };
+        }
+        const pod = this.pod(endpoint.pod);
+        return {
+          addresses: [v4 ? pod.ip : pod.ip6],
+          conditions,
+          nodeName: pod.node,
+          targetRef: { kind: 'Pod', namespace: 'default', name: pod.name },
+        };
+      });
       return {
-        addresses: [pod.ip],
-        conditions,
-        nodeName: pod.node,
-        targetRef: { kind: 'Pod', namespace: 'default', name: pod.name },
+        apiVersion: 'discovery.k8s.io/v1',
+        kind: 'EndpointSlice',
+        metadata: {
+          name: `${svc.name}-lab${v4 ? '' : '-v6'}`,
+          namespace: 'default',
+          labels: { 'kubernetes.io/service-name': svc.name },
+        },
+        addressType,
+        ports: svc.ports.map((p) => ({ name: p.name, protocol: p.protocol, port: p.targetPort })),
+        endpoints,
       };
-    });
-    const slice = {
-      apiVersion: 'discovery.k8s.io/v1',
-      kind: 'EndpointSlice',
-      metadata: {
-        name: `${svc.name}-lab`,
-        namespace: 'default',
-        labels: { 'kubernetes.io/service-name': svc.name },
-      },
-      addressType: 'IPv4',
-      ports: svc.ports.map((p) => ({ name: p.name, protocol: p.protocol, port: p.targetPort })),
-      endpoints,
     };
-    return [service, slice];
+    return [service, slice('IPv4'), slice('IPv6')];
   }
 }
 
+/** Addresses are IPv4; each Service also gets every address's ipv6Of() counterpart (dual-stack). */
 export interface LabService {
   name: string;
   type: 'ClusterIP' | 'NodePort' | 'LoadBalancer';
@@ -558,10 +661,11 @@ function nodeObject(node: RealNode): Record<string, unknown> {
       name: node.name,
       labels: { 'kubernetes.io/hostname': node.name, 'kubernetes.io/os': 'linux' },
     },
-    spec: { podCIDR: node.podCIDR, podCIDRs: [node.podCIDR] },
+    spec: { podCIDR: node.podCIDR, podCIDRs: [node.podCIDR, node.podCIDR6] },
     status: {
       addresses: [
         { type: 'InternalIP', address: node.ip },
+        { type: 'InternalIP', address: node.ip6 },
         { type: 'Hostname', address: node.name },
       ],
     },

@@ -141,10 +141,12 @@ export class ProxyMetrics {
 
   syncObserver(): SyncObserver {
     return {
-      queued: (at) => {
+      // Each family's proxier sets its own gauge in Sync(), when a change of its family arrives.
+      queued: (at, families) => {
         this.lastQueuedAt = at;
         for (const family of this.families)
-          this.kubeProxy.lastQueuedTimestamp.set({ ip_family: family }, at.getTime() / 1000);
+          if (families.has(family))
+            this.kubeProxy.lastQueuedTimestamp.set({ ip_family: family }, at.getTime() / 1000);
       },
       synced: (report) => this.synced(report),
       failed: ({ full, durationSeconds }) => {

@@ -6,11 +6,14 @@
 // A malformed object is skipped and reported; the last good version of it is kept. Entries left
 // out of a valid object are reported too, for as long as that version is current.
 
+import { ipFamilyOf } from '../net/ip.js';
 import type { SourceEvent } from './events.js';
 import { describeObject, type ObjectProblem, parseEvent } from './parse.js';
 import {
   type ClusterState,
   type EndpointSlice,
+  IP_FAMILIES,
+  type IPFamily,
   type Node,
   type Service,
   type ServiceCIDR,
@@ -28,6 +31,12 @@ export interface PendingChanges {
   endpointChanges: number;
   /** Earliest last-change-trigger-time (ms since epoch) per changed Service, when its slices carried one. */
   triggerTimes: Map<string, number>;
+  /**
+   * The IP families the changes touch, as kube-proxy's per-family proxiers each see them: a Service
+   * the families of its ClusterIPs (before and after), an EndpointSlice its address type, a Node or
+   * ServiceCIDR change both. Each of these families has a sync queued (QueuedUpdate).
+   */
+  families: Set<IPFamily>;
 }
 
 function emptyChanges(): PendingChanges {
@@ -38,7 +47,18 @@ function emptyChanges(): PendingChanges {
     serviceChanges: 0,
     endpointChanges: 0,
     triggerTimes: new Map(),
+    families: new Set(),
   };
+}
+
+/** The families of a Service's ClusterIPs (none for headless and ExternalName Services). */
+function serviceFamilies(service: Service | undefined): IPFamily[] {
+  if (!service) return [];
+  const ips = service.clusterIPs.length > 0 ? service.clusterIPs : [service.clusterIP];
+  return ips.flatMap((ip) => {
+    const family = ipFamilyOf(ip);
+    return family ? [family] : [];
+  });
 }
 
 function objectKey(namespace: string, name: string): string {
@@ -112,10 +132,12 @@ export class ChangeTracker implements SliceIndex {
     if (!parsed.ok) return raised;
     const { object } = parsed;
     switch (object.kind) {
-      case 'Service':
+      case 'Service': {
+        const previous = this.services.get(key);
         this.services.set(key, object.value);
-        this.noteServiceChange(key);
+        this.noteServiceChange(key, previous, object.value);
         break;
+      }
       case 'EndpointSlice': {
         const previous = this.endpointSlices.get(key);
         this.endpointSlices.set(key, object.value);
@@ -125,14 +147,14 @@ export class ChangeTracker implements SliceIndex {
       }
       case 'Node':
         if (object.value.meta.name !== this.nodeName) break;
-        if (nodeFactsDiffer(this.node, object.value)) this.pending.nodeChanged = true;
+        if (nodeFactsDiffer(this.node, object.value)) this.noteNodeWideChange('nodeChanged');
         this.node = object.value;
         break;
       case 'ServiceCIDR': {
         const previous = this.serviceCIDRs.get(key);
         this.serviceCIDRs.set(key, object.value);
         if (!previous || !sameStrings(previous.cidrs, object.value.cidrs))
-          this.pending.serviceCIDRsChanged = true;
+          this.noteNodeWideChange('serviceCIDRsChanged');
         break;
       }
     }
@@ -141,7 +163,8 @@ export class ChangeTracker implements SliceIndex {
 
   private remove(kind: SourceEvent['kind'], key: string): void {
     if (kind === 'Service') {
-      if (this.services.delete(key)) this.noteServiceChange(key);
+      const previous = this.services.get(key);
+      if (this.services.delete(key)) this.noteServiceChange(key, previous, undefined);
     } else if (kind === 'EndpointSlice') {
       const previous = this.endpointSlices.get(key);
       if (previous) {
@@ -150,10 +173,10 @@ export class ChangeTracker implements SliceIndex {
         this.noteSliceChange(previous, undefined);
       }
     } else if (kind === 'ServiceCIDR') {
-      if (this.serviceCIDRs.delete(key)) this.pending.serviceCIDRsChanged = true;
+      if (this.serviceCIDRs.delete(key)) this.noteNodeWideChange('serviceCIDRsChanged');
     } else if (this.node?.meta.name === key) {
       this.node = null;
-      this.pending.nodeChanged = true;
+      this.noteNodeWideChange('nodeChanged');
     }
   }
 
@@ -180,7 +203,15 @@ export class ChangeTracker implements SliceIndex {
     return [...(this.slicesByService.get('')?.values() ?? [])];
   }
 
-  private noteServiceChange(key: string): void {
+  /** A Node or ServiceCIDR change: every family's proxier resyncs. */
+  private noteNodeWideChange(flag: 'nodeChanged' | 'serviceCIDRsChanged'): void {
+    this.pending[flag] = true;
+    for (const family of IP_FAMILIES) this.pending.families.add(family);
+  }
+
+  private noteServiceChange(key: string, previous: Service | undefined, current: Service | undefined): void {
+    for (const family of [...serviceFamilies(previous), ...serviceFamilies(current)])
+      this.pending.families.add(family);
     this.pending.changedServices.add(key);
     this.pending.serviceChanges++;
     this.totals.serviceChanges++;
@@ -189,6 +220,7 @@ export class ChangeTracker implements SliceIndex {
   private noteSliceChange(previous: EndpointSlice | undefined, current: EndpointSlice | undefined): void {
     for (const slice of [previous, current]) {
       if (!slice) continue;
+      if (slice.addressType !== 'FQDN') this.pending.families.add(slice.addressType);
       const serviceKey = sliceServiceKey(slice);
       if (serviceKey) this.pending.changedServices.add(serviceKey);
     }
@@ -246,6 +278,7 @@ export class ChangeTracker implements SliceIndex {
     this.pending.serviceCIDRsChanged ||= changes.serviceCIDRsChanged;
     this.pending.serviceChanges += changes.serviceChanges;
     this.pending.endpointChanges += changes.endpointChanges;
+    for (const family of changes.families) this.pending.families.add(family);
     for (const [key, time] of changes.triggerTimes) {
       const known = this.pending.triggerTimes.get(key);
       if (known === undefined || time < known) this.pending.triggerTimes.set(key, time);

@@ -105,12 +105,12 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
       expect(s.attempts, `${s.mode} IPv6`).toBeGreaterThan(0);
       expect(s.errors ?? 0, `${s.mode} IPv6`).toBeLessThan(0.01 * (s.attempts ?? 0));
     }
-    // IPv4: tc tracked (repeated and one run per call), tc new flow, XDP tracked, xdp_tx; IPv6 the
-    // tc rows (and XDP once it translates IPv6), at each of the two service counts.
+    // In each family the tc tracked flow (repeated, and one run per call), the tc new flow and the
+    // XDP tracked flow, and the xdp_tx baseline once, at each of the two service counts.
     const rows = new Set(results.bpfCost.map((r) => `${r.program}|${r.family}@${r.services}`));
-    expect(rows.size).toBeGreaterThanOrEqual(2 * 8);
+    expect(rows.size).toBe(2 * 9);
     for (const family of FAMILIES)
-      for (const program of ['tc (tracked flow)', 'tc (new flow, one run per call)'])
+      for (const program of ['tc (tracked flow)', 'tc (new flow, one run per call)', 'XDP (tracked flow)'])
         expect(rows, `${program} ${family}`).toContain(`${program}|${family}@100`);
     const report = readFileSync(join(dir, 'results.md'), 'utf8');
     expect(report).toContain('### IPv6 ÷ IPv4');

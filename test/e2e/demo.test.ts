@@ -14,8 +14,18 @@ function backendsOf(report: DemoReport, title: string): string[] {
 
 function checkSemantics(report: DemoReport, mode: ProxyMode): void {
   // Zone hints of demo/web keep node-a's pods on zone-a's endpoints.
-  const web = backendsOf(report, 'ClusterIP demo/web');
+  const web = backendsOf(report, 'ClusterIP demo/web from');
   expect(new Set(web)).toEqual(new Set(['pod-10.244.1.10', 'pod-10.244.1.11']));
+  // demo/web is dual-stack: its IPv6 ClusterIP reaches the same pods over IPv6 (their IPv6 slice's
+  // zone hints), and a ClusterIP from a pod keeps the client's (IPv6) address in every mode.
+  const web6 = report.steps.find((s) => s.step.title.startsWith('ClusterIP demo/web over IPv6'))!;
+  expect(web6.step.target).toBe('[fd00:96::a]:80');
+  expect(new Set(web6.results.map((r) => r.backend ?? `error:${r.error}`))).toEqual(
+    new Set(['pod-10.244.1.10', 'pod-10.244.1.11']),
+  );
+  expect(web6.results.map((r) => r.seenClient?.replace(/:\d+$/, ''))).toEqual(
+    web6.results.map(() => 'fd00:244:0:1::1e'),
+  );
   expect(new Set(backendsOf(report, 'ClusterIP demo/dns')).size).toBeGreaterThanOrEqual(1);
   expect(backendsOf(report, 'ClusterIP demo/dns').every((b) => b.startsWith('pod-10.244.'))).toBe(true);
   const nodePort = report.steps.find((s) => s.step.title.startsWith('NodePort'))!.results;
@@ -54,7 +64,10 @@ describeRoot('demo', () => {
         out: (line) => lines.push(line),
       });
       checkSemantics(report, mode);
-      if (mode === 'bpf') expect(report.list).toMatch(/TCP\/10\.96\.0\.10:80\s+ClusterIP\s+demo\/web:http/);
+      if (mode === 'bpf') {
+        expect(report.list).toMatch(/TCP\/10\.96\.0\.10:80\s+ClusterIP\s+demo\/web:http/);
+        expect(report.list).toMatch(/TCP\/\[fd00:96::a\]:80\s+ClusterIP\s+demo\/web:http/);
+      }
     });
   }
 });

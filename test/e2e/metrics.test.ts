@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { DEMO_NODES } from '../../src/cli/demo.js';
 import { type BuiltCluster, buildCluster, clusterSpecFromState } from '../../src/lab/cluster.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
@@ -262,6 +263,32 @@ function describeMode(mode: 'iptables' | 'nftables'): void {
       });
     });
 
+    it("queues per family as kube-proxy's metaproxier does: an IPv6 slice edit moves IPv6's last_queued_timestamp and sync only", async () => {
+      const queued = (e: Exposition, ip_family: string) =>
+        sampleValue(e, 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds', { ip_family });
+      const synced = (e: Exposition, ip_family: string) =>
+        sampleValue(e, 'kubeproxy_sync_proxy_rules_last_timestamp_seconds', { ip_family });
+      // The Node has an IPv6 InternalIP (examples/manifests/nodes.yaml): the agent runs both families.
+      const healthz = JSON.parse((await get('http://127.0.0.1:10256/healthz')).body);
+      expect(Object.keys(healthz.status)).toEqual(['IPv4', 'IPv6']);
+      expect(healthz.status.IPv6.healthy).toBe(true);
+      const before = await scrape();
+      expect(queued(before, 'IPv6')).toBeGreaterThan(0);
+      // Timestamps are in seconds with ms: let a distinct time pass before the edit.
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      // demo/web's terminating IPv6 endpoint gets another address: an IPv6 EndpointSlice change.
+      const file = join(manifests, 'web.yaml');
+      await writeFile(file, (await readFile(file, 'utf8')).replace('"fd00:244:0:2::b"', '"fd00:244:0:2::c"'));
+      const after = await eventually(scrape, (e) => synced(e, 'IPv6') > synced(before, 'IPv6'));
+      expect(queued(after, 'IPv6')).toBeGreaterThan(queued(before, 'IPv6'));
+      expect(queued(after, 'IPv4')).toBe(queued(before, 'IPv4'));
+      const healthzAfter = JSON.parse((await get('http://127.0.0.1:10256/healthz')).body);
+      expect(healthzAfter).toMatchObject({
+        healthy: true,
+        status: { IPv4: { healthy: true }, IPv6: { healthy: true } },
+      });
+    });
+
     it('logs one line per sync at the default level', async () => {
       const e = await scrape();
       const lines = agentLog
@@ -298,11 +325,8 @@ describeRoot('bpf counters of `run --proxy-mode bpf` move with real traffic', ()
     await deleteStaleNamespaces(PREFIX);
     const tracker = new ChangeTracker('');
     tracker.apply(readManifests([repo('examples/manifests')]).events);
-    const nodes = [
-      { name: 'node-a', ip: '10.10.0.1', podCIDR: '10.244.1.0/24' },
-      { name: 'node-b', ip: '10.10.0.2', podCIDR: '10.244.2.0/24' },
-    ];
-    cluster = await buildCluster(lab, clusterSpecFromState(tracker.state(), nodes, [], []));
+    // The demo's dual-stack nodes: every pod has an IPv6 address too.
+    cluster = await buildCluster(lab, clusterSpecFromState(tracker.state(), DEMO_NODES, [], []));
     workDir = await mkdtemp(join(tmpdir(), `${PREFIX}-`));
     const config = join(workDir, 'config.yaml');
     await writeFile(
@@ -312,7 +336,7 @@ describeRoot('bpf counters of `run --proxy-mode bpf` move with real traffic', ()
         'kind: KubeProxyConfiguration',
         'mode: bpf',
         'hostnameOverride: node-a',
-        'clusterCIDR: 10.244.0.0/16',
+        'clusterCIDR: 10.244.0.0/16,fd00:244::/48',
         'bpf:',
         `  pinPath: ${pinPath}`,
         '  metricsMaxBackends: 100',
@@ -355,21 +379,24 @@ describeRoot('bpf counters of `run --proxy-mode bpf` move with real traffic', ()
     const pod = cluster.podNs('pod-10.244.1.30');
     const results = await lab.requests(pod, '10.96.0.10:80', { proto: 'tcp', count: 10 });
     expect(results.every((r) => r.error === null)).toBe(true);
+    // demo/web is dual-stack: as many connections to its IPv6 ClusterIP.
+    const results6 = await lab.requests(pod, '[fd00:96::a]:80', { proto: 'tcp', count: 10 });
+    expect(results6.every((r) => r.error === null)).toBe(true);
     const refused = await lab.requests(pod, '10.96.0.60:80', { proto: 'tcp', count: 2, timeoutMs: 1000 });
     expect(refused.map((r) => r.error)).toEqual(['ECONNREFUSED', 'ECONNREFUSED']);
     const after = await scrape();
 
     const delta = (name: string, labels: Record<string, string>) =>
       sum(after, name, labels) - sum(before, name, labels);
-    expect(delta('kube_bpf_proxy_service_new_connections_total', web)).toBe(10);
+    expect(delta('kube_bpf_proxy_service_new_connections_total', web)).toBe(20);
     // A connection with one HTTP request: at least SYN, request and ACKs forward; SYN-ACK and
     // the answer back.
     expect(
       delta('kube_bpf_proxy_service_packets_total', { ...web, direction: 'forward' }),
-    ).toBeGreaterThanOrEqual(30);
+    ).toBeGreaterThanOrEqual(60);
     expect(
       delta('kube_bpf_proxy_service_packets_total', { ...web, direction: 'reply' }),
-    ).toBeGreaterThanOrEqual(20);
+    ).toBeGreaterThanOrEqual(40);
     expect(delta('kube_bpf_proxy_service_bytes_total', { ...web, direction: 'reply' })).toBeGreaterThan(0);
     // Zone hints keep node-a's traffic on zone-a's two pods.
     expect(backendConnections(after) - backendConnections(before)).toBe(10);
@@ -393,5 +420,25 @@ describeRoot('bpf counters of `run --proxy-mode bpf` move with real traffic', ()
       kubeproxy_sync_proxy_rules_duration_seconds: 'histogram',
     };
     for (const [name, type] of Object.entries(types)) expect(after.types.get(name), name).toBe(type);
+  });
+
+  it('reports each family synced and healthy, as kube-proxy does on a dual-stack node', async () => {
+    const e = await scrape();
+    for (const ip_family of ['IPv4', 'IPv6']) {
+      expect(
+        sampleValue(e, 'kubeproxy_sync_proxy_rules_duration_seconds_count', { ip_family }),
+      ).toBeGreaterThan(0);
+      expect(
+        sampleValue(e, 'kubeproxy_sync_proxy_rules_last_timestamp_seconds', { ip_family }),
+      ).toBeGreaterThan(0);
+    }
+    for (const path of ['/healthz', '/livez']) {
+      const answer = await fetchIn(lab, nodeA(), `http://127.0.0.1:10256${path}`);
+      expect(answer.status).toBe(200);
+      expect(JSON.parse(answer.body)).toMatchObject({
+        healthy: true,
+        status: { IPv4: { healthy: true }, IPv6: { healthy: true } },
+      });
+    }
   });
 });

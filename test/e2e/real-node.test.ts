@@ -4,7 +4,16 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { ProxyMode } from '../../src/config/types.js';
 import { deleteStaleNamespaces, Lab, type RequestResult } from '../../src/lab/netns.js';
-import { CLIENT_IP, CNI_BIN, type LabService, REAL_NODES, RealNodeLab } from '../../src/lab/real-node.js';
+import {
+  CLIENT_IP,
+  CLIENT_IP6,
+  CNI_BIN,
+  ipv6Of,
+  type LabService,
+  REAL_NODES,
+  RealNodeLab,
+} from '../../src/lab/real-node.js';
+import type { IPFamily } from '../../src/model/types.js';
 import type { FakeApiServer } from '../support/fake-apiserver.js';
 import { apiAddress, describeImage, fakeApiServerWith } from '../support/image.js';
 import { describeRoot } from '../support/privileges.js';
@@ -25,6 +34,13 @@ import { describeRoot } from '../support/privileges.js';
 // image of scripts/build-image.sh (KBP_IMAGE) started by `podman kube play` in its node
 // (src/lab/pod.ts), watching a fake API server behind the lab's control-plane host over TLS with
 // the pod's ServiceAccount token; the chart's init container mounts bpffs on the node.
+//
+// The cluster is dual-stack (IPv6 node addresses, pod and service CIDRs; every Service
+// RequireDualStack) and every cell runs once per family: the IPv6 run sends the same requests to
+// the IPv6 counterparts of the cell's addresses (ipv6Of) and checks the same backends and source
+// addresses. Left out over IPv6: 127.0.0.1 NodePorts (kube-proxy serves localhost NodePorts over
+// IPv4 only) and the datagrams larger than the MTU (IPv6 fragments are not served yet:
+// docs/bpf-datapath.md#not-done-yet).
 
 const VARIANTS: { mode: ProxyMode; agent: 'process' | 'pod' }[] = [
   { mode: 'bpf', agent: 'process' },
@@ -388,6 +404,18 @@ const CELLS: Cell[] = [
   },
 ];
 
+/** The family's form of a cell's target: an IPv4 host becomes its ipv6Of() counterpart. */
+function targetOf(target: string, family: IPFamily): string {
+  if (family === 'IPv4') return target;
+  const split = target.lastIndexOf(':');
+  return `[${ipv6Of(target.slice(0, split))}]:${target.slice(split + 1)}`;
+}
+
+/** Whether a cell runs over the family (see the header for what IPv6 leaves out). */
+function runsOver(cell: Cell, family: IPFamily): boolean {
+  return family === 'IPv4' || (cell.datagramBytes === undefined && !cell.target.startsWith('127.'));
+}
+
 /** The IPv4 counters of a namespace's stack (/proc/net/snmp, "Ip:" lines), by name. */
 async function ipStats(lab: Lab, ns: string): Promise<Record<string, number>> {
   const { stdout } = await lab.exec(ns, 'cat', ['/proc/net/snmp']);
@@ -489,34 +517,44 @@ for (const { mode, agent } of VARIANTS) {
     }
 
     for (const cell of CELLS) {
-      it(cell.name, async () => {
-        const outside = cell.from === 'outside';
-        const host = cell.from.startsWith('host:') ? cell.from.slice('host:'.length) : null;
-        const ns = outside ? nodes.clientNs : host ? nodes.nodeNs(host) : nodes.podNs(cell.from);
-        const clientIP = outside
-          ? CLIENT_IP
-          : host
-            ? REAL_NODES.find((n) => n.name === host)!.ip
-            : nodes.pod(cell.from).ip;
-        const download = cell.downloadBytes !== undefined;
-        const reassembler = cell.reassembledAt ? nodes.nodeNs(cell.reassembledAt) : null;
-        const before = reassembler ? await ipStats(lab, reassembler) : null;
-        const results = await lab.requests(ns, cell.target, {
-          proto: cell.proto,
-          count: download ? 1 : REQUESTS,
-          timeoutMs: download ? DOWNLOAD_TIMEOUT_MS : REQUEST_TIMEOUT_MS,
-          downloadBytes: cell.downloadBytes,
-          datagramBytes: cell.datagramBytes,
+      for (const family of (['IPv4', 'IPv6'] as const).filter((f) => runsOver(cell, f))) {
+        it(family === 'IPv4' ? cell.name : `${cell.name} [IPv6]`, async () => {
+          const v4 = family === 'IPv4';
+          const outside = cell.from === 'outside';
+          const host = cell.from.startsWith('host:') ? cell.from.slice('host:'.length) : null;
+          const ns = outside ? nodes.clientNs : host ? nodes.nodeNs(host) : nodes.podNs(cell.from);
+          const hostNode = REAL_NODES.find((n) => n.name === host);
+          const clientIP = outside
+            ? v4
+              ? CLIENT_IP
+              : CLIENT_IP6
+            : hostNode
+              ? v4
+                ? hostNode.ip
+                : hostNode.ip6
+              : v4
+                ? nodes.pod(cell.from).ip
+                : nodes.pod(cell.from).ip6;
+          const download = cell.downloadBytes !== undefined;
+          const reassembler = cell.reassembledAt ? nodes.nodeNs(cell.reassembledAt) : null;
+          const before = reassembler ? await ipStats(lab, reassembler) : null;
+          const results = await lab.requests(ns, targetOf(cell.target, family), {
+            proto: cell.proto,
+            count: download ? 1 : REQUESTS,
+            timeoutMs: download ? DOWNLOAD_TIMEOUT_MS : REQUEST_TIMEOUT_MS,
+            downloadBytes: cell.downloadBytes,
+            datagramBytes: cell.datagramBytes,
+          });
+          expect(problems(cell, clientIP, results)).toEqual([]);
+          if (reassembler && before) {
+            const after = await ipStats(lab, reassembler);
+            expect(after.ReasmOKs, `${cell.reassembledAt} reassembled`).toBeGreaterThan(before.ReasmOKs!);
+            expect(after.FragCreates, `${cell.reassembledAt} fragmented again`).toBeGreaterThan(
+              before.FragCreates!,
+            );
+          }
         });
-        expect(problems(cell, clientIP, results)).toEqual([]);
-        if (reassembler && before) {
-          const after = await ipStats(lab, reassembler);
-          expect(after.ReasmOKs, `${cell.reassembledAt} reassembled`).toBeGreaterThan(before.ReasmOKs!);
-          expect(after.FragCreates, `${cell.reassembledAt} fragmented again`).toBeGreaterThan(
-            before.FragCreates!,
-          );
-        }
-      });
+      }
     }
   });
 }

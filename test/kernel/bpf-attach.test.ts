@@ -130,8 +130,8 @@ describeRoot('attaching the programs to the interfaces found', () => {
     }
   });
 
-  it('puts ingress and egress programs on the devices found, the L3 variants on tun0, XDP on the L2 uplink only', () => {
-    lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
+  it('puts ingress and egress programs on the devices found, the L3 variants on tun0, XDP on the L2 uplink only', async () => {
+    lb = await loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
     const found = discoverInterfaces(host(), [NODE_IP], auto);
     const report = inNetns(ns, () =>
       new Attacher(lb!.pinDir, lb!.prog, { xdpMode: 'generic' }, silentLogger).sync(found),
@@ -157,10 +157,10 @@ describeRoot('attaching the programs to the interfaces found', () => {
     expect(ip('-d', 'link', 'show', 'eth0')).toMatch(/xdpgeneric/);
   });
 
-  it('swaps the new programs into the pinned links after a restart', () => {
+  it('swaps the new programs into the pinned links after a restart', async () => {
     const before = pinnedLink(lb!, 'tc-egress@vethptp');
     lb!.close();
-    lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
+    lb = await loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
     const found = discoverInterfaces(host(), [NODE_IP], auto);
     const report = inNetns(ns, () =>
       new Attacher(lb!.pinDir, lb!.prog, { xdpMode: 'generic' }, silentLogger).sync(found),
@@ -246,6 +246,18 @@ describeRoot('attaching the programs to the interfaces found', () => {
           .keys.map((k) => ip4Codec.decode(k))
           .sort(),
       ).toEqual(['10.244.1.1', '10.244.2.1', NODE_IP]);
+      // Each interface's SNAT source, by ifindex (eth0 has only a link-local IPv6 address).
+      const ifindex = (name: string) => JSON.parse(ip('-j', 'link', 'show', name))[0].ifindex as number;
+      const sources = (family: 'IPv4' | 'IPv6') =>
+        Object.fromEntries(
+          [...dp!.store.interfaceAddresses()[family]].map(([i, a]) => [
+            JSON.parse(ip('-j', 'link')).find((l: { ifindex: number }) => l.ifindex === i)?.ifname ??
+              String(i),
+            a,
+          ]),
+        );
+      expect(sources('IPv4')).toEqual({ eth0: NODE_IP, vethptp: '10.244.1.1', cni0: '10.244.2.1' });
+      expect(sources('IPv6')).toEqual({});
 
       // A new pod: hooked within a second, without any sync.
       addPodVeth('vethnew');
@@ -255,6 +267,15 @@ describeRoot('attaching the programs to the interfaces found', () => {
         1000,
       );
       expect(hookedMs).toBeLessThan(1000);
+      // Its addresses: the SNAT sources through it follow, both families, without any sync.
+      ip('addr', 'add', '10.244.3.1/32', 'dev', 'vethnew');
+      ip('addr', 'add', 'fd00:3::1/64', 'dev', 'vethnew', 'nodad');
+      await until('vethnew sources', () => sources('IPv6').vethnew === 'fd00:3::1', 1000);
+      expect(sources('IPv4').vethnew).toBe('10.244.3.1');
+      ip('addr', 'del', 'fd00:3::1/64', 'dev', 'vethnew');
+      ip('addr', 'add', 'fd00:3::2/64', 'dev', 'vethnew', 'nodad');
+      await until('vethnew source changed', () => sources('IPv6').vethnew === 'fd00:3::2', 1000);
+      const vethnew = ifindex('vethnew');
       const attachments = JSON.parse(await listCommand({ pinPath: `${pinPath}-dp`, output: 'json' }))
         .attachments as AttachmentView[];
       expect(attachments.filter((a) => a.interface === 'vethnew')).toEqual([
@@ -287,9 +308,16 @@ describeRoot('attaching the programs to the interfaces found', () => {
           .map((l) => `${l.hook} ${l.program}`),
       ).toEqual(['tc-ingress kbp_tc_pod', 'tc-egress kbp_tc_egress']);
 
-      // The pod goes away: its pins are released.
+      // The pod goes away: its pins are released, its SNAT sources deleted.
       ip('link', 'del', 'vethnew');
       await until('vethnew released', () => !has('tc-ingress@vethnew') && !has('tc-egress@vethnew'), 1000);
+      await until(
+        'vethnew sources deleted',
+        () =>
+          !dp!.store.interfaceAddresses().IPv4.has(vethnew) &&
+          !dp!.store.interfaceAddresses().IPv6.has(vethnew),
+        1000,
+      );
 
       // A renamed interface: its pins follow the name (tcx refuses the same program twice on a
       // hook, so the old attachment has to go first).

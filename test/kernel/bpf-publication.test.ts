@@ -71,8 +71,8 @@ describeRoot('publication into the loaded object', () => {
     return ids;
   };
 
-  beforeAll(() => {
-    lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
+  beforeAll(async () => {
+    lb = await loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
     store = new KernelStore(lb.fd, lb.capacity);
     const upsert = store.upsertFrontends.bind(store);
     store.upsertFrontends = (entries) => {

@@ -4,7 +4,7 @@ import { dumpMap } from '../../native/libbpf.js';
 import type { ProxyDecisions } from '../../src/brain/types.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
 import { KernelStore, readMaglevTable } from '../../src/dataplanes/bpf/kernel-store.js';
-import { MAPS, svc4Key, svcVal, u32Codec } from '../../src/dataplanes/bpf/layout.js';
+import { ifAddr6Val, MAPS, svc4Key, svcVal, u32Codec } from '../../src/dataplanes/bpf/layout.js';
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
 import { type BpfPlan, frontendName, planBpf } from '../../src/dataplanes/bpf/plan.js';
@@ -48,8 +48,8 @@ interface Agent {
 }
 
 /** What the agent does at start-up: load (reusing pinned maps), read the maps, seed the allocators. */
-function startAgent(): Agent {
-  const lb = loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
+async function startAgent(): Promise<Agent> {
+  const lb = await loadPinnedObject({ pinPath, mapSizes, log: silentLogger });
   const store = new KernelStore(lb.fd, lb.capacity);
   const writer = new MapWriter(store, { maglevTableSize: M, graceMs: 0 });
   const restored = writer.restore();
@@ -90,8 +90,8 @@ function startAgent(): Agent {
 
 describeRoot('bpf writer against the loaded object', () => {
   let agent: Agent;
-  beforeAll(() => {
-    agent = startAgent();
+  beforeAll(async () => {
+    agent = await startAgent();
   });
   afterAll(() => {
     agent?.lb.close();
@@ -169,7 +169,7 @@ describeRoot('bpf writer against the loaded object', () => {
     const before = agent.store.read();
     const maglevIds = dumpMap(agent.lb.fd.maglev, 4, 4).values.map((v) => u32Codec.decode(v));
     agent.lb.close();
-    agent = startAgent();
+    agent = await startAgent();
     expect(agent.lb.reused.map((r) => r.name)).toContain('svc4');
     const plan = agent.plan(manifest(['10.1.0.1', '10.1.0.4']));
     const byName = new Map(
@@ -237,13 +237,56 @@ describeRoot('bpf writer against the loaded object', () => {
     ]);
     // A restarted agent finds both families' ids and has nothing to write.
     agent.lb.close();
-    agent = startAgent();
+    agent = await startAgent();
     expect(await agent.writer.apply(agent.plan(both))).toMatchObject({
       written: 0,
       deleted: 0,
       failures: [],
     });
     expect(agent.store.read()).toEqual(state);
+  });
+
+  it('keeps each interface`s SNAT source of both families: written, changed, gone, and kept across a restart', async () => {
+    const { store } = agent;
+    const byIfindex = (entries: [number, string][]) => new Map(entries);
+    store.setInterfaceAddresses({
+      IPv4: byIfindex([
+        [2, '192.168.1.10'],
+        [3, '10.0.9.1'],
+      ]),
+      IPv6: byIfindex([
+        [2, 'fd00:1::10'],
+        [4, '2001:db8::4'],
+      ]),
+    });
+    const raw6 = dumpMap(agent.lb.fd.ifAddrs6, 4, ifAddr6Val.size);
+    // The value is the struct of types.h, key the ifindex.
+    expect(
+      raw6.keys.map((k, i) => [u32Codec.decode(k), ifAddr6Val.decode(raw6.values[i]!).addr]).sort(),
+    ).toEqual([
+      [2, 'fd00:1::10'],
+      [4, '2001:db8::4'],
+    ]);
+    // An address changes, an interface goes, another gets its first IPv6 address.
+    store.setInterfaceAddresses({
+      IPv4: byIfindex([[2, '192.168.1.10']]),
+      IPv6: byIfindex([
+        [2, 'fd00:1::11'],
+        [3, 'fd00:3::1'],
+      ]),
+    });
+    const held = store.interfaceAddresses();
+    expect([...held.IPv4].sort()).toEqual([[2, '192.168.1.10']]);
+    expect([...held.IPv6].sort()).toEqual([
+      [2, 'fd00:1::11'],
+      [3, 'fd00:3::1'],
+    ]);
+    // Pinned: a restarted agent finds them.
+    agent.lb.close();
+    agent = await startAgent();
+    expect(agent.store.interfaceAddresses()).toEqual(held);
+    agent.store.setInterfaceAddresses({ IPv4: new Map(), IPv6: new Map() });
+    expect(agent.store.interfaceAddresses()).toEqual({ IPv4: new Map(), IPv6: new Map() });
   });
 
   it('reports a full map with its name, capacity and setting, and keeps the rest', async () => {

@@ -1,7 +1,7 @@
-// ns/packet of the tracked-flow path (tc and XDP) next to a trivial XDP_TX program, measured by
-// the kernel in BPF_PROG_TEST_RUN, with 1 and with 100,000 services in the maps. Printed, not
-// asserted (the figures depend on the machine); the test asserts the path measured is the one
-// intended.
+// ns/packet of the tracked-flow path (tc and XDP, both families) next to a trivial XDP_TX
+// program, measured by the kernel in BPF_PROG_TEST_RUN, with 1 and with 100,000 services in the
+// maps, and of new flows through XDP in both families. Printed, not asserted (the figures depend
+// on the machine); the test asserts the path measured is the one intended.
 //
 // BPF_PROG_TEST_RUN repeats the program on the same buffer, so a rewrite would turn every later
 // repetition into a miss (reference/libbpf-from-node.md, gotcha 2). Two conntrack entries make
@@ -10,6 +10,8 @@
 // the same for the egress program (backend->client and VIP->client). A first fragment ping-pongs
 // the same way and records its ports under both destinations, so a later fragment of the
 // datagram ping-pongs too.
+// A new flow cannot repeat (its first run makes it a tracked one), so new flows are measured one
+// BPF_PROG_TEST_RUN each, every packet another client port, IPv4 and IPv6 alternating.
 //
 // KBP_BENCH_BASELINE=<an older lb.o> also measures that object against this one, round by round
 // interleaved, and prints the ratios (docs/bpf-datapath.md, "Performance").
@@ -25,10 +27,10 @@ import {
   writeTrackedFlow,
 } from '../../bench/bpf-cost.js';
 import { type TestRunResult, testRun } from '../../native/libbpf.js';
-import { PROGRAMS } from '../../src/dataplanes/bpf/layout.js';
+import { BE_F, PROGRAMS, SVC_F } from '../../src/dataplanes/bpf/layout.js';
 import { buildPacket, fragmentPacket, IPPROTO_TCP, parsePacket, TCP } from '../../src/net/packets.js';
 import { FAMILY_CASES } from '../support/families.js';
-import { type LoadedLb, loadLb, writeConfig } from '../support/lb-object.js';
+import { type LoadedLb, loadLb, writeConfig, writeFrontend, XDP_PASS } from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
 
 const SERVICES = 100_000;
@@ -36,8 +38,11 @@ const REPEAT = 1_000_000;
 const ROUNDS = 5;
 const CAPACITY = 131_072;
 const BASELINE = process.env.KBP_BENCH_BASELINE;
-/** What fragment tracking and the IPv6 socket hooks added: absent from an older baseline object. */
-const MAPS_SINCE_BASELINE = ['fragments4', 'fragStats', 'sockRev6'] as const;
+/** What fragment tracking, the IPv6 socket hooks and the IPv6 SNAT source added: absent from an
+ * older baseline object. */
+const MAPS_SINCE_BASELINE = ['fragments4', 'fragStats', 'sockRev6', 'ifAddrs6'] as const;
+/** New flows per family and round (each two conntrack entries: far below CAPACITY, no eviction). */
+const NEW_FLOWS = 2_000;
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -104,6 +109,8 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
   });
 
   const capacity = {
+    ct4Tcp: CAPACITY,
+    ct6Tcp: CAPACITY,
     svc4: CAPACITY,
     slots: CAPACITY,
     backends4: CAPACITY,
@@ -132,6 +139,7 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     const progs = [
       ['tc tracked flow', PROGRAMS.tcFromPod, frame],
       ['XDP tracked flow', PROGRAMS.xdpFromExternal, frame],
+      ['XDP tracked IPv6', PROGRAMS.xdpFromExternal, frame6],
       ['xdp_tx baseline', PROGRAMS.xdpTx, frame],
       ['tc egress reply', PROGRAMS.tcEgress, reply],
       ['tc tracked IPv6', PROGRAMS.tcFromPod, frame6],
@@ -157,7 +165,9 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     expect(testRun(lb.prog(PROGRAMS.tcEgress), { data: reply, repeat: 2 }).dataOut).toEqual(reply);
     const once6 = parsePacket(testRun(lb.prog(PROGRAMS.tcFromPod), { data: frame6 }).dataOut);
     expect(once6).toMatchObject({ daddr: A(BACKEND), dport: 8080, l4ChecksumOk: true });
-    expect(testRun(lb.prog(PROGRAMS.tcFromPod), { data: frame6, repeat: 2 }).dataOut).toEqual(frame6);
+    for (const prog of [PROGRAMS.tcFromPod, PROGRAMS.xdpFromExternal]) {
+      expect(testRun(lb.prog(prog), { data: frame6, repeat: 2 }).dataOut).toEqual(frame6);
+    }
     const back6 = parsePacket(testRun(lb.prog(PROGRAMS.tcEgress), { data: reply6 }).dataOut);
     expect(back6).toMatchObject({ saddr: A(VIP), sport: 80, l4ChecksumOk: true });
     expect(testRun(lb.prog(PROGRAMS.tcEgress), { data: reply6, repeat: 2 }).dataOut).toEqual(reply6);
@@ -180,41 +190,106 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     console.log(`fragment paths: 1 service, repeat ${REPEAT}, median of ${ROUNDS}\n${rows.join('\n')}`);
   });
 
-  it.runIf(BASELINE)('compares with the baseline object, rounds interleaved', () => {
-    const base = loadLb(capacity, undefined, BASELINE!, MAPS_SINCE_BASELINE);
-    try {
-      writeConfig(base);
-      writeServices(base, 1, 1);
-      writeTrackedFlow(base);
-      const cases = [
-        ['tc tracked flow', PROGRAMS.tcFromPod, frame],
-        ['XDP tracked flow', PROGRAMS.xdpFromExternal, frame],
-        ['tc egress reply', PROGRAMS.tcEgress, reply],
-        ['tc not a service', PROGRAMS.tcFromPod, miss],
-      ] as const;
-      const rows: string[] = [];
-      for (const [name, prog, data] of cases) {
-        const ns: Record<'base' | 'now', number[]> = { base: [], now: [] };
-        const once = (which: 'base' | 'now'): TestRunResult =>
-          testRun((which === 'base' ? base : lb).prog(prog), { data, repeat: REPEAT });
-        // Alternating which goes first, so neither always runs on a warmer cache.
-        for (let round = 0; round < 2 * ROUNDS; round++) {
-          const order = round % 2 ? (['now', 'base'] as const) : (['base', 'now'] as const);
-          for (const which of order) ns[which].push(once(which).durationNs);
+  it.runIf(BASELINE)(
+    'compares with the baseline object, rounds interleaved',
+    () => {
+      const base = loadLb(capacity, undefined, BASELINE!, MAPS_SINCE_BASELINE);
+      try {
+        writeConfig(base);
+        writeServices(base, 1, 1);
+        writeTrackedFlow(base);
+        const cases = [
+          ['tc tracked flow', PROGRAMS.tcFromPod, frame],
+          ['XDP tracked flow', PROGRAMS.xdpFromExternal, frame],
+          ['tc egress reply', PROGRAMS.tcEgress, reply],
+          ['tc not a service', PROGRAMS.tcFromPod, miss],
+          ['XDP not a service', PROGRAMS.xdpFromExternal, miss],
+        ] as const;
+        const rows: string[] = [];
+        for (const [name, prog, data] of cases) {
+          const ns: Record<'base' | 'now', number[]> = { base: [], now: [] };
+          const once = (which: 'base' | 'now'): TestRunResult =>
+            testRun((which === 'base' ? base : lb).prog(prog), { data, repeat: REPEAT });
+          // Alternating which goes first, so neither always runs on a warmer cache.
+          for (let round = 0; round < 2 * ROUNDS; round++) {
+            const order = round % 2 ? (['now', 'base'] as const) : (['base', 'now'] as const);
+            for (const which of order) ns[which].push(once(which).durationNs);
+          }
+          const b = median(ns.base);
+          const n = median(ns.now);
+          expect(b).toBeGreaterThan(0);
+          rows.push(
+            `  ${name.padEnd(18)} baseline ${String(b).padStart(4)}  now ${String(n).padStart(4)} ns/packet  now/baseline ${(n / b).toFixed(3)}`,
+          );
         }
-        const b = median(ns.base);
-        const n = median(ns.now);
-        expect(b).toBeGreaterThan(0);
-        rows.push(
-          `  ${name.padEnd(18)} baseline ${String(b).padStart(4)}  now ${String(n).padStart(4)} ns/packet  now/baseline ${(n / b).toFixed(3)}`,
+        console.log(
+          `baseline ${BASELINE}, repeat ${REPEAT}, medians of ${2 * ROUNDS} interleaved rounds\n${rows.join('\n')}`,
         );
+      } finally {
+        base.close();
       }
-      console.log(
-        `baseline ${BASELINE}, repeat ${REPEAT}, medians of ${2 * ROUNDS} interleaved rounds\n${rows.join('\n')}`,
-      );
-    } finally {
-      base.close();
+    },
+    // Ten interleaved rounds of five cases on two objects: minutes on a loaded machine.
+    600_000,
+  );
+
+  it('measures new flows through XDP, IPv4 beside IPv6 (a LoadBalancer IP, a local backend)', () => {
+    const xdp = lb.prog(PROGRAMS.xdpFromExternal);
+    const families = FAMILY_CASES.map(({ family, A: a }, i) => {
+      const svcId = 131_000 + i;
+      writeFrontend(lb, {
+        svcId,
+        addr: a('192.168.50.100'),
+        port: 443,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.LOADBALANCER,
+        backends: [{ id: svcId, addr: a('10.244.2.10'), port: 8443, flags: BE_F.LOCAL }],
+      });
+      const syn = (n: number) =>
+        buildPacket({
+          saddr: a(`203.0.${113 + (n >> 16)}.${(n >> 8) & 0xff}`),
+          daddr: a('192.168.50.100'),
+          proto: IPPROTO_TCP,
+          sport: 1024 + (n & 0xff),
+          dport: 443,
+          tcpFlags: TCP.SYN,
+        });
+      return { family, a, syn, ns: [] as number[][] };
+    });
+    // The floor of one run per packet: the trivial program, measured the same way.
+    const tx = lb.prog(PROGRAMS.xdpTx);
+    const floor: number[][] = [];
+    let n = 0;
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const f of families) f.ns.push([]);
+      floor.push([]);
+      for (let i = 0; i < NEW_FLOWS; i++, n++) {
+        floor[round]!.push(testRun(tx, { data: frame }).durationNs);
+        for (const f of families) {
+          const out = testRun(xdp, { data: f.syn(n) });
+          f.ns[round]!.push(out.durationNs);
+          // Every packet a new flow, DNATed (a tracked one or a miss would be cheaper).
+          if (i === 0) {
+            expect(out.retval).toBe(XDP_PASS);
+            expect(parsePacket(out.dataOut)).toMatchObject({ daddr: f.a('10.244.2.10'), dport: 8443 });
+            expect(testRun(xdp, { data: f.syn(n) }).dataOut).toEqual(out.dataOut);
+          }
+        }
+      }
     }
+    const row = (name: string, ns: number[][]) => {
+      const medians = ns.map(median);
+      return `  ${name.padEnd(18)} ${String(median(medians)).padStart(4)} ns/packet (rounds: ${medians.join(', ')})`;
+    };
+    const [v4, v6] = families.map((f) => f.ns.map(median)) as [number[], number[]];
+    const rows = [
+      ...families.map((f) => row(`XDP new flow ${f.family}`, f.ns)),
+      row('xdp_tx, one a run', floor),
+      `  IPv6 / IPv4 by round: ${v6.map((x, r) => (x / v4[r]!).toFixed(3)).join(', ')}`,
+    ];
+    console.log(
+      `new flows: ${NEW_FLOWS} per family and round, one per BPF_PROG_TEST_RUN, median of ${ROUNDS} rounds' medians\n${rows.join('\n')}`,
+    );
   });
 
   it(`measures with ${SERVICES.toLocaleString('en')} services`, () => {

@@ -225,34 +225,45 @@ describeRoot('bpf/lb.o with real traffic between namespaces', () => {
     expect(remote[0]!.seenClient).toMatch(/^10\.202\.0\.1:/);
   });
 
-  it('a LoadBalancer IP through XDP, with tc completing the routed flows', async () => {
-    const flags = SVC_F.EXTERNAL | SVC_F.LOADBALANCER;
-    writeFrontend(lb, {
-      svcId: 5,
-      addr: '192.0.2.10',
-      port: 80,
-      proto: IPPROTO_TCP,
-      flags,
-      backends: [LOCAL],
-    });
-    writeFrontend(lb, {
-      svcId: 6,
-      addr: '192.0.2.11',
-      port: 80,
-      proto: IPPROTO_TCP,
-      flags,
-      backends: [REMOTE],
-    });
-    await lab.addRoute('cl', '192.0.2.0/24', 'via', '10.201.0.2');
-    const l0 = inLb(() => ifNameToIndex('l0'));
-    inLb(() => xdpAttach(l0, lb.prog(PROGRAMS.xdpFromExternal), XDP_FLAGS_DRV_MODE));
-    try {
-      ok(await lab.requests('cl', '192.0.2.10:80', { proto: 'tcp', count: 5 }), 'local');
-      ok(await lab.requests('cl', '192.0.2.11:80', { proto: 'tcp', count: 5 }), 'remote');
-    } finally {
-      inLb(() => xdpDetach(l0, XDP_FLAGS_DRV_MODE));
-    }
-  });
+  it.each(FAMILY_CASES)(
+    'a LoadBalancer IP through XDP, with tc completing the routed flows ($family)',
+    async ({ A, cidr, v4 }) => {
+      const flags = SVC_F.EXTERNAL | SVC_F.LOADBALANCER;
+      const backend = (b: typeof REMOTE) => ({ ...b, addr: A(b.addr) });
+      const ids = v4 ? [5, 6] : [22, 23];
+      writeFrontend(lb, {
+        svcId: ids[0]!,
+        addr: A('192.0.2.10'),
+        port: 80,
+        proto: IPPROTO_TCP,
+        flags,
+        backends: [backend(LOCAL)],
+      });
+      writeFrontend(lb, {
+        svcId: ids[1]!,
+        addr: A('192.0.2.11'),
+        port: 80,
+        proto: IPPROTO_TCP,
+        flags,
+        backends: [backend(REMOTE)],
+      });
+      await lab.addRoute('cl', cidr('192.0.2.0/24'), 'via', A('10.201.0.2'));
+      const l0 = inLb(() => ifNameToIndex('l0'));
+      inLb(() => xdpAttach(l0, lb.prog(PROGRAMS.xdpFromExternal), XDP_FLAGS_DRV_MODE));
+      try {
+        ok(await lab.requests('cl', joinHostPort(A('192.0.2.10'), 80), { proto: 'tcp', count: 5 }), 'local');
+        const remote = await lab.requests('cl', joinHostPort(A('192.0.2.11'), 80), {
+          proto: 'tcp',
+          count: 5,
+        });
+        ok(remote, 'remote');
+        // The remote backend sees the node (SNAT), so its replies come back through us.
+        expect(hostOf(remote[0]!.seenClient)).toBe(A('10.202.0.1'));
+      } finally {
+        inLb(() => xdpDetach(l0, XDP_FLAGS_DRV_MODE));
+      }
+    },
+  );
 
   it('carries 8 MB each way intact between a pod (GSO, checksum offload on) and a remote backend', async () => {
     // Bytes follow a fixed pattern, so the receiving side checks every byte, not just the count.

@@ -32,7 +32,7 @@ export const FAMILY_CASES: readonly FamilyCase[] = [
 
 /**
  * `it` for the IPv4 case of a parametrised block and nothing for the IPv6 one: a case about what
- * only IPv4 has (header options, its ICMP) or that the IPv6 path does not do yet (XDP, ICMP errors
+ * only IPv4 has (header options, its ICMP) or that the IPv6 path does not do yet (ICMP errors
  * about flows) is declared once, not reported as a skipped IPv6 test.
  */
 export function itIPv4Only(v4: boolean): (name: string, body: () => unknown, timeout?: number) => void {

@@ -6,7 +6,7 @@ import {
   pinFileName,
   plannedAttachments,
 } from '../../src/dataplanes/bpf/attach.js';
-import { MonotonicCounters, nodeAddresses } from '../../src/dataplanes/bpf/dataplane.js';
+import { interfaceAddresses, MonotonicCounters, nodeAddresses } from '../../src/dataplanes/bpf/dataplane.js';
 import type { DiscoveredInterface } from '../../src/dataplanes/bpf/discover.js';
 
 const iface = (
@@ -97,5 +97,37 @@ describe('metrics helpers', () => {
         { ifname: 'eth1', addr_info: [{ family: 'inet', local: '10.0.0.5', prefixlen: 8 }] },
       ]),
     ).toEqual(['10.0.0.5', '192.168.1.10', 'fd00:1::10']);
+  });
+
+  it('picks each interface`s SNAT source per family: the first global IPv4 address, the first usable global IPv6 one', () => {
+    const picked = interfaceAddresses([
+      { ifindex: 1, addr_info: [{ family: 'inet', local: '127.0.0.1', scope: 'host' }] },
+      {
+        ifindex: 2,
+        addr_info: [
+          { family: 'inet6', local: 'fe80::1', scope: 'link' },
+          { family: 'inet', local: '192.168.1.10', scope: 'global' },
+          { family: 'inet', local: '192.168.1.11', scope: 'global' }, // a secondary
+          // Still in duplicate address detection, or failed it: the kernel never uses it.
+          { family: 'inet6', local: 'fd00:1::1', scope: 'global', tentative: true },
+          { family: 'inet6', local: 'fd00:1::2', scope: 'global', dadfailed: true },
+          // Deprecated: only when nothing better is there.
+          { family: 'inet6', local: 'fd00:1::3', scope: 'global', deprecated: true },
+          { family: 'inet6', local: 'FD00:1:0::0:4', scope: 'global' },
+        ],
+      },
+      // Only a deprecated global address: still the one MASQUERADE would use.
+      { ifindex: 3, addr_info: [{ family: 'inet6', local: 'fd00:3::3', scope: 'global', deprecated: true }] },
+      // IPv6 only, and only link-local: no IPv6 SNAT source of its own.
+      { ifindex: 4, addr_info: [{ family: 'inet6', local: 'fe80::4', scope: 'link' }] },
+      { ifindex: 5, addr_info: [{ family: 'inet6', local: 'fd00:5::5', scope: 'global', tentative: true }] },
+      { ifindex: 6 },
+    ]);
+    expect([...picked.IPv4]).toEqual([[2, '192.168.1.10']]);
+    // Written as the maps read it back (canonical text), so an unchanged address is not rewritten.
+    expect([...picked.IPv6]).toEqual([
+      [2, 'fd00:1::4'],
+      [3, 'fd00:3::3'],
+    ]);
   });
 });

@@ -5,7 +5,7 @@ import { nodeEligible } from '../../src/brain/node.js';
 import type { SyncReport } from '../../src/brain/sync-loop.js';
 import type { ProxyDecisions } from '../../src/brain/types.js';
 import type { BoundServer } from '../../src/health/http.js';
-import { formatGoTime, ProxyHealth } from '../../src/health/proxy-health.js';
+import { decideHealth, formatGoTime, ProxyHealth } from '../../src/health/proxy-health.js';
 import { startHealthServer } from '../../src/health/server.js';
 import {
   healthCheckAddresses,
@@ -24,6 +24,7 @@ const NODE = 'test-node';
 const SYNC_PERIOD_MS = 30_000;
 const TIMEOUT_MS = 2 * SYNC_PERIOD_MS;
 const T0 = Date.parse('2026-11-30T01:00:00Z');
+const BOTH: ReadonlySet<IPFamily> = new Set(['IPv4', 'IPv6']);
 
 // Only loopback: the healthCheckNodePort servers of these tests listen on 127.0.0.1.
 const brain = brainConfig({ nodePortAddresses: ['127.0.0.0/8'] });
@@ -58,6 +59,7 @@ function report(d: ProxyDecisions): SyncReport {
       serviceChanges: 0,
       endpointChanges: 0,
       triggerTimes: new Map(),
+      families: new Set(),
     },
     programmingLatenciesSeconds: [],
     conntrack: [],
@@ -74,7 +76,7 @@ describe('proxy health state (kube-proxy 1.33 proxy_health.go)', () => {
     const clock = new Clock(T0);
     const health = new ProxyHealth({ healthTimeoutMs: TIMEOUT_MS, now: clock.now });
     expect(health.health()).toEqual({ healthy: true, lastUpdated: null, status: new Map() });
-    health.syncObserver().queued?.(new Date(T0));
+    health.syncObserver().queued?.(new Date(T0), BOTH);
     clock.ms = T0 + TIMEOUT_MS - 1;
     expect(health.isHealthy()).toBe(true);
     clock.ms = T0 + TIMEOUT_MS;
@@ -85,7 +87,7 @@ describe('proxy health state (kube-proxy 1.33 proxy_health.go)', () => {
     const clock = new Clock(T0);
     const health = new ProxyHealth({ healthTimeoutMs: TIMEOUT_MS, now: clock.now });
     const observer = health.syncObserver();
-    observer.queued?.(new Date(T0));
+    observer.queued?.(new Date(T0), BOTH);
     clock.ms = T0 + 100;
     observer.synced?.(report(decisions([], [], ['IPv4', 'IPv6'])));
     expect(health.health()).toEqual({
@@ -98,8 +100,8 @@ describe('proxy health state (kube-proxy 1.33 proxy_health.go)', () => {
     });
 
     // Two queued updates: the oldest one counts.
-    observer.queued?.(new Date(T0 + 1000));
-    observer.queued?.(new Date(T0 + 50_000));
+    observer.queued?.(new Date(T0 + 1000), BOTH);
+    observer.queued?.(new Date(T0 + 50_000), BOTH);
     clock.ms = T0 + 1000 + TIMEOUT_MS;
     expect(health.isHealthy()).toBe(false);
 
@@ -113,6 +115,71 @@ describe('proxy health state (kube-proxy 1.33 proxy_health.go)', () => {
 
     health.updated('IPv6');
     expect(health.isHealthy()).toBe(true);
+  });
+
+  it("queues per family: a change of one family's objects makes only that family stale (metaproxier)", () => {
+    const clock = new Clock(T0);
+    const health = new ProxyHealth({ healthTimeoutMs: TIMEOUT_MS, now: clock.now });
+    const observer = health.syncObserver();
+    observer.synced?.(report(decisions([], [], ['IPv4', 'IPv6'])));
+    // An IPv6 EndpointSlice changed; the IPv6 sync does not happen.
+    clock.ms = T0 + 10;
+    observer.queued?.(new Date(clock.ms), new Set(['IPv6']));
+    clock.ms = T0 + 10 + TIMEOUT_MS;
+    const stale = health.health();
+    expect(stale.healthy).toBe(false);
+    expect(stale.status).toEqual(
+      new Map([
+        ['IPv4', { lastUpdated: T0, healthy: true }],
+        ['IPv6', { lastUpdated: T0, healthy: false }],
+      ]),
+    );
+    // A family the node does not run is not queued: a single-stack node has no IPv6 proxier.
+    const single = new ProxyHealth({ healthTimeoutMs: TIMEOUT_MS, now: clock.now });
+    single.updated('IPv4');
+    single.syncObserver().queued?.(new Date(clock.ms), new Set(['IPv6']));
+    clock.ms += 2 * TIMEOUT_MS;
+    expect(single.health().status).toEqual(
+      new Map([['IPv4', { lastUpdated: T0 + 10 + TIMEOUT_MS, healthy: true }]]),
+    );
+    expect(single.isHealthy()).toBe(true);
+    // Changes that touch no family (another node's Node object) queue nothing.
+    health.updated('IPv6');
+    observer.queued?.(new Date(clock.ms), new Set());
+    clock.ms += 2 * TIMEOUT_MS;
+    expect(health.isHealthy()).toBe(true);
+  });
+
+  it('decides from the state alone (decideHealth): the timeout boundary per family, the latest lastUpdated', () => {
+    const state = {
+      lastUpdated: new Map<IPFamily, number>([
+        ['IPv6', T0 + 500],
+        ['IPv4', T0 + 200],
+      ]),
+      oldestPendingQueued: new Map<IPFamily, number>([['IPv4', T0 + 1000]]),
+      pendingBeforeFirstSync: null,
+    };
+    const before = decideHealth(state, T0 + 1000 + TIMEOUT_MS - 1, TIMEOUT_MS);
+    expect(before.healthy).toBe(true);
+    expect(before.lastUpdated).toBe(T0 + 500);
+    expect([...before.status.keys()]).toEqual(['IPv4', 'IPv6']);
+    const at = decideHealth(state, T0 + 1000 + TIMEOUT_MS, TIMEOUT_MS);
+    expect(at).toEqual({
+      healthy: false,
+      lastUpdated: T0 + 500,
+      status: new Map([
+        ['IPv4', { lastUpdated: T0 + 200, healthy: false }],
+        ['IPv6', { lastUpdated: T0 + 500, healthy: true }],
+      ]),
+    });
+    // Before any family synced: only the first request's age counts.
+    const starting = { lastUpdated: new Map(), oldestPendingQueued: new Map(), pendingBeforeFirstSync: T0 };
+    expect(decideHealth(starting, T0 + TIMEOUT_MS - 1, TIMEOUT_MS).healthy).toBe(true);
+    expect(decideHealth(starting, T0 + TIMEOUT_MS, TIMEOUT_MS)).toEqual({
+      healthy: false,
+      lastUpdated: null,
+      status: new Map(),
+    });
   });
 
   it('without anything queued, an old lastUpdated stays healthy (periodic syncs are not required)', () => {
@@ -180,7 +247,7 @@ describe('/healthz and /livez', () => {
   it('stale: 503 on both, with the real lastUpdated; counted by code', async () => {
     const { clock, health, metrics, get } = await start(() => node(NODE));
     health.updated('IPv4');
-    health.queuedUpdate(T0 + 1000);
+    health.queuedUpdate(['IPv4'], T0 + 1000);
     clock.ms = T0 + 1000 + TIMEOUT_MS;
     const healthz = await get('/healthz');
     expect(healthz.status).toBe(503);

@@ -63,6 +63,7 @@ describe('the bundled examples', () => {
       'EndpointSlice/web-nodeport-p4m8d',
       'Service/web-local',
       'EndpointSlice/web-local-zr5tb',
+      'EndpointSlice/web-v6-9q4lt',
     ]);
     expect(read.events[4]?.origin).toBe('examples/manifests/ext.json#0.items[0]');
     expect(read.events[14]?.origin).toBe('examples/manifests/web.yaml#0');

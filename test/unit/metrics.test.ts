@@ -62,6 +62,7 @@ function report(d: ProxyDecisions, extra: Partial<SyncReport> = {}): SyncReport 
       serviceChanges: 0,
       endpointChanges: 0,
       triggerTimes: new Map(),
+      families: new Set(),
     },
     programmingLatenciesSeconds: [],
     conntrack: [],
@@ -205,7 +206,7 @@ describe('the sync observer', () => {
     let now = 1_700_000_000_000;
     const metrics = new ProxyMetrics({ mode: 'iptables', processMetrics: false, now: () => now });
     const observer = metrics.syncObserver();
-    observer.queued?.(new Date(now - 2000));
+    observer.queued?.(new Date(now - 2000), new Set(['IPv4', 'IPv6']));
     observer.synced?.(
       report(decisions(cluster.services, cluster.slices, ['IPv4', 'IPv6']), { durationSeconds: 0.003 }),
     );
@@ -230,7 +231,7 @@ describe('the sync observer', () => {
     expect(samplesOf(e, 'kubeproxy_sync_partial_proxy_rules_duration_seconds_count')).toEqual([]);
 
     now += 5000;
-    observer.queued?.(new Date(now));
+    observer.queued?.(new Date(now), new Set(['IPv4', 'IPv6']));
     observer.synced?.(report(decisions(cluster.services, cluster.slices, ['IPv4', 'IPv6']), { full: false }));
     e = await scrape(metrics);
     expect(
@@ -242,6 +243,19 @@ describe('the sync observer', () => {
     expect(
       sampleValue(e, 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds', { ip_family: 'IPv6' }),
     ).toBe(now / 1000);
+
+    // A change of one family queues that family's sync only, as each of kube-proxy's per-family
+    // proxiers sets its own gauge.
+    const before = now;
+    now += 5000;
+    observer.queued?.(new Date(now), new Set(['IPv6']));
+    e = await scrape(metrics);
+    expect(
+      sampleValue(e, 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds', { ip_family: 'IPv6' }),
+    ).toBe(now / 1000);
+    expect(
+      sampleValue(e, 'kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds', { ip_family: 'IPv4' }),
+    ).toBe(before / 1000);
   });
 
   it('network programming latency per trigger time, for the families of the Service', async () => {
@@ -657,7 +671,7 @@ describe('the status servers `run` starts', () => {
     });
     try {
       for (const observer of status.observers) {
-        observer.queued?.(new Date());
+        observer.queued?.(new Date(), new Set(['IPv4']));
         observer.synced?.(report(decisions(cluster.services, cluster.slices)));
       }
       const healthz = await fetch(`http://127.0.0.1:${healthzPort}/healthz`);

@@ -154,6 +154,38 @@ describe('ChangeTracker', () => {
     expect(tracker.takePending().triggerTimes.get('ns/a')).toBe(Date.parse('2026-01-01T00:00:05Z'));
   });
 
+  it("names the IP families a change touches, as kube-proxy's per-family proxiers each receive it", () => {
+    const tracker = new ChangeTracker('test-node');
+    const families = () => [...tracker.takePending().families].sort();
+    tracker.apply([upsert('Service', rawService('a'))]);
+    expect(families()).toEqual(['IPv4']);
+    const dual = rawService('a');
+    dual.spec.clusterIPs = ['10.96.0.10', 'fd00:96::10'];
+    tracker.apply([upsert('Service', dual)]);
+    expect(families()).toEqual(['IPv4', 'IPv6']);
+    // Back to single-stack: the IPv6 proxier sees the family go (before and after count).
+    tracker.apply([upsert('Service', rawService('a'))]);
+    expect(families()).toEqual(['IPv4', 'IPv6']);
+    const v6slice = { ...rawSlice('a-6', 'a', ['fd00:244::1']), addressType: 'IPv6' };
+    tracker.apply([upsert('EndpointSlice', v6slice)]);
+    expect(families()).toEqual(['IPv6']);
+    tracker.apply([remove('EndpointSlice', v6slice)]);
+    expect(families()).toEqual(['IPv6']);
+    const headless = rawService('h');
+    headless.spec.clusterIP = 'None';
+    headless.spec.clusterIPs = ['None'];
+    tracker.apply([upsert('Service', headless)]);
+    expect(families()).toEqual([]);
+    // Node-wide context: both families resync.
+    tracker.apply([upsert('ServiceCIDR', rawServiceCIDR('kubernetes', ['10.96.0.0/16']))]);
+    expect(families()).toEqual(['IPv4', 'IPv6']);
+    // A failed sync's families come back with its changes.
+    tracker.apply([upsert('EndpointSlice', v6slice)]);
+    const taken = tracker.takePending();
+    tracker.restorePending(taken);
+    expect(families()).toEqual(['IPv6']);
+  });
+
   it('flags node label changes of this node only', () => {
     const tracker = new ChangeTracker('test-node');
     const rawNode = (name: string, zone: string) => ({

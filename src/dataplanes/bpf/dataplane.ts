@@ -18,7 +18,7 @@ import { LinkWatch } from '../../host/link-watch.js';
 import { type PortReservation, reservePorts } from '../../host/reserved-ports.js';
 import type { Logger } from '../../logger.js';
 import type { IPFamily } from '../../model/types.js';
-import { isLoopback, parseIP } from '../../net/ip.js';
+import { canonicalIP, isLoopback, parseIP } from '../../net/ip.js';
 import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../stats.js';
 import { Attacher, type AttachReport, syncSockHooks } from './attach.js';
 import {
@@ -118,17 +118,29 @@ export class MonotonicCounters {
   }
 }
 
-/** Each interface's first global IPv4 address, by ifindex: the SNAT source through it, as
- * MASQUERADE would pick it. */
+type AddrInfo = NonNullable<IpLink['addr_info']>[number];
+
+/** An IPv6 address the kernel may use as a source: not still in (or failed) duplicate address
+ * detection. */
+const usable6 = (a: AddrInfo) => !a.tentative && !a.dadfailed;
+
+/**
+ * Each interface's SNAT source by ifindex, per family, as MASQUERADE would pick it: its first
+ * global IPv4 address; its first global IPv6 address that is usable (usable6), one not deprecated
+ * before a deprecated one (RFC 6724 rule 3). Interfaces without one are absent.
+ */
 export function interfaceAddresses(
   interfaces: readonly Pick<IpLink, 'ifindex' | 'addr_info'>[],
-): Map<number, string> {
-  const out = new Map<number, string>();
+): Record<IPFamily, Map<number, string>> {
+  const out: Record<IPFamily, Map<number, string>> = { IPv4: new Map(), IPv6: new Map() };
   for (const i of interfaces) {
-    const primary = (i.addr_info ?? []).find(
-      (a) => a.family === 'inet' && (a.scope ?? 'global') === 'global',
-    );
-    if (primary?.local) out.set(i.ifindex, primary.local);
+    const global = (i.addr_info ?? []).filter((a) => a.local && (a.scope ?? 'global') === 'global');
+    const v4 = global.find((a) => a.family === 'inet');
+    const v6 = global.filter((a) => a.family === 'inet6' && usable6(a));
+    const pick6 = v6.find((a) => !a.deprecated) ?? v6[0];
+    if (v4?.local) out.IPv4.set(i.ifindex, v4.local);
+    const ip6 = pick6?.local ? canonicalIP(pick6.local) : null;
+    if (ip6) out.IPv6.set(i.ifindex, ip6);
   }
   return out;
 }
@@ -218,7 +230,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const problem = maglevTableSizeProblem(bpf.maglevTableSize);
     if (problem) throw new Error(`bpf.maglevTableSize: ${problem}`);
     const started = performance.now();
-    const lb = loadPinnedObject({
+    const lb = await loadPinnedObject({
       pinPath: bpf.pinPath,
       mapSizes: bpf.mapSizes,
       objectPath: options.objectPath,

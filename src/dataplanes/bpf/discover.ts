@@ -23,7 +23,17 @@ export interface IpLink {
   linkinfo?: { info_kind?: string };
   /** Set when the peer of a veth lives in another network namespace (a pod's). */
   link_netnsid?: number;
-  addr_info?: { family?: string; local?: string; prefixlen?: number; scope?: string }[];
+  /** `ip -j` prints an address's flags as booleans (IPv6: tentative while in duplicate address
+   * detection, dadfailed, deprecated once its preferred lifetime is over). */
+  addr_info?: {
+    family?: string;
+    local?: string;
+    prefixlen?: number;
+    scope?: string;
+    tentative?: boolean;
+    dadfailed?: boolean;
+    deprecated?: boolean;
+  }[];
 }
 
 /** One entry of `ip -j route show default`: multipath routes name their devices per next hop. */

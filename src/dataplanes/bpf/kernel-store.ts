@@ -453,19 +453,37 @@ export class KernelStore implements MapStore {
     }
   }
 
-  /** Each interface's primary IPv4 address, the SNAT source through it (kbp_ifaddr4_v1). */
-  setInterfaceAddresses(addresses: ReadonlyMap<number, string>): void {
-    const dump = dumpMap(this.fd.ifAddrs4, 4, 4);
-    const current = new Map(dump.keys.map((k, i) => [u32Codec.decode(k), ip4Codec.decode(dump.values[i]!)]));
-    const stale = [...current.keys()].filter((ifindex) => !addresses.has(ifindex));
-    const fresh = [...addresses].filter(([ifindex, addr]) => current.get(ifindex) !== addr);
-    this.updateBatch(
-      'ifAddrs4',
-      u32Codec.encodeMany(fresh.map(([ifindex]) => ifindex)),
-      ip4Codec.encodeMany(fresh.map(([, addr]) => addr)),
-      fresh.length,
-    );
-    this.deleteBatch('ifAddrs4', u32Codec.encodeMany(stale), stale.length);
+  /** Each interface's SNAT source, per family (kbp_ifaddr4_v1, kbp_ifaddr6_v1; see
+   * interfaceAddresses): new and changed entries written, those of interfaces gone or without an
+   * address deleted. */
+  setInterfaceAddresses(addresses: Readonly<Record<IPFamily, ReadonlyMap<number, string>>>): void {
+    const maps = [
+      { family: 'IPv4', map: 'ifAddrs4', codec: ip4Codec },
+      { family: 'IPv6', map: 'ifAddrs6', codec: ip6Codec },
+    ] as const;
+    const held = this.interfaceAddresses();
+    for (const { family, map, codec } of maps) {
+      const wanted = addresses[family];
+      const current = held[family];
+      const stale = [...current.keys()].filter((ifindex) => !wanted.has(ifindex));
+      const fresh = [...wanted].filter(([ifindex, addr]) => current.get(ifindex) !== addr);
+      this.updateBatch(
+        map,
+        u32Codec.encodeMany(fresh.map(([ifindex]) => ifindex)),
+        codec.encodeMany(fresh.map(([, addr]) => addr)),
+        fresh.length,
+      );
+      this.deleteBatch(map, u32Codec.encodeMany(stale), stale.length);
+    }
+  }
+
+  /** The interfaces' SNAT sources as the maps hold them (ifindex -> address), per family. */
+  interfaceAddresses(): Record<IPFamily, Map<number, string>> {
+    const read = (fd: number, codec: typeof ip4Codec) => {
+      const dump = dumpMap(fd, 4, codec.size);
+      return new Map(dump.keys.map((k, i) => [u32Codec.decode(k), codec.decode(dump.values[i]!)]));
+    };
+    return { IPv4: read(this.fd.ifAddrs4, ip4Codec), IPv6: read(this.fd.ifAddrs6, ip6Codec) };
   }
 
   /** Per-CPU counters of a service (svc_id) or backend (backend_id), summed; null past the map. */

@@ -417,6 +417,8 @@ export const config = new StructCodec('kbp_config', 40, {
 /** kbp_rate_v1 (per CPU): this CPU's new flows in the current one-second window. */
 export const rate = new StructCodec('kbp_rate', 16, { windowNs: u64(0), count: u64(8) });
 export const node6Key = new StructCodec('kbp_node6_key', 16, { addr: ip6(0) });
+/** kbp_ifaddr6_v1's value: an interface's IPv6 SNAT source. */
+export const ifAddr6Val = new StructCodec('kbp_ifaddr6_val', 16, { addr: ip6(0) });
 export const sockConfig = new StructCodec(
   'kbp_sockcfg',
   16,
@@ -517,6 +519,7 @@ export const STRUCTS: readonly StructCodec<Fields>[] = [
   svcDropKey,
   config,
   node6Key,
+  ifAddr6Val,
   sockConfig,
   sockRev4Key,
   sockRev4Val,
@@ -574,6 +577,8 @@ export const MAPS = {
   nodeAddrs6: mapLayout('kbp_node6_v1', node6Key, u32Codec),
   /** ifindex -> the interface's primary IPv4 address: the SNAT source through it. */
   ifAddrs4: mapLayout('kbp_ifaddr4_v1', u32Codec, ip4Codec),
+  /** ifindex -> the interface's first usable global IPv6 address: the IPv6 SNAT source through it. */
+  ifAddrs6: mapLayout('kbp_ifaddr6_v1', u32Codec, ifAddr6Val),
   /** Whose sockets the socket hooks serve (one entry, written before they are attached). */
   sockConfig: mapLayout('kbp_sockcfg_v1', u32Codec, sockConfig),
   /** LRU: {socket cookie, backend} -> the service address the socket asked for. */

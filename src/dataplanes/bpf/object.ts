@@ -16,7 +16,7 @@ import {
   findMap,
   getPinned,
   helperSupported,
-  loadObject,
+  loadObjectOffThread,
   mapFd,
   mapInfo,
   openObject,
@@ -66,6 +66,7 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
   nodeAddrs4: '',
   nodeAddrs6: '',
   ifAddrs4: '',
+  ifAddrs6: '',
   sockConfig: '',
   sockRev4: 'bpf.mapSizes.socketReverse',
   sockRev6: 'bpf.mapSizes.socketReverse',
@@ -104,6 +105,7 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
     nodeAddrs4: null,
     nodeAddrs6: null,
     ifAddrs4: null,
+    ifAddrs6: null,
     sockConfig: null,
     sockRev4: sizes.socketReverse,
     sockRev6: sizes.socketReverse,
@@ -168,7 +170,7 @@ export interface LoadOptions {
   log: Logger;
 }
 
-export function loadPinnedObject(options: LoadOptions): LoadedObject {
+export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObject> {
   const pinDir = `${options.pinPath}/${PIN_LAYOUT_VERSION}`;
   ensureBpffs(options.pinPath, options.log);
   mkdirSync(`${pinDir}/maps`, { recursive: true });
@@ -203,7 +205,7 @@ export function loadPinnedObject(options: LoadOptions): LoadedObject {
         if (size !== null) setMapMaxEntries(map, size);
       }
     }
-    loadObject(obj);
+    await loadObjectOffThread(obj);
     verifyLayoutAgainstBtf(obj);
     const fd = {} as Record<MapName, number>;
     const capacity = {} as Record<MapName, number>;
