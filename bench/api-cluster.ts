@@ -9,6 +9,9 @@
 // and the change timed would include the controller's own queueing, which is the same for every
 // proxy and not what is compared. Written directly, the slices are exactly the manifest modes' and
 // an endpoint change is one write of one slice.
+//
+// The cluster is dual-stack (service ranges and the node's addresses in both families); a scenario
+// is of one family, and apply() turns one family's objects into the other's.
 
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -29,11 +32,13 @@ import {
 import type { Lab } from '../src/lab/netns.js';
 import {
   endpointSlice,
+  inFamily,
   NAMESPACE,
   NODE_IP,
   NODE_NAME,
   POD_CIDR,
   type Scenario,
+  SERVICE_CIDRS,
   serviceObject,
 } from './scenario.js';
 
@@ -92,10 +97,22 @@ export class ApiCluster {
   static async start(lab: Lab, nodeNs: string, workDir: string, timeoutScale = 1): Promise<ApiCluster> {
     const cp = await ControlPlane.start(lab, {
       readyTimeoutMs: API_SERVER_READY_TIMEOUT_MS * timeoutScale,
+      // Dual-stack (the last of a repeated flag wins): IPv4 as the lab has it, and its IPv6 counterpart.
+      apiServerArgs: [`--service-cluster-ip-range=${SERVICE_CIDRS.join(',')}`],
     });
     try {
       const server = await cp.linkNamespace(nodeNs, 1);
       await createNode(cp, { name: NODE_NAME, ip: NODE_IP, podCIDR: POD_CIDR });
+      // The node's IPv6 address too, as a dual-stack kubelet reports both (kube-proxy's per-family node IPs).
+      await mergePatch(cp, `/api/v1/nodes/${NODE_NAME}/status`, {
+        status: {
+          addresses: [
+            { type: 'InternalIP', address: NODE_IP },
+            { type: 'InternalIP', address: inFamily('IPv6', NODE_IP) },
+            { type: 'Hostname', address: NODE_NAME },
+          ],
+        },
+      });
       await create(cp, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NAMESPACE } });
       const kubeconfigPath = join(workDir, 'node.kubeconfig');
       writeFileSync(kubeconfigPath, cp.kubeconfig(cp.adminToken, server));
@@ -109,27 +126,33 @@ export class ApiCluster {
 
   /**
    * Makes the API hold `scenario`'s Services and slices: creates what is missing, patches what
-   * changed (the previous measured Service loses its UDP port), deletes what is beyond N.
+   * changed (the previous measured Service loses its UDP port), deletes what is beyond N or of
+   * the other family (whose Services are other objects: a ClusterIP cannot change).
    */
   async apply(scenario: Scenario): Promise<void> {
-    const before = this.current;
+    const byPath = (s: Scenario | null) =>
+      new Map(
+        Array.from({ length: s?.services ?? 0 }, (_, i) => objectsOf(s, i) as ScenarioObjects).map((o) => [
+          objectPath(o.service),
+          o,
+        ]),
+      );
+    const before = byPath(this.current);
+    const after = byPath(scenario);
     this.current = null;
-    const count = Math.max(before?.services ?? 0, scenario.services);
     const writes: (() => Promise<unknown>)[] = [];
-    for (let i = 0; i < count; i++) {
-      const was = objectsOf(before, i);
-      const will = objectsOf(scenario, i);
-      if (JSON.stringify(was) === JSON.stringify(will)) continue;
-      if (!will && was) {
-        writes.push(() => this.cp.api('DELETE', objectPath(was.slice)));
-        writes.push(() => this.cp.api('DELETE', objectPath(was.service)));
-      } else if (will && !was) {
+    for (const [path, was] of before) {
+      if (after.has(path)) continue;
+      writes.push(() => this.cp.api('DELETE', objectPath(was.slice)));
+      writes.push(() => this.cp.api('DELETE', path));
+    }
+    for (const [path, will] of after) {
+      const was = before.get(path);
+      if (!was) {
         writes.push(() => this.cp.api('POST', collectionPath(will.service), will.service));
         writes.push(() => this.cp.api('POST', collectionPath(will.slice), will.slice));
-      } else if (will) {
-        writes.push(() =>
-          mergePatch(this.cp, objectPath(will.service), { spec: { ports: will.service.spec.ports } }),
-        );
+      } else if (JSON.stringify(was) !== JSON.stringify(will)) {
+        writes.push(() => mergePatch(this.cp, path, { spec: { ports: will.service.spec.ports } }));
         writes.push(() => this.writeSlice(will.slice));
       }
     }

@@ -1,20 +1,29 @@
 // BPF per-packet cost as the kernel measures it (BPF_PROG_TEST_RUN, average ns over `repeat` runs):
-// the tc and XDP load balancer programs on a tracked flow (XDP in both families), next to the
-// trivial xdp_tx program, with 1 service and with many in the maps. The object is loaded by the agent's own loader into
-// a private pin directory, removed afterwards.
+// the tc and XDP load balancer programs on a tracked flow and the tc program on a new flow, in
+// IPv4 and IPv6, next to the trivial xdp_tx program, with 1 service and with many in the maps
+// (of each family). The object is loaded by the agent's own loader into a private pin directory,
+// removed afterwards.
 //
 // BPF_PROG_TEST_RUN repeats a program on the same buffer, so a rewrite would turn every later
 // repetition into a miss; two conntrack entries make the flow ping-pong instead (client->VIP
 // becomes client->backend, which the second entry turns back), so every repetition takes the
 // tracked-flow path, as in test/kernel/lb-bench.test.ts.
+//
+// A new flow cannot repeat on one buffer (the first run creates its entries): each run is a call
+// of its own (repeat 1) with a SYN from a source port no entry has, and the round's figure is the
+// average of NEW_FLOW_CALLS calls. One run per call also counts what a lone run pays that a
+// millionth repetition does not (the kernel's clock reads around it, caches the previous call left
+// cold), so the tracked flow is measured the same way beside it: new ÷ tracked of that pair is
+// what a new flow adds. The conntrack entries the calls made are removed after each round.
 
 import { rmSync } from 'node:fs';
-import { mapUpdate, mapUpdateBatch, testRun } from '../native/libbpf.js';
+import { dumpMap, mapDeleteBatch, mapUpdate, mapUpdateBatch, testRun } from '../native/libbpf.js';
 import { publishConfig } from '../src/dataplanes/bpf/kernel-store.js';
 import {
   ACTION,
   ALGORITHM,
   backend4,
+  backend6,
   CT_F,
   ct4Key,
   ct4Val,
@@ -24,46 +33,70 @@ import {
   SCOPE,
   slotKey,
   svc4Key,
+  svc6Key,
   svcVal,
   TCP_FLAG,
   u32Codec,
 } from '../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../src/dataplanes/bpf/object.js';
 import type { Logger } from '../src/logger.js';
-import { ipFamilyOf } from '../src/net/ip.js';
-import { buildPacket, IPPROTO_TCP, TCP } from '../src/net/packets.js';
+import { canonicalIP, type IPFamily, ipFamilyOf } from '../src/net/ip.js';
+import { buildPacket, IPPROTO_TCP, parsePacket, TCP } from '../src/net/packets.js';
 import type { BpfCostSample } from './measures.js';
+import { inFamily } from './scenario.js';
 
 export const CLIENT = '10.244.1.10';
 export const VIP = '10.96.0.10';
 export const BACKEND = '10.244.2.5';
-/** The same flow in IPv6: each address in the low 32 bits of fd00::/96. */
-export const FLOW6 = { client: 'fd00::af4:10a', vip: 'fd00::a60:a', backend: 'fd00::af4:205' } as const;
 const BATCH = 10_000;
+/** Calls (one run each) averaged into one round of a new-flow figure. */
+export const NEW_FLOW_CALLS = 1000;
+/** The new flows' source ports: NEW_FLOW_CALLS of them from here, none the tracked flow's. */
+const NEW_FLOW_PORT = 20000;
+
+/**
+ * How a row is measured: a tracked flow (ping-pong, `repeat` runs a call, or one run a call), a
+ * new flow (one call a SYN), the trivial baseline.
+ */
+export type CostPath = 'tracked' | 'tracked-per-call' | 'new' | 'baseline';
 
 export const BPF_COST_PROGRAMS = [
-  { label: 'tc (tracked flow)', prog: PROGRAMS.tcFromPod, v6: false },
-  { label: 'XDP (tracked flow)', prog: PROGRAMS.xdpFromExternal, v6: false },
-  { label: 'XDP IPv6 (tracked flow)', prog: PROGRAMS.xdpFromExternal, v6: true },
-  { label: 'xdp_tx (baseline)', prog: PROGRAMS.xdpTx, v6: false },
-] as const;
+  { label: 'tc (tracked flow)', prog: PROGRAMS.tcFromPod, path: 'tracked' },
+  { label: 'tc (tracked flow, one run per call)', prog: PROGRAMS.tcFromPod, path: 'tracked-per-call' },
+  { label: 'tc (new flow, one run per call)', prog: PROGRAMS.tcFromPod, path: 'new' },
+  { label: 'XDP (tracked flow)', prog: PROGRAMS.xdpFromExternal, path: 'tracked' },
+  { label: 'xdp_tx (baseline)', prog: PROGRAMS.xdpTx, path: 'baseline' },
+] as const satisfies readonly { label: string; prog: string; path: CostPath }[];
 
-/** Service id's address: id 1 is the measured VIP; the others are from 10.100.0.0 on. */
-export const serviceAddress = (id: number) =>
-  id === 1 ? VIP : `10.${100 + (id >> 16)}.${(id >> 8) & 0xff}.${id & 0xff}`;
+/** Service id's address: id 1 is the measured VIP; the others are from 10.100.0.0 on (or their IPv6 counterparts). */
+export const serviceAddress = (id: number, family: IPFamily = 'IPv4') =>
+  inFamily(family, id === 1 ? VIP : `10.${100 + (id >> 16)}.${(id >> 8) & 0xff}.${id & 0xff}`);
 /** Its one backend: BACKEND for id 1, the others from 10.200.0.0 on. */
-export const backendAddress = (id: number) =>
-  id === 1 ? BACKEND : `10.${200 + (id >> 16)}.${(id >> 8) & 0xff}.${id & 0xff}`;
+export const backendAddress = (id: number, family: IPFamily = 'IPv4') =>
+  inFamily(family, id === 1 ? BACKEND : `10.${200 + (id >> 16)}.${(id >> 8) & 0xff}.${id & 0xff}`);
 
-/** Services from..to (ids), one backend each, written in batches in the writer's publication order. */
-export function writeServices(lb: Pick<LoadedObject, 'fd'>, from: number, to: number): void {
+/**
+ * Services from..to (ids) of `family`, one backend each, written in batches in the writer's
+ * publication order. A service id's frontends of both families share its slots (one backend id,
+ * in the family's backends map).
+ */
+export function writeServices(
+  lb: Pick<LoadedObject, 'fd'>,
+  from: number,
+  to: number,
+  family: IPFamily = 'IPv4',
+): void {
+  const v6 = family === 'IPv6';
+  const [backends, backendCodec, frontends, keyCodec] = v6
+    ? ([lb.fd.backends6, backend6, lb.fd.svc6, svc6Key] as const)
+    : ([lb.fd.backends4, backend4, lb.fd.svc4, svc4Key] as const);
   for (let start = from; start <= to; start += BATCH) {
     const ids = Array.from({ length: Math.min(BATCH, to - start + 1) }, (_, k) => start + k);
     // Publication order, as the writer does it: backends, slots, then the service entries.
     mapUpdateBatch(
-      lb.fd.backends4,
+      backends,
       u32Codec.encodeMany(ids),
-      backend4.encodeMany(ids.map((id) => ({ addr: backendAddress(id), port: 8080, flags: 1 }))),
+      backendCodec.encodeMany(ids.map((id) => ({ addr: backendAddress(id, family), port: 8080, flags: 1 }))),
       ids.length,
     );
     mapUpdateBatch(
@@ -73,9 +106,14 @@ export function writeServices(lb: Pick<LoadedObject, 'fd'>, from: number, to: nu
       ids.length,
     );
     mapUpdateBatch(
-      lb.fd.svc4,
-      svc4Key.encodeMany(
-        ids.map((id) => ({ addr: serviceAddress(id), port: 80, proto: IPPROTO_TCP, scope: SCOPE.all })),
+      frontends,
+      keyCodec.encodeMany(
+        ids.map((id) => ({
+          addr: serviceAddress(id, family),
+          port: 80,
+          proto: IPPROTO_TCP,
+          scope: SCOPE.all,
+        })),
       ),
       svcVal.encodeMany(
         ids.map((svcId) => ({
@@ -139,19 +177,61 @@ export function writeTrackedFlow(
   entry(vip, client, backend, client, CT_F.REPLY);
 }
 
+/** Every conntrack entry but the tracked flow's four: what the new-flow calls of a round created. */
+function removeNewFlows(lb: Pick<LoadedObject, 'fd'>, family: IPFamily): void {
+  const [fd, key, value] =
+    family === 'IPv6' ? ([lb.fd.ct6Tcp, ct6Key, ct6Val] as const) : ([lb.fd.ct4Tcp, ct4Key, ct4Val] as const);
+  const { keys } = dumpMap(fd, key.size, value.size);
+  const fromNewFlow = (port: number) => port >= NEW_FLOW_PORT && port < NEW_FLOW_PORT + NEW_FLOW_CALLS;
+  const made = keys.filter((k) => {
+    const { sport, dport } = key.decode(k);
+    return fromNewFlow(sport) || fromNewFlow(dport);
+  });
+  if (made.length > 0) mapDeleteBatch(fd, Buffer.concat(made), made.length);
+}
+
+/** The flow's packets of one family: the tracked flow's ACK and a SYN for each new-flow call. */
+function familyPackets(family: IPFamily) {
+  const client = inFamily(family, CLIENT);
+  const vip = inFamily(family, VIP);
+  const packet = (sport: number, tcpFlags: number) =>
+    buildPacket({ saddr: client, daddr: vip, proto: IPPROTO_TCP, sport, dport: 80, tcpFlags });
+  return {
+    tracked: packet(40000, TCP.ACK),
+    syns: Array.from({ length: NEW_FLOW_CALLS }, (_, k) => packet(NEW_FLOW_PORT + k, TCP.SYN)),
+    backend: inFamily(family, BACKEND),
+  };
+}
+
+/** Did one run of the program send the packet to the backend (the path a row claims to measure)? */
+function translates(fd: number, frame: Buffer, backend: string): boolean {
+  const out = testRun(fd, { data: frame }).dataOut;
+  try {
+    return canonicalIP(parsePacket(out).daddr) === canonicalIP(backend);
+  } catch {
+    return false;
+  }
+}
+
 /**
- * ns/packet of each program at each service count (ascending), `rounds` rounds of `repeat`
- * repetitions each. `pinPath` must be a fresh directory on bpffs; it is removed afterwards.
+ * ns/packet of each program at each service count (ascending) in each family, `rounds` rounds of
+ * `repeat` repetitions each (new flows: NEW_FLOW_CALLS calls). A row whose program does not take
+ * the intended path in a family (XDP on IPv6 before it translated IPv6) is not measured there,
+ * and `onStep` says so; the tc rows must. `pinPath` must be a fresh directory on bpffs; it is
+ * removed afterwards.
  */
 export async function measureBpfCost(opts: {
   serviceCounts: number[];
   rounds: number;
   repeat: number;
+  /** Default IPv4 only. */
+  families?: readonly IPFamily[];
   pinPath: string;
   log: Logger;
   onStep?: (text: string) => void;
 }): Promise<BpfCostSample[]> {
   const counts = [...opts.serviceCounts].sort((a, b) => a - b);
+  const families = opts.families ?? ['IPv4'];
   const capacity = Math.max(1024, 2 ** Math.ceil(Math.log2((counts.at(-1) ?? 1) + 2)));
   const lb = await loadPinnedObject({
     pinPath: opts.pinPath,
@@ -161,7 +241,8 @@ export async function measureBpfCost(opts: {
       backends: capacity,
       backendCounters: capacity,
       backendSlots: capacity,
-      conntrack: 16384,
+      // The new flows of a round (two entries each) fit beside the tracked flow, never evicted.
+      conntrack: Math.max(16384, 4 * NEW_FLOW_CALLS),
       affinity: 1024,
       sourceRanges: 1024,
       socketReverse: 1024,
@@ -180,26 +261,55 @@ export async function measureBpfCost(opts: {
       nodeportMax: 32767,
       newFlowRate: 0,
     });
-    writeTrackedFlow(lb);
-    writeTrackedFlow(lb, FLOW6);
-    const packet = (saddr: string, daddr: string) =>
-      buildPacket({ saddr, daddr, proto: IPPROTO_TCP, sport: 40000, dport: 80, tcpFlags: TCP.ACK });
-    const frames = { v4: packet(CLIENT, VIP), v6: packet(FLOW6.client, FLOW6.vip) };
+    const packets = new Map(families.map((family) => [family, familyPackets(family)]));
+    for (const family of families) {
+      writeTrackedFlow(lb, {
+        client: inFamily(family, CLIENT),
+        vip: inFamily(family, VIP),
+        backend: inFamily(family, BACKEND),
+      });
+    }
     let written = 0;
     for (const services of counts) {
-      opts.onStep?.(`BPF_PROG_TEST_RUN with ${services.toLocaleString('en')} service(s)`);
-      writeServices(lb, written + 1, services);
+      opts.onStep?.(`BPF_PROG_TEST_RUN with ${services.toLocaleString('en')} service(s) of each family`);
+      for (const family of families) writeServices(lb, written + 1, services, family);
       written = Math.max(written, services);
-      for (const { label, prog, v6 } of BPF_COST_PROGRAMS) {
-        const fd = lb.prog(prog);
-        const frame = v6 ? frames.v6 : frames.v4;
-        for (let round = 0; round < opts.rounds; round++) {
-          samples.push({
-            program: label,
-            services,
-            round,
-            nsPerPacket: testRun(fd, { data: frame, repeat: opts.repeat }).durationNs,
-          });
+      for (const family of families) {
+        const { tracked, syns, backend } = packets.get(family) as ReturnType<typeof familyPackets>;
+        for (const { label, prog, path } of BPF_COST_PROGRAMS) {
+          // The baseline does not look at the packet: once, with the first family's.
+          if (path === 'baseline' && family !== families[0]) continue;
+          const fd = lb.prog(prog);
+          if (path !== 'baseline') {
+            const frame = path === 'new' ? (syns[0] as Buffer) : tracked;
+            const ok = translates(fd, frame, backend);
+            if (path === 'new') removeNewFlows(lb, family);
+            if (!ok) {
+              if (prog === PROGRAMS.xdpFromExternal) {
+                opts.onStep?.(`${label} ${family}: the program does not translate ${family}: not measured`);
+                continue;
+              }
+              throw new Error(`${label} ${family}: one run did not send the packet to ${backend}`);
+            }
+          }
+          for (let round = 0; round < opts.rounds; round++) {
+            let nsPerPacket: number;
+            if (path === 'new') {
+              let total = 0;
+              for (const syn of syns) total += testRun(fd, { data: syn }).durationNs;
+              nsPerPacket = total / syns.length;
+              removeNewFlows(lb, family);
+            } else if (path === 'tracked-per-call') {
+              // As many calls as the new flow's, each one run of the tracked packet (rewritten: the
+              // input buffer is copied, so every call is the same client->VIP packet).
+              let total = 0;
+              for (let k = 0; k < NEW_FLOW_CALLS; k++) total += testRun(fd, { data: tracked }).durationNs;
+              nsPerPacket = total / NEW_FLOW_CALLS;
+            } else {
+              nsPerPacket = testRun(fd, { data: tracked, repeat: opts.repeat }).durationNs;
+            }
+            samples.push({ program: label, family, services, round, nsPerPacket });
+          }
         }
       }
     }

@@ -1,4 +1,4 @@
-// One cell of the matrix: one mode at one N. Starts the node's proxy cold (our agent, or the real
+// One cell of the matrix: one mode at one N in one IP family. Starts the node's proxy cold (our agent, or the real
 // kube-proxy in the kube-proxy-* modes) on the scenario, read from its manifest files or from the
 // API server, measures the control plane (cold programming, memory, endpoint-change latency) and
 // the data plane (new connections, first-packet latencies, keep-alive throughput) through the
@@ -12,6 +12,7 @@ import { findCgroup2Root } from '../src/host/cgroup.js';
 import { LabAgent } from '../src/lab/agent.js';
 import { iptablesBackendDir, KubeProxyProcess, kubeProxyConfig } from '../src/lab/kube-proxy.js';
 import type { Lab } from '../src/lab/netns.js';
+import { type IPFamily, joinHostPort } from '../src/net/ip.js';
 import type { ApiCluster } from './api-cluster.js';
 import {
   type BenchMode,
@@ -23,8 +24,8 @@ import {
 } from './kernel-probe.js';
 import type { MeasureId, Sample } from './measures.js';
 import {
-  CLUSTER_CIDR,
   changedEndpointIP,
+  DUAL_STACK_CLUSTER_CIDR,
   endpointSlice,
   MEASURED_SLICE_FILE,
   measuredService,
@@ -32,6 +33,7 @@ import {
   type Scenario,
   SERVICE_TCP_PORT,
   SERVICE_UDP_PORT,
+  scenarioFamily,
   scenarioMapSizes,
 } from './scenario.js';
 import { histogram, summarize } from './stats.js';
@@ -113,7 +115,7 @@ function agentConfig(
     return kubeProxyConfig({
       mode: proxyMode,
       hostname: NODE_NAME,
-      clusterCIDR: CLUSTER_CIDR,
+      clusterCIDR: DUAL_STACK_CLUSTER_CIDR,
       kubeconfig: feed.api.kubeconfigPath,
       ...(proxyMode === 'ipvs' ? { ipvsScheduler: IPVS_SCHEDULER } : {}),
       extraLines: isKubeProxyMode(mode) ? [] : bpf,
@@ -122,28 +124,29 @@ function agentConfig(
     'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
     'kind: KubeProxyConfiguration',
     `mode: ${proxyMode}`,
-    `clusterCIDR: ${CLUSTER_CIDR}`,
+    `clusterCIDR: ${DUAL_STACK_CLUSTER_CIDR}`,
     ...bpf,
     '',
   ].join('\n');
 }
 
-/** Where the rule for `ip` sits in nat KUBE-SERVICES, counting its rules from 1. */
+/** Where the rule for `ip` sits in nat KUBE-SERVICES (of its family's table), counting its rules from 1. */
 async function kubeServicesPosition(
   ctx: CellContext,
   backend: string,
   ip: string,
+  family: IPFamily,
 ): Promise<{ rule: number; of: number } | undefined> {
   const listed = await ctx.lab.exec(
     ctx.topology.nodeNs,
-    `iptables-${backend}`,
+    `${family === 'IPv6' ? 'ip6tables' : 'iptables'}-${backend}`,
     ['-w', '-t', 'nat', '-S', 'KUBE-SERVICES'],
     {
       allowFailure: true,
     },
   );
   const rules = listed.stdout.split('\n').filter((line) => line.startsWith('-A KUBE-SERVICES '));
-  const index = rules.findIndex((line) => line.includes(`-d ${ip}/32 `));
+  const index = rules.findIndex((line) => line.includes(`-d ${ip}/${family === 'IPv6' ? 128 : 32} `));
   return index < 0 ? undefined : { rule: index + 1, of: rules.length };
 }
 
@@ -158,6 +161,7 @@ function startProxy(
   mode: BenchMode,
   configPath: string,
   iptablesBackend: 'legacy' | 'nft',
+  family: IPFamily,
 ): LabAgent | KubeProxyProcess {
   const { lab, topology, feed } = ctx;
   if (isKubeProxyMode(mode)) {
@@ -169,6 +173,8 @@ function startProxy(
       binary: join(feed.api.binaries.k8s, 'kube-proxy'),
       configPath,
       mode: ruleMode,
+      // Its syncs are those of the measured family's proxier (it runs one per family).
+      family,
       // ipvs mode writes its companion rules (masquerade, ipset matches) with iptables too.
       iptablesDir: usesIptables(ruleMode)
         ? iptablesBackendDir(join(ctx.workDir, `iptables-${iptablesBackend}`), iptablesBackend)
@@ -192,7 +198,8 @@ async function measureDataPlane(
 ): Promise<void> {
   const { settings } = ctx;
   const target = measuredService(scenario);
-  const out = (name: string) => join(ctx.workDir, `${mode}-${scenario.services}-${rep}-${name}.txt`);
+  const out = (name: string) =>
+    join(ctx.workDir, `${mode}-${scenarioFamily(scenario)}-${scenario.services}-${rep}-${name}.txt`);
   // Warm-up (ARP, the backends' first accept): a failure here means the mode does not carry traffic.
   const warm = parseLoadgen(
     (
@@ -207,7 +214,9 @@ async function measureDataPlane(
     ).stdout,
   );
   if (warm.attempts > 0 && warm.errors === warm.attempts)
-    throw new Error(`no connection to ${target.ip}:${SERVICE_TCP_PORT} succeeded (${warm.errors} failed)`);
+    throw new Error(
+      `no connection to ${joinHostPort(target.ip, SERVICE_TCP_PORT)} succeeded (${warm.errors} failed)`,
+    );
 
   ctx.step(
     `new connections (TCP_CRR-like)${position ? `; the Service's rule is #${position.rule} of ${position.of} in KUBE-SERVICES` : ''}`,
@@ -272,11 +281,17 @@ async function measureDataPlane(
         `-d${Math.max(1, Math.round(settings.seconds))}s`,
         '--timeout',
         '2s',
-        `http://${target.ip}:${SERVICE_TCP_PORT}/`,
+        `http://${joinHostPort(target.ip, SERVICE_TCP_PORT)}/`,
       ])
     ).stdout,
   );
   add('wrkReqPerSec', wrk.requestsPerSec, { errors: wrk.errors });
+}
+
+/** Empties the node's netfilter conntrack table, both families' entries. */
+async function flushConntrack(ctx: CellContext): Promise<void> {
+  for (const family of ['ipv4', 'ipv6'])
+    await ctx.lab.exec(ctx.topology.nodeNs, 'conntrack', ['-F', '-f', family], { allowFailure: true });
 }
 
 /** Bounds, natively, on an endpoint change reaching the kernel and on its sync being logged after. */
@@ -294,7 +309,8 @@ export async function runCell(
 ): Promise<Sample[]> {
   const { lab, topology, settings } = ctx;
   const samples: Sample[] = [];
-  const base = { mode, services: scenario.services, rep };
+  const family = scenarioFamily(scenario);
+  const base = { mode, family, services: scenario.services, rep };
   const add = (measure: MeasureId, value: number, extra: Partial<Sample> = {}) =>
     samples.push({ measure, ...base, value, ...extra });
   const target = measuredService(scenario);
@@ -318,7 +334,7 @@ export async function runCell(
         ])
       : lab.exec(topology.clientNs, cmd, args);
   await setMeasuredSlice(ctx.feed, scenario, []);
-  await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
+  await flushConntrack(ctx);
   const iptablesMode = kernelMode(mode) === 'iptables';
   const hintBinary = settings.iptablesBackend === 'auto' ? null : `iptables-${settings.iptablesBackend}`;
   const hinted = usesIptables(kernelMode(mode)) && hintBinary !== null;
@@ -328,7 +344,7 @@ export async function runCell(
   // The real kube-proxy has no backend detection of its own: it is given the one ours would pick
   // ("auto": nft on a clean node, as kube-proxy's iptables-wrapper decides).
   const kubeProxyBackend = settings.iptablesBackend === 'legacy' ? 'legacy' : 'nft';
-  const agent = startProxy(ctx, mode, configPath, kubeProxyBackend);
+  const agent = startProxy(ctx, mode, configPath, kubeProxyBackend, family);
   /** The iptables backend in use: the one kube-proxy was given, or the one our agent logged. */
   const probeBackend = () =>
     isKubeProxyMode(mode)
@@ -341,7 +357,9 @@ export async function runCell(
     add('agentRssMiB', agent.memory().rssMiB);
 
     if (dataPlane) {
-      const position = iptablesMode ? await kubeServicesPosition(ctx, probeBackend(), target.ip) : undefined;
+      const position = iptablesMode
+        ? await kubeServicesPosition(ctx, probeBackend(), target.ip, family)
+        : undefined;
       await measureDataPlane(ctx, scenario, mode, rep, clientExec, add, position);
     }
     ctx.step('EndpointSlice change to kernel');
@@ -351,11 +369,12 @@ export async function runCell(
       pinPath,
       iptablesBackend: probeBackend(),
       serviceIP: target.ip,
+      family,
     };
     for (let change = 0; change < settings.endpointChanges; change++) {
       // Past minSyncPeriod since the last sync, so the change is not held back by the rate limit.
       await sleep(1100);
-      const ip = changedEndpointIP(rep * settings.endpointChanges + change);
+      const ip = changedEndpointIP(rep * settings.endpointChanges + change, family);
       const syncsBefore = agent.syncs.length;
       const started = performance.now();
       await setMeasuredSlice(ctx.feed, scenario, [ip]);
@@ -380,7 +399,7 @@ export async function runCell(
       pinPath,
       exec: (cmd, args, opts) => lab.exec(topology.nodeNs, cmd, args, opts),
     });
-    await lab.exec(topology.nodeNs, 'conntrack', ['-F'], { allowFailure: true });
+    await flushConntrack(ctx);
     // Empty once the client's commands have exited.
     if (sockCgroup) rmdirSync(sockCgroup);
     if (hinted)

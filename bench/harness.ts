@@ -1,6 +1,7 @@
 // The benchmark run: builds the namespaces once (and, for the real kube-proxy's modes, the control
-// plane), then walks N ascending and, at each N, runs every repetition, each of every mode in an
-// order rotated by one each repetition (so drift on a shared machine hits every mode alike); then
+// plane), then walks N ascending and, at each N, runs every repetition, in each repetition every
+// family and in each family every mode in an order rotated by one each repetition (so drift on a
+// shared machine hits every mode and both families alike); then
 // measures BPF per-packet cost; then writes the results JSON, the Markdown report and the plots
 // under <out>/<timestamp>/ and copies them to <out>/latest/. N is the outer loop because the API
 // server holds one N's objects at a time (writing 10,000 Services takes a while).
@@ -12,6 +13,7 @@ import { BPFFS_ROOT, ensureBpffs } from '../src/host/bpffs.js';
 import { runCommand } from '../src/host/command.js';
 import { deleteStaleNamespaces, Lab } from '../src/lab/netns.js';
 import { createLogger } from '../src/logger.js';
+import type { IPFamily } from '../src/net/ip.js';
 import { ApiCluster, controlPlaneMissing } from './api-cluster.js';
 import { measureBpfCost } from './bpf-cost.js';
 import { type CellSettings, type ClusterFeed, runCell } from './cell.js';
@@ -19,8 +21,15 @@ import { type BenchMode, isKubeProxyMode, kernelMode } from './kernel-probe.js';
 import { type MachineInfo, machineInfo } from './machine.js';
 import { type BpfCostSample, type CellFailure, MEASURE_IDS, MEASURES, type Sample } from './measures.js';
 import { chartSvg, MODE_COLORS, type Series } from './plot.js';
-import { aggregate, aggregateBpfCost, findAggregate, markdownReport, type ReportInput } from './report.js';
-import { manifestFiles, type Scenario } from './scenario.js';
+import {
+  aggregate,
+  aggregateBpfCost,
+  familiesOf,
+  findAggregate,
+  markdownReport,
+  type ReportInput,
+} from './report.js';
+import { manifestFiles, type Scenario, scenarioFamily } from './scenario.js';
 import { cliEntryPoint, compileTools } from './tools.js';
 import { buildTopology } from './topology.js';
 
@@ -38,6 +47,11 @@ export const ALL_MODES: BenchMode[] = [
 export interface BenchOptions {
   modes: BenchMode[];
   serviceCounts: number[];
+  /**
+   * The Services' families of the data-plane cells (one scenario of single-stack Services each,
+   * on the same dual-stack node); the control-plane cells are IPv4. Absent in older results: IPv4.
+   */
+  families: IPFamily[];
   /** Larger N measured in bpf mode for the control plane alone (no loads: they would not fit the time). */
   controlPlaneServiceCounts: number[];
   endpoints: number;
@@ -75,7 +89,8 @@ export interface BenchResults {
 }
 
 const METHODOLOGY = [
-  'One node namespace runs the proxy: our agent (`kube-bpf-proxy run`) or, in the kube-proxy-* modes, the real kube-proxy binary of the same Kubernetes release as the API server, with the same KubeProxyConfiguration and kube-proxy default periods (minSyncPeriod 1 s, syncPeriod 30 s); E backend pods and one client pod are namespaces routed behind it (veth, /32 routes, as many CNIs do).',
+  'One node namespace runs the proxy: our agent (`kube-bpf-proxy run`) or, in the kube-proxy-* modes, the real kube-proxy binary of the same Kubernetes release as the API server, with the same KubeProxyConfiguration and kube-proxy default periods (minSyncPeriod 1 s, syncPeriod 30 s); E backend pods and one client pod are namespaces routed behind it (veth, /32 and /128 routes, as many CNIs do).',
+  'Families: the node and the pods are dual-stack (IPv6 forwarding on, an IPv6 node address, clusterCIDR of both families); an IPv4 cell measures N single-stack IPv4 Services, an IPv6 cell N single-stack IPv6 Services (fd00::a60:2 onwards; the IPv6 counterpart of each IPv4 address is its 32 bits in the low bits of fd00::/96), and the rule modes, ours and kube-proxy, serve them with ip6tables or `ip6 kube-proxy`. Control-plane cells are IPv4.',
   'Source: with the kube-proxy-* modes in the run, every proxy (ours too) lists and watches a real kube-apiserver (etcd, kube-apiserver, kube-controller-manager in a namespace linked to the node); the bench writes the Services and EndpointSlices through the API as a controller would. Without them, our agent reads the same objects from manifest files (`--manifests DIR`).',
   'N Services with E endpoints each; every Service has its own ClusterIP and EndpointSlice, all slices list the same E real backend pods (a C epoll server: HTTP keep-alive on 8080, UDP echo on 5353), because N × E real backends cannot run on one machine.',
   'Traffic goes from the client pod to the last Service (the worst case for iptables: last in KUBE-SERVICES); only that Service also has a UDP port.',
@@ -86,7 +101,7 @@ const METHODOLOGY = [
   'Each repetition walks every N and, at each N, every mode in an order rotated by one per repetition; conntrack is flushed and the node cleaned (`cleanup`) between cells.',
   'Median and p99: over the runs for per-run values; over every request of every run for latencies (2 % histogram buckets).',
   'Control-plane cells (the larger N, bpf mode): the same agent, manifests and endpoint changes, without the data-plane loads; the E real backend pods still serve every Service.',
-  'BPF per-packet cost: BPF_PROG_TEST_RUN average over `repeat` runs of the tc and XDP programs on a tracked flow, next to xdp_tx, with 1 and many services in the maps.',
+  "BPF per-packet cost: BPF_PROG_TEST_RUN average over `repeat` runs of the tc and XDP programs on a tracked flow, in each family, next to xdp_tx, with 1 and many services of each family in the maps; a new flow (the tc program on a SYN no entry has) one run per call, averaged over 1,000 calls, next to xdp_tx measured the same way (its share is the kernel's clock reads around one run).",
 ];
 
 function formatDuration(ms: number): string {
@@ -94,9 +109,64 @@ function formatDuration(ms: number): string {
   return s >= 60 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, '0')}s` : `${s}s`;
 }
 
-function rotate<T>(items: T[], by: number): T[] {
+function rotate<T>(items: readonly T[], by: number): T[] {
   const k = items.length === 0 ? 0 : by % items.length;
   return [...items.slice(k), ...items.slice(0, k)];
+}
+
+/**
+ * Every N with the families and modes measured there: the data-plane N in every family and mode,
+ * the larger ones IPv4 in bpf mode, control plane only.
+ */
+export function benchMatrix(
+  options: Pick<BenchOptions, 'serviceCounts' | 'controlPlaneServiceCounts' | 'families'>,
+  modes: readonly BenchMode[],
+): BenchMatrixRow[] {
+  return [
+    ...options.serviceCounts.map((services) => ({
+      services,
+      families: options.families,
+      modes,
+      dataPlane: true,
+    })),
+    ...options.controlPlaneServiceCounts
+      .filter((n) => !options.serviceCounts.includes(n))
+      .map((services) => ({
+        services,
+        families: ['IPv4' as const],
+        modes: modes.filter((m) => m === 'bpf'),
+        dataPlane: false,
+      })),
+  ];
+}
+
+export interface BenchMatrixRow {
+  services: number;
+  families: readonly IPFamily[];
+  modes: readonly BenchMode[];
+  dataPlane: boolean;
+}
+
+export interface BenchCell {
+  services: number;
+  family: IPFamily;
+  rep: number;
+  mode: BenchMode;
+  dataPlane: boolean;
+}
+
+/**
+ * The run's cells in order: N ascending, then each repetition, in it each family, in that each
+ * mode, the modes rotated by one per repetition.
+ */
+export function benchCells(matrix: readonly BenchMatrixRow[], reps: number): BenchCell[] {
+  return matrix.flatMap(({ services, families, modes, dataPlane }) =>
+    Array.from({ length: reps }, (_, rep) =>
+      families.flatMap((family) =>
+        rotate(modes, rep).map((mode) => ({ services, family, rep, mode, dataPlane })),
+      ),
+    ).flat(),
+  );
 }
 
 /**
@@ -173,18 +243,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     }
     source = api ? 'apiserver' : 'manifests';
 
-    // Every N with the modes measured there: the larger ones in bpf mode, control plane only.
-    const matrix = [
-      ...options.serviceCounts.map((services) => ({ services, modes, dataPlane: true })),
-      ...options.controlPlaneServiceCounts
-        .filter((n) => !options.serviceCounts.includes(n))
-        .map((services) => ({ services, modes: modes.filter((m) => m === 'bpf'), dataPlane: false })),
-    ];
-    const cells = matrix.flatMap(({ services, modes: cellModes, dataPlane }) =>
-      Array.from({ length: options.reps }, (_, rep) =>
-        rotate(cellModes, rep).map((mode) => ({ services, rep, mode, dataPlane })),
-      ).flat(),
-    );
+    const cells = benchCells(benchMatrix(options, modes), options.reps);
     const cellTimes = new Map<number, number[]>();
     const eta = (remaining: readonly { services: number }[]) => {
       const all = [...cellTimes.values()].flat();
@@ -193,16 +252,25 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
       const ms = remaining.reduce((sum, c) => sum + mean(cellTimes.get(c.services) ?? all), 0);
       return formatDuration(ms);
     };
-    // One N's cluster at a time (N is the outer loop), prepared before its first cell.
-    const feeds = new Map<number, ClusterFeed>();
-    for (const [index, { services, rep, mode, dataPlane }] of cells.entries()) {
-      const scenario: Scenario = { services, endpoints: options.endpoints };
+    // The API server holds one scenario (N, family) at a time, written before its first cell; each
+    // scenario's manifest files are written once.
+    const feeds = new Map<string, ClusterFeed>();
+    let inApi = '';
+    for (const [index, { services, family, rep, mode, dataPlane }] of cells.entries()) {
+      const scenario: Scenario = { services, endpoints: options.endpoints, family };
+      const key = `${services}|${family}`;
       // A control-plane cell reads manifests: its N need not fit the API server's service range.
-      const feed =
-        feeds.get(services) ?? (await prepareFeed(dataPlane ? api : undefined, scenario, workDir, say));
-      feeds.set(services, feed);
+      const cellApi = dataPlane ? api : undefined;
+      if (cellApi && inApi !== key) {
+        await prepareFeed(cellApi, scenario, workDir, say);
+        inApi = key;
+      }
+      const feed: ClusterFeed = cellApi
+        ? { kind: 'apiserver', api: cellApi }
+        : (feeds.get(key) ?? (await prepareFeed(undefined, scenario, workDir, say)));
+      feeds.set(key, feed);
       if (unavailable.some((u) => u.mode === mode)) continue;
-      const label = `[${index + 1}/${cells.length}] N=${services.toLocaleString('en')} · rep ${rep + 1}/${options.reps} · ${mode}`;
+      const label = `[${index + 1}/${cells.length}] N=${services.toLocaleString('en')} · rep ${rep + 1}/${options.reps} · ${family} · ${mode}`;
       say(
         `${label} · elapsed ${formatDuration(performance.now() - started)} · ETA ${eta(cells.slice(index))}`,
       );
@@ -233,7 +301,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
           unavailable.push({ mode, reason: `the agent refuses it: ${reason}` });
           say(`${mode}: not measured: ${reason}`);
         } else {
-          failures.push({ mode, services, rep, error: message.slice(0, 4000) });
+          failures.push({ mode, family, services, rep, error: message.slice(0, 4000) });
           say(`    ${label}: FAILED: ${message.split('\n')[0]}`);
         }
       }
@@ -248,6 +316,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
         serviceCounts: options.bpfCost.services,
         rounds: options.bpfCost.rounds,
         repeat: options.bpfCost.repeat,
+        families: options.families,
         pinPath: `${BPFFS_ROOT}/${prefix}-cost`,
         log,
         onStep: (text) => say(`    ${text}`),
@@ -308,11 +377,11 @@ async function prepareFeed(
     const begun = performance.now();
     await api.apply(scenario);
     say(
-      `    ${n} Services and EndpointSlices in the API server (${formatDuration(performance.now() - begun)})`,
+      `    ${n} ${scenarioFamily(scenario)} Services and EndpointSlices in the API server (${formatDuration(performance.now() - begun)})`,
     );
     return { kind: 'apiserver', api };
   }
-  const dir = join(workDir, `manifests-${scenario.services}`);
+  const dir = join(workDir, `manifests-${scenario.services}-${scenarioFamily(scenario)}`);
   mkdirSync(dir);
   for (const [name, text] of Object.entries(manifestFiles(scenario))) writeFileSync(join(dir, name), text);
   return { kind: 'manifests', dir };
@@ -324,9 +393,16 @@ function allServiceCounts(results: BenchResults): number[] {
   return [...new Set([...serviceCounts, ...controlPlaneServiceCounts])].sort((a, b) => a - b);
 }
 
+/** The families of a run's cells, IPv4 first (older runs: IPv4). */
+export function resultFamilies(results: Pick<BenchResults, 'aggregates'>): IPFamily[] {
+  const families = familiesOf(results.aggregates);
+  return families.length > 0 ? families : ['IPv4'];
+}
+
 export function reportInput(results: BenchResults): ReportInput {
   return {
     modes: results.modes,
+    families: resultFamilies(results),
     serviceCounts: allServiceCounts(results),
     aggregates: results.aggregates,
     bpfCost: results.bpfCost,
@@ -341,7 +417,18 @@ export function machineLine(m: MachineInfo): string {
   }`;
 }
 
-export const PLOT_FILES = [...MEASURE_IDS, 'bpfCost'] as const;
+/** A measure's plot of one family: IPv4's keeps the measure's name, IPv6's is `<measure>-ipv6`. */
+export function plotName(measure: string, family: IPFamily): string {
+  return family === 'IPv4' ? measure : `${measure}-${family.toLowerCase()}`;
+}
+
+/** Every plot of a run: each measure's for each family, and the BPF per-packet cost. */
+export function plotFiles(results: Pick<BenchResults, 'aggregates'>): string[] {
+  return [
+    ...resultFamilies(results).flatMap((family) => MEASURE_IDS.map((m) => plotName(m, family))),
+    'bpfCost',
+  ];
+}
 
 async function writeResults(outRoot: string, results: BenchResults): Promise<string> {
   const root = resolve(outRoot);
@@ -364,7 +451,7 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
     '',
     `Machine: ${machineLine(results.machine)}.`,
     '',
-    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}}${(results.settings.controlPlaneServiceCounts ?? []).length > 0 ? ` and, bpf control plane only, {${results.settings.controlPlaneServiceCounts.join(', ')}}` : ''} services × ${results.settings.endpoints} endpoints, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
+    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}}${(results.settings.controlPlaneServiceCounts ?? []).length > 0 ? ` and, bpf control plane only, {${results.settings.controlPlaneServiceCounts.join(', ')}}` : ''} services × ${results.settings.endpoints} endpoints, Services of ${resultFamilies(results).join(' and ')}, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
     '',
     results.source === 'apiserver'
       ? 'Source: every proxy, ours and the real kube-proxy, listed and watched a real kube-apiserver; the bench wrote the Services and EndpointSlices through the API.'
@@ -372,28 +459,36 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
   ].join('\n');
   writeFileSync(join(dir, 'results.md'), markdownReport(reportInput(results), header));
 
-  for (const measure of MEASURE_IDS) {
-    const info = MEASURES[measure];
-    const series: Series[] = results.modes.flatMap((mode) => {
-      const points = (stat: 'median' | 'p99') =>
-        allServiceCounts(results).flatMap((n) => {
-          const a = findAggregate(results.aggregates, mode, n, measure);
-          return a ? [{ x: n, y: a[stat] }] : [];
-        });
-      const color = MODE_COLORS[mode] ?? '#000';
-      return [
-        { name: `${mode} median`, color, points: points('median') },
-        { name: `${mode} p99`, color, points: points('p99'), dashed: true },
-      ];
-    });
-    await writePlot(
-      dir,
-      measure,
-      chartSvg({ title: info.title, xLabel: 'services (N, log scale)', yLabel: info.unit, series }),
-    );
+  for (const family of resultFamilies(results)) {
+    for (const measure of MEASURE_IDS) {
+      const info = MEASURES[measure];
+      const series: Series[] = results.modes.flatMap((mode) => {
+        const points = (stat: 'median' | 'p99') =>
+          allServiceCounts(results).flatMap((n) => {
+            const a = findAggregate(results.aggregates, mode, n, measure, family);
+            return a ? [{ x: n, y: a[stat] }] : [];
+          });
+        const color = MODE_COLORS[mode] ?? '#000';
+        return [
+          { name: `${mode} median`, color, points: points('median') },
+          { name: `${mode} p99`, color, points: points('p99'), dashed: true },
+        ];
+      });
+      await writePlot(
+        dir,
+        plotName(measure, family),
+        chartSvg({
+          title: `${info.title}, ${family}`,
+          xLabel: 'services (N, log scale)',
+          yLabel: info.unit,
+          series,
+        }),
+      );
+    }
   }
-  const programs = [...new Set(results.bpfCost.map((r) => r.program))];
-  const palette = ['#1b7837', '#2166ac', '#777777'];
+  // One line per program and family (older runs' rows have no family: IPv4).
+  const programs = [...new Set(results.bpfCost.map((r) => `${r.program}, ${r.family ?? 'IPv4'}`))];
+  const palette = ['#1b7837', '#2166ac', '#777777', '#c51b7d', '#e08214', '#5e3c99', '#01665e'];
   await writePlot(
     dir,
     'bpfCost',
@@ -405,7 +500,7 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
         name: program,
         color: palette[i % palette.length] as string,
         points: results.bpfCost
-          .filter((r) => r.program === program)
+          .filter((r) => `${r.program}, ${r.family ?? 'IPv4'}` === program)
           .map((r) => ({ x: r.services, y: r.median })),
       })),
     }),

@@ -42,6 +42,8 @@ export function guestBenchArgs(options: BenchOptions): string[] {
     options.modes.join(','),
     '--services',
     options.serviceCounts.join(','),
+    '--families',
+    options.families.join(','),
     '--endpoints',
     String(options.endpoints),
     '--reps',

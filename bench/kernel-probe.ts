@@ -4,11 +4,12 @@
 
 import { dumpMap, getPinned } from '../native/libbpf.js';
 import { closeFd } from '../native/libc.js';
-import { backend4, u32Codec } from '../src/dataplanes/bpf/layout.js';
+import { backend4, backend6, u32Codec } from '../src/dataplanes/bpf/layout.js';
 import { mapPinPath, PIN_LAYOUT_VERSION } from '../src/dataplanes/bpf/object.js';
 import { endpointChain } from '../src/dataplanes/iptables/names.js';
 import { servicePortChainNameBase } from '../src/dataplanes/nftables/names.js';
 import type { Lab } from '../src/lab/netns.js';
+import { canonicalIP, type IPFamily, joinHostPort } from '../src/net/ip.js';
 import { NAMESPACE, SERVICE_TCP_PORT, TCP_TARGET_PORT } from './scenario.js';
 
 /**
@@ -53,9 +54,11 @@ export interface ProbeContext {
   iptablesBackend: string;
   /** The measured service's ClusterIP (ipvs lists real servers per virtual server). */
   serviceIP: string;
+  /** The measured service's family: which table, nft family, BPF map the endpoint is in. */
+  family: IPFamily;
 }
 
-/** True when the kernel already steers the measured service's http port to `ip`. */
+/** True when the kernel already steers the measured service's http port to `ip` (of ctx.family). */
 export async function endpointInKernel(
   mode: BenchMode,
   ctx: ProbeContext,
@@ -64,8 +67,8 @@ export async function endpointInKernel(
 ): Promise<boolean> {
   switch (kernelMode(mode)) {
     case 'iptables': {
-      const chain = endpointChain(`${NAMESPACE}/${service}:http`, 'TCP', `${ip}:${TCP_TARGET_PORT}`);
-      const cmd = ctx.iptablesBackend === 'legacy' ? 'iptables-legacy' : 'iptables-nft';
+      const chain = endpointChain(`${NAMESPACE}/${service}:http`, 'TCP', joinHostPort(ip, TCP_TARGET_PORT));
+      const cmd = `${ctx.family === 'IPv6' ? 'ip6tables' : 'iptables'}-${ctx.iptablesBackend === 'legacy' ? 'legacy' : 'nft'}`;
       const result = await ctx.lab.exec(ctx.nodeNs, cmd, ['-w', '-t', 'nat', '-S', chain], {
         allowFailure: true,
       });
@@ -77,7 +80,7 @@ export async function endpointInKernel(
       const result = await ctx.lab.exec(
         ctx.nodeNs,
         'nft',
-        ['list', 'chain', 'ip', 'kube-proxy', `service-${base}`],
+        ['list', 'chain', ctx.family === 'IPv6' ? 'ip6' : 'ip', 'kube-proxy', `service-${base}`],
         { allowFailure: true },
       );
       return (
@@ -88,10 +91,13 @@ export async function endpointInKernel(
     }
     case 'bpf':
     case 'bpf-sock': {
-      const fd = getPinned(mapPinPath(`${ctx.pinPath}/${PIN_LAYOUT_VERSION}`, 'backends4'));
+      const [map, codec] =
+        ctx.family === 'IPv6' ? (['backends6', backend6] as const) : (['backends4', backend4] as const);
+      const fd = getPinned(mapPinPath(`${ctx.pinPath}/${PIN_LAYOUT_VERSION}`, map));
       try {
-        const { values } = dumpMap(fd, u32Codec.size, backend4.size);
-        return values.some((v) => backend4.decode(v).addr === ip);
+        const { values } = dumpMap(fd, u32Codec.size, codec.size);
+        const wanted = canonicalIP(ip);
+        return values.some((v) => canonicalIP(codec.decode(v).addr) === wanted);
       } finally {
         closeFd(fd);
       }
@@ -101,12 +107,12 @@ export async function endpointInKernel(
       const result = await ctx.lab.exec(
         ctx.nodeNs,
         'ipvsadm',
-        ['-Ln', '-t', `${ctx.serviceIP}:${SERVICE_TCP_PORT}`],
+        ['-Ln', '-t', joinHostPort(ctx.serviceIP, SERVICE_TCP_PORT)],
         {
           allowFailure: true,
         },
       );
-      return result.code === 0 && result.stdout.includes(`-> ${ip}:${TCP_TARGET_PORT} `);
+      return result.code === 0 && result.stdout.includes(`-> ${joinHostPort(ip, TCP_TARGET_PORT)} `);
     }
   }
 }

@@ -1,5 +1,6 @@
 // What the benchmark measures, and the shape of every sample it records.
 
+import type { IPFamily } from '../src/net/ip.js';
 import type { BenchMode } from './kernel-probe.js';
 import type { Histogram, Summary } from './stats.js';
 
@@ -84,6 +85,8 @@ export const MEASURE_IDS = Object.keys(MEASURES) as MeasureId[];
 export interface Sample {
   measure: MeasureId;
   mode: BenchMode;
+  /** The measured Services' family (absent from runs before IPv6 cells: IPv4). */
+  family?: IPFamily;
   services: number;
   rep: number;
   /** One value per run (for pooled measures: that run's median). */
@@ -104,6 +107,8 @@ export interface Sample {
 
 export interface BpfCostSample {
   program: string;
+  /** The packet's family (absent from runs before the IPv6 rows: IPv4). */
+  family?: IPFamily;
   /** Services in the map. */
   services: number;
   round: number;
@@ -113,6 +118,7 @@ export interface BpfCostSample {
 /** A cell that could not be measured (agent failed to start, traffic all failing): kept, with why. */
 export interface CellFailure {
   mode: BenchMode;
+  family?: IPFamily;
   services: number;
   rep: number;
   error: string;

@@ -1,12 +1,15 @@
-// From samples to what a reader sees: per (mode, N, measure) median and p99, the ratio tables (each
-// of our modes ÷ the real kube-proxy's, bpf ÷ each other mode; same run) and the Markdown summary.
+// From samples to what a reader sees: per (mode, family, N, measure) median and p99, the ratio
+// tables (each of our modes ÷ the real kube-proxy's, bpf ÷ each other mode, one row per measure and
+// family; IPv6 ÷ IPv4 of each mode; same run) and the Markdown summary.
 
+import type { IPFamily } from '../src/net/ip.js';
 import { type BenchMode, isKubeProxyMode, KUBE_PROXY_MODES } from './kernel-probe.js';
 import { type BpfCostSample, MEASURE_IDS, MEASURES, type MeasureId, type Sample } from './measures.js';
 import { mergeHistograms, type Summary, summarize, summarizeHistogram } from './stats.js';
 
 export interface Aggregate extends Summary {
   mode: BenchMode;
+  family: IPFamily;
   services: number;
   measure: MeasureId;
   errors: number;
@@ -16,7 +19,7 @@ export interface Aggregate extends Summary {
 export function aggregate(samples: readonly Sample[]): Aggregate[] {
   const groups = new Map<string, Sample[]>();
   for (const s of samples) {
-    const key = `${s.mode}|${s.services}|${s.measure}`;
+    const key = `${s.mode}|${s.family ?? 'IPv4'}|${s.services}|${s.measure}`;
     const group = groups.get(key) ?? [];
     group.push(s);
     groups.set(key, group);
@@ -31,6 +34,7 @@ export function aggregate(samples: readonly Sample[]): Aggregate[] {
         : summarize(group.map((s) => s.value));
     out.push({
       mode: first.mode,
+      family: first.family ?? 'IPv4',
       services: first.services,
       measure: first.measure,
       ...summary,
@@ -38,31 +42,50 @@ export function aggregate(samples: readonly Sample[]): Aggregate[] {
     });
   }
   return out.sort(
-    (a, b) => a.measure.localeCompare(b.measure) || a.services - b.services || a.mode.localeCompare(b.mode),
+    (a, b) =>
+      a.measure.localeCompare(b.measure) ||
+      a.family.localeCompare(b.family) ||
+      a.services - b.services ||
+      a.mode.localeCompare(b.mode),
   );
 }
+
+/** Older runs' aggregates have no family: theirs was IPv4. */
+const familyOf = (a: { family?: IPFamily }): IPFamily => a.family ?? 'IPv4';
 
 export function findAggregate(
   aggregates: readonly Aggregate[],
   mode: BenchMode,
   services: number,
   measure: MeasureId,
+  family: IPFamily = 'IPv4',
 ): Aggregate | undefined {
-  return aggregates.find((a) => a.mode === mode && a.services === services && a.measure === measure);
+  return aggregates.find(
+    (a) => a.mode === mode && a.services === services && a.measure === measure && familyOf(a) === family,
+  );
+}
+
+/** The families a run's aggregates cover, IPv4 first. */
+export function familiesOf(aggregates: readonly { family?: IPFamily }[]): IPFamily[] {
+  const seen = new Set(aggregates.map(familyOf));
+  return (['IPv4', 'IPv6'] as const).filter((f) => seen.has(f));
 }
 
 export interface BpfCostAggregate extends Summary {
   program: string;
+  family: IPFamily;
   services: number;
 }
 
 export function aggregateBpfCost(samples: readonly BpfCostSample[]): BpfCostAggregate[] {
-  const keys = [...new Set(samples.map((s) => `${s.program}|${s.services}`))];
+  const keyOf = (s: BpfCostSample) => `${s.program}|${s.family ?? 'IPv4'}|${s.services}`;
+  const keys = [...new Set(samples.map(keyOf))];
   return keys.map((key) => {
-    const group = samples.filter((s) => `${s.program}|${s.services}` === key);
+    const group = samples.filter((s) => keyOf(s) === key);
     const first = group[0] as BpfCostSample;
     return {
       program: first.program,
+      family: first.family ?? 'IPv4',
       services: first.services,
       ...summarize(group.map((s) => s.nsPerPacket)),
     };
@@ -72,15 +95,16 @@ export function aggregateBpfCost(samples: readonly BpfCostSample[]): BpfCostAggr
 /** Two modes compared: numerator ÷ denominator. */
 export type ModePair = readonly [BenchMode, BenchMode];
 
-/** numerator ÷ denominator, of the medians; null when either is missing. */
+/** numerator ÷ denominator, of the medians (both of `family`); null when either is missing. */
 export function ratio(
   aggregates: readonly Aggregate[],
   [numerator, denominator]: ModePair,
   services: number,
   measure: MeasureId,
+  family: IPFamily = 'IPv4',
 ): number | null {
-  const top = findAggregate(aggregates, numerator, services, measure);
-  const base = findAggregate(aggregates, denominator, services, measure);
+  const top = findAggregate(aggregates, numerator, services, measure, family);
+  const base = findAggregate(aggregates, denominator, services, measure, family);
   if (!top || !base || !(base.median > 0) || !Number.isFinite(top.median)) return null;
   return top.median / base.median;
 }
@@ -114,27 +138,54 @@ function formatNumber(v: number): string {
 
 export interface ReportInput {
   modes: BenchMode[];
+  /** The families measured, IPv4 first: the tables have a row for each. */
+  families: IPFamily[];
   serviceCounts: number[];
   aggregates: Aggregate[];
   bpfCost: BpfCostAggregate[];
   /** Modes that could not run here, with the reason (e.g. ipvs: no IPVS in this kernel). */
   unavailable: { mode: BenchMode; reason: string }[];
-  failures: { mode: BenchMode; services: number; rep: number; error: string }[];
+  failures: { mode: BenchMode; family?: IPFamily; services: number; rep: number; error: string }[];
 }
 
+/** A ratio cell: "1.23×", or "–" when either side is missing. */
+const ratioCell = (r: number | null) => (r === null ? '–' : `${r.toFixed(2)}×`);
+
+/** One row per measure and family, one column per N and pair. */
 export function ratioTable(input: ReportInput, pairs: readonly ModePair[]): string {
   if (pairs.length === 0) return '_No ratio: bpf and at least one other mode must run._\n';
   const lines = [
-    `| measure | better | ${input.serviceCounts.flatMap((n) => pairs.map(([a, b]) => `${a} ÷ ${b} @ N=${n.toLocaleString('en')}`)).join(' | ')} |`,
-    `|---|---|${input.serviceCounts.flatMap(() => pairs.map(() => '---:')).join('|')}|`,
+    `| measure | family | better | ${input.serviceCounts.flatMap((n) => pairs.map(([a, b]) => `${a} ÷ ${b} @ N=${n.toLocaleString('en')}`)).join(' | ')} |`,
+    `|---|---|---|${input.serviceCounts.flatMap(() => pairs.map(() => '---:')).join('|')}|`,
   ];
   for (const measure of MEASURE_IDS) {
-    const cells = input.serviceCounts.flatMap((n) =>
-      pairs.map((pair) => {
-        const r = ratio(input.aggregates, pair, n, measure);
-        return r === null ? '–' : `${r.toFixed(2)}×`;
-      }),
-    );
+    for (const family of input.families) {
+      const cells = input.serviceCounts.flatMap((n) =>
+        pairs.map((pair) => ratioCell(ratio(input.aggregates, pair, n, measure, family))),
+      );
+      lines.push(
+        `| ${MEASURES[measure].title} | ${family} | ${MEASURES[measure].better} | ${cells.join(' | ')} |`,
+      );
+    }
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** Each mode's IPv6 median ÷ its IPv4 median (same run), one column per N and mode. */
+export function familyRatioTable(input: ReportInput): string {
+  const columns = input.serviceCounts.flatMap((n) => input.modes.map((mode) => ({ n, mode })));
+  const lines = [
+    `| measure | better | ${columns.map(({ n, mode }) => `${mode} @ N=${n.toLocaleString('en')}`).join(' | ')} |`,
+    `|---|---|${columns.map(() => '---:').join('|')}|`,
+  ];
+  for (const measure of MEASURE_IDS) {
+    const cells = columns.map(({ n, mode }) => {
+      const v6 = findAggregate(input.aggregates, mode, n, measure, 'IPv6');
+      const v4 = findAggregate(input.aggregates, mode, n, measure, 'IPv4');
+      return ratioCell(
+        v6 && v4 && v4.median > 0 && Number.isFinite(v6.median) ? v6.median / v4.median : null,
+      );
+    });
     lines.push(`| ${MEASURES[measure].title} | ${MEASURES[measure].better} | ${cells.join(' | ')} |`);
   }
   return `${lines.join('\n')}\n`;
@@ -143,39 +194,48 @@ export function ratioTable(input: ReportInput, pairs: readonly ModePair[]): stri
 export function valuesTable(input: ReportInput): string {
   if (input.modes.length === 0) return '_No mode was measured._\n';
   const lines = [
-    `| measure | N | ${input.modes.map((m) => `${m} median (p99)`).join(' | ')} |`,
-    `|---|---:|${input.modes.map(() => '---:').join('|')}|`,
+    `| measure | family | N | ${input.modes.map((m) => `${m} median (p99)`).join(' | ')} |`,
+    `|---|---|---:|${input.modes.map(() => '---:').join('|')}|`,
   ];
   for (const measure of MEASURE_IDS) {
-    for (const n of input.serviceCounts) {
-      const cells = input.modes.map((mode) => {
-        const a = findAggregate(input.aggregates, mode, n, measure);
-        if (!a) return '–';
-        const errors = a.errors > 0 ? `, ${a.errors} failed` : '';
-        return `${formatNumber(a.median)} (${formatNumber(a.p99)}${errors})`;
-      });
-      lines.push(
-        `| ${MEASURES[measure].title} [${MEASURES[measure].unit}] | ${n.toLocaleString('en')} | ${cells.join(' | ')} |`,
-      );
+    for (const family of input.families) {
+      for (const n of input.serviceCounts) {
+        const cells = input.modes.map((mode) => {
+          const a = findAggregate(input.aggregates, mode, n, measure, family);
+          if (!a) return '–';
+          const errors = a.errors > 0 ? `, ${a.errors} failed` : '';
+          return `${formatNumber(a.median)} (${formatNumber(a.p99)}${errors})`;
+        });
+        // A control-plane N measured in one family only has no row in the other.
+        if (cells.every((c) => c === '–')) continue;
+        lines.push(
+          `| ${MEASURES[measure].title} [${MEASURES[measure].unit}] | ${family} | ${n.toLocaleString('en')} | ${cells.join(' | ')} |`,
+        );
+      }
     }
   }
   return `${lines.join('\n')}\n`;
 }
 
+/** One row per program and family (IPv4 first), one column per service count. */
 export function bpfCostTable(rows: readonly BpfCostAggregate[]): string {
   if (rows.length === 0) return '_Not measured (see the failures below)._\n';
   const counts = [...new Set(rows.map((r) => r.services))].sort((a, b) => a - b);
-  const programs = [...new Set(rows.map((r) => r.program))];
+  const keys = [...new Map(rows.map((r) => [`${r.program}|${familyOf(r)}`, r])).values()].sort((a, b) =>
+    familyOf(a).localeCompare(familyOf(b)),
+  );
   const lines = [
-    `| program | ${counts.map((n) => `${n.toLocaleString('en')} service(s): ns/packet median (p99)`).join(' | ')} |`,
-    `|---|${counts.map(() => '---:').join('|')}|`,
+    `| program | family | ${counts.map((n) => `${n.toLocaleString('en')} service(s): ns/packet median (p99)`).join(' | ')} |`,
+    `|---|---|${counts.map(() => '---:').join('|')}|`,
   ];
-  for (const program of programs) {
+  for (const key of keys) {
     const cells = counts.map((n) => {
-      const r = rows.find((x) => x.program === program && x.services === n);
+      const r = rows.find(
+        (x) => x.program === key.program && familyOf(x) === familyOf(key) && x.services === n,
+      );
       return r ? `${formatNumber(r.median)} (${formatNumber(r.p99)})` : '–';
     });
-    lines.push(`| ${program} | ${cells.join(' | ')} |`);
+    lines.push(`| ${key.program} | ${familyOf(key)} | ${cells.join(' | ')} |`);
   }
   return `${lines.join('\n')}\n`;
 }
@@ -194,6 +254,12 @@ export function markdownReport(input: ReportInput, header: string): string {
     '',
     ratioTable(input, bpfPairs(input.modes)),
   );
+  if (input.families.length > 1)
+    parts.push(
+      '### IPv6 ÷ IPv4 (each mode, medians of the same run; near 1× means IPv6 costs what IPv4 does)',
+      '',
+      familyRatioTable(input),
+    );
   parts.push('### Values', '', valuesTable(input));
   parts.push('### BPF per-packet cost (BPF_PROG_TEST_RUN)', '', bpfCostTable(input.bpfCost));
   if (input.unavailable.length > 0) {
@@ -203,7 +269,9 @@ export function markdownReport(input: ReportInput, header: string): string {
     parts.push(
       '### Cells that failed',
       '',
-      ...input.failures.map((f) => `- ${f.mode} N=${f.services} rep ${f.rep}: ${f.error.split('\n')[0]}`),
+      ...input.failures.map(
+        (f) => `- ${f.mode} ${f.family ?? 'IPv4'} N=${f.services} rep ${f.rep}: ${f.error.split('\n')[0]}`,
+      ),
       '',
     );
   }

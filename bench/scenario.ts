@@ -6,8 +6,28 @@
 // traffic always reaches a real server. The measured Service is the last one (the worst case for
 // iptables' linear KUBE-SERVICES walk); it alone also has a UDP port (53 -> 5353) for the UDP
 // probes. Its slice lives in a file of its own, so an endpoint change edits one small file.
+//
+// A scenario is of one IP family: N single-stack Services of that family, with slices of its
+// address type. The node and the pods are dual-stack in every scenario; each IPv4 address of the
+// layout below has its IPv6 counterpart, the same 32 bits in the low bits of fd00::/96 (10.96.0.2
+// is fd00::a60:2, a /24 is a /120), as the kernel tests' families do.
 
 import type { NodeEnv } from '../src/brain/types.js';
+import { canonicalIP, type IPFamily } from '../src/net/ip.js';
+
+/** The family's counterpart of one of the layout's IPv4 addresses (itself in IPv4). */
+export function inFamily(family: IPFamily, ipv4: string): string {
+  if (family === 'IPv4') return ipv4;
+  const v6 = canonicalIP(`fd00::${ipv4}`);
+  if (!v6) throw new Error(`inFamily: ${ipv4} is not an IPv4 address`);
+  return v6;
+}
+
+/** ... of one of its IPv4 CIDRs (a /24 is a /120). */
+export function cidrInFamily(family: IPFamily, cidr: string): string {
+  const [address = '', bits = ''] = cidr.split('/');
+  return family === 'IPv4' ? cidr : `${inFamily(family, address)}/${96 + Number(bits)}`;
+}
 
 export const NAMESPACE = 'bench';
 export const NODE_NAME = 'node';
@@ -23,6 +43,10 @@ export const NODE_ENV: NodeEnv = {
 export const POD_CIDR = '10.244.0.0/24';
 /** Pod traffic stays inside it (no masquerade needed for pod-to-service traffic). */
 export const CLUSTER_CIDR = '10.244.0.0/16';
+/** kube-proxy's clusterCIDR on the dual-stack node: one CIDR of each family, comma-separated. */
+export const DUAL_STACK_CLUSTER_CIDR = `${CLUSTER_CIDR},${cidrInFamily('IPv6', CLUSTER_CIDR)}`;
+/** The API server's service ranges: 10.96.0.0/16 as the lab's control plane has it, and its IPv6 counterpart. */
+export const SERVICE_CIDRS = ['10.96.0.0/16', cidrInFamily('IPv6', '10.96.0.0/16')];
 export const CLIENT_POD_IP = '10.244.0.5';
 export const TCP_TARGET_PORT = 8080;
 export const UDP_TARGET_PORT = 5353;
@@ -34,31 +58,40 @@ export const MAX_BACKEND_PODS = 32;
 export interface Scenario {
   services: number;
   endpoints: number;
+  /** The Services' family (single-stack); IPv4 when absent. */
+  family?: IPFamily;
+}
+
+export function scenarioFamily(scenario: Scenario): IPFamily {
+  return scenario.family ?? 'IPv4';
 }
 
 /** The i-th backend pod's IP (i from 0). */
-export function backendPodIP(i: number): string {
-  return `10.244.0.${10 + i}`;
+export function backendPodIP(i: number, family: IPFamily = 'IPv4'): string {
+  return inFamily(family, `10.244.0.${10 + i}`);
 }
 
 /**
  * The ClusterIP of service i (i from 0): 10.96.0.2 onwards, within 10.96.0.0/12 (kubeadm's default
- * service CIDR). 10.96.0.1 is the `kubernetes` Service's when the API server is the source.
+ * service CIDR; in IPv6 fd00::a60:2 onwards, within fd00::a60:0/108). 10.96.0.1 is the
+ * `kubernetes` Service's when the API server is the source.
  */
-export function clusterIP(i: number): string {
+export function clusterIP(i: number, family: IPFamily = 'IPv4'): string {
   const n = i + 2;
   if (n > 2 ** 20 - 2) throw new Error(`service ${i}: more services than 10.96.0.0/12 holds`);
-  return `10.${96 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}`;
+  return inFamily(family, `10.${96 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}`);
 }
 
-export function serviceName(i: number): string {
-  return `svc-${String(i).padStart(5, '0')}`;
+/** svc-00042; an IPv6 scenario's Services are other objects (svc6-00042), so both can be in one API server in turn. */
+export function serviceName(i: number, family: IPFamily = 'IPv4'): string {
+  return `${family === 'IPv4' ? 'svc' : 'svc6'}-${String(i).padStart(5, '0')}`;
 }
 
 /** The Service traffic goes to: the last one. */
 export function measuredService(scenario: Scenario): { index: number; name: string; ip: string } {
   const index = scenario.services - 1;
-  return { index, name: serviceName(index), ip: clusterIP(index) };
+  const family = scenarioFamily(scenario);
+  return { index, name: serviceName(index, family), ip: clusterIP(index, family) };
 }
 
 export function validateScenario(scenario: Scenario): void {
@@ -72,7 +105,7 @@ export function validateScenario(scenario: Scenario): void {
     throw new Error(
       `endpoints must be 1..${MAX_BACKEND_PODS} (one real pod each), got ${scenario.endpoints}`,
     );
-  clusterIP(scenario.services - 1);
+  clusterIP(scenario.services - 1, scenarioFamily(scenario));
 }
 
 /** Service i; the measured (last) one also has the UDP port. */
@@ -83,12 +116,13 @@ export function serviceObject(i: number, scenario: Scenario): object {
   ];
   if (withUdp)
     ports.push({ name: 'dns', protocol: 'UDP', port: SERVICE_UDP_PORT, targetPort: UDP_TARGET_PORT });
-  const ip = clusterIP(i);
+  const family = scenarioFamily(scenario);
+  const ip = clusterIP(i, family);
   return {
     apiVersion: 'v1',
     kind: 'Service',
-    metadata: { name: serviceName(i), namespace: NAMESPACE },
-    spec: { type: 'ClusterIP', clusterIP: ip, clusterIPs: [ip], ipFamilies: ['IPv4'], ports },
+    metadata: { name: serviceName(i, family), namespace: NAMESPACE },
+    spec: { type: 'ClusterIP', clusterIP: ip, clusterIPs: [ip], ipFamilies: [family], ports },
   };
 }
 
@@ -97,16 +131,17 @@ export function endpointSlice(i: number, scenario: Scenario, extraIPs: string[] 
   const withUdp = i === scenario.services - 1;
   const ports: object[] = [{ name: 'http', protocol: 'TCP', port: TCP_TARGET_PORT }];
   if (withUdp) ports.push({ name: 'dns', protocol: 'UDP', port: UDP_TARGET_PORT });
-  const ips = [...Array.from({ length: scenario.endpoints }, (_, e) => backendPodIP(e)), ...extraIPs];
+  const family = scenarioFamily(scenario);
+  const ips = [...Array.from({ length: scenario.endpoints }, (_, e) => backendPodIP(e, family)), ...extraIPs];
   return {
     apiVersion: 'discovery.k8s.io/v1',
     kind: 'EndpointSlice',
     metadata: {
-      name: `${serviceName(i)}-1`,
+      name: `${serviceName(i, family)}-1`,
       namespace: NAMESPACE,
-      labels: { 'kubernetes.io/service-name': serviceName(i) },
+      labels: { 'kubernetes.io/service-name': serviceName(i, family) },
     },
-    addressType: 'IPv4',
+    addressType: family,
     ports,
     endpoints: ips.map((ip) => ({
       addresses: [ip],
@@ -117,14 +152,14 @@ export function endpointSlice(i: number, scenario: Scenario, extraIPs: string[] 
 }
 
 /**
- * Service i's slice with E addresses of its own (10.100.0.0 onwards, N × E in all, as a real
+ * Service i's slice with E addresses of its own (10.100.0.0 onwards or their IPv6 counterparts, N × E in all, as a real
  * cluster has) instead of the E shared backend pods.
  */
 export function withOwnAddresses(slice: object, i: number): object {
-  const s = slice as { endpoints: { addresses: string[] }[] };
+  const s = slice as { addressType: IPFamily; endpoints: { addresses: string[] }[] };
   const ip = (k: number) => {
     const n = i * s.endpoints.length + k;
-    return `10.${100 + (n >> 16)}.${(n >> 8) & 0xff}.${n & 0xff}`;
+    return inFamily(s.addressType, `10.${100 + (n >> 16)}.${(n >> 8) & 0xff}.${n & 0xff}`);
   };
   return { ...s, endpoints: s.endpoints.map((e, k) => ({ ...e, addresses: [ip(k)] })) };
 }
@@ -179,8 +214,8 @@ export function scenarioMapSizes(scenario: Scenario): { services: number; backen
 }
 
 /** The IP an endpoint change adds to the measured slice: in the pod CIDR, never a backend pod. */
-export function changedEndpointIP(change: number): string {
-  return `10.244.0.${100 + (change % 150)}`;
+export function changedEndpointIP(change: number, family: IPFamily = 'IPv4'): string {
+  return inFamily(family, `10.244.0.${100 + (change % 150)}`);
 }
 
 type Raw = Record<string, unknown> & { metadata: Record<string, unknown> };

@@ -1,7 +1,8 @@
 // Backend for the benchmark: one epoll loop serving HTTP/1.1 on a TCP port (keep-alive unless the
 // client says "Connection: close"; pipelined requests answered in order) and echoing on a UDP
-// port. In C so that the backends are not what limits a measurement of the proxy in front.
-// Usage: bench-backend NAME TCP_PORT UDP_PORT   (prints "listening" once both sockets are bound)
+// port, over IPv4 and IPv6 (a socket of each family for each, so the IPv4 path is a plain AF_INET
+// socket's). In C so that the backends are not what limits a measurement of the proxy in front.
+// Usage: bench-backend NAME TCP_PORT UDP_PORT   (prints "listening" once every socket is bound)
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -22,16 +23,22 @@
 static char *bufs[MAX_FDS];
 static int lens[MAX_FDS];
 
-static int bind_socket(int type, int port) {
-	int fd = socket(AF_INET, type | SOCK_NONBLOCK, 0);
+static int bind_socket(int family, int type, int port) {
+	int fd = socket(family, type | SOCK_NONBLOCK, 0);
 	int one = 1;
-	struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons(port)};
+	struct sockaddr_in addr4 = {.sin_family = AF_INET, .sin_port = htons(port)};
+	struct sockaddr_in6 addr6 = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
 	if (fd < 0) {
 		perror("socket");
 		exit(1);
 	}
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+	// The IPv4 socket serves IPv4: the IPv6 one takes IPv6 alone.
+	if (family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	int bound = family == AF_INET6 ? bind(fd, (struct sockaddr *)&addr6, sizeof(addr6))
+				       : bind(fd, (struct sockaddr *)&addr4, sizeof(addr4));
+	if (bound < 0) {
 		perror("bind");
 		exit(1);
 	}
@@ -79,14 +86,19 @@ int main(int argc, char **argv) {
 		     "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: "
 		     "%d\r\n\r\n%s\n",
 		     body_len, name);
-	int tcp = bind_socket(SOCK_STREAM, atoi(argv[2]));
-	int udp = bind_socket(SOCK_DGRAM, atoi(argv[3]));
+	// [0] IPv4, [1] IPv6.
+	int tcp[2] = {bind_socket(AF_INET, SOCK_STREAM, atoi(argv[2])),
+		      bind_socket(AF_INET6, SOCK_STREAM, atoi(argv[2]))};
+	int udp[2] = {bind_socket(AF_INET, SOCK_DGRAM, atoi(argv[3])),
+		      bind_socket(AF_INET6, SOCK_DGRAM, atoi(argv[3]))};
 	int ep = epoll_create1(0);
-	struct epoll_event ev = {.events = EPOLLIN};
-	ev.data.fd = tcp;
-	epoll_ctl(ep, EPOLL_CTL_ADD, tcp, &ev);
-	ev.data.fd = udp;
-	epoll_ctl(ep, EPOLL_CTL_ADD, udp, &ev);
+	for (int f = 0; f < 2; f++) {
+		struct epoll_event ev = {.events = EPOLLIN};
+		ev.data.fd = tcp[f];
+		epoll_ctl(ep, EPOLL_CTL_ADD, tcp[f], &ev);
+		ev.data.fd = udp[f];
+		epoll_ctl(ep, EPOLL_CTL_ADD, udp[f], &ev);
+	}
 	printf("listening\n");
 	fflush(stdout);
 
@@ -97,9 +109,9 @@ int main(int argc, char **argv) {
 			return 1;
 		for (int i = 0; i < n; i++) {
 			int fd = events[i].data.fd;
-			if (fd == tcp) {
+			if (fd == tcp[0] || fd == tcp[1]) {
 				for (;;) {
-					int c = accept4(tcp, NULL, NULL, SOCK_NONBLOCK);
+					int c = accept4(fd, NULL, NULL, SOCK_NONBLOCK);
 					if (c < 0)
 						break;
 					if (c >= MAX_FDS) {
@@ -114,14 +126,14 @@ int main(int argc, char **argv) {
 					struct epoll_event cev = {.events = EPOLLIN, .data.fd = c};
 					epoll_ctl(ep, EPOLL_CTL_ADD, c, &cev);
 				}
-			} else if (fd == udp) {
+			} else if (fd == udp[0] || fd == udp[1]) {
 				char dgram[1500];
-				struct sockaddr_in from;
+				struct sockaddr_storage from;
 				socklen_t from_len = sizeof(from);
 				ssize_t got;
-				while ((got = recvfrom(udp, dgram, sizeof(dgram), 0,
+				while ((got = recvfrom(fd, dgram, sizeof(dgram), 0,
 						       (struct sockaddr *)&from, &from_len)) >= 0) {
-					sendto(udp, name, body_len - 1, 0, (struct sockaddr *)&from,
+					sendto(fd, name, body_len - 1, 0, (struct sockaddr *)&from,
 					       from_len);
 					from_len = sizeof(from);
 				}

@@ -8,6 +8,7 @@
 //                                             datagram, wait for the echo.
 // OUT gets one line per attempt: "<first-packet us> <whole request us>" (crr) or "<rtt us>" (udp);
 // failures are counted, not written. stdout: {"attempts":..,"errors":..,"elapsedUs":..}.
+// IP is an IPv4 or an IPv6 address (the sockets are of its family).
 // Every loop is bounded by count and time; every socket wait by a 1 s timeout.
 
 #include <arpa/inet.h>
@@ -33,10 +34,17 @@ static void set_timeouts(int fd) {
 }
 
 // One request on a new connection; returns 0 and the two times on success.
-static int crr_once(const struct sockaddr_in *to, double *connect_us, double *total_us) {
+// The target: an IPv4 or an IPv6 address and a port.
+struct target {
+	struct sockaddr_storage addr;
+	socklen_t len;
+	int family;
+};
+
+static int crr_once(const struct target *to, double *connect_us, double *total_us) {
 	static const char request[] = "GET / HTTP/1.1\r\nHost: bench\r\n\r\n";
 	char reply[1024];
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	int fd = socket(to->family, SOCK_STREAM, 0);
 	if (fd < 0)
 		return -1;
 	set_timeouts(fd);
@@ -45,7 +53,7 @@ static int crr_once(const struct sockaddr_in *to, double *connect_us, double *to
 	int one = 1;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	double start = now_us();
-	int ok = connect(fd, (const struct sockaddr *)to, sizeof(*to)) == 0;
+	int ok = connect(fd, (const struct sockaddr *)&to->addr, to->len) == 0;
 	double connected = now_us();
 	ok = ok && write(fd, request, sizeof(request) - 1) == (ssize_t)(sizeof(request) - 1);
 	int got = 0;
@@ -70,14 +78,14 @@ static int crr_once(const struct sockaddr_in *to, double *connect_us, double *to
 	return ok ? 0 : -1;
 }
 
-static int udp_once(const struct sockaddr_in *to, double *rtt_us) {
+static int udp_once(const struct target *to, double *rtt_us) {
 	char reply[512];
-	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+	int fd = socket(to->family, SOCK_DGRAM, 0);
 	if (fd < 0)
 		return -1;
 	set_timeouts(fd);
 	double start = now_us();
-	int ok = sendto(fd, "probe", 5, 0, (const struct sockaddr *)to, sizeof(*to)) == 5 &&
+	int ok = sendto(fd, "probe", 5, 0, (const struct sockaddr *)&to->addr, to->len) == 5 &&
 		 recv(fd, reply, sizeof(reply), 0) > 0;
 	*rtt_us = now_us() - start;
 	close(fd);
@@ -93,8 +101,18 @@ int main(int argc, char **argv) {
 			argv[0]);
 		return 2;
 	}
-	struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[3]))};
-	if (inet_pton(AF_INET, argv[2], &to.sin_addr) != 1) {
+	struct target to = {0};
+	struct sockaddr_in *to4 = (struct sockaddr_in *)&to.addr;
+	struct sockaddr_in6 *to6 = (struct sockaddr_in6 *)&to.addr;
+	if (inet_pton(AF_INET, argv[2], &to4->sin_addr) == 1) {
+		to4->sin_family = to.family = AF_INET;
+		to4->sin_port = htons(atoi(argv[3]));
+		to.len = sizeof(*to4);
+	} else if (inet_pton(AF_INET6, argv[2], &to6->sin6_addr) == 1) {
+		to6->sin6_family = to.family = AF_INET6;
+		to6->sin6_port = htons(atoi(argv[3]));
+		to.len = sizeof(*to6);
+	} else {
 		fprintf(stderr, "bad address %s\n", argv[2]);
 		return 2;
 	}

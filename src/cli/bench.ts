@@ -13,11 +13,13 @@ import {
 } from '../../bench/harness.js';
 import { runIpvsLab } from '../../bench/ipvs-lab.js';
 import type { BenchMode } from '../../bench/kernel-probe.js';
+import { IP_FAMILIES, type IPFamily } from '../net/ip.js';
 
 interface BenchFlags {
   quick?: boolean;
   modes: string;
   services?: string;
+  families?: string;
   controlPlaneServices?: string;
   endpoints: string;
   reps?: string;
@@ -34,6 +36,7 @@ interface BenchFlags {
 
 const FULL = {
   services: '1,1000,10000,30000',
+  families: 'IPv4,IPv6',
   reps: '3',
   seconds: '3',
   udpProbes: '300',
@@ -43,6 +46,7 @@ const FULL = {
 };
 const QUICK = {
   services: '1,100',
+  families: 'IPv4,IPv6',
   reps: '2',
   seconds: '1',
   udpProbes: '100',
@@ -59,6 +63,15 @@ function numbers(flag: string, text: string): number[] {
   return values;
 }
 
+/** "IPv4,IPv6" → the families, IPv4 first, each once. */
+function families(flag: string, text: string): IPFamily[] {
+  const named = text.split(',').map((s) => s.trim());
+  for (const f of named)
+    if (!(IP_FAMILIES as readonly string[]).includes(f))
+      throw new Error(`${flag}: expected IPv4 and/or IPv6, got "${f}"`);
+  return IP_FAMILIES.filter((f) => named.includes(f));
+}
+
 function positive(flag: string, text: string): number {
   const v = Number(text);
   if (!(v > 0)) throw new Error(`${flag}: expected a positive number, got "${text}"`);
@@ -72,6 +85,7 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
   return {
     modes,
     serviceCounts: [...new Set(numbers('--services', flags.services ?? d.services))].sort((a, b) => a - b),
+    families: families('--families', flags.families ?? d.families),
     controlPlaneServiceCounts: [
       ...new Set(numbers('--control-plane-services', flags.controlPlaneServices ?? d.controlPlaneServices)),
     ].sort((a, b) => a - b),
@@ -114,6 +128,10 @@ export function registerBenchCommand(program: Command): void {
     .option(
       '--services <list>',
       `numbers of services N (default ${FULL.services}; --quick ${QUICK.services})`,
+    )
+    .option(
+      '--families <list>',
+      `the Services' IP families of the data-plane cells, each a scenario of single-stack Services on the same dual-stack node (default ${FULL.families}); the control-plane cells are IPv4`,
     )
     .option(
       '--control-plane-services <list>',

@@ -6,6 +6,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
+import type { IPFamily } from '../net/ip.js';
 import { processMemory, stopAgentProcess } from './agent.js';
 import { AgentLog, type LogLineReading } from './agent-log.js';
 import type { Lab } from './netns.js';
@@ -109,16 +110,16 @@ export function goDurationMs(text: string): number {
 export const SYNC_LOG_LEVEL: Record<RuleMode, number> = { iptables: 2, nftables: 2, ipvs: 4 };
 
 /**
- * kube-proxy's log read as our agent's: each IPv4 "SyncProxyRules complete" (ipvs: "syncProxyRules
- * complete") is a sync (its `elapsed` the duration), full when the "Syncing … rules" line before it
- * said fullSync=true; the ipvs proxier has no partial syncs. The IPv6 proxier's syncs are left out:
- * the benchmark's Services are IPv4.
+ * kube-proxy's log read as our agent's: each "SyncProxyRules complete" (ipvs: "syncProxyRules
+ * complete") of the `family` proxier (IPv4 unless told) is a sync (its `elapsed` the duration),
+ * full when the "Syncing … rules" line before it said fullSync=true; the ipvs proxier has no
+ * partial syncs. The other family's proxier's syncs are left out: the Services measured are of one.
  */
-export function kubeProxyLineReader(): (text: string) => LogLineReading {
+export function kubeProxyLineReader(family: IPFamily = 'IPv4'): (text: string) => LogLineReading {
   let full = false;
   return (text) => {
     const line = parseKlogLine(text);
-    if (!line || line.ipFamily === 'IPv6') return line ? { line } : {};
+    if (!line || (line.ipFamily ?? 'IPv4') !== family) return line ? { line } : {};
     if (/^Syncing (iptables|nftables) rules$/.test(line.msg as string)) full = line.fullSync === 'true';
     if (line.msg === 'Syncing ipvs proxier rules') full = true;
     if (line.msg !== 'SyncProxyRules complete' && line.msg !== 'syncProxyRules complete') return { line };
@@ -135,16 +136,20 @@ export interface KubeProxyStart {
   mode: RuleMode;
   /** iptables and ipvs modes: the directory of iptablesBackendDir(), first in its PATH. */
   iptablesDir?: string;
+  /** Whose proxier's syncs are read (kubeProxyLineReader); IPv4 unless told. */
+  family?: IPFamily;
 }
 
 /** The real kube-proxy, followed through its log like LabAgent follows ours. */
 export class KubeProxyProcess {
-  readonly log = new AgentLog('kube-proxy', kubeProxyLineReader());
+  readonly log: AgentLog;
 
   private constructor(
     private readonly child: ChildProcess,
     readonly startedAt: number,
+    family: IPFamily,
   ) {
+    this.log = new AgentLog('kube-proxy', kubeProxyLineReader(family));
     child.stderr?.on('data', (d: Buffer) => this.log.feed(d));
     child.stdout?.on('data', () => {});
     child.once('close', (code) => this.log.end(code));
@@ -160,7 +165,7 @@ export class KubeProxyProcess {
       `--config=${o.configPath}`,
       `--v=${SYNC_LOG_LEVEL[o.mode]}`,
     ]);
-    return new KubeProxyProcess(child, startedAt);
+    return new KubeProxyProcess(child, startedAt, o.family ?? 'IPv4');
   }
 
   get syncs() {

@@ -1,6 +1,8 @@
 // `kube-bpf-proxy bench --quick` with a tiny matrix: the harness works end to end on this machine
 // (namespaces, agents in every mode that runs here, the real kube-proxy fed by a real API server,
-// load generators, BPF_PROG_TEST_RUN, results JSON, report, plots). The figures themselves are not
+// load generators, BPF_PROG_TEST_RUN, results JSON, report, plots), in both families: one N, 10
+// Services of each family in turn, so the cells are as many as two N of one family would be. The
+// figures themselves are not
 // asserted: they depend on the machine. Outside CI, the real-kube-proxy modes are skipped (and
 // listed with the reason) when the control-plane binaries are not built; in CI they must run.
 
@@ -8,14 +10,15 @@ import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { ALL_MODES, type BenchResults, PLOT_FILES, runBench } from '../../bench/harness.js';
+import { ALL_MODES, type BenchResults, plotFiles, runBench } from '../../bench/harness.js';
 import { type BenchMode, isKubeProxyMode, kernelMode } from '../../bench/kernel-probe.js';
 import { MEASURE_IDS } from '../../bench/measures.js';
 import { benchOptions } from '../../src/cli/bench.js';
 import { locateControlPlane } from '../../src/lab/control-plane.js';
 import { describeRoot } from '../support/privileges.js';
 
-const SERVICES = [1, 10];
+const SERVICES = [10];
+const FAMILIES = ['IPv4', 'IPv6'] as const;
 const realKubeProxyExpected = process.env.CI === 'true' || locateControlPlane() !== null;
 
 describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
@@ -30,6 +33,7 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
         quick: true,
         modes: ALL_MODES.join(','),
         services: SERVICES.join(','),
+        families: FAMILIES.join(','),
         endpoints: '2',
         reps: '1',
         seconds: '1',
@@ -42,7 +46,7 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
       (line) => progress.push(line),
     );
     ({ dir, results } = await runBench(options));
-  }, 300_000);
+  }, 420_000);
   afterAll(() => rmSync(out, { recursive: true, force: true }));
 
   it('measures every mode that runs here and says why the others did not', () => {
@@ -73,31 +77,46 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
     expect(results.source).toBe('apiserver');
     const report = readFileSync(join(dir, 'results.md'), 'utf8');
     expect(report).toContain('### Ours ÷ the real kube-proxy');
-    expect(report).toContain('iptables ÷ kube-proxy-iptables @ N=1');
-    expect(report).toContain('nftables ÷ kube-proxy-nftables @ N=1');
-    if (results.machine.ipvs.available) expect(report).toContain('ipvs ÷ kube-proxy-ipvs @ N=1');
+    expect(report).toContain('iptables ÷ kube-proxy-iptables @ N=10');
+    expect(report).toContain('nftables ÷ kube-proxy-nftables @ N=10');
+    if (results.machine.ipvs.available) expect(report).toContain('ipvs ÷ kube-proxy-ipvs @ N=10');
   });
 
-  it('has every measure at every N for every measured mode, with the samples behind it', () => {
+  it('has every measure at every N in both families for every measured mode, with the samples behind it', () => {
     for (const mode of results.modes) {
-      for (const services of SERVICES) {
-        for (const measure of MEASURE_IDS) {
-          const where = `${mode} N=${services} ${measure}`;
-          const aggregate = results.aggregates.find(
-            (a) => a.mode === mode && a.services === services && a.measure === measure,
-          );
-          expect(aggregate, where).toBeDefined();
-          expect(Number.isFinite(aggregate?.median), where).toBe(true);
-          expect(Number.isFinite(aggregate?.p99), where).toBe(true);
-          expect(
-            results.samples.some((s) => s.mode === mode && s.services === services && s.measure === measure),
-            where,
-          ).toBe(true);
+      for (const family of FAMILIES) {
+        for (const services of SERVICES) {
+          for (const measure of MEASURE_IDS) {
+            const where = `${mode} ${family} N=${services} ${measure}`;
+            const of = (x: { mode: string; family?: string; services: number; measure: string }) =>
+              x.mode === mode && x.family === family && x.services === services && x.measure === measure;
+            const aggregate = results.aggregates.find(of);
+            expect(aggregate, where).toBeDefined();
+            expect(Number.isFinite(aggregate?.median), where).toBe(true);
+            expect(Number.isFinite(aggregate?.p99), where).toBe(true);
+            expect(results.samples.some(of), where).toBe(true);
+          }
         }
       }
     }
-    // tc, XDP, XDP IPv6 and the xdp_tx baseline, at each of the two service counts.
-    expect(new Set(results.bpfCost.map((r) => `${r.program}@${r.services}`)).size).toBe(8);
+    // The data plane carried IPv6 in every mode: new connections to the IPv6 ClusterIP, fewer
+    // than 1 % of them failed (none did in the runs so far).
+    for (const s of results.samples.filter((x) => x.family === 'IPv6' && x.measure === 'crrPerSec')) {
+      expect(s.attempts, `${s.mode} IPv6`).toBeGreaterThan(0);
+      expect(s.errors ?? 0, `${s.mode} IPv6`).toBeLessThan(0.01 * (s.attempts ?? 0));
+    }
+    // In each family the tc tracked flow (repeated, and one run per call), the tc new flow and the
+    // XDP tracked flow, and the xdp_tx baseline once, at each of the two service counts.
+    const rows = new Set(results.bpfCost.map((r) => `${r.program}|${r.family}@${r.services}`));
+    expect(rows.size).toBe(2 * 9);
+    for (const family of FAMILIES)
+      for (const program of ['tc (tracked flow)', 'tc (new flow, one run per call)', 'XDP (tracked flow)'])
+        expect(rows, `${program} ${family}`).toContain(`${program}|${family}@100`);
+    const report = readFileSync(join(dir, 'results.md'), 'utf8');
+    expect(report).toContain('### IPv6 ÷ IPv4');
+    expect(report).toMatch(
+      /\| New connections per second \(connect, one request, close\) \| IPv6 \| higher \|/,
+    );
     expect(results.machine.kernel).not.toBe('');
   });
 
@@ -106,7 +125,7 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
       const saved = JSON.parse(readFileSync(join(root, 'results.json'), 'utf8')) as BenchResults;
       expect(saved.samples.length).toBe(results.samples.length);
       expect(readFileSync(join(root, 'results.md'), 'utf8')).toContain('### Ratios');
-      for (const plot of PLOT_FILES) {
+      for (const plot of plotFiles(results)) {
         expect(readFileSync(join(root, 'plots', `${plot}.svg`), 'utf8')).toContain('<svg');
         expect(
           readFileSync(join(root, 'plots', `${plot}.png`))

@@ -5,16 +5,48 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ALL_MODES, unavailableModes } from '../../bench/harness.js';
+import {
+  ALL_MODES,
+  benchCells,
+  benchMatrix,
+  plotFiles,
+  reportInput,
+  resultFamilies,
+  unavailableModes,
+} from '../../bench/harness.js';
 import { guestBenchArgs, guestEnvironment, LAB_TIMEOUT_SCALE } from '../../bench/ipvs-lab.js';
-import type { Sample } from '../../bench/measures.js';
+import { MEASURE_IDS, type Sample } from '../../bench/measures.js';
 import { chartSvg, linearTicks } from '../../bench/plot.js';
-import { aggregate, bpfPairs, kubeProxyPairs, ratio, ratioTable } from '../../bench/report.js';
-import { clusterIP, manifestFiles, measuredService, validateScenario } from '../../bench/scenario.js';
+import {
+  aggregate,
+  aggregateBpfCost,
+  bpfCostTable,
+  bpfPairs,
+  findAggregate,
+  kubeProxyPairs,
+  markdownReport,
+  ratio,
+  ratioTable,
+  valuesTable,
+} from '../../bench/report.js';
+import {
+  changedEndpointIP,
+  cidrInFamily,
+  clusterIP,
+  DUAL_STACK_CLUSTER_CIDR,
+  endpointSlice,
+  inFamily,
+  manifestFiles,
+  measuredService,
+  SERVICE_CIDRS,
+  serviceObject,
+  validateScenario,
+} from '../../bench/scenario.js';
 import { histogram, histogramPercentile, mergeHistograms, percentile, summarize } from '../../bench/stats.js';
 import { parseColumns, parseLoadgen, parseWrk } from '../../bench/tools.js';
 import { benchOptions } from '../../src/cli/bench.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
+import { cidrContains, parseCIDR, parseIP } from '../../src/net/ip.js';
 import { readManifests } from '../../src/sources/manifests.js';
 
 describe('stats', () => {
@@ -62,6 +94,60 @@ describe('scenario', () => {
     }
   });
 
+  it('an IPv6 scenario: single-stack IPv6 Services and slices, other objects than IPv4 ones', () => {
+    const scenario = { services: 300, endpoints: 4, family: 'IPv6' as const };
+    const dir = mkdtempSync(join(tmpdir(), 'kbp-bench-unit-'));
+    try {
+      for (const [name, text] of Object.entries(manifestFiles(scenario)))
+        writeFileSync(join(dir, name), text);
+      const tracker = new ChangeTracker('node');
+      tracker.apply(readManifests([dir]).events);
+      const state = tracker.state();
+      expect(state.services.size).toBe(300);
+      const last = measuredService(scenario);
+      expect(last).toEqual({ index: 299, name: 'svc6-00299', ip: 'fd00::a60:12d' });
+      const service = state.services.get(`bench/${last.name}`);
+      expect(service?.clusterIPs).toEqual([last.ip]);
+      expect(service?.ports.map((p) => p.protocol)).toEqual(['TCP', 'UDP']);
+      for (const slice of state.endpointSlices.values()) {
+        expect(slice.addressType).toBe('IPv6');
+        expect(slice.endpoints.map((e) => e.addresses[0])).toEqual([
+          'fd00::af4:a',
+          'fd00::af4:b',
+          'fd00::af4:c',
+          'fd00::af4:d',
+        ]);
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    // IPv4 objects are unchanged, and never share a name with IPv6 ones.
+    const v4 = { services: 1, endpoints: 1 };
+    expect(serviceObject(0, v4)).toMatchObject({
+      metadata: { name: 'svc-00000' },
+      spec: { clusterIP: '10.96.0.2', ipFamilies: ['IPv4'] },
+    });
+    expect(endpointSlice(0, v4)).toMatchObject({ addressType: 'IPv4', metadata: { name: 'svc-00000-1' } });
+    expect(serviceObject(0, { ...v4, family: 'IPv6' })).toMatchObject({
+      metadata: { name: 'svc6-00000' },
+      spec: { clusterIP: 'fd00::a60:2', clusterIPs: ['fd00::a60:2'], ipFamilies: ['IPv6'] },
+    });
+  });
+
+  it("each IPv4 address of the layout has its IPv6 counterpart, inside the counterpart's CIDR", () => {
+    expect(inFamily('IPv4', '10.244.0.5')).toBe('10.244.0.5');
+    expect(inFamily('IPv6', '10.244.0.5')).toBe('fd00::af4:5');
+    expect(cidrInFamily('IPv6', '10.244.0.0/16')).toBe('fd00::af4:0/112');
+    expect(DUAL_STACK_CLUSTER_CIDR).toBe('10.244.0.0/16,fd00::af4:0/112');
+    expect(SERVICE_CIDRS).toEqual(['10.96.0.0/16', 'fd00::a60:0/112']);
+    const inside = (cidr: string, ip: string) => cidrContains(parseCIDR(cidr)!, parseIP(ip)!);
+    for (const i of [0, 1000, 65_530]) expect(inside(SERVICE_CIDRS[1]!, clusterIP(i, 'IPv6'))).toBe(true);
+    expect(inside(cidrInFamily('IPv6', '10.96.0.0/12'), clusterIP(99_999, 'IPv6'))).toBe(true);
+    expect(changedEndpointIP(3, 'IPv6')).toBe('fd00::af4:67');
+    expect(() => inFamily('IPv6', 'fd00::1')).toThrow(/not an IPv4 address/);
+    expect(() => validateScenario({ services: 2 ** 20, endpoints: 10, family: 'IPv6' })).toThrow();
+  });
+
   it('ClusterIPs are distinct and stay in 10.96.0.0/12; bad sizes are refused', () => {
     const ips = new Set(Array.from({ length: 100_000 }, (_, i) => clusterIP(i)));
     expect(ips.size).toBe(100_000);
@@ -95,7 +181,14 @@ describe('report', () => {
     const aggregates = aggregate(samples);
     expect(ratio(aggregates, ['bpf', 'iptables'], 1000, 'crrPerSec')).toBe(2);
     expect(ratio(aggregates, ['bpf', 'nftables'], 1000, 'crrPerSec')).toBeNull();
-    const input = { serviceCounts: [1000], aggregates, bpfCost: [], unavailable: [], failures: [] };
+    const input = {
+      families: ['IPv4' as const],
+      serviceCounts: [1000],
+      aggregates,
+      bpfCost: [],
+      unavailable: [],
+      failures: [],
+    };
     const table = ratioTable({ ...input, modes: ['bpf', 'iptables'] }, [['bpf', 'iptables']]);
     expect(table).toContain('bpf ÷ iptables @ N=1,000');
     expect(table).toContain('2.00×');
@@ -135,6 +228,76 @@ describe('report', () => {
       sample('kube-proxy-iptables', 'coldStartMs', 1200),
     ]);
     expect(ratio(aggregates, ['iptables', 'kube-proxy-iptables'], 1000, 'coldStartMs')).toBe(0.75);
+  });
+
+  it('the tables have a row for each family, the IPv6 ÷ IPv4 table a column for each mode', () => {
+    const v6 = (s: Sample): Sample => ({ ...s, family: 'IPv6' });
+    const samples = [
+      sample('bpf', 'crrPerSec', 10000),
+      sample('iptables', 'crrPerSec', 5000),
+      v6(sample('bpf', 'crrPerSec', 9000)),
+      v6(sample('iptables', 'crrPerSec', 3000)),
+    ];
+    const aggregates = aggregate(samples);
+    expect(findAggregate(aggregates, 'bpf', 1000, 'crrPerSec')?.median).toBe(10000);
+    expect(findAggregate(aggregates, 'bpf', 1000, 'crrPerSec', 'IPv6')?.median).toBe(9000);
+    expect(ratio(aggregates, ['bpf', 'iptables'], 1000, 'crrPerSec', 'IPv6')).toBe(3);
+    const input = {
+      modes: ['bpf', 'iptables'] as Sample['mode'][],
+      families: ['IPv4', 'IPv6'] as const,
+      serviceCounts: [1000],
+      aggregates,
+      bpfCost: aggregateBpfCost([
+        { program: 'tc (tracked flow)', services: 1, round: 0, nsPerPacket: 140 },
+        { program: 'tc (tracked flow)', family: 'IPv6', services: 1, round: 0, nsPerPacket: 150 },
+      ]),
+      unavailable: [],
+      failures: [{ mode: 'bpf' as const, family: 'IPv6' as const, services: 1000, rep: 0, error: 'boom' }],
+    };
+    const report = markdownReport({ ...input, families: [...input.families] }, '# run');
+    const row = (title: string) => report.split('\n').filter((l) => l.startsWith(`| ${title} |`));
+    expect(row('New connections per second (connect, one request, close)')).toEqual([
+      '| New connections per second (connect, one request, close) | IPv4 | higher | 2.00× |',
+      '| New connections per second (connect, one request, close) | IPv6 | higher | 3.00× |',
+      // IPv6 ÷ IPv4 of bpf, then of iptables.
+      '| New connections per second (connect, one request, close) | higher | 0.90× | 0.60× |',
+    ]);
+    expect(report).toContain('### IPv6 ÷ IPv4');
+    expect(report).toContain(
+      '| New connections per second (connect, one request, close) [conn/s] | IPv6 | 1,000 | 9,000 (9,000) | 3,000 (3,000) |',
+    );
+    expect(report).toContain('| tc (tracked flow) | IPv4 | 140 (140) |');
+    expect(report).toContain('| tc (tracked flow) | IPv6 | 150 (150) |');
+    expect(report).toContain('- bpf IPv6 N=1000 rep 0: boom');
+    // One family: no IPv6 rows, no IPv6 ÷ IPv4 table.
+    const v4only = markdownReport({ ...input, families: ['IPv4'] }, '# run');
+    expect(v4only).not.toContain('| IPv6 | higher');
+    expect(v4only).not.toContain('### IPv6 ÷ IPv4');
+  });
+
+  it("an older run's samples, without a family, are IPv4", () => {
+    const aggregates = aggregate([sample('bpf', 'crrPerSec', 7000)]);
+    expect(aggregates[0]?.family).toBe('IPv4');
+    expect(resultFamilies({ aggregates: [] })).toEqual(['IPv4']);
+    // Aggregates saved before the family existed.
+    const saved = aggregates.map(({ family: _family, ...rest }) => rest) as typeof aggregates;
+    expect(resultFamilies({ aggregates: saved })).toEqual(['IPv4']);
+    expect(findAggregate(saved, 'bpf', 1000, 'crrPerSec')?.median).toBe(7000);
+    const table = valuesTable({
+      modes: ['bpf'],
+      families: ['IPv4'],
+      serviceCounts: [1000],
+      aggregates: saved,
+      bpfCost: [],
+      unavailable: [],
+      failures: [],
+    });
+    expect(table).toContain('| IPv4 | 1,000 | 7,000 (7,000) |');
+    expect(
+      bpfCostTable(
+        aggregateBpfCost([{ program: 'xdp_tx (baseline)', services: 1, round: 0, nsPerPacket: 30 }]),
+      ),
+    ).toContain('| xdp_tx (baseline) | IPv4 | 30.0 (30.0) |');
   });
 
   it('pooled measures take their percentiles over every request', () => {
@@ -191,6 +354,7 @@ describe('modes and the IPVS lab', () => {
     expect(args[0]).toBe('bench');
     expect(flag('--modes')).toBe('ipvs,kube-proxy-ipvs,iptables,kube-proxy-iptables');
     expect(flag('--services')).toBe('1,100');
+    expect(flag('--families')).toBe('IPv4,IPv6');
     expect(flag('--endpoints')).toBe('3');
     expect(flag('--reps')).toBe('2');
     expect(flag('--seconds')).toBe('1');
@@ -224,6 +388,85 @@ describe('modes and the IPVS lab', () => {
       guestEnvironment({ PATH: '/usr/sbin:/usr/bin', HOME: '/root', KBP_CACHE_DIR: '/cache', TERM: 'xterm' }),
     ).toEqual({ PATH: '/usr/sbin:/usr/bin', HOME: '/root', KBP_CACHE_DIR: '/cache' });
     expect(guestEnvironment({})).toEqual({});
+  });
+});
+
+describe('the cell list', () => {
+  it('N ascending, in each repetition every family, in each family every mode, rotated per repetition', () => {
+    const options = benchOptions(
+      {
+        modes: 'bpf,iptables,kube-proxy-iptables',
+        services: '1000,1',
+        controlPlaneServices: '10000',
+        reps: '2',
+        endpoints: '10',
+        out: 'x',
+        iptablesBackend: 'auto',
+      },
+      () => {},
+    );
+    expect(options.families).toEqual(['IPv4', 'IPv6']);
+    const cells = benchCells(benchMatrix(options, options.modes), options.reps);
+    const line = (c: (typeof cells)[number]) =>
+      `${c.services} ${c.rep} ${c.family} ${c.mode}${c.dataPlane ? '' : ' (control plane)'}`;
+    expect(cells.map(line)).toEqual([
+      '1 0 IPv4 bpf',
+      '1 0 IPv4 iptables',
+      '1 0 IPv4 kube-proxy-iptables',
+      '1 0 IPv6 bpf',
+      '1 0 IPv6 iptables',
+      '1 0 IPv6 kube-proxy-iptables',
+      '1 1 IPv4 iptables',
+      '1 1 IPv4 kube-proxy-iptables',
+      '1 1 IPv4 bpf',
+      '1 1 IPv6 iptables',
+      '1 1 IPv6 kube-proxy-iptables',
+      '1 1 IPv6 bpf',
+      ...['0 IPv4', '0 IPv6', '1 IPv4', '1 IPv6'].flatMap((repFamily) =>
+        (repFamily.startsWith('0')
+          ? ['bpf', 'iptables', 'kube-proxy-iptables']
+          : ['iptables', 'kube-proxy-iptables', 'bpf']
+        ).map((mode) => `1000 ${repFamily} ${mode}`),
+      ),
+      '10000 0 IPv4 bpf (control plane)',
+      '10000 1 IPv4 bpf (control plane)',
+    ]);
+  });
+
+  it('--families picks the families, IPv4 first, and refuses anything else', () => {
+    const flags = { modes: 'bpf', endpoints: '10', out: 'x', iptablesBackend: 'auto' as const };
+    expect(benchOptions({ ...flags, families: 'IPv6' }, () => {}).families).toEqual(['IPv6']);
+    expect(benchOptions({ ...flags, families: 'IPv6, IPv4' }, () => {}).families).toEqual(['IPv4', 'IPv6']);
+    expect(benchOptions({ ...flags, quick: true }, () => {}).families).toEqual(['IPv4', 'IPv6']);
+    expect(() => benchOptions({ ...flags, families: 'IPv4,ipv7' }, () => {})).toThrow(/--families.*ipv7/);
+    const cells = benchCells(
+      benchMatrix(
+        benchOptions({ ...flags, families: 'IPv6', services: '5', controlPlaneServices: '' }, () => {}),
+        ['bpf'],
+      ),
+      1,
+    );
+    expect(cells).toEqual([{ services: 5, family: 'IPv6', rep: 0, mode: 'bpf', dataPlane: true }]);
+  });
+
+  it("a run's plots: each measure's of each family (IPv4's under the measure's own name), and the BPF cost", () => {
+    const aggregates = aggregate([
+      { measure: 'crrPerSec', mode: 'bpf', services: 1, rep: 0, value: 1 },
+      { measure: 'crrPerSec', mode: 'bpf', family: 'IPv6', services: 1, rep: 0, value: 1 },
+    ]);
+    const files = plotFiles({ aggregates });
+    expect(files).toEqual([...MEASURE_IDS, ...MEASURE_IDS.map((m) => `${m}-ipv6`), 'bpfCost']);
+    expect(plotFiles({ aggregates: aggregates.slice(0, 1) })).toEqual([...MEASURE_IDS, 'bpfCost']);
+    expect(
+      reportInput({
+        modes: ['bpf'],
+        settings: { serviceCounts: [1], controlPlaneServiceCounts: [] },
+        aggregates,
+        bpfCost: [],
+        unavailable: [],
+        failures: [],
+      } as unknown as Parameters<typeof reportInput>[0]).families,
+    ).toEqual(['IPv4', 'IPv6']);
   });
 });
 

@@ -65,6 +65,18 @@ describe('kube-proxy log', () => {
     });
   });
 
+  it("the IPv6 proxier's syncs when its family is measured, and none of the IPv4 one's", () => {
+    const read = kubeProxyLineReader('IPv6');
+    const line = (msg: string, fields: string) => `I1202 06:10:00.1 1 proxier.go:9] "${msg}" ${fields}`;
+    read(line('Syncing iptables rules', 'ipFamily="IPv4" fullSync=true'));
+    expect(read(line('SyncProxyRules complete', 'ipFamily="IPv4" elapsed="9ms"')).sync).toBeUndefined();
+    read(line('Syncing iptables rules', 'ipFamily="IPv6" fullSync=true'));
+    expect(read(line('SyncProxyRules complete', 'ipFamily="IPv6" elapsed="30ms"')).sync).toEqual({
+      durationMs: 30,
+      full: true,
+    });
+  });
+
   it('reads the ipvs proxier\'s syncs, logged at --v=4 with a lowercase "syncProxyRules complete"; every one full', () => {
     expect(SYNC_LOG_LEVEL).toEqual({ iptables: 2, nftables: 2, ipvs: 4 });
     const read = kubeProxyLineReader();
