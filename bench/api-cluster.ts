@@ -97,8 +97,8 @@ export class ApiCluster {
   static async start(lab: Lab, nodeNs: string, workDir: string, timeoutScale = 1): Promise<ApiCluster> {
     const cp = await ControlPlane.start(lab, {
       readyTimeoutMs: API_SERVER_READY_TIMEOUT_MS * timeoutScale,
-      // Dual-stack (the last of a repeated flag wins): IPv4 as the lab has it, and its IPv6 counterpart.
-      apiServerArgs: [`--service-cluster-ip-range=${SERVICE_CIDRS.join(',')}`],
+      // Dual-stack: IPv4 as the lab has it, and its IPv6 counterpart.
+      serviceCIDRs: SERVICE_CIDRS,
     });
     try {
       const server = await cp.linkNamespace(nodeNs, 1);

@@ -67,6 +67,9 @@ export function locateControlPlane(): ControlPlaneBinaries | null {
   return k8s && etcd ? { k8s, etcd } : null;
 }
 
+/** Dual-stack, as examples/manifests/service-cidr.yaml: the examples' dual-stack Service is accepted. */
+const EXAMPLE_SERVICE_CIDRS = ['10.96.0.0/16', 'fd00:96::/112'];
+
 export interface ControlPlaneOptions {
   /** The lab namespace (short name) the components run in. Default "cp". */
   ns?: string;
@@ -74,6 +77,8 @@ export interface ControlPlaneOptions {
   wire?: { ns: string; bridge: string; address: string };
   /** Extra kube-apiserver flags. */
   apiServerArgs?: string[];
+  /** --service-cluster-ip-range, one CIDR per family. Default: the example manifests' ServiceCIDR. */
+  serviceCIDRs?: readonly string[];
   /**
    * How long the API server may take to report /readyz (default API_SERVER_READY_TIMEOUT_MS).
    * Under the IPVS lab's emulation it takes about 80 s: the lab's bench raises it.
@@ -277,8 +282,7 @@ export class ControlPlane {
       `--tls-cert-file=${this.file('apiserver.crt')}`,
       `--tls-private-key-file=${this.file('apiserver.key')}`,
       `--client-ca-file=${this.file('ca.crt')}`,
-      // Dual-stack, as the example manifests' ServiceCIDR: their dual-stack Service is accepted.
-      '--service-cluster-ip-range=10.96.0.0/16,fd00:96::/112',
+      `--service-cluster-ip-range=${(this.opts.serviceCIDRs ?? EXAMPLE_SERVICE_CIDRS).join(',')}`,
       '--service-node-port-range=30000-32767',
       '--authorization-mode=RBAC',
       `--token-auth-file=${this.file('tokens.csv')}`,
