@@ -80,8 +80,6 @@ static __always_inline int KBP_F(kbp_new_flow)(void *ctx, const bool xdp, const 
 	__u32 backend_id = 0;
 	struct kbp_config *cfg = kbp_config_live();
 	KBP_BACKEND *be, b;
-	/* s.key, s.val: the reply entry */
-	struct KBP_FAM_NAME(kbp_port_search, ) s = {};
 	KBP_CT_KEY fkey = {};
 	bool hairpin, snat;
 
@@ -115,6 +113,22 @@ static __always_inline int KBP_F(kbp_new_flow)(void *ctx, const bool xdp, const 
 		     (role == KBP_ROLE_EXT ? KBP_CT_F_EXTERNAL : 0);
 	out->tcp_flags = p->tcp_flags;
 	out->pad = 0;
+	if (snat) {
+		if (KBP_F(kbp_addr_zero)(cfg->KBP_FAM_NAME(snat_addr, ))) {
+			*reason = KBP_DROP_NO_SNAT_ADDR;
+			return KBP_DROP;
+		}
+#if KBP_FAM == 4
+		out->xlate_saddr = kbp_snat_source4(ctx, xdp, b.addr, cfg);
+#else
+		kbp_snat_source6(ctx, xdp, b.addr, cfg, out->xlate_saddr);
+#endif
+	}
+
+	/* s.key, s.val: the reply entry. Declared after the SNAT source's FIB lookup, so that clang
+	 * gives the lookup's struct the same stack (kbp_tc_pod's, with the bpf_loop callback's,
+	 * must stay within the 512 bytes of 6.1's verifier). */
+	struct KBP_FAM_NAME(kbp_port_search, ) s = {};
 
 	s.val.last_seen_ns = now;
 	KBP_ADDR_SET(s.val.xlate_saddr, p->daddr);
@@ -130,15 +144,6 @@ static __always_inline int KBP_F(kbp_new_flow)(void *ctx, const bool xdp, const 
 	s.key.proto = p->proto;
 
 	if (snat) {
-		if (KBP_F(kbp_addr_zero)(cfg->KBP_FAM_NAME(snat_addr, ))) {
-			*reason = KBP_DROP_NO_SNAT_ADDR;
-			return KBP_DROP;
-		}
-#if KBP_FAM == 4
-		out->xlate_saddr = kbp_snat_source4(ctx, xdp, b.addr, cfg);
-#else
-		kbp_snat_source6(ctx, xdp, b.addr, cfg, out->xlate_saddr);
-#endif
 		KBP_ADDR_SET(s.key.daddr, out->xlate_saddr);
 	} else {
 		/* The client keeps its port unless another flow already owns the reply tuple (the
