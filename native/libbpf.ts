@@ -132,20 +132,11 @@ export function loadObject(obj: BpfObject): void {
 /** loadObject on one of koffi's worker threads: the event loop goes on while the kernel verifies
  * the programs (the agent reads its Services meanwhile). The object must not be touched until the
  * promise settles. libbpf keeps no thread-local state and logs to stderr itself. */
-export function loadObjectOffThread(obj: BpfObject): Promise<void> {
-  return new Promise((resolve, reject) => {
-    f.load.async(obj, (err: unknown, rc: number) => {
-      if (err) reject(err);
-      else {
-        try {
-          check('bpf_object__load', rc);
-          resolve();
-        } catch (failed) {
-          reject(failed);
-        }
-      }
-    });
-  });
+export async function loadObjectOffThread(obj: BpfObject): Promise<void> {
+  const rc = await new Promise<number>((resolve, reject) =>
+    f.load.async(obj, (err: unknown, result: number) => (err ? reject(err) : resolve(result))),
+  );
+  check('bpf_object__load', rc);
 }
 
 /** Closes the object: its program and map fds (pinned objects and links stay). */

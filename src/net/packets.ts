@@ -121,16 +121,27 @@ export function buildPacket(spec: PacketSpec): Buffer {
   return frame;
 }
 
-function buildPacket6(spec: PacketSpec): Buffer {
-  const l4Len = (spec.proto === IPPROTO_TCP ? 20 : 8) + (spec.payload?.length ?? 0);
-  const ip = ipv6Header(spec, l4Len);
-  const frame = Buffer.alloc(ETH_HLEN + ip.length + l4Len);
-  macBytes(spec.dstMac ?? '02:00:00:00:00:02').copy(frame, 0);
-  macBytes(spec.srcMac ?? '02:00:00:00:00:01').copy(frame, 6);
+/** An Ethernet frame carrying the IPv6 header (extension headers included) `ip`, then `l4`. */
+function ipv6Frame(
+  ip: Buffer,
+  l4: Buffer,
+  dstMac = '02:00:00:00:00:02',
+  srcMac = '02:00:00:00:00:01',
+): Buffer {
+  const frame = Buffer.alloc(ETH_HLEN + ip.length + l4.length);
+  macBytes(dstMac).copy(frame, 0);
+  macBytes(srcMac).copy(frame, 6);
   frame.writeUInt16BE(ETH_P_IPV6, 12);
   ip.copy(frame, ETH_HLEN);
-  writeL4(frame.subarray(ETH_HLEN + ip.length), spec, ip.subarray(8, 24), ip.subarray(24, 40));
+  l4.copy(frame, ETH_HLEN + ip.length);
   return frame;
+}
+
+function buildPacket6(spec: PacketSpec): Buffer {
+  const l4 = Buffer.alloc((spec.proto === IPPROTO_TCP ? 20 : 8) + (spec.payload?.length ?? 0));
+  const ip = ipv6Header(spec, l4.length);
+  writeL4(l4, spec, ip.subarray(8, 24), ip.subarray(24, 40));
+  return ipv6Frame(ip, l4, spec.dstMac, spec.srcMac);
 }
 
 /** The TCP or UDP header, payload and checksum into l4 (sized for them). */
@@ -181,13 +192,7 @@ export function buildNeighbourSolicitation(saddr: string, target: string): Buffe
     ~onesSum(icmp, pseudoHeaderSum(ip.subarray(8, 24), daddr, IPPROTO_ICMPV6, 24)) & 0xffff,
     2,
   );
-  const frame = Buffer.alloc(ETH_HLEN + ip.length + icmp.length);
-  macBytes('33:33:ff:00:00:00').copy(frame, 0);
-  macBytes('02:00:00:00:00:01').copy(frame, 6);
-  frame.writeUInt16BE(ETH_P_IPV6, 12);
-  ip.copy(frame, ETH_HLEN);
-  icmp.copy(frame, ETH_HLEN + ip.length);
-  return frame;
+  return ipv6Frame(ip, icmp, '33:33:ff:00:00:00');
 }
 
 export interface ParsedPacket {
@@ -337,13 +342,7 @@ export function buildIcmpError(spec: {
     );
     const sum = pseudoHeaderSum(ip.subarray(8, 24), ip.subarray(24, 40), IPPROTO_ICMPV6, icmp.length);
     icmp.writeUInt16BE(~onesSum(icmp, sum) & 0xffff, 2);
-    const frame = Buffer.alloc(ETH_HLEN + ip.length + icmp.length);
-    macBytes('02:00:00:00:00:02').copy(frame, 0);
-    macBytes('02:00:00:00:00:01').copy(frame, 6);
-    frame.writeUInt16BE(ETH_P_IPV6, 12);
-    ip.copy(frame, ETH_HLEN);
-    icmp.copy(frame, ETH_HLEN + ip.length);
-    return frame;
+    return ipv6Frame(ip, icmp);
   }
   icmp.writeUInt16BE(~onesSum(icmp) & 0xffff, 2);
   const frame = Buffer.alloc(ETH_HLEN + 20 + icmp.length);
