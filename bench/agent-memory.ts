@@ -1,8 +1,9 @@
 // The agent's memory as a node runs it, without the backends: `kube-bpf-proxy run` in bpf mode, in
 // a network namespace of its own with a fresh bpffs, reading N Services × E endpoints either from
 // manifest files (--manifests) or from the benchmark's API server (bench/list-server.ts) in JSON or
-// protobuf. VmRSS is read after the first sync and again after a few EndpointSlice changes, with the
-// peak (VmHWM) of the whole run. The endpoints are addresses only: nothing is sent to them, so
+// protobuf. VmRSS is read after the first sync and again once settled: after a few EndpointSlice
+// changes and the agent's quiet-time heap collection (src/host/heap.ts), with the peak (VmHWM) of
+// the whole run. The endpoints are addresses only: nothing is sent to them, so
 // 100,000 Services cost no processes. Run as root:
 //   node dist/bench/agent-memory.js [services,...] [--endpoints E] [--changes K]
 //       [--sources manifests,api-json,api-protobuf] [--distinct] [--as-stored] [--cli dist/src/cli/main.js]
@@ -13,6 +14,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { QUIET_COLLECTION_DELAY_MS } from '../src/host/heap.js';
 import { LabAgent } from '../src/lab/agent.js';
 import { deleteStaleNamespaces, Lab } from '../src/lab/netns.js';
 import { PROTOBUF_CONTENT_TYPE } from '../src/sources/protobuf.js';
@@ -41,7 +43,8 @@ export interface AgentMemory {
   coldStartMs: number;
   firstSyncMs: number;
   syncedMiB: number;
-  afterChangesMiB: number;
+  /** After the changes, once the agent's collection after a quiet while has run. */
+  settledMiB: number;
   peakMiB: number;
   /** Each EndpointSlice change: the agent's sync of it, and the change (the list server's watch
    * event, or the file written) to the agent's "synced" line, which it prints once the maps hold
@@ -141,7 +144,9 @@ export async function measureAgentMemory(
       changeSyncMs.push(sync.durationMs);
       changeToKernelMs.push(sync.at - changedAt);
     }
-    const after = agent.memory();
+    // The agent's collection once quiet, and a margin for the pages it frees to be unmapped.
+    await sleep(first.at + QUIET_COLLECTION_DELAY_MS + 3000 - performance.now());
+    const settled = agent.memory();
     return {
       source,
       ...scenario,
@@ -149,8 +154,8 @@ export async function measureAgentMemory(
       coldStartMs: first.at - agent.startedAt,
       firstSyncMs: first.durationMs,
       syncedMiB: synced.rssMiB,
-      afterChangesMiB: after.rssMiB,
-      peakMiB: after.peakMiB,
+      settledMiB: settled.rssMiB,
+      peakMiB: settled.peakMiB,
       changeSyncMs,
       changeToKernelMs,
     };
@@ -202,7 +207,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
         );
         results.push(result);
         console.error(
-          `${source} ${services}×${endpoints}${distinctEndpoints ? ' distinct' : ''}${stored ? ' as stored' : ''}: ${result.syncedMiB.toFixed(0)} MiB after the first sync, ${result.afterChangesMiB.toFixed(0)} MiB after ${changes} changes, peak ${result.peakMiB.toFixed(0)} MiB (cold start ${(result.coldStartMs / 1000).toFixed(1)} s, first sync ${result.firstSyncMs.toFixed(0)} ms); change syncs ${result.changeSyncMs.map((ms) => ms.toFixed(1)).join(', ')} ms, change to kernel ${result.changeToKernelMs.map((ms) => ms.toFixed(0)).join(', ')} ms`,
+          `${source} ${services}×${endpoints}${distinctEndpoints ? ' distinct' : ''}${stored ? ' as stored' : ''}: ${result.syncedMiB.toFixed(0)} MiB after the first sync, ${result.settledMiB.toFixed(0)} MiB settled (after ${changes} changes), peak ${result.peakMiB.toFixed(0)} MiB (cold start ${(result.coldStartMs / 1000).toFixed(1)} s, first sync ${result.firstSyncMs.toFixed(0)} ms); change syncs ${result.changeSyncMs.map((ms) => ms.toFixed(1)).join(', ')} ms, change to kernel ${result.changeToKernelMs.map((ms) => ms.toFixed(0)).join(', ')} ms`,
         );
       }
     }

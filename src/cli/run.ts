@@ -74,10 +74,10 @@ function openSource(opts: RunOptions, config: ProxyConfig, nodeName: string, log
 }
 
 /** A full sync's garbage collected once it is over; incremental syncs are left alone. */
-export function heapAfterFullSyncs(log: Logger): SyncObserver {
+export function heapAfterFullSyncs(log: Logger, quietDelayMs?: number): SyncObserver {
   return {
     synced(report) {
-      if (report.full) collectHeapSoon(log);
+      if (report.full) collectHeapSoon(log, quietDelayMs);
     },
   };
 }

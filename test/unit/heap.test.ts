@@ -53,4 +53,28 @@ describe('heapAfterFullSyncs', () => {
     expect(old!.physical_space_size).toBeLessThan(1.25 * old!.space_used_size);
     expect(kept).toHaveLength(100_000);
   });
+
+  it('gives the young generation back once the agent has been quiet, not before', async () => {
+    const { log, lines } = capturingLogger();
+    // A sync's allocation: objects that survive a few scavenges each, which grows the young generation.
+    let held: unknown[] = [];
+    for (let round = 0; round < 30; round++) {
+      held = Array.from({ length: 100_000 }, (_, i) => ({ round, i, text: `entry ${i}` }));
+    }
+    expect(held).toHaveLength(100_000);
+    held = [];
+    const quietDelayMs = 6_000;
+    heapAfterFullSyncs(log, quietDelayMs).synced?.(report(true));
+    await nextTurn();
+    expect(lines.map((line) => line.msg)).toEqual(['heap collected after a full sync']);
+    await new Promise((resolve) => setTimeout(resolve, quietDelayMs + 500));
+    expect(lines.map((line) => line.msg)).toEqual([
+      'heap collected after a full sync',
+      'heap collected once quiet',
+    ]);
+    const young = lines[1]!.youngGenerationMiB as { before: number; after: number };
+    // Measured: 25 MiB before, 1 MiB after.
+    expect(young.before).toBeGreaterThanOrEqual(8);
+    expect(young.after).toBeLessThan(young.before / 2);
+  }, 20_000);
 });
