@@ -4,7 +4,7 @@
 import { buildProgram } from './program.js';
 
 try {
-  await buildProgram().parseAsync(process.argv);
+  await (await buildProgram(process.argv)).parseAsync(process.argv);
 } catch (err) {
   process.stderr.write(`kube-bpf-proxy: ${(err as Error).message}\n`);
   process.exitCode = 1;

@@ -16,8 +16,6 @@ import { startStatusServers } from '../metrics/status-servers.js';
 import { formatProblem } from '../model/parse.js';
 import { ChangeTracker } from '../model/tracker.js';
 import { probeNodeEnv, proxyFamiliesFor, resolveNodeName } from '../sources/host.js';
-import { KubeSource } from '../sources/kube.js';
-import { ManifestSource } from '../sources/manifests.js';
 import type { Source } from '../sources/types.js';
 
 export const SYNC_BURST = 2;
@@ -53,8 +51,16 @@ export function loggingObserver(log: Logger): SyncObserver {
   };
 }
 
-function openSource(opts: RunOptions, config: ProxyConfig, nodeName: string, log: Logger): Source {
+/** The source's module is imported for the source used: an agent on the API server loads no YAML
+ * parser, one on manifests no protobuf schemas. */
+async function openSource(
+  opts: RunOptions,
+  config: ProxyConfig,
+  nodeName: string,
+  log: Logger,
+): Promise<Source> {
   if (opts.manifests && opts.manifests.length > 0) {
+    const { ManifestSource } = await import('../sources/manifests.js');
     return new ManifestSource({
       paths: opts.manifests,
       nodeName,
@@ -65,6 +71,7 @@ function openSource(opts: RunOptions, config: ProxyConfig, nodeName: string, log
       },
     });
   }
+  const { KubeSource } = await import('../sources/kube.js');
   return new KubeSource({
     clientConnection: config.clientConnection,
     master: config.master,
@@ -99,7 +106,7 @@ export async function startAgent(
   // fill the tracker.
   let onChange = () => {};
   const opening = openDataplane(config, log);
-  const source = openSource(opts, config, nodeName, log);
+  const source = await openSource(opts, config, nodeName, log);
   // kube-proxy waits for the initial lists before its first sync, so a restart never programs a
   // half-known cluster (which would scale services down to nothing).
   const listed = source.start((events) => {

@@ -929,7 +929,7 @@ describe('install against an API server', () => {
 async function parseAgentArgs(
   args: string[],
 ): Promise<{ command: string; options: Manifest; flags: ConfigFlags }> {
-  const program = buildProgram().exitOverride();
+  const program = (await buildProgram()).exitOverride();
   let parsed: { command: string; options: Manifest; flags: ConfigFlags } | undefined;
   for (const command of program.commands) {
     command.exitOverride().action((options: Manifest) => {

@@ -19,9 +19,8 @@ async function cli(args: string[]): Promise<{ stdout: string; stderr: string; ex
   });
   process.exitCode = 0;
   try {
-    await buildProgram()
-      .exitOverride()
-      .parseAsync(['node', 'kube-bpf-proxy', ...args]);
+    const argv = ['node', 'kube-bpf-proxy', ...args];
+    await (await buildProgram(argv)).exitOverride().parseAsync(argv);
   } finally {
     out.mockRestore();
     err.mockRestore();

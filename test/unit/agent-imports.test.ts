@@ -1,0 +1,75 @@
+// What `kube-bpf-proxy run` loads before it starts: the static import closure of the executable
+// for the agent's command (src/cli/main.ts, program.ts importing run.ts), as the compiled code
+// keeps it (type-only imports are erased). Every module in it is evaluated on the event loop before
+// the BPF load and the source's list begin, so the other commands, the lab, the bench, both sources
+// and the rule modes stay out of it: they are imported when chosen.
+
+import { readFileSync } from 'node:fs';
+import { dirname, join, normalize, relative } from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+const ROOT = join(dirname(new URL(import.meta.url).pathname), '..', '..');
+
+/** Relative specifiers the compiled module imports at load time (not `import type`, not `import()`). */
+function staticImports(text: string): string[] {
+  const specs: string[] = [];
+  const pattern = /^(?:import|export)\s+(type\s+)?(?:([^'";]*?)\s+from\s+)?['"](\.[^'"]+)['"]/gm;
+  for (const match of text.matchAll(pattern)) {
+    const [, typeOnly, clause = '', spec] = match;
+    if (typeOnly) continue;
+    const named = /^\{([^}]*)\}$/.exec(clause.trim());
+    const bindings =
+      named?.[1]
+        ?.split(',')
+        .map((b) => b.trim())
+        .filter(Boolean) ?? [];
+    if (named && bindings.length > 0 && bindings.every((b) => b.startsWith('type '))) continue;
+    specs.push(spec!);
+  }
+  return specs;
+}
+
+function closure(entries: string[]): Set<string> {
+  const seen = new Set<string>();
+  const visit = (file: string) => {
+    if (seen.has(file) || !file.endsWith('.ts')) return;
+    seen.add(file);
+    for (const spec of staticImports(readFileSync(join(ROOT, file), 'utf8')))
+      visit(relative(ROOT, normalize(join(ROOT, dirname(file), spec))).replace(/\.js$/, '.ts'));
+  };
+  for (const entry of entries) visit(entry);
+  return seen;
+}
+
+describe("the agent's start-up imports", () => {
+  const loaded = closure(['src/cli/main.ts', 'src/cli/program.ts', 'src/cli/run.ts']);
+
+  it('hold the agent and the bpf data plane', () => {
+    expect(loaded).toContain('src/dataplanes/bpf/dataplane.ts');
+    expect(loaded).toContain('src/model/parse.ts');
+    expect(loaded).toContain('src/metrics/status-servers.ts');
+  });
+
+  it('leave out the other commands, the lab, the bench, the sources and the rule modes', () => {
+    const unwanted = [...loaded].filter(
+      (file) =>
+        /^src\/cli\/(demo|render|list|trace|cleanup|bench)\.ts$/.test(file) ||
+        /^src\/(lab|sources\/(kube|manifests|reflector|protobuf))\b/.test(file) ||
+        /^src\/dataplanes\/(iptables|nftables|ipvs)\//.test(file) ||
+        file.startsWith('bench/'),
+    );
+    expect(unwanted).toEqual([]);
+  });
+
+  it('reads static imports as the compiler keeps them', () => {
+    const text = [
+      "import { a, type B } from './kept.js';",
+      "import type { C } from './type-only.js';",
+      "import { type D, type E } from './types-only.js';",
+      "export { f } from './reexported.js';",
+      "import './side-effect.js';",
+      "const g = await import('./dynamic.js');",
+    ].join('\n');
+    expect(staticImports(text)).toEqual(['./kept.js', './reexported.js', './side-effect.js']);
+  });
+});
