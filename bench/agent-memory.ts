@@ -14,10 +14,10 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
-import { QUIET_COLLECTION_DELAY_MS } from '../src/host/heap.js';
 import { LabAgent } from '../src/lab/agent.js';
 import { deleteStaleNamespaces, Lab } from '../src/lab/netns.js';
 import { PROTOBUF_CONTENT_TYPE } from '../src/sources/protobuf.js';
+import { SETTLED_AFTER_FIRST_SYNC_MS } from './measures.js';
 import {
   CLUSTER_CIDR,
   changedEndpointIP,
@@ -144,8 +144,7 @@ export async function measureAgentMemory(
       changeSyncMs.push(sync.durationMs);
       changeToKernelMs.push(sync.at - changedAt);
     }
-    // The agent's collection once quiet, and a margin for the pages it frees to be unmapped.
-    await sleep(first.at + QUIET_COLLECTION_DELAY_MS + 3000 - performance.now());
+    await sleep(first.at + SETTLED_AFTER_FIRST_SYNC_MS - performance.now());
     const settled = agent.memory();
     return {
       source,

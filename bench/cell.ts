@@ -22,7 +22,7 @@ import {
   kernelMode,
   type ProbeContext,
 } from './kernel-probe.js';
-import type { MeasureId, Sample } from './measures.js';
+import { type MeasureId, type Sample, SETTLED_AFTER_FIRST_SYNC_MS } from './measures.js';
 import {
   changedEndpointIP,
   DUAL_STACK_CLUSTER_CIDR,
@@ -388,6 +388,8 @@ export async function runCell(
       const sync = await agent.waitForSync(syncsBefore + 1, CHANGE_SYNC_LOGGED_MS * settings.timeoutScale);
       add('changeSyncMs', sync.durationMs);
     }
+    await sleep(first.at + SETTLED_AFTER_FIRST_SYNC_MS - performance.now());
+    add('agentSettledRssMiB', agent.memory().rssMiB);
     return samples;
   } catch (err) {
     const apiLogs = ctx.feed.kind === 'apiserver' ? `\n${ctx.feed.api.logTails()}` : '';

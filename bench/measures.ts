@@ -1,5 +1,6 @@
 // What the benchmark measures, and the shape of every sample it records.
 
+import { QUIET_COLLECTION_DELAY_MS } from '../src/host/heap.js';
 import type { IPFamily } from '../src/net/ip.js';
 import type { BenchMode } from './kernel-probe.js';
 import type { Histogram, Summary } from './stats.js';
@@ -10,6 +11,7 @@ export type MeasureId =
   | 'endpointChangeMs'
   | 'changeSyncMs'
   | 'agentRssMiB'
+  | 'agentSettledRssMiB'
   | 'crrPerSec'
   | 'tcpConnectUs'
   | 'udpRttUs'
@@ -54,6 +56,12 @@ export const MEASURES: Record<MeasureId, MeasureInfo> = {
     better: 'lower',
     pooled: false,
   },
+  agentSettledRssMiB: {
+    title: 'Proxy memory settled (VmRSS 13 s after the first sync)',
+    unit: 'MiB',
+    better: 'lower',
+    pooled: false,
+  },
   crrPerSec: {
     title: 'New connections per second (connect, one request, close)',
     unit: 'conn/s',
@@ -79,6 +87,10 @@ export const MEASURES: Record<MeasureId, MeasureInfo> = {
     pooled: false,
   },
 };
+
+/** Settled memory is read this long after the first sync: past our agent's collection once quiet
+ * (src/host/heap.ts), with a margin for the pages it frees to be unmapped. */
+export const SETTLED_AFTER_FIRST_SYNC_MS = QUIET_COLLECTION_DELAY_MS + 3000;
 
 export const MEASURE_IDS = Object.keys(MEASURES) as MeasureId[];
 
