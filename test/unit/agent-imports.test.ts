@@ -5,10 +5,9 @@
 // and the rule modes stay out of it: they are imported when chosen.
 
 import { readFileSync } from 'node:fs';
-import { dirname, join, normalize, relative } from 'node:path';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-
-const ROOT = join(dirname(new URL(import.meta.url).pathname), '..', '..');
+import { ROOT, resolveImport } from '../support/source-imports.js';
 
 /** Relative specifiers the compiled module imports at load time (not `import type`, not `import()`). */
 function staticImports(text: string): string[] {
@@ -35,7 +34,7 @@ function closure(entries: string[]): Set<string> {
     if (seen.has(file) || !file.endsWith('.ts')) return;
     seen.add(file);
     for (const spec of staticImports(readFileSync(join(ROOT, file), 'utf8')))
-      visit(relative(ROOT, normalize(join(ROOT, dirname(file), spec))).replace(/\.js$/, '.ts'));
+      visit(resolveImport(file, spec));
   };
   for (const entry of entries) visit(entry);
   return seen;

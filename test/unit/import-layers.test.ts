@@ -7,11 +7,10 @@
 // a layer and may not import each other. Only cli, bench and the tests import lab; only the tests
 // import test/.
 
-import { readdirSync, readFileSync } from 'node:fs';
-import { dirname, join, normalize, relative } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-
-const ROOT = join(dirname(new URL(import.meta.url).pathname), '..', '..');
+import { ROOT, resolveImport, sourceFiles } from '../support/source-imports.js';
 
 /** Higher imports lower; equal ranks in different folders may not import each other. */
 const LAYERS: Record<string, number> = {
@@ -55,22 +54,12 @@ function layerViolation(from: string, to: string): string | null {
   return rb === ra ? `${a} and ${b} share a layer and may not import each other` : `${a} may not import ${b}`;
 }
 
-function sourceFiles(dir: string): string[] {
-  return readdirSync(join(ROOT, dir), { withFileTypes: true, recursive: true })
-    .filter((e) => e.isFile() && e.name.endsWith('.ts'))
-    .map((e) => relative(ROOT, join(e.parentPath, e.name)));
-}
-
 /** Relative module specifiers of static imports, re-exports and dynamic imports. */
 function importsOf(text: string): string[] {
   const specs: string[] = [];
   const pattern = /(?:\bfrom\s+|\bimport\s*\(\s*|^import\s+)['"](\.[^'"]+)['"]/gm;
   for (const match of text.matchAll(pattern)) specs.push(match[1]!);
   return specs;
-}
-
-function resolveImport(file: string, spec: string): string {
-  return normalize(join(dirname(file), spec)).replace(/\.js$/, '.ts');
 }
 
 describe('import layers', () => {
