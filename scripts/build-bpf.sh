@@ -10,6 +10,10 @@ for header in bpf/*.h; do
   echo "#include \"${header#bpf/}\"" | clang "${cflags[@]}" -fsyntax-only -x c - ||
     { echo "$header does not compile on its own" >&2; exit 1; }
 done
+# Each object is written beside its final name and renamed into place, so a test or an image build
+# reading bpf/*.o while another build runs (scripts/test.sh builds the image in the background)
+# never sees half an object.
 for src in bpf/*.c; do
-  clang "${cflags[@]}" -c "$src" -o "${src%.c}.o"
+  out=${src%.c}.o
+  clang "${cflags[@]}" -c "$src" -o "$out.$$.tmp" && mv -f "$out.$$.tmp" "$out"
 done

@@ -1,32 +1,55 @@
 #!/usr/bin/env bash
-# Installs what kube-bpf-proxy needs to build, run and test on a fresh Debian 12 machine:
-# the Debian packages, then the pinned npm dependencies. Idempotent; used by the README and
-# by .ci/run.
+# The one installer of kube-bpf-proxy's build, run and test needs on a fresh Debian 12 machine,
+# in named parts, so that each README command installs only what it uses:
+#
+#   bash scripts/install-deps.sh [PART...]     (no PART: every part)
+#
+#   npm            the pinned npm dependencies (`npm ci`): all the unit tier needs
+#   run            npm, plus the Debian packages that build the BPF objects (clang, libbpf) and
+#                  that the agent calls in its modes (ip, tc, iptables, nft, ipset, conntrack,
+#                  nfacct): what `scripts/demo.sh` needs
+#   test-tools     the Debian packages only the tests and the bench use (clang-format, wrk, socat,
+#                  nc, ethtool, rsvg-convert for the plots, openssl for the lab API server)
+#   image          what building and running the agent image needs (scripts/install-image-tools.sh)
+#   helm           the pinned helm, built from the Go module proxy (scripts/install-helm.sh)
+#   cni            the CNI reference plugins of the real-node lab, built from the Go module proxy
+#   control-plane  etcd, kube-apiserver, kube-controller-manager and kube-proxy, built from the Go
+#                  module proxy and cached outside the checkout (scripts/install-control-plane.sh;
+#                  about 20 minutes cold on 2 busy cores, nothing when cached)
+#
+# Idempotent: a part whose pieces are there does nothing. KBP_SKIP_CONTROL_PLANE=1 skips the
+# control plane, KBP_SKIP_HELM=1 helm; a machine without Go skips the Go-built parts and says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-
 source scripts/lib/debs.sh
-build_and_test_debs=(clang llvm libbpf-dev libbpf1 linux-libc-dev clang-format iproute2 iptables nftables ipset conntrack
-  ethtool wrk socat netcat-openbsd nfacct librsvg2-bin fonts-dejavu-core openssl)
-install_debs "building and testing" "${build_and_test_debs[@]}"
 
-# The agent image's build and pod-test tools (mmdebstrap, podman, runc, ...).
-bash scripts/install-image-tools.sh
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
 
-if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-lock.json ]]; then
-  npm ci --no-audit --no-fund
-fi
-bash scripts/install-helm.sh
+install_npm() {
+  if [[ ! -d node_modules ]] || [[ package-lock.json -nt node_modules/.package-lock.json ]]; then
+    npm ci --no-audit --no-fund
+  fi
+}
+
+install_run() {
+  install_debs "building and running the agent" clang llvm libbpf-dev libbpf1 linux-libc-dev iproute2 \
+    iptables nftables ipset conntrack nfacct
+  install_npm
+}
+
+install_test_tools() {
+  install_debs "the tests and the bench" clang-format ethtool wrk socat netcat-openbsd librsvg2-bin \
+    fonts-dejavu-core openssl
+}
 
 # The CNI reference plugins that wire the pods of the real-node e2e lab (test/e2e/real-node.test.ts)
-# as a cluster's CNI does. Built from the Go module proxy into .tools/cni/bin; skipped when that
-# version is there, or when there is no Go (e.g. a build-only machine).
-cni_version=v1.9.0
-cni_bin=$PWD/.tools/cni/bin
-command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
-if ! command -v go >/dev/null; then
-  echo "no go on PATH: not installing the CNI plugins (the real-node e2e test needs them)"
-else
+# as a cluster's CNI does, into .tools/cni/bin; skipped when that version is there.
+install_cni() {
+  local cni_version=v1.9.0 cni_bin=$PWD/.tools/cni/bin plugin bin
+  if ! command -v go >/dev/null; then
+    echo "no go on PATH: not installing the CNI plugins (the real-node e2e test needs them)"
+    return 0
+  fi
   for plugin in main/bridge main/ptp ipam/host-local; do
     bin=$cni_bin/${plugin#*/}
     if ! { [[ -x $bin ]] && go version -m "$bin" | grep -qE "^\s+mod\s+github.com/containernetworking/plugins\s+$cni_version\s"; }; then
@@ -34,16 +57,33 @@ else
         "github.com/containernetworking/plugins/plugins/$plugin@$cni_version"
     fi
   done
-fi
+}
 
-# The real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-proxy) of
-# the real-control-plane e2e tier, built from the Go module proxy and cached outside the checkout
-# (scripts/install-control-plane.sh): about 20 minutes cold on 2 busy cores, nothing when cached.
-# KBP_SKIP_CONTROL_PLANE=1 skips it; so does a machine without Go (the Dockerfile's build stage).
-if [[ ${KBP_SKIP_CONTROL_PLANE:-} == 1 ]]; then
-  echo "KBP_SKIP_CONTROL_PLANE=1: not building the Kubernetes control plane"
-elif ! command -v go >/dev/null; then
-  echo "no go on PATH: not building the Kubernetes control plane (the real-control-plane e2e tier needs it)"
-else
-  bash scripts/install-control-plane.sh
-fi
+install_control_plane() {
+  if [[ ${KBP_SKIP_CONTROL_PLANE:-} == 1 ]]; then
+    echo "KBP_SKIP_CONTROL_PLANE=1: not building the Kubernetes control plane"
+  elif ! command -v go >/dev/null; then
+    echo "no go on PATH: not building the Kubernetes control plane (the real-control-plane e2e tier needs it)"
+  else
+    bash scripts/install-control-plane.sh
+  fi
+}
+
+install_part() {
+  case $1 in
+  npm) install_npm ;;
+  run) install_run ;;
+  test-tools) install_test_tools ;;
+  image) bash scripts/install-image-tools.sh ;;
+  helm) bash scripts/install-helm.sh ;;
+  cni) install_cni ;;
+  control-plane) install_control_plane ;;
+  *)
+    echo "install-deps.sh: unknown part '$1' (npm, run, test-tools, image, helm, cni, control-plane)" >&2
+    return 2
+    ;;
+  esac
+}
+
+(($#)) || set -- run test-tools image helm cni control-plane
+for part in "$@"; do install_part "$part"; done

@@ -1,17 +1,34 @@
-// Prints the one closing line CI reads: "N passed, N failed, N skipped", from vitest's JSON
-// report plus the number of failed static checks (build, lint, format), each counted as a failure.
-import { readFileSync } from 'node:fs';
+// Prints a closing line CI reads, "LABEL: N passed, N failed, N skipped", from one or more of
+// vitest's JSON reports, plus the number of failed checks (build, lint, format, an install step)
+// given with --checks-failed, each counted as a failure. A report that is missing or unreadable
+// (its tier crashed before writing it) counts as one failure. Exits 1 when anything failed or
+// nothing ran at all (every test skipped is not a failure: a root tier run without root).
+//
+//   node scripts/summarize-tests.mjs [--label LABEL] [--checks-failed N] REPORT.json...
+import { existsSync, readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
 
-const [reportPath, checksFailedArg = '0'] = process.argv.slice(2);
-let report;
-try {
-  report = JSON.parse(readFileSync(reportPath, 'utf8'));
-} catch (err) {
-  console.log(`could not read ${reportPath}: ${err.message}`);
-  console.log(`0 passed, ${1 + Number(checksFailedArg)} failed`);
-  process.exit(1);
+const { values, positionals } = parseArgs({
+  options: { label: { type: 'string' }, 'checks-failed': { type: 'string', default: '0' } },
+  allowPositionals: true,
+});
+const totals = { passed: 0, failed: Number(values['checks-failed']), skipped: 0 };
+for (const path of positionals) {
+  if (!existsSync(path)) {
+    console.log(`no test report at ${path}: its tier did not finish`);
+    totals.failed += 1;
+    continue;
+  }
+  try {
+    const report = JSON.parse(readFileSync(path, 'utf8'));
+    totals.passed += report.numPassedTests;
+    totals.failed += report.numFailedTests + (report.numFailedTestSuites ?? 0);
+    totals.skipped += report.numPendingTests + report.numTodoTests;
+  } catch (err) {
+    console.log(`could not read ${path}: ${err.message}`);
+    totals.failed += 1;
+  }
 }
-const failed = report.numFailedTests + Number(checksFailedArg) + (report.numFailedTestSuites ?? 0);
-const skipped = report.numPendingTests + report.numTodoTests;
-console.log(`${report.numPassedTests} passed, ${failed} failed, ${skipped} skipped`);
-process.exit(failed === 0 && report.numPassedTests > 0 ? 0 : 1);
+const prefix = values.label ? `${values.label}: ` : '';
+console.log(`${prefix}${totals.passed} passed, ${totals.failed} failed, ${totals.skipped} skipped`);
+process.exit(totals.failed === 0 && totals.passed + totals.skipped > 0 ? 0 : 1);

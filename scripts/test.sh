@@ -1,11 +1,27 @@
 #!/usr/bin/env bash
-# Runs every check and every test tier, after installing what they need. The README's test
-# command and the body of .ci/run. Kernel and e2e tiers need root; outside CI they skip (and say
-# so) when not root, in CI they must run.
+# The README's test command and the body of .ci/run. Installs what the chosen tier needs, builds
+# what it runs, and runs it:
+#
+#   bash scripts/test.sh [VITEST_ARGS...]   every check and every tier (what CI runs)
+#   bash scripts/test.sh unit               the pure tests: no root, nothing built beyond `npm ci`
+#   bash scripts/test.sh kernel             BPF_PROG_TEST_RUN, attach and map tests (root)
+#   bash scripts/test.sh e2e                network namespaces, the real control plane, the images (root)
+#
+# A tier given by name takes further vitest arguments (e.g. a file filter). Each tier ends with its
+# own "<tier>: N passed, N failed, N skipped" line; the full run ends with a "total:" line that
+# also counts every failed check (build, type check, lint, C format, an install step) as a failure.
+# Outside CI, the kernel and e2e tiers skip (and say so) when not root; in CI they must run.
+#
+# In the full run the slow builds (helm, the CNI plugins, the control plane, the agent images) run
+# in the background from the start, while the checks, the kernel tier and the unit tier run in the
+# foreground; each tier waits only for the builds it needs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh || exit 1
+
+results=$(mktemp -d)
+trap 'rm -rf "$results"' EXIT
 checks_failed=0
+
 run_check() {
   echo "== $*"
   if ! "$@"; then
@@ -13,26 +29,104 @@ run_check() {
     checks_failed=$((checks_failed + 1))
   fi
 }
-run_check npm run --silent build
-# The agent image the pod tests run (test/e2e/image.test.ts and the pod variant of
+
+# run_tier NAME [VITEST_ARGS...]: one vitest project, its JSON report kept for the total line.
+run_tier() {
+  local name=$1
+  shift
+  echo "== the $name tier"
+  npx vitest run --project "$name" --reporter=default --reporter=json \
+    --outputFile="$results/$name.json" "$@"
+  node scripts/summarize-tests.mjs --label "$name" "$results/$name.json"
+}
+
+# start_job NAME COMMAND...: runs the command in the background, its output kept in a log that
+# wait_job prints.
+declare -A job_pids=()
+start_job() {
+  local name=$1
+  shift
+  "$@" >"$results/$name.log" 2>&1 &
+  job_pids[$name]=$!
+}
+wait_job() {
+  local name=$1 rc=0
+  wait "${job_pids[$name]}" || rc=$?
+  echo "== background job: $name (exit $rc)"
+  tail -n 40 "$results/$name.log"
+  ((rc == 0)) || {
+    echo "check failed: $name"
+    checks_failed=$((checks_failed + 1))
+  }
+}
+
+# The agent images the pod tests run (test/e2e/image.test.ts and the pod variant of
 # test/e2e/real-node.test.ts), and a newer build of it for the upgrade test: cached outside the
 # checkout by their inputs (the Debian base layer separately, so a new commit rebuilds only the
-# app layer). Root only (mmdebstrap); elsewhere those tests skip and say why.
+# app layer). Their paths go to a file: the job runs in a subshell.
 build_images() {
-  local cache=${XDG_CACHE_HOME:-$HOME/.cache}/kube-bpf-proxy version
+  local cache=${XDG_CACHE_HOME:-$HOME/.cache}/kube-bpf-proxy version image next
+  bash scripts/install-deps.sh image || return 1
   version=$(node -p 'require("./package.json").version')
-  KBP_IMAGE=$(bash scripts/build-image.sh --cache-dir "$cache" | tail -1) &&
-    KBP_IMAGE_NEXT=$(bash scripts/build-image.sh --cache-dir "$cache" --version "$version-next" | tail -1) &&
-    export KBP_IMAGE KBP_IMAGE_NEXT
+  image=$(bash scripts/build-image.sh --cache-dir "$cache" | tail -1) &&
+    next=$(bash scripts/build-image.sh --cache-dir "$cache" --version "$version-next" | tail -1) &&
+    printf '%s\n%s\n' "$image" "$next" >"$results/images"
 }
-if [[ $(id -u) -eq 0 && -z ${KBP_IMAGE:-} ]]; then
-  run_check build_images
-fi
-run_check npx tsc -p tsconfig.test.json
-run_check npx biome check .
-run_check bash scripts/check-c-format.sh
-npx vitest run --reporter=default --reporter=json --outputFile=.vitest-results.json "$@"
-vitest_rc=$?
-node scripts/summarize-tests.mjs .vitest-results.json "$checks_failed"
-summary_rc=$?
-((vitest_rc == 0 && summary_rc == 0 && checks_failed == 0))
+
+read_images() {
+  [[ -s $results/images ]] || return 0
+  KBP_IMAGE=$(sed -n 1p "$results/images")
+  KBP_IMAGE_NEXT=$(sed -n 2p "$results/images")
+  export KBP_IMAGE KBP_IMAGE_NEXT
+}
+
+static_checks() {
+  run_check npx tsc -p tsconfig.test.json
+  run_check npx biome check .
+  run_check bash scripts/check-c-format.sh
+}
+
+full_run() {
+  run_check bash scripts/install-deps.sh run test-tools
+  # Helm first (the unit tier's chart tests need it), then the real-node lab's CNI plugins and
+  # the control plane, in one chain so the Go builds do not fight over two cores.
+  start_job go-tools bash scripts/install-deps.sh helm cni control-plane
+  # The images are built after the checkout's own build: build-image.sh compiles the BPF objects
+  # in the checkout too.
+  run_check npm run --silent build
+  if [[ $(id -u) -eq 0 && -z ${KBP_IMAGE:-} ]]; then start_job images build_images; fi
+  static_checks
+  run_tier kernel "$@"
+  # Cached, the chain is done long before; cold, the e2e tier would wait for the control plane
+  # anyway, so the unit tier waiting for the whole chain costs nothing.
+  wait_job go-tools
+  run_tier unit "$@"
+  [[ -z ${job_pids[images]:-} ]] || wait_job images
+  read_images
+  run_tier e2e "$@"
+  node scripts/summarize-tests.mjs --label total --checks-failed "$checks_failed" "$results"/{unit,kernel,e2e}.json
+}
+
+tier=all
+case ${1:-} in unit | kernel | e2e) tier=$1 && shift ;; esac
+
+case $tier in
+unit)
+  bash scripts/install-deps.sh npm || exit 1
+  node scripts/k8s-proto.mjs || exit 1
+  run_tier unit "$@"
+  ;;
+kernel)
+  bash scripts/install-deps.sh run || exit 1
+  npm run --silent build || exit 1
+  run_tier kernel "$@"
+  ;;
+e2e)
+  bash scripts/install-deps.sh || exit 1
+  npm run --silent build || exit 1
+  [[ $(id -u) -ne 0 || -n ${KBP_IMAGE:-} ]] || build_images || exit 1
+  read_images
+  run_tier e2e "$@"
+  ;;
+all) full_run "$@" ;;
+esac

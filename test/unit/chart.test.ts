@@ -39,10 +39,17 @@ type Manifest = Record<string, any>;
 let workDir = '';
 let valuesFileCount = 0;
 
+// helm is built from the Go module proxy (scripts/install-deps.sh helm). The unit tier alone
+// (`bash scripts/test.sh unit`) builds nothing beyond `npm ci`, so there these tests skip and say
+// why; in CI, which runs every tier after installing helm, a missing helm is a failure.
+const helmMissing = !existsSync(helmBin);
+if (helmMissing && process.env.CI === 'true') {
+  throw new Error(`${helmBin} is missing: run bash scripts/install-deps.sh helm`);
+}
+if (helmMissing) console.warn(`skipping the chart tests: ${helmBin} is missing (bash scripts/install-deps.sh helm)`);
+const describeHelm = helmMissing ? describe.skip : describe;
+
 beforeAll(() => {
-  if (!existsSync(helmBin)) {
-    throw new Error(`${helmBin} is missing: run bash scripts/install-helm.sh (scripts/install-deps.sh does)`);
-  }
   workDir = mkdtempSync(join(tmpdir(), `kbp-chart-${process.pid}-`));
 });
 
@@ -224,7 +231,7 @@ function portNumber(container: Manifest, port: string | number): number {
 const chartMeta = parse(readFileSync(join(chartDir, 'Chart.yaml'), 'utf8'));
 const base = { k8sServiceHost: apiServerAddress, k8sServicePort: 6443 };
 
-describe('chart metadata', () => {
+describeHelm('chart metadata', () => {
   it('is a v2 chart at 0.1.0 for Kubernetes 1.28 and later', () => {
     expect(chartMeta).toMatchObject({
       apiVersion: 'v2',
@@ -261,7 +268,7 @@ describe('chart metadata', () => {
   });
 });
 
-describe('values.schema.json', () => {
+describeHelm('values.schema.json', () => {
   const schema: Manifest = JSON.parse(readFileSync(join(chartDir, 'values.schema.json'), 'utf8'));
   const defaults: Manifest = parse(readFileSync(join(chartDir, 'values.yaml'), 'utf8'));
 
@@ -295,7 +302,7 @@ describe('values.schema.json', () => {
   });
 });
 
-describe('defaults', () => {
+describeHelm('defaults', () => {
   let objects: Manifest[] = [];
   beforeAll(async () => {
     objects = await render(base);
@@ -472,7 +479,7 @@ describe('defaults', () => {
   });
 });
 
-describe('privileges', () => {
+describeHelm('privileges', () => {
   it('runs the agent privileged on request, with Bidirectional bpffs and no capability list', async () => {
     const objects = await render({ ...base, securityContext: { privileged: true } });
     validateAll(objects);
@@ -535,7 +542,7 @@ describe('privileges', () => {
   });
 });
 
-describe('monitoring', () => {
+describeHelm('monitoring', () => {
   const monitoring = {
     ...base,
     metrics: { serviceMonitor: { enabled: true, labels: { release: 'kube-prometheus-stack' } } },
@@ -621,7 +628,7 @@ describe('monitoring', () => {
   });
 });
 
-describe('pasted kube-proxy configuration', () => {
+describeHelm('pasted kube-proxy configuration', () => {
   // What kubeadm stores under config.conf of the kube-proxy ConfigMap (abridged).
   const kubeadmConfig = [
     'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
@@ -702,7 +709,7 @@ describe('pasted kube-proxy configuration', () => {
   });
 });
 
-describe('bpf settings', () => {
+describeHelm('bpf settings', () => {
   it('writes a maglev scheduler, custom interfaces, XDP and map sizes into the bpf section', async () => {
     const objects = await render({
       ...base,
@@ -851,7 +858,7 @@ class HelmApiServer {
   }
 }
 
-describe('install against an API server', () => {
+describeHelm('install against an API server', () => {
   const apiServer = new HelmApiServer();
   let kubeconfig = '';
   beforeAll(async () => {
@@ -941,7 +948,7 @@ async function parseAgentArgs(
   return parsed;
 }
 
-describe('the agent runs with what the chart gives it', () => {
+describeHelm('the agent runs with what the chart gives it', () => {
   const pasted = 'apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: ipvs\n';
   it.each([
     ['defaults', base, 'bpf'],
@@ -989,7 +996,7 @@ describe('the agent runs with what the chart gives it', () => {
   });
 });
 
-describe('values the chart refuses', () => {
+describeHelm('values the chart refuses', () => {
   it('requires k8sServiceHost and says why', async () => {
     const message = await renderFailure({});
     expect(message).toContain('k8sServiceHost is required');
