@@ -46,7 +46,8 @@ const helmMissing = !existsSync(helmBin);
 if (helmMissing && process.env.CI === 'true') {
   throw new Error(`${helmBin} is missing: run bash scripts/install-deps.sh helm`);
 }
-if (helmMissing) console.warn(`skipping the chart tests: ${helmBin} is missing (bash scripts/install-deps.sh helm)`);
+if (helmMissing)
+  console.warn(`skipping the chart tests: ${helmBin} is missing (bash scripts/install-deps.sh helm)`);
 const describeHelm = helmMissing ? describe.skip : describe;
 
 beforeAll(() => {
