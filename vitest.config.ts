@@ -1,6 +1,6 @@
 import { defineConfig } from 'vitest/config';
 
-// Three tiers (DESIGN.md): unit tests are pure; kernel and e2e tests need root and a real kernel.
+// Three tiers (ARCHITECTURE.md, and `bash scripts/test.sh unit|kernel|e2e` runs one): unit tests are pure; kernel and e2e tests need root and a real kernel.
 // Root tiers run one file at a time: they share the host's bpffs and iptables backend.
 export default defineConfig({
   test: {

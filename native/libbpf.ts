@@ -1,7 +1,7 @@
 // koffi bindings to libbpf.so.1 (libbpf >= 1.1). Thin and typed: every call that fails throws
 // NativeError naming the libbpf function and the errno text. Keys and values are Buffers laid out
 // by src/dataplanes/bpf/layout.ts. Opts structs are filled by hand with the libbpf 1.1 x86_64
-// layouts measured in reference/libbpf-from-node.md.
+// layouts of libbpf 1.1's public header libbpf.h (Debian 12's libbpf1), checked by the kernel tests that use them.
 
 import koffi from 'koffi';
 import { closeFd, lastErrno, NativeError } from './libc.js';

@@ -4,7 +4,7 @@
 # filesystem read-only over 9p and runs every command chrooted into it. So the guest runs the host's
 # node, ipvsadm, ipset, iptables and iproute2 on the project checkout as it is, with nothing copied.
 # Everything comes from the Debian archive (apt); the result is cached in .cache/ipvs-lab/.
-# Usage: bash scripts/build-ipvs-lab.sh [LABDIR]   (reference/ipvs-lab.md has the measurements behind it)
+# Usage: bash scripts/build-ipvs-lab.sh [LABDIR]   (docs/ipvs.md describes the lab)
 set -euo pipefail
 SCRIPT=$(readlink -f "$0")
 ROOT=$(cd "$(dirname "$SCRIPT")/.." && pwd)
@@ -90,7 +90,7 @@ depmod -b "$R" "$KVER"
 cat >"$R/init" <<'EOF_INIT'
 #!/bin/sh
 # PID 1 of the lab guest: load modules, chroot-ready host root at /host, then serve commands that
-# the host drops into the io share (req/N.sh -> res/N.out, res/N.err, res/N.rc), or run lab.run=.
+# the host drops into the io share (req/<n>.sh -> res/<n>.out, .err, .rc), or run lab.run=.
 export PATH=/bin:/sbin
 mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
 echo 1 > /proc/sys/kernel/printk 2>/dev/null
@@ -147,7 +147,7 @@ cat >run-guest.sh <<'EOF_RUN'
 # working directory); without lab.run= the guest serves commands dropped into IO_DIR/req (see
 # docs/ipvs.md). Serial console on stdio. Env: SMP (default 1), MEM (MiB, default 1024), TMO (s, 900),
 # ACCEL=kvm to use KVM (default: emulation; this project's build machines have PVM-based KVM, which
-# runs Debian's unmodified kernel about 250x slower than emulation: reference/ipvs-lab.md).
+# runs Debian's unmodified kernel about 250x slower than emulation, measured when the lab was built).
 LAB=$(cd "$(dirname "$0")" && pwd)
 PROJECT=$(cat "$LAB/project-root")
 IO=$(cd "$1" && pwd); shift

@@ -15,7 +15,7 @@ function findPackageJson(): string {
 export const VERSION = packageJson.version;
 
 /** The kube-proxy release whose behaviour the iptables, nftables and ipvs modes reproduce. */
-export const KUBE_PROXY_COMPAT_VERSION = 'v1.33';
+export const KUBE_PROXY_COMPAT_VERSION = 'v1.37.2';
 
 export function versionInfo(): Record<string, string> {
   return {

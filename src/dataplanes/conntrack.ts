@@ -1,6 +1,6 @@
 // The side effects of kube-proxy's conntrack reconciler for the rule modes (iptables, nftables,
 // ipvs; bpf keeps its own conntrack in BPF maps): after a successful sync, list the family's UDP
-// entries with the conntrack CLI, let the brain pick the stale ones (proxy/conntrack.ts) and
+// entries with the conntrack CLI, let the brain pick the stale ones (brain/conntrack.ts) and
 // delete them with one `conntrack -D` per filter. A failure is logged and reported, never thrown:
 // the rules are already in place, and the next sync tries again.
 

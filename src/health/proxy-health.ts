@@ -1,5 +1,4 @@
-// The proxy's own health, as kube-proxy 1.33 keeps it (pkg/proxy/healthcheck/proxy_health.go,
-// reference/kube-proxy.md §5.2): per IP family, when rules were last synced and since when an
+// The proxy's own health, as kube-proxy v1.37.2 keeps it (pkg/proxy/healthcheck/proxy_health.go): per IP family, when rules were last synced and since when an
 // update has been waiting. A family is unhealthy once a queued update has waited 2 × syncPeriod.
 // Updates are queued per family, for the families a change touches (kube-proxy's metaproxier hands
 // each event to the proxier of its family), so on a dual-stack node one family can turn stale alone.

@@ -1,5 +1,5 @@
 // The health server on healthzBindAddress (kube-proxy's 10256): /healthz and /livez with
-// kube-proxy 1.33's status codes, headers and JSON (reference/kube-proxy.md §5.2).
+// kube-proxy v1.37.2's status codes, headers and JSON (pkg/proxy/healthcheck/proxy_health.go).
 
 import type { RequestListener } from 'node:http';
 import { type BoundServer, serveHttp } from './http.js';
@@ -12,7 +12,7 @@ export interface HealthAnswerCounter {
 
 export interface HealthServerOptions {
   health: ProxyHealth;
-  /** KEP-3836 node eligibility (proxy/node.ts nodeEligible of the current Node). */
+  /** KEP-3836 node eligibility (brain/node.ts nodeEligible of the current Node). */
   nodeEligible: () => boolean;
   counter?: HealthAnswerCounter;
   now?: () => number;

@@ -41,8 +41,8 @@ export type SkipReasonClass =
   | 'other';
 
 /**
- * The class of a reason the brain gives for an object it ignores (proxy/decide.ts ignoredObjects,
- * proxy/service-ports.ts skipReason); every malformed object is "invalid", and one used without
+ * The class of a reason the brain gives for an object it ignores (brain/decide.ts ignoredObjects,
+ * brain/service-ports.ts skipReason); every malformed object is "invalid", and one used without
  * the entries it could not use "partly_invalid".
  */
 export function ignoredReasonClass(reason: string): SkipReasonClass {

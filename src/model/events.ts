@@ -9,6 +9,6 @@ export interface SourceEvent {
   kind: WatchedKind;
   /** The object as JSON-decoded from the API or a manifest. */
   object: unknown;
-  /** Where it came from, for error messages: "api", or "examples/web.yaml#2" (file and document index). */
+  /** Where it came from, for error messages: "api", or "<file>#2" (the file and the document's index in it). */
   origin: string;
 }

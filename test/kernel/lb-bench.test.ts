@@ -4,7 +4,7 @@
 // on the machine); the test asserts the path measured is the one intended.
 //
 // BPF_PROG_TEST_RUN repeats the program on the same buffer, so a rewrite would turn every later
-// repetition into a miss (reference/libbpf-from-node.md, gotcha 2). Two conntrack entries make
+// repetition into a miss (the kernel's bpf_test_run reuses the one buffer it copied in). Two conntrack entries make
 // the flow ping-pong instead: client->VIP is rewritten to client->backend and client->backend
 // back to client->VIP, so every repetition takes the tracked-flow path; two reply entries do
 // the same for the egress program (backend->client and VIP->client). A first fragment ping-pongs

@@ -1,7 +1,7 @@
 // The IPVS lab from the host's side: boots the guest that scripts/build-ipvs-lab.sh builds
 // (Debian's kernel, with IPVS, under QEMU) and runs commands inside it. The guest sees this host's
 // root filesystem read-only (so the same binaries, node and the checkout) and a per-boot io folder
-// at /run/lab. A command is a file req/N.sh in that folder; the guest runs it chrooted into the
+// at /run/lab. A command is a file req/<n>.sh in that folder; the guest runs it chrooted into the
 // host root and leaves res/N.out, res/N.err and res/N.rc. docs/ipvs.md documents the interface.
 
 import { type ChildProcess, spawn } from 'node:child_process';

@@ -13,7 +13,7 @@ export function sourceFiles(dir: string): string[] {
     .map((e) => relative(ROOT, join(e.parentPath, e.name)));
 }
 
-/** The repository path of the .ts file a relative specifier in `file` names ("./x.js" → "dir/x.ts"). */
+/** The repository path of the .ts file a relative specifier in `file` names ("./x.js" → "<dir>/x.ts"). */
 export function resolveImport(file: string, spec: string): string {
   return normalize(join(dirname(file), spec)).replace(/\.js$/, '.ts');
 }

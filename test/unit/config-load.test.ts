@@ -86,8 +86,8 @@ const HEADER = 'apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyCon
 describe('the kubeadm config.conf, unchanged', () => {
   const config = expectOk(loadConfig({ fileText: KUBEADM_CONFIG_CONF, fileName: 'config.conf', flags: {} }));
 
-  // Expected values are kube-proxy's documented defaults (shared/reference/benchmarks-and-conventions.md
-  // B1.3 and kube-proxy.md §1, §5.1; kube-proxy's v1alpha1 defaults.go), written out here rather
+  // Expected values are kube-proxy's documented defaults (kube-proxy v1.37.2's
+  // pkg/proxy/apis/config/v1alpha1/defaults.go and what kubeadm's ConfigMap sets), written out here rather
   // than taken from our defaults table.
   test('nulls, zero durations and empty strings take kube-proxy defaults', () => {
     expect(config.bindAddress).toBe('0.0.0.0');

@@ -1,4 +1,4 @@
-// Keeps the folder map of DESIGN.md true: every import in src/, bench/ and native/ points down the
+// Keeps the folder map of ARCHITECTURE.md true: every import in src/, bench/ and native/ points down the
 // layers, never up or sideways, and no shipped code imports the tests.
 //
 //   cli → bench → lab → metrics → health → dataplanes | sources → brain → model → config → net, host, native, logger

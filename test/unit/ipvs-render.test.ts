@@ -1,4 +1,4 @@
-// The ipvs renderer against kube-proxy's ipvs proxier (reference/kube-proxy.md §3): decisions come
+// The ipvs renderer against kube-proxy's ipvs proxier (kube-proxy v1.37.2's pkg/proxy/ipvs/proxier.go): decisions come
 // from the brain for small clusters, expectations from the spec.
 import { describe, expect, it } from 'vitest';
 import { type BrainConfig, decide } from '../../src/brain/decide.js';

@@ -1,4 +1,4 @@
-// The nftables renderer against kube-proxy's nftables mode (reference/kube-proxy.md §4): names
+// The nftables renderer against kube-proxy's nftables mode (kube-proxy v1.37.2's pkg/proxy/nftables/proxier.go): names
 // and hashes from the spec's examples, the table setup, and per-feature rules and elements for
 // decisions the brain makes from Services and EndpointSlices.
 

@@ -1,4 +1,4 @@
-// Writes a plan into the BPF maps in the publication order of DESIGN.md, so a packet never sees a
+// Writes a plan into the BPF maps in the publication order of ARCHITECTURE.md, so a packet never sees a
 // half-written service:
 //   1. backends (before anything names them), with their counters zeroed when the id is new;
 //   2. the complete new slot generation of every changed frontend, in one batch;

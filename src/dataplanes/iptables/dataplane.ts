@@ -1,5 +1,5 @@
 // `run --proxy-mode iptables`: writes the rendered rules with one iptables-restore per family,
-// the way kube-proxy's syncProxyRules does (reference/kube-proxy.md §2.1, §2.7). The restore is
+// the way kube-proxy's syncProxyRules does (v1.37.2's pkg/proxy/iptables/proxier.go). The restore is
 // atomic, so a failed one leaves the previous rules in place; it is counted and the next sync
 // is full.
 

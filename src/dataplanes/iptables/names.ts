@@ -1,5 +1,5 @@
-// Chain names and the fixed chains of kube-proxy's iptables mode (reference/kube-proxy.md §2.1,
-// §2.2). Per-service chains are named by a hash so they fit iptables' 28-character limit.
+// Chain names and the fixed chains of kube-proxy's iptables mode (kube-proxy v1.37.2's pkg/proxy/iptables/proxier.go
+// and pkg/util/iptables). Per-service chains are named by a hash so they fit iptables' 28-character limit.
 
 import { createHash } from 'node:crypto';
 import type { Protocol } from '../../model/types.js';

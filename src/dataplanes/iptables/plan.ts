@@ -1,5 +1,5 @@
-// The iptables-restore input kube-proxy's iptables proxier (v1.33) writes, built from the brain's
-// decisions (reference/kube-proxy.md §1.13-§2). Pure: the applier decides which per-service nat
+// The iptables-restore input kube-proxy's iptables proxier (v1.37.2, pkg/proxy/iptables/proxier.go) writes, built from the brain's
+// decisions. Pure: the applier decides which per-service nat
 // blocks a partial sync writes and which stale chains to delete, then assembles the text.
 
 import type {

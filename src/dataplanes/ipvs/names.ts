@@ -1,4 +1,5 @@
-// The kernel objects of kube-proxy's ipvs mode by name (reference/kube-proxy.md §3): the dummy
+// The kernel objects of kube-proxy's ipvs mode by name (kube-proxy v1.37.2's pkg/proxy/ipvs/proxier.go and
+// pkg/proxy/ipvs/ipset.go): the dummy
 // device, the ipsets with their types and comments, and the iptables chains and jumps.
 
 import type { IPFamily } from '../../model/types.js';

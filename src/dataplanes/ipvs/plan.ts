@@ -1,5 +1,5 @@
-// What kube-proxy's ipvs proxier (v1.33, pkg/proxy/ipvs/proxier.go) programs for the brain's
-// decisions (reference/kube-proxy.md §3): virtual and real servers, the addresses bound to
+// What kube-proxy's ipvs proxier (v1.37.2, pkg/proxy/ipvs/proxier.go) programs for the brain's
+// decisions: virtual and real servers, the addresses bound to
 // kube-ipvs0, the ipsets and the companion iptables rules. Pure; the applier diffs it against the
 // kernel. `render --proxy-mode ipvs` prints it in the formats ipvsadm-save, ipset save and
 // iptables-save print, so each section can be fed back to its restore tool.
@@ -368,7 +368,7 @@ const SET_RULES: readonly {
   },
 ];
 
-/** writeIptablesRules: the restore input, in kube-proxy's order (reference/kube-proxy.md §3.2). */
+/** writeIptablesRules: the restore input, in kube-proxy's order (its proxier.go's writeIptablesRules). */
 function companionRules(
   decisions: FamilyDecisions,
   ipsets: IpsetContent[],

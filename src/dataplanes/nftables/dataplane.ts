@@ -1,5 +1,5 @@
 // `run --proxy-mode nftables`: writes each family's rendered transaction with one `nft -f -`, the
-// way kube-proxy's nftables proxier does (reference/kube-proxy.md §4). A transaction is atomic,
+// way kube-proxy's nftables proxier does (kube-proxy v1.37.2's pkg/proxy/nftables/proxier.go). A transaction is atomic,
 // so a failed one leaves the previous ruleset in place; it is counted and the next sync is full.
 // Partial syncs write only the changed services' chains and the changed map elements. Chains
 // that fell out of use are flushed at once and deleted by a later transaction at least a second

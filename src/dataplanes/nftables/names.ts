@@ -1,4 +1,4 @@
-// Object names of kube-proxy's nftables mode (reference/kube-proxy.md §4). kube-proxy owns the
+// Object names of kube-proxy's nftables mode (kube-proxy v1.37.2's pkg/proxy/nftables/proxier.go). kube-proxy owns the
 // whole `kube-proxy` table of each family; per-service-port chains carry a hash of their name so
 // they stay distinct when truncated and differ visibly from their neighbours.
 

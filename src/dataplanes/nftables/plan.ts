@@ -1,5 +1,5 @@
 // The nft transaction kube-proxy's nftables proxier (v1.37.2) writes, built from the brain's
-// decisions (reference/kube-proxy.md §1.13, §4), in the syntax knftables prints and `nft -f`
+// decisions (pkg/proxy/nftables/proxier.go), in the syntax knftables prints and `nft -f`
 // reads. Pure: the applier decides which per-service blocks a partial sync writes, which map
 // elements changed and which chains went stale, and assembles the text with assembleTransaction.
 
