@@ -165,6 +165,11 @@ rm -rf "$app/node_modules/@types" "$app/node_modules/@koromix/koffi-linux-x64/mu
   "$app/node_modules/koffi/doc" "$app/node_modules/.package-lock.json"
 find "$app/node_modules/koffi" -type f \( -name '*.cc' -o -name '*.hh' -o -name '*.S' -o -name '*.asm' \
   -o -name '*.inc' -o -name '*.def' -o -name CMakeLists.txt \) -delete
+# Each dependency's own tests, examples and CI files, at the package's root (where a package keeps
+# them, never where its code lives: the image tests run the agent from this tree).
+for pkg in $(find "$app/node_modules" -mindepth 2 -maxdepth 3 -name package.json -printf '%h\n'); do
+  rm -rf "$pkg"/{test,tests,__tests__,example,examples,.github}
+done
 find "$app/node_modules" -depth -type d -empty -delete
 # The protobuf schemas the kube source imports (src/sources/k8s-proto.json, generated, Go needed).
 node scripts/k8s-proto.mjs >&2

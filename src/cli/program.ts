@@ -6,17 +6,46 @@ import { registerVersionCommand, VERSION } from './version.js';
 type Register = (program: Command) => void;
 
 /** Each command's module, imported only when the command tree needs it: the agent's start does not
- * pay for the bench's, the demo's or the renderers' modules (~0.1 s of the cold start). */
+ * pay for the demo's or the renderers' modules (~0.1 s of the cold start). */
 const COMMANDS: Record<string, () => Promise<Register>> = {
   run: async () => (await import('./run.js')).registerRunCommand,
-  demo: async () => (await import('./demo.js')).registerDemoCommand,
+  demo: async () => (await importTool('demo')).registerDemoCommand as Register,
   render: async () => (await import('./render.js')).registerRenderCommand,
   list: async () => (await import('./list.js')).registerListCommand,
   trace: async () => (await import('./trace.js')).registerTraceCommand,
   cleanup: async () => (await import('./cleanup.js')).registerCleanupCommand,
-  bench: async () => (await import('./bench.js')).registerBenchCommand,
+  bench: async () => (await importTool('bench')).registerBenchCommand as Register,
   version: async () => registerVersionCommand,
 };
+
+/**
+ * The demo and the bench build labs of network namespaces (and the bench a Kubernetes control
+ * plane): tools of a checkout, not of the agent. Their modules are named by a computed specifier,
+ * which the compiler does not follow, so the image's build (tsconfig.build.json, from main.ts)
+ * leaves them and the lab code out. In the image the commands say so.
+ */
+async function importTool(name: 'demo' | 'bench'): Promise<Record<string, unknown>> {
+  const specifier = `./${name}.js`;
+  try {
+    return await import(specifier);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ERR_MODULE_NOT_FOUND') throw err;
+    return { [`register${name[0]!.toUpperCase()}${name.slice(1)}Command`]: toolMissing(name) };
+  }
+}
+
+function toolMissing(name: string): Register {
+  return (program) =>
+    program
+      .command(name)
+      .description(`(not in this build) the ${name} runs from a checkout of kube-bpf-proxy`)
+      .allowUnknownOption()
+      .action(() => {
+        throw new Error(
+          `${name} is a tool of a checkout, not part of this build (the agent image): run it from a clone`,
+        );
+      });
+}
 
 /**
  * The tree for `argv` (as process.argv): the named command alone when the first argument names

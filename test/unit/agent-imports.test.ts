@@ -28,13 +28,17 @@ function staticImports(text: string): string[] {
   return specs;
 }
 
-function closure(entries: string[]): Set<string> {
+/** Relative specifiers of `import('...')` written as a literal: the compiler follows these too. */
+function literalDynamicImports(text: string): string[] {
+  return [...text.matchAll(/\bimport\(\s*['"](\.[^'"]+)['"]\s*\)/g)].map((m) => m[1]!);
+}
+
+function closure(entries: string[], imports: (text: string) => string[] = staticImports): Set<string> {
   const seen = new Set<string>();
   const visit = (file: string) => {
     if (seen.has(file) || !file.endsWith('.ts')) return;
     seen.add(file);
-    for (const spec of staticImports(readFileSync(join(ROOT, file), 'utf8')))
-      visit(resolveImport(file, spec));
+    for (const spec of imports(readFileSync(join(ROOT, file), 'utf8'))) visit(resolveImport(file, spec));
   };
   for (const entry of entries) visit(entry);
   return seen;
@@ -70,5 +74,26 @@ describe("the agent's start-up imports", () => {
       "const g = await import('./dynamic.js');",
     ].join('\n');
     expect(staticImports(text)).toEqual(['./kept.js', './reexported.js', './side-effect.js']);
+  });
+});
+
+// The image is compiled by tsconfig.build.json from src/cli/main.ts, and the compiler follows every
+// static and literal dynamic import: what it reaches is what the image ships.
+describe("the image's build", () => {
+  const shipped = closure(['src/cli/main.ts'], (text) => [
+    ...staticImports(text),
+    ...literalDynamicImports(text),
+  ]);
+
+  it('holds every command of the agent', () => {
+    for (const command of ['run', 'render', 'list', 'trace', 'cleanup', 'version'])
+      expect(shipped).toContain(`src/cli/${command}.ts`);
+  });
+
+  it('holds no bench, demo, lab or test code', () => {
+    const tools = [...shipped].filter((file) =>
+      /^(bench|test)\/|^src\/lab\/|^src\/cli\/(demo|bench)\.ts$/.test(file),
+    );
+    expect(tools).toEqual([]);
   });
 });
