@@ -9,11 +9,15 @@
 //       [--sources manifests,api-json,api-protobuf] [--distinct] [--as-stored] [--cli dist/src/cli/main.js]
 // --as-stored: the API server's objects carry what a real one adds (bench/scenario.ts asStored).
 // --cli measures another build of the agent (e.g. an older commit's) in the same run.
+// --memory-limit MiB runs the agent as the chart's pod with resources.limits.memory set: through
+// the image's entry point (scripts/image-entrypoint.sh, which sizes V8's heap to the limit) in a
+// memory cgroup of its own with that limit, and reports the OOM kills the cgroup saw.
 
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { findCgroup2Root } from '../src/host/cgroup.js';
 import { LabAgent } from '../src/lab/agent.js';
 import { deleteStaleNamespaces, Lab } from '../src/lab/netns.js';
 import { PROTOBUF_CONTENT_TYPE } from '../src/sources/protobuf.js';
@@ -51,6 +55,54 @@ export interface AgentMemory {
    * the change. Through files this includes the manifest watch's 200 ms quiet time. */
   changeSyncMs: number[];
   changeToKernelMs: number[];
+  /**
+   * With --memory-limit: the limit, the cgroup's peak charge (the process's memory plus what the
+   * kernel charges it: the BPF maps it creates, page cache) and the OOM kills it counted (0 is the
+   * goal).
+   */
+  memoryLimitMiB?: number;
+  cgroupPeakMiB?: number;
+  oomKills?: number;
+}
+
+const ENTRYPOINT = fileURLToPath(new URL('../../scripts/image-entrypoint.sh', import.meta.url));
+
+/** A memory cgroup limited to `limitMiB`: cgroup v2's where it has the memory controller, else v1's. */
+function memoryCgroup(
+  name: string,
+  limitMiB: number,
+): { dir: string; oomKills(): number; peakMiB(): number; remove(): void } {
+  const v2 = findCgroup2Root();
+  const onV2 = readFileSync(join(v2, 'cgroup.controllers'), 'utf8').split(/\s+/).includes('memory');
+  const dir = join(onV2 ? v2 : '/sys/fs/cgroup/memory', name);
+  mkdirSync(dir);
+  const bytes = String(limitMiB * 1024 * 1024);
+  writeFileSync(join(dir, onV2 ? 'memory.max' : 'memory.limit_in_bytes'), bytes);
+  const events = join(dir, onV2 ? 'memory.events' : 'memory.oom_control');
+  return {
+    dir,
+    oomKills: () => Number(/oom_kill (\d+)/.exec(readFileSync(events, 'utf8'))?.[1] ?? 0),
+    peakMiB: () =>
+      Number(readFileSync(join(dir, onV2 ? 'memory.peak' : 'memory.max_usage_in_bytes'), 'utf8')) / 2 ** 20,
+    remove: () => {
+      if (existsSync(dir)) rmdirSync(dir);
+    },
+  };
+}
+
+/** The words that start the agent through the image's entry point, inside the cgroup. */
+function entrypointLauncher(cli: string, cgroupDir: string): string[] {
+  return [
+    'env',
+    `KBP_NODE=${process.execPath}`,
+    `KBP_MAIN=${cli}`,
+    `KBP_CGROUP_ROOT=${cgroupDir}`,
+    'sh',
+    '-c',
+    'echo $$ > "$0/cgroup.procs" && exec sh "$@"',
+    cgroupDir,
+    ENTRYPOINT,
+  ];
 }
 
 const LIST_SERVER = fileURLToPath(new URL('list-server.js', import.meta.url));
@@ -94,7 +146,14 @@ export async function measureAgentMemory(
   name: string,
   source: MemorySource,
   scenario: Scenario,
-  opts: { distinctEndpoints: boolean; changes: number; timeoutMs: number; cli?: string; stored?: boolean },
+  opts: {
+    distinctEndpoints: boolean;
+    changes: number;
+    timeoutMs: number;
+    cli?: string;
+    stored?: boolean;
+    memoryLimitMiB?: number;
+  },
 ): Promise<AgentMemory> {
   await lab.addNamespace(name);
   const workDir = mkdtempSync(join(tmpdir(), 'kbp-mem-'));
@@ -104,6 +163,9 @@ export async function measureAgentMemory(
   const manifestDir = join(workDir, 'manifests');
   let server: ReturnType<Lab['spawn']> | null = null;
   let agent: LabAgent | null = null;
+  const cgroup = opts.memoryLimitMiB
+    ? memoryCgroup(`kbp-mem-${process.pid}-${name}`, opts.memoryLimitMiB)
+    : null;
   try {
     if (source === 'manifests') {
       const files = manifestFiles(scenario, { distinctEndpoints: opts.distinctEndpoints });
@@ -124,7 +186,9 @@ export async function measureAgentMemory(
       await printed(server, 'listening');
       args.push('--master', `http://127.0.0.1:${LIST_SERVER_PORT}`);
     }
-    agent = LabAgent.start(lab, name, opts.cli ?? cliEntryPoint(), args, { bpffs: 'own' });
+    const cli = opts.cli ?? cliEntryPoint();
+    const launcher = cgroup ? entrypointLauncher(cli, cgroup.dir) : undefined;
+    agent = LabAgent.start(lab, name, cli, args, { bpffs: 'own', ...(launcher && { launcher }) });
     const first = await agent.waitForSync(1, opts.timeoutMs);
     const synced = agent.memory();
     const changeSyncMs: number[] = [];
@@ -157,11 +221,18 @@ export async function measureAgentMemory(
       peakMiB: settled.peakMiB,
       changeSyncMs,
       changeToKernelMs,
+      ...(cgroup && {
+        memoryLimitMiB: opts.memoryLimitMiB,
+        cgroupPeakMiB: cgroup.peakMiB(),
+        oomKills: cgroup.oomKills(),
+      }),
     };
   } catch (err) {
-    throw new Error(`${(err as Error).message}\nagent log tail:\n${agent?.tail().slice(-3000) ?? ''}`);
+    const ooms = cgroup ? ` (OOM kills in its cgroup: ${cgroup.oomKills()})` : '';
+    throw new Error(`${(err as Error).message}${ooms}\nagent log tail:\n${agent?.tail().slice(-3000) ?? ''}`);
   } finally {
     await agent?.stop();
+    cgroup?.remove();
     server?.kill('SIGTERM');
     rmSync(workDir, { recursive: true, force: true });
   }
@@ -177,6 +248,7 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
   const changes = Number(option('--changes', '3'));
   const sources = option('--sources', MEMORY_SOURCES.join(',')).split(',') as MemorySource[];
   const cli = option('--cli', cliEntryPoint());
+  const memoryLimitMiB = Number(option('--memory-limit', '0')) || undefined;
   const distinctEndpoints = args.includes('--distinct');
   const stored = args.includes('--as-stored');
   const counts = (args.find((a) => !a.startsWith('--')) ?? '1,10000').split(',').map(Number);
@@ -202,11 +274,12 @@ if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
             timeoutMs: 1_200_000,
             cli,
             stored,
+            ...(memoryLimitMiB && { memoryLimitMiB }),
           },
         );
         results.push(result);
         console.error(
-          `${source} ${services}×${endpoints}${distinctEndpoints ? ' distinct' : ''}${stored ? ' as stored' : ''}: ${result.syncedMiB.toFixed(0)} MiB after the first sync, ${result.settledMiB.toFixed(0)} MiB settled (after ${changes} changes), peak ${result.peakMiB.toFixed(0)} MiB (cold start ${(result.coldStartMs / 1000).toFixed(1)} s, first sync ${result.firstSyncMs.toFixed(0)} ms); change syncs ${result.changeSyncMs.map((ms) => ms.toFixed(1)).join(', ')} ms, change to kernel ${result.changeToKernelMs.map((ms) => ms.toFixed(0)).join(', ')} ms`,
+          `${source} ${services}×${endpoints}${distinctEndpoints ? ' distinct' : ''}${stored ? ' as stored' : ''}: ${result.syncedMiB.toFixed(0)} MiB after the first sync, ${result.settledMiB.toFixed(0)} MiB settled (after ${changes} changes), peak ${result.peakMiB.toFixed(0)} MiB (cold start ${(result.coldStartMs / 1000).toFixed(1)} s, first sync ${result.firstSyncMs.toFixed(0)} ms); change syncs ${result.changeSyncMs.map((ms) => ms.toFixed(1)).join(', ')} ms, change to kernel ${result.changeToKernelMs.map((ms) => ms.toFixed(0)).join(', ')} ms${memoryLimitMiB ? `; limit ${memoryLimitMiB} MiB, cgroup peak ${result.cgroupPeakMiB?.toFixed(0)} MiB, OOM kills ${result.oomKills}` : ''}`,
         );
       }
     }

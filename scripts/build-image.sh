@@ -101,7 +101,7 @@ base_hash() {
 image_hash() {
   {
     printf '%s\n' "$1 $version $tag $revision $SOURCE_DATE_EPOCH $source_url"
-    git ls-files -z -- scripts/build-image.sh scripts/build-bpf.sh scripts/oci-archive.mjs scripts/k8s-proto.mjs package.json package-lock.json \
+    git ls-files -z -- scripts/build-image.sh scripts/build-bpf.sh scripts/oci-archive.mjs scripts/k8s-proto.mjs scripts/image-entrypoint.sh package.json package-lock.json \
       'tsconfig*.json' src native bench bpf | xargs -0 sha256sum
     clang --version | head -1
   } | sha256sum | cut -c1-16
@@ -176,11 +176,8 @@ node scripts/k8s-proto.mjs >&2
 npx tsc -p tsconfig.build.json --outDir "$app/dist"
 bash scripts/build-bpf.sh
 cp bpf/*.o "$app/bpf/"
-cat >"$work/app/usr/local/bin/kube-bpf-proxy" <<'EOF'
-#!/bin/sh
-exec /usr/local/bin/node /opt/kube-bpf-proxy/dist/src/cli/main.js "$@"
-EOF
-chmod 0755 "$work/app/usr/local/bin/kube-bpf-proxy"
+# The entry point starts node with its heap sized to the container's memory limit.
+install -m 0755 scripts/image-entrypoint.sh "$work/app/usr/local/bin/kube-bpf-proxy"
 log "app built"
 
 # --- The base: Debian packages and Node.

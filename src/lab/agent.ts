@@ -19,6 +19,11 @@ export interface AgentStartOptions {
    * (the chart's bpf.cgroupPath); the host's mounts are never touched.
    */
   bpffs?: 'host' | 'absent' | 'own';
+  /**
+   * The words that start the CLI in place of `node CLI`: e.g. the image's entry point
+   * (scripts/image-entrypoint.sh) inside a memory cgroup, as bench/agent-memory.ts runs it.
+   */
+  launcher?: string[];
 }
 
 // Run by `sh -ec SCRIPT sh MODE CGROUP2_ROOT AGENT...` inside the private mount namespace. bpffs
@@ -62,12 +67,12 @@ export class LabAgent {
 
   static start(lab: Lab, ns: string, cli: string, args: string[], opts: AgentStartOptions = {}): LabAgent {
     const startedAt = performance.now();
-    const agent = [process.execPath, cli, 'run', ...args];
+    const agent = [...(opts.launcher ?? [process.execPath, cli]), 'run', ...args];
     const bpffs = opts.bpffs ?? 'host';
     // nsenter --net, then unshare: `ip netns exec` would remount /sys, and with it bpffs.
     const child =
       bpffs === 'host'
-        ? lab.spawn(ns, process.execPath, agent.slice(1))
+        ? lab.spawn(ns, agent[0]!, agent.slice(1))
         : lab.spawn(ns, 'unshare', [
             '--mount',
             '--propagation',
