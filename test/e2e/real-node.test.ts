@@ -60,9 +60,10 @@ import { describeRoot } from '../support/privileges.js';
 
 // bpf.hostRouting (docs/bpf-datapath.md, "Host routing"): the chart's default, auto, resolves to
 // bpf on these nodes (the helpers are there, no NetworkPolicy chain in netfilter); bpf and stack
-// are set explicitly. Each runs the whole matrix: one pass takes about 20 s here (10 s to build the
-// lab and start the agents, 10 s of cells), so a subset would save seconds of CI's 30 minutes and
-// give up the proof that the setting changes nothing but the flows between local pods. Every cell
+// are set explicitly. Each runs the whole matrix: one pass takes about 17 s here (8 s to build the
+// lab and start the agents, 9-10 s of cells; the four variants 68 s), so a subset would save
+// seconds of CI's 30 minutes and give up the proof that the setting changes nothing but the flows
+// between local pods. Every cell
 // between two pods of one node also checks where its connections went: none in the node's
 // netfilter conntrack under the bypass, each of them there on the stack's path.
 const VARIANTS: { mode: ProxyMode; agent: 'process' | 'pod'; hostRouting?: BpfConfig['hostRouting'] }[] = [
