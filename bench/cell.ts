@@ -7,6 +7,7 @@
 
 import { mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { BpfConfig } from '../src/config/types.js';
 import { cleanupNode } from '../src/dataplanes/cleanup.js';
 import { findCgroup2Root } from '../src/host/cgroup.js';
 import { LabAgent } from '../src/lab/agent.js';
@@ -58,6 +59,8 @@ export interface CellSettings {
    * (nft on a clean node); "legacy" or "nft" plant kubelet's hint chain in that backend first.
    */
   iptablesBackend: 'auto' | 'legacy' | 'nft';
+  /** The bpf modes' bpf.hostRouting; unset: the agent's default (auto). */
+  hostRouting?: BpfConfig['hostRouting'];
 }
 
 /** The ipvs modes' scheduler (kube-proxy's default), as the real kube-proxy's ipvs mode needs one. */
@@ -98,6 +101,7 @@ function agentConfig(
   pinPath: string,
   sockCgroup: string | null,
   scenario: Scenario,
+  hostRouting: BpfConfig['hostRouting'] | undefined,
 ): string {
   const bpf = [
     'bpf:',
@@ -107,6 +111,7 @@ function agentConfig(
     `    services: ${scenarioMapSizes(scenario).services}`,
     `    backendSlots: ${scenarioMapSizes(scenario).backendSlots}`,
     ...(sockCgroup ? ['  socketLB: all', `  cgroupPath: ${sockCgroup}`] : []),
+    ...(hostRouting ? [`  hostRouting: ${hostRouting}`] : []),
   ];
   const proxyMode = isKubeProxyMode(mode) ? KUBE_PROXY_MODES[mode] : mode === 'bpf-sock' ? 'bpf' : mode;
   // kube-proxy's documented defaults for the periods (minSyncPeriod 1 s, syncPeriod 30 s); ipvs
@@ -320,7 +325,7 @@ export async function runCell(
   // client's commands join, so nothing else on a shared machine is translated.
   const sockCgroup = mode === 'bpf-sock' ? `${findCgroup2Root()}/${lab.prefix}-bpf-sock` : null;
   if (sockCgroup) mkdirSync(sockCgroup, { recursive: true });
-  writeFileSync(configPath, agentConfig(mode, ctx.feed, pinPath, sockCgroup, scenario));
+  writeFileSync(configPath, agentConfig(mode, ctx.feed, pinPath, sockCgroup, scenario, settings.hostRouting));
   /** Runs a client command in the client pod, inside the socket-LB cgroup when there is one. */
   const clientExec = (cmd: string, args: string[]) =>
     sockCgroup

@@ -26,10 +26,12 @@
 
 #include "counters.h"
 #include "fib.h"
+#include "host_route.h"
 #include "icmp.h"
 #include "lb.h"
 #include "parse.h"
 #include "related.h"
+#include "rodata.h"
 #include "service.h"
 #include "sock.h"
 #include "verdict.h"
@@ -50,7 +52,8 @@ static __always_inline int kbp_tc(struct __sk_buff *skb, int role, const bool l3
 	}
 	if (verdict == KBP_PASS)
 		return TC_ACT_UNSPEC;
-	if (verdict == KBP_REDIRECT || verdict == KBP_REDIRECT_NEIGH) {
+	if (verdict == KBP_REDIRECT || verdict == KBP_REDIRECT_NEIGH ||
+	    verdict == KBP_REDIRECT_PEER) {
 		if (l3 && kbp_push_l2(skb, &hop, skb->protocol) < 0) {
 			kbp_count_drop(KBP_DROP_FIB, svc_id, skb->len);
 			return TC_ACT_SHOT;
@@ -61,6 +64,10 @@ static __always_inline int kbp_tc(struct __sk_buff *skb, int role, const bool l3
 			kbp_count_drop(KBP_DROP_FIB, svc_id, skb->len);
 			return TC_ACT_SHOT;
 		}
+		/* Behind kbp_host_routing, the only source of the verdict, so that with it 0 the
+		 * verifier never meets the helper (see rodata.h). */
+		if (kbp_host_routing && verdict == KBP_REDIRECT_PEER)
+			return bpf_redirect_peer(hop.ifindex, 0);
 		return bpf_redirect(hop.ifindex, 0);
 	}
 	if (verdict == KBP_REJECT || verdict == KBP_FRAG_NEEDED) {

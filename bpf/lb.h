@@ -42,6 +42,7 @@
 #include "ctx.h"
 #include "family.h"
 #include "fib.h"
+#include "host_route.h"
 #include "maps.h"
 #include "nat.h"
 #include "parse.h"

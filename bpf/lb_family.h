@@ -175,18 +175,25 @@ forward:
 
 /*
  * Sends a packet of a tracked flow on its way: rewrite to the entry's tuple, count. A
- * KBP_CT_F_ROUTE packet is forwarded by the program itself (kbp_route4/6). Replies of other
- * flows are not ours at ingress: the egress program translates them (see the top of the file).
+ * KBP_CT_F_ROUTE packet is forwarded by the program itself (kbp_route4/6), and so is one between
+ * two local pods under host routing (host_route.h). Replies of other flows are not ours at
+ * ingress: the egress program translates them (see the top of the file).
  */
-static __always_inline int KBP_F(kbp_deliver)(void *ctx, const bool xdp, const bool l3,
+static __always_inline int KBP_F(kbp_deliver)(void *ctx, const bool xdp, const bool l3, int role,
 					      const KBP_PKT *p, const KBP_CT_VAL *t, __u32 *reason,
 					      struct kbp_hop *hop) {
 	bool reply = t->flags & KBP_CT_F_REPLY;
+	bool host = kbp_host_candidate(xdp, role, p->frag, t->flags);
 	int verdict = KBP_PASS;
 
-	if (t->flags & KBP_CT_F_ROUTE) {
+	if (t->flags & KBP_CT_F_ROUTE || host) {
 		verdict = KBP_F(kbp_route)(ctx, xdp, l3, p, t, hop, reason);
-		if (verdict == KBP_DROP || verdict == KBP_PASS || verdict == KBP_FRAG_NEEDED)
+		/* Not to a local pod: a request goes on to the stack rewritten, a reply
+		 * untouched. */
+		if (host)
+			verdict = kbp_host_hop(verdict, hop);
+		if (verdict == KBP_DROP || verdict == KBP_FRAG_NEEDED ||
+		    (verdict == KBP_PASS && (!host || reply)))
 			return verdict;
 	} else if (reply) {
 		return KBP_PASS;
@@ -232,8 +239,9 @@ static __always_inline int KBP_F(kbp_lb)(void *ctx, const bool xdp, const bool l
 
 		t = *ct;
 
-		/* The egress program keeps these entries, and counts their packets. */
-		if (kbp_ct_egress_reply(t.flags))
+		/* The egress program keeps these entries, and counts their packets, unless host
+		 * routing delivers the reply itself. */
+		if (kbp_ct_egress_reply(t.flags) && !kbp_host_candidate(xdp, role, p.frag, t.flags))
 			return KBP_PASS;
 		now = kbp_now();
 		/* A new connection on a tracked tuple: reuse the backend only if the old flow is
@@ -251,7 +259,7 @@ static __always_inline int KBP_F(kbp_lb)(void *ctx, const bool xdp, const bool l
 		}
 		KBP_F(kbp_ct_touch)(ct, &t, &p, now);
 		*svc_id = t.svc_id;
-		return KBP_F(kbp_deliver)(ctx, xdp, l3, &p, &t, reason, hop);
+		return KBP_F(kbp_deliver)(ctx, xdp, l3, role, &p, &t, reason, hop);
 	}
 	/* A later fragment never starts a flow: its first fragment did, or the datagram is not
 	 * ours. */
@@ -273,7 +281,7 @@ service:
 		return KBP_DROP;
 	kbp_count_new_conn(&kbp_svcst_v1, t.svc_id);
 	kbp_count_new_conn(&kbp_best_v1, t.backend_id);
-	return KBP_F(kbp_deliver)(ctx, xdp, l3, &p, &t, reason, hop);
+	return KBP_F(kbp_deliver)(ctx, xdp, l3, role, &p, &t, reason, hop);
 }
 
 /*

@@ -22,6 +22,11 @@ const volatile __u32 kbp_coarse_clock = 1;
  * it; without it the kernel's EPERM for a refused hook. */
 const volatile __u32 kbp_sock_set_retval = 0;
 
+/* bpf.hostRouting resolved to bpf (host_route.h): set only where the kernel has
+ * bpf_redirect_peer and bpf_redirect_neigh (the agent probes both), so with 0 the verifier never
+ * sees the peer redirect. */
+const volatile __u32 kbp_host_routing = 0;
+
 static __always_inline __u64 kbp_now(void) {
 	if (kbp_coarse_clock)
 		return bpf_ktime_get_coarse_ns();

@@ -11,6 +11,7 @@ enum kbp_verdict {
 	KBP_REDIRECT_NEIGH = 4, /* tc: rewritten, the kernel resolves the next hop's MAC */
 	KBP_TX = 5,		/* XDP: rewritten and addressed, back out of the same interface */
 	KBP_FRAG_NEEDED = 6,	/* tc: too big for the route and DF set: answer ICMP frag needed */
+	KBP_REDIRECT_PEER = 7,	/* tc: rewritten and addressed, into the pod behind the veth */
 };
 
 #endif /* KBP_VERDICT_H */

@@ -588,6 +588,9 @@ export const BPF_CGROUP_UDP6_SENDMSG = 15;
 export const BPF_CGROUP_UDP6_RECVMSG = 20;
 export const BPF_CGROUP_INET6_GETPEERNAME = 30;
 export const BPF_FUNC_SET_RETVAL = 187;
+/** bpf_redirect_neigh and bpf_redirect_peer (5.10+): host routing (bpf.hostRouting) needs both. */
+export const BPF_FUNC_REDIRECT_NEIGH = 152;
+export const BPF_FUNC_REDIRECT_PEER = 155;
 /** bpf_loop (5.17+): bpf/lb.o needs it, bpf/lb_compat.o does not. */
 export const BPF_FUNC_LOOP = 181;
 

@@ -13,6 +13,7 @@ import {
 } from '../../bench/harness.js';
 import { runIpvsLab } from '../../bench/ipvs-lab.js';
 import type { BenchMode } from '../../bench/kernel-probe.js';
+import type { BpfConfig } from '../config/types.js';
 import { IP_FAMILIES, type IPFamily } from '../net/ip.js';
 
 interface BenchFlags {
@@ -29,6 +30,7 @@ interface BenchFlags {
   bpfCostServices?: string;
   out: string;
   iptablesBackend: 'auto' | 'legacy' | 'nft';
+  bpfHostRouting?: BpfConfig['hostRouting'];
   timeoutScale?: string;
   ipvsLab?: boolean;
   render?: string;
@@ -98,6 +100,7 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
       coldStartTimeoutMs: 20 * 60_000,
       timeoutScale: positive('--timeout-scale', flags.timeoutScale ?? '1'),
       iptablesBackend: flags.iptablesBackend,
+      ...(flags.bpfHostRouting ? { hostRouting: flags.bpfHostRouting } : {}),
     },
     bpfCost: {
       services: numbers('--bpf-cost-services', flags.bpfCostServices ?? d.bpfCost),
@@ -156,6 +159,12 @@ export function registerBenchCommand(program: Command): void {
       )
         .choices(['auto', 'legacy', 'nft'])
         .default('auto'),
+    )
+    .addOption(
+      new Option(
+        '--bpf-host-routing <value>',
+        "the bpf modes' bpf.hostRouting (default: the agent's, auto)",
+      ).choices(['auto', 'bpf', 'stack']),
     )
     .option(
       '--timeout-scale <x>',

@@ -99,6 +99,7 @@ export const DEFAULT_BPF_CONFIG: BpfConfig = {
   xdpMode: 'off',
   pinPath: '/sys/fs/bpf/kube-bpf-proxy',
   socketLB: 'host',
+  hostRouting: 'auto',
   cgroupPath: '',
   mapSizes: {
     services: 65536,
@@ -134,6 +135,7 @@ function defaultBpf(section: KubeProxyConfigurationFile['bpf']): BpfConfig {
     xdpMode: s.xdpMode ?? d.xdpMode,
     pinPath: s.pinPath ?? d.pinPath,
     socketLB: s.socketLB ?? d.socketLB,
+    hostRouting: s.hostRouting ?? d.hostRouting,
     cgroupPath: s.cgroupPath ?? d.cgroupPath,
     mapSizes: {
       services: sizes.services ?? d.mapSizes.services,

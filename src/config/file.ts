@@ -66,6 +66,7 @@ const bpfSection = object({
   xdpMode,
   pinPath: string,
   socketLB,
+  hostRouting: oneOf<BpfConfig['hostRouting']>(['auto', 'bpf', 'stack']),
   cgroupPath: string,
   mapSizes: object({
     services: uint32,

@@ -573,6 +573,16 @@ const FLAG_SPECS: readonly FlagSpec[] = [
     { choices: ['host', 'all', 'off'] },
   ),
   flag(
+    'bpf-host-routing',
+    'string',
+    `Flows between local pods from veth to veth past the node's stack: auto (where the node allows it), bpf or stack (default ${BPF.hostRouting})`,
+    (s, v) => {
+      s.bpf.hostRouting = v as BpfConfig['hostRouting'];
+      return 'bpf.hostRouting';
+    },
+    { choices: ['auto', 'bpf', 'stack'] },
+  ),
+  flag(
     'bpf-cgroup-path',
     'string',
     'cgroup v2 directory the socket hooks attach to (default: the cgroup2 root, from /proc/self/mountinfo)',

@@ -29,6 +29,10 @@ export interface BpfConfig {
   /** Socket-level load balancing on the cgroup socket hooks: "host" serves the node's own network
    * namespace (hostNetwork pods, kubelet, node processes), "all" pods' sockets too, "off" none. */
   socketLB: 'host' | 'all' | 'off';
+  /** BPF host routing (docs/bpf-datapath.md, "Host routing"): "bpf" sends flows between local
+   * pods from veth to veth past the node's stack, "stack" never, "auto" where the node allows it
+   * (hostRoutingDecision). */
+  hostRouting: 'auto' | 'bpf' | 'stack';
   /** The cgroup v2 directory the socket hooks attach to; "" is the cgroup2 root (found in
    * /proc/self/mountinfo). */
   cgroupPath: string;

@@ -451,10 +451,15 @@ export class RealNodeLab {
   /**
    * Starts one agent per node with what the chart renders for `mode` (default values otherwise):
    * the ConfigMap's config.conf and the DaemonSet's container args, with the API server replaced by
-   * --manifests. Waits for each agent's first sync.
+   * --manifests; `set` adds --set values (e.g. bpf.hostRouting=stack). Waits for each agent's
+   * first sync.
    */
-  async startAgents(mode: ProxyMode, opts: AgentStartOptions = { bpffs: 'absent' }): Promise<void> {
-    const rendered = await renderChart(mode, this.workDir);
+  async startAgents(
+    mode: ProxyMode,
+    opts: AgentStartOptions = { bpffs: 'absent' },
+    set: string[] = [],
+  ): Promise<void> {
+    const rendered = await renderChart(mode, this.workDir, set);
     for (const node of REAL_NODES) {
       const configDir = join(this.workDir, 'agent', node.name);
       mkdirSync(configDir, { recursive: true });

@@ -48,7 +48,8 @@ describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {
       [join(PROJECT_ROOT, 'bpf/lb_compat.o'), false],
     ];
     // lb.o with the load-time constants the agent picks there (bpf_set_retval as the probe
-    // finds it); lb_compat.o with 5.10's.
+    // finds it); lb_compat.o with 5.10's. Both with host routing (bpf_redirect_peer and
+    // bpf_redirect_neigh are 5.10's), the most code the verifier can be shown.
     const script = [
       `const l = await import(${JSON.stringify(libbpf)});`,
       `const { rodata, RODATA_MAP } = await import(${JSON.stringify(layout)});`,
@@ -58,7 +59,7 @@ describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {
       'console.log("bpfLoop", kernelHasBpfLoop());',
       `for (const [path, modern] of ${JSON.stringify(objects)}) {`,
       'const o = l.openObject(path);',
-      'l.setMapInitialValue(l.findMap(o, RODATA_MAP), rodata.encode(modern ? { coarseClock: true, sockSetRetval } : { coarseClock: false, sockSetRetval: false }));',
+      'l.setMapInitialValue(l.findMap(o, RODATA_MAP), rodata.encode(modern ? { coarseClock: true, sockSetRetval, hostRouting: true } : { coarseClock: false, sockSetRetval: false, hostRouting: true }));',
       'l.loadObject(o);',
       `for (const p of ${JSON.stringify(PROGRAMS)}) console.log(path.split("/").pop(), p, l.programFd(o, p) > 0);`,
       'l.closeObject(o); }',

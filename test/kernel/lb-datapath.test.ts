@@ -783,7 +783,7 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
   });
 
   it('loads and runs with the 5.10 clock (kbp_coarse_clock = 0)', () => {
-    const fine = loadLb({}, { coarseClock: false, sockSetRetval: false });
+    const fine = loadLb({}, { coarseClock: false, sockSetRetval: false, hostRouting: false });
     try {
       writeConfig(fine);
       writeFrontend(fine, {
@@ -1778,7 +1778,11 @@ describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
     });
 
     it('lb_compat.o (no bpf_loop, the 5.10 clock) SNATs too, from its 16 unrolled candidates', () => {
-      const compat = loadLb({}, { coarseClock: false, sockSetRetval: false }, LB_COMPAT_OBJECT_PATH);
+      const compat = loadLb(
+        {},
+        { coarseClock: false, sockSetRetval: false, hostRouting: false },
+        LB_COMPAT_OBJECT_PATH,
+      );
       try {
         writeConfig(compat);
         writeFrontend(compat, {

@@ -118,6 +118,9 @@ export function bpfConfig(extra: Partial<BpfConfig> = {}): BpfConfig {
     pinPath: '/sys/fs/bpf/kube-bpf-proxy',
     // Tests that want the socket hooks attach them to a cgroup of their own, never the machine's root.
     socketLB: 'off',
+    // Host routing changes which hook sees a flow between two pods: tests that want it ask for it
+    // (the real-node matrix runs the chart's auto).
+    hostRouting: 'stack',
     cgroupPath: '',
     mapSizes: {
       services: 1024,

@@ -85,6 +85,9 @@ export function loadLb(
   constants: DatapathRodata = {
     coarseClock: true,
     sockSetRetval: helperSupported(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_FUNC_SET_RETVAL),
+    // Host routing has its own test (lb-host-route.test.ts); with kbp_hostif_v1 empty it would
+    // change nothing anyway.
+    hostRouting: false,
   },
   objectPath: string = LB_OBJECT_PATH,
   /** Maps an older object (a benchmark's baseline) does not have: their fds are -1. */

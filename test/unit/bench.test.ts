@@ -449,6 +449,12 @@ describe('the cell list', () => {
     expect(cells).toEqual([{ services: 5, family: 'IPv6', rep: 0, mode: 'bpf', dataPlane: true }]);
   });
 
+  it("--bpf-host-routing reaches the bpf modes' agent config; unset, the agent's default", () => {
+    const flags = { modes: 'bpf', endpoints: '10', out: 'x', iptablesBackend: 'auto' as const };
+    expect(benchOptions({ ...flags, bpfHostRouting: 'stack' }, () => {}).cell.hostRouting).toBe('stack');
+    expect(benchOptions(flags, () => {}).cell).not.toHaveProperty('hostRouting');
+  });
+
   it("a run's plots: each measure's of each family (IPv4's under the measure's own name), and the BPF cost", () => {
     const aggregates = aggregate([
       { measure: 'crrPerSec', mode: 'bpf', services: 1, rep: 0, value: 1 },

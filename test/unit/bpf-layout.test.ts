@@ -17,6 +17,7 @@ import {
   ENUMS,
   type EnumLayout,
   enumMismatches,
+  HOST_IF,
   MAPS,
   perCpuValueSize,
   rrVal,
@@ -203,6 +204,7 @@ describe('the BTF check of the constants', () => {
       'TCP_FLAG kbp_tcp_flags',
       'DROP_REASON kbp_drop_reason',
       'SOCK_SCOPE kbp_sock_scope',
+      'HOST_IF kbp_host_if',
     ]);
     const names = (e: EnumLayout) => Object.fromEntries(e.members.map((m) => [m.key, m.cName]));
     const byName = new Map(ENUMS.map((e) => [e.tsName, e]));
@@ -218,7 +220,18 @@ describe('the BTF check of the constants', () => {
       snatPortsExhausted: 'KBP_DROP_SNAT_PORTS',
       conntrackInsert: 'KBP_DROP_CT_INSERT',
     });
-    const tables = { SCOPE, ALGORITHM, ACTION, SVC_F, BE_F, CT_F, TCP_FLAG, DROP_REASON, SOCK_SCOPE };
+    const tables = {
+      SCOPE,
+      ALGORITHM,
+      ACTION,
+      SVC_F,
+      BE_F,
+      CT_F,
+      TCP_FLAG,
+      DROP_REASON,
+      SOCK_SCOPE,
+      HOST_IF,
+    };
     for (const e of ENUMS) {
       expect(Object.fromEntries(e.members.map((m) => [m.key, m.value]))).toEqual(
         tables[e.tsName as keyof typeof tables],

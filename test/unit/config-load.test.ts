@@ -218,6 +218,16 @@ describe('defaults without any file', () => {
     ).toMatchObject({ socketLB: 'all', cgroupPath: '/cg' });
   });
 
+  test('bpf.hostRouting: auto by default, and --bpf-host-routing sets it', () => {
+    expect(expectOk(loadConfig({ fileText: HEADER, flags: {} })).bpf.hostRouting).toBe('auto');
+    expect(
+      expectOk(loadConfig({ fileText: `${HEADER}bpf:\n  hostRouting: stack\n`, flags: {} })).bpf.hostRouting,
+    ).toBe('stack');
+    expect(
+      expectOk(loadConfig({ fileText: HEADER, flags: { 'bpf-host-routing': 'bpf' } })).bpf.hostRouting,
+    ).toBe('bpf');
+  });
+
   test('logging.flushFrequency accepts integer nanoseconds and duration strings', () => {
     const ns = expectOk(
       loadConfig({ fileText: `${HEADER}logging:\n  flushFrequency: 2000000000\n`, flags: {} }),

@@ -163,6 +163,10 @@ describe('our bpf: section', () => {
     ['bpf:\n  xdpMode: on\n', 'bpf.xdpMode: must be one of native, generic, off; got boolean true'],
     ['bpf:\n  socketLB: pods\n', 'bpf.socketLB: must be one of host, all, off; got string "pods"'],
     [
+      'bpf:\n  hostRouting: legacy\n',
+      'bpf.hostRouting: must be one of auto, bpf, stack; got string "legacy"',
+    ],
+    [
       'bpf:\n  cgroupPath: sys/fs/cgroup\n',
       'bpf.cgroupPath: must be an absolute path or empty, got "sys/fs/cgroup"',
     ],

@@ -28,6 +28,12 @@ import {
   readConntrack,
 } from './conntrack-gc.js';
 import { discoverInterfaces, type IpLink, probeHostNetwork } from './discover.js';
+import {
+  hostRouteInterfaces,
+  hostRoutingDecision,
+  kernelHasHostRoutingHelpers,
+  readNetfilterChains,
+} from './host-route.js';
 import { IdAllocator } from './ids.js';
 import { IPPROTO, KernelStore } from './kernel-store.js';
 import { DROP_REASON, MAPS, SOCK_SCOPE, type TrafficStats } from './layout.js';
@@ -205,6 +211,8 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     private readonly config: ProxyConfig,
     private readonly log: Logger,
     private readonly options: BpfDataplaneOptions,
+    /** Host routing loaded (hostRoutingDecision): the pods' devices go into kbp_hostif_v1. */
+    private readonly hostRouting: boolean,
   ) {
     this.ids = {
       serviceIds: new IdAllocator('service', 1, lb.capacity.svcStats - 1, ID_QUARANTINE_MS),
@@ -230,10 +238,18 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const problem = maglevTableSizeProblem(bpf.maglevTableSize);
     if (problem) throw new Error(`bpf.maglevTableSize: ${problem}`);
     const started = performance.now();
+    const hostRouting = hostRoutingDecision(bpf.hostRouting, {
+      helpers: kernelHasHostRoutingHelpers(),
+      chains: bpf.hostRouting === 'auto' ? await readNetfilterChains() : [],
+    });
+    if (!hostRouting)
+      throw new Error('bpf.hostRouting: bpf needs bpf_redirect_peer and bpf_redirect_neigh (kernel 5.10+)');
+    log.info({ setting: bpf.hostRouting, bpf: hostRouting.bpf, reason: hostRouting.reason }, 'host routing');
     const lb = await loadPinnedObject({
       pinPath: bpf.pinPath,
       mapSizes: bpf.mapSizes,
       objectPath: options.objectPath,
+      hostRouting: hostRouting.bpf,
       log,
     });
     for (const r of lb.reused) {
@@ -250,7 +266,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       graceMs: options.graceMs ?? DEFAULT_GRACE_MS,
     });
     const attacher = new Attacher(lb.pinDir, lb.prog, bpf, log);
-    const dp = new BpfDataplane(lb, store, writer, attacher, config, log, options);
+    const dp = new BpfDataplane(lb, store, writer, attacher, config, log, options, hostRouting.bpf);
     dp.restoreIds();
     dp.reserveSnatPorts();
     dp.attachSockHooks();
@@ -628,6 +644,9 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     }
     this.store.setNodeAddresses(nodeAddresses(host.links));
     this.store.setInterfaceAddresses(interfaceAddresses(host.links));
+    this.store.setHostRouteInterfaces(
+      this.hostRouting ? hostRouteInterfaces(host.links, interfaces) : new Map(),
+    );
     return report;
   }
 

@@ -21,6 +21,8 @@ export interface IpLink {
   link_type?: string;
   /** Only with -d; absent for devices without a driver kind (a physical NIC, lo). */
   linkinfo?: { info_kind?: string };
+  /** The bridge (or bond) the device is a port of. */
+  master?: string;
   /** Set when the peer of a veth lives in another network namespace (a pod's). */
   link_netnsid?: number;
   /** `ip -j` prints an address's flags as booleans (IPv6: tentative while in duplicate address

@@ -477,6 +477,22 @@ export class KernelStore implements MapStore {
     }
   }
 
+  /** The local pods' devices host routing delivers to (kbp_hostif_v1: ifindex -> HOST_IF; see
+   * hostRouteInterfaces): new and changed entries written, the others deleted. */
+  setHostRouteInterfaces(wanted: ReadonlyMap<number, number>): void {
+    const dump = dumpMap(this.fd.hostIfs, 4, 4);
+    const current = new Map(dump.keys.map((k, i) => [u32Codec.decode(k), u32Codec.decode(dump.values[i]!)]));
+    const stale = [...current.keys()].filter((ifindex) => !wanted.has(ifindex));
+    const fresh = [...wanted].filter(([ifindex, kind]) => current.get(ifindex) !== kind);
+    this.updateBatch(
+      'hostIfs',
+      u32Codec.encodeMany(fresh.map(([ifindex]) => ifindex)),
+      u32Codec.encodeMany(fresh.map(([, kind]) => kind)),
+      fresh.length,
+    );
+    this.deleteBatch('hostIfs', u32Codec.encodeMany(stale), stale.length);
+  }
+
   /** The interfaces' SNAT sources as the maps hold them (ifindex -> address), per family. */
   interfaceAddresses(): Record<IPFamily, Map<number, string>> {
     const read = (fd: number, codec: typeof ip4Codec) => {

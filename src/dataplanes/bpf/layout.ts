@@ -285,6 +285,9 @@ export const DROP_REASON = cEnum(
 /** kbp_sockcfg.scope */
 export const SOCK_SCOPE = cEnum('SOCK_SCOPE', 'kbp_sock_scope', 'KBP_SOCK_SCOPE_', { host: 0, all: 1 });
 
+/** kbp_hostif_v1's value: how host routing hands a packet to a local pod's device (host_route.h). */
+export const HOST_IF = cEnum('HOST_IF', 'kbp_host_if', 'KBP_HOST_IF_', { peer: 1, bridge: 2 });
+
 /** Every constant table above with its C enum: what verifyLayoutAgainstBtf checks. */
 export const ENUMS: readonly EnumLayout[] = enumLayouts;
 
@@ -602,6 +605,8 @@ export const MAPS = {
   ifAddrs4: mapLayout('kbp_ifaddr4_v1', u32Codec, ip4Codec),
   /** ifindex -> the interface's first usable global IPv6 address: the IPv6 SNAT source through it. */
   ifAddrs6: mapLayout('kbp_ifaddr6_v1', u32Codec, ifAddr6Val),
+  /** ifindex -> HOST_IF: the local pods' devices host routing delivers to (bpf.hostRouting). */
+  hostIfs: mapLayout('kbp_hostif_v1', u32Codec, u32Codec),
   /** Whose sockets the socket hooks serve (one entry, written before they are attached). */
   sockConfig: mapLayout('kbp_sockcfg_v1', u32Codec, sockConfig),
   /** LRU: {socket cookie, backend} -> the service address the socket asked for. */
@@ -660,18 +665,22 @@ export interface DatapathRodata {
   /** bpf_set_retval is callable from the cgroup socket-address hooks (probed): a connect() to a
    * service without endpoints then fails with ECONNREFUSED instead of EPERM. */
   sockSetRetval: boolean;
+  /** bpf.hostRouting resolved to bpf (hostRoutingDecision): flows between local pods bypass the
+   * stack; false keeps bpf_redirect_peer out of the verifier's sight. */
+  hostRouting: boolean;
 }
 
 /** The variables of bpf/rodata.h (each a __u32) by offset: all that the object's .rodata holds. */
-const RODATA_VARS = { kbp_coarse_clock: 0, kbp_sock_set_retval: 4 } as const;
+const RODATA_VARS = { kbp_coarse_clock: 0, kbp_sock_set_retval: 4, kbp_host_routing: 8 } as const;
 
 export const rodata = {
-  size: 8,
+  size: 12,
   vars: RODATA_VARS as Readonly<Record<string, number>>,
   encode(value: DatapathRodata): Buffer {
-    const buf = Buffer.alloc(8);
+    const buf = Buffer.alloc(12);
     buf.writeUInt32LE(value.coarseClock ? 1 : 0, RODATA_VARS.kbp_coarse_clock);
     buf.writeUInt32LE(value.sockSetRetval ? 1 : 0, RODATA_VARS.kbp_sock_set_retval);
+    buf.writeUInt32LE(value.hostRouting ? 1 : 0, RODATA_VARS.kbp_host_routing);
     return buf;
   },
 };

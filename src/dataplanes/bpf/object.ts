@@ -67,6 +67,7 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
   nodeAddrs6: '',
   ifAddrs4: '',
   ifAddrs6: '',
+  hostIfs: '',
   sockConfig: '',
   sockRev4: 'bpf.mapSizes.socketReverse',
   sockRev6: 'bpf.mapSizes.socketReverse',
@@ -107,6 +108,7 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
     nodeAddrs6: null,
     ifAddrs4: null,
     ifAddrs6: null,
+    hostIfs: null,
     sockConfig: null,
     sockRev4: sizes.socketReverse,
     sockRev6: sizes.socketReverse,
@@ -169,6 +171,8 @@ export interface LoadOptions {
   pinPath: string;
   mapSizes: BpfConfig['mapSizes'];
   objectPath?: string;
+  /** Host routing in the programs (kbp_host_routing; hostRoutingDecision); off by default. */
+  hostRouting?: boolean;
   /** Says so when bpffs had to be mounted for the pins. */
   log: Logger;
 }
@@ -187,6 +191,7 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
       rodata.encode({
         coarseClock: kernelAtLeast(5, 11),
         sockSetRetval: helperSupported(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_FUNC_SET_RETVAL),
+        hostRouting: options.hostRouting ?? false,
       }),
     );
     for (const name of Object.keys(MAPS) as MapName[]) {
