@@ -32,6 +32,8 @@ import {
   PROGRAMS,
   SCOPE,
   slotKey,
+  slotVal4,
+  slotVal6,
   svc4Key,
   svc6Key,
   svcVal,
@@ -77,8 +79,9 @@ export const backendAddress = (id: number, family: IPFamily = 'IPv4') =>
 
 /**
  * Services from..to (ids) of `family`, one backend each, written in batches in the writer's
- * publication order. A service id's frontends of both families share its slots (one backend id,
- * in the family's backends map).
+ * publication order. A service id's frontends of both families share its id (one backend id, in
+ * the family's backends map), each with a slot generation of its own (a slot holds its backend's
+ * address): IPv4 0, IPv6 1.
  */
 export function writeServices(
   lb: Pick<LoadedObject, 'fd'>,
@@ -87,9 +90,10 @@ export function writeServices(
   family: IPFamily = 'IPv4',
 ): void {
   const v6 = family === 'IPv6';
-  const [backends, backendCodec, frontends, keyCodec] = v6
-    ? ([lb.fd.backends6, backend6, lb.fd.svc6, svc6Key] as const)
-    : ([lb.fd.backends4, backend4, lb.fd.svc4, svc4Key] as const);
+  const [backends, backendCodec, frontends, keyCodec, slotCodec] = v6
+    ? ([lb.fd.backends6, backend6, lb.fd.svc6, svc6Key, slotVal6] as const)
+    : ([lb.fd.backends4, backend4, lb.fd.svc4, svc4Key, slotVal4] as const);
+  const gen = v6 ? 1 : 0;
   for (let start = from; start <= to; start += BATCH) {
     const ids = Array.from({ length: Math.min(BATCH, to - start + 1) }, (_, k) => start + k);
     // Publication order, as the writer does it: backends, slots, then the service entries.
@@ -101,8 +105,10 @@ export function writeServices(
     );
     mapUpdateBatch(
       lb.fd.slots,
-      slotKey.encodeMany(ids.map((svcId) => ({ svcId, slot: 0, gen: 0 }))),
-      u32Codec.encodeMany(ids),
+      slotKey.encodeMany(ids.map((svcId) => ({ svcId, slot: 0, gen }))),
+      slotCodec.encodeMany(
+        ids.map((id) => ({ backendId: id, port: 8080, addr: backendAddress(id, family) })),
+      ),
       ids.length,
     );
     mapUpdateBatch(
@@ -122,7 +128,7 @@ export function writeServices(
           localCount: 1,
           flags: 0,
           affinityTimeoutS: 0,
-          gen: 0,
+          gen,
           algorithm: ALGORITHM.random,
           action: ACTION.forward,
         })),
@@ -240,7 +246,8 @@ export async function measureBpfCost(opts: {
       services: capacity,
       backends: capacity,
       backendCounters: capacity,
-      backendSlots: capacity,
+      // Each family's frontends have slots of their own (writeServices).
+      backendSlots: capacity * families.length,
       // The new flows of a round (two entries each) fit beside the tracked flow, never evicted.
       conntrack: Math.max(16384, 4 * NEW_FLOW_CALLS),
       affinity: 1024,

@@ -38,9 +38,17 @@ const REPEAT = 1_000_000;
 const ROUNDS = 5;
 const CAPACITY = 131_072;
 const BASELINE = process.env.KBP_BENCH_BASELINE;
-/** What fragment tracking, the IPv6 socket hooks and the IPv6 SNAT source added: absent from an
- * older baseline object. */
-const MAPS_SINCE_BASELINE = ['fragments4', 'fragStats', 'sockRev6', 'ifAddrs6', 'fragments6'] as const;
+/** What fragment tracking, the IPv6 socket hooks and the IPv6 SNAT source added, and the slots
+ * that hold their backend's address (kbp_slot_v2): absent from an older baseline object, which
+ * then gets no service entries (its rows are tracked flows and a packet to no service). */
+const MAPS_SINCE_BASELINE = [
+  'fragments4',
+  'fragStats',
+  'sockRev6',
+  'ifAddrs6',
+  'fragments6',
+  'slots',
+] as const;
 /** New flows per family and round (each two conntrack entries: far below CAPACITY, no eviction). */
 const NEW_FLOWS = 2_000;
 
@@ -196,7 +204,6 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
       const base = loadLb(capacity, undefined, BASELINE!, MAPS_SINCE_BASELINE);
       try {
         writeConfig(base);
-        writeServices(base, 1, 1);
         writeTrackedFlow(base);
         const cases = [
           ['tc tracked flow', PROGRAMS.tcFromPod, frame],
