@@ -1,20 +1,22 @@
-// BPF per-packet cost as the kernel measures it (BPF_PROG_TEST_RUN, average ns over `repeat` runs):
-// the tc and XDP load balancer programs on a tracked flow and the tc program on a new flow, in
-// IPv4 and IPv6, next to the trivial xdp_tx program, with 1 service and with many in the maps
-// (of each family). The object is loaded by the agent's own loader into a private pin directory,
+// BPF per-packet cost as the kernel measures it (BPF_PROG_TEST_RUN): the tc and XDP load balancer
+// programs on a tracked flow and on a new flow, in IPv4 and IPv6, each row beside the trivial
+// xdp_tx program measured the same way (its floor), with 1 service and with many in the maps (of
+// each family). The object is loaded by the agent's own loader into a private pin directory,
 // removed afterwards.
 //
-// BPF_PROG_TEST_RUN repeats a program on the same buffer, so a rewrite would turn every later
-// repetition into a miss; two conntrack entries make the flow ping-pong instead (client->VIP
-// becomes client->backend, which the second entry turns back), so every repetition takes the
-// tracked-flow path, as in test/kernel/lb-bench.test.ts.
-//
-// A new flow cannot repeat on one buffer (the first run creates its entries): each run is a call
-// of its own (repeat 1) with a SYN from a source port no entry has, and the round's figure is the
-// average of NEW_FLOW_CALLS calls. One run per call also counts what a lone run pays that a
-// millionth repetition does not (the kernel's clock reads around it, caches the previous call left
-// cold), so the tracked flow is measured the same way beside it: new ÷ tracked of that pair is
-// what a new flow adds. The conntrack entries the calls made are removed after each round.
+// Two ways of measuring, each with its own floor:
+// - `repeat` runs a call (average): BPF_PROG_TEST_RUN repeats a program on the same buffer, so a
+//   rewrite would turn every later repetition into a miss; two conntrack entries make the flow
+//   ping-pong instead (client->VIP becomes client->backend, which the second entry turns back), so
+//   every repetition takes the tracked-flow path, as in test/kernel/lb-bench.test.ts. Floor: xdp_tx
+//   with the same `repeat`.
+// - One run a call, NEW_FLOW_CALLS calls averaged into a round's figure: a new flow cannot repeat
+//   on one buffer (the first run creates its entries), so each call is a SYN from a source port no
+//   entry has. One run per call also counts what a lone run pays that a millionth repetition does
+//   not (the kernel's clock reads around it, caches the previous call left cold), so the tracked
+//   flow and the floor are measured the same way beside it, in the same rounds: a row's ratio to
+//   that floor is comparable across machines, its nanoseconds are not. The conntrack entries the
+//   calls made are removed after each round.
 
 import { rmSync } from 'node:fs';
 import { dumpMap, mapDeleteBatch, mapUpdate, mapUpdateBatch, testRun } from '../native/libbpf.js';
@@ -31,7 +33,10 @@ import {
   ct6Val,
   PROGRAMS,
   SCOPE,
+  SVC_F,
   slotKey,
+  slotVal4,
+  slotVal6,
   svc4Key,
   svc6Key,
   svcVal,
@@ -49,24 +54,55 @@ export const CLIENT = '10.244.1.10';
 export const VIP = '10.96.0.10';
 export const BACKEND = '10.244.2.5';
 const BATCH = 10_000;
-/** Calls (one run each) averaged into one round of a new-flow figure. */
+/** Calls (one run each) averaged into one round of a one-run-per-call figure. */
 export const NEW_FLOW_CALLS = 1000;
-/** The new flows' source ports: NEW_FLOW_CALLS of them from here, none the tracked flow's. */
+/** The new flows' source ports: NEW_FLOW_CALLS of them per new-flow row from here, none the
+ * tracked flow's. */
 const NEW_FLOW_PORT = 20000;
 
 /**
- * How a row is measured: a tracked flow (ping-pong, `repeat` runs a call, or one run a call), a
- * new flow (one call a SYN), the trivial baseline.
+ * How a row is measured: `repeat` runs a call (the tracked flow's ping-pong, or the trivial
+ * program), or one run a call (a tracked flow, a new flow: a SYN per call, or the trivial program).
  */
-export type CostPath = 'tracked' | 'tracked-per-call' | 'new' | 'baseline';
+export type CostPath = 'tracked' | 'baseline' | 'tracked-per-call' | 'new' | 'floor';
 
+export const BASELINE_LABEL = 'xdp_tx (baseline)';
+export const FLOOR_LABEL = 'xdp_tx (floor, one run per call)';
+
+/** Each row, and the trivial row its ratio is to: the one measured the same way. */
 export const BPF_COST_PROGRAMS = [
-  { label: 'tc (tracked flow)', prog: PROGRAMS.tcFromPod, path: 'tracked' },
-  { label: 'tc (tracked flow, one run per call)', prog: PROGRAMS.tcFromPod, path: 'tracked-per-call' },
-  { label: 'tc (new flow, one run per call)', prog: PROGRAMS.tcFromPod, path: 'new' },
-  { label: 'XDP (tracked flow)', prog: PROGRAMS.xdpFromExternal, path: 'tracked' },
-  { label: 'xdp_tx (baseline)', prog: PROGRAMS.xdpTx, path: 'baseline' },
-] as const satisfies readonly { label: string; prog: string; path: CostPath }[];
+  { label: 'tc (tracked flow)', prog: PROGRAMS.tcFromPod, path: 'tracked', floor: BASELINE_LABEL },
+  { label: 'XDP (tracked flow)', prog: PROGRAMS.xdpFromExternal, path: 'tracked', floor: BASELINE_LABEL },
+  { label: BASELINE_LABEL, prog: PROGRAMS.xdpTx, path: 'baseline', floor: BASELINE_LABEL },
+  {
+    label: 'tc (tracked flow, one run per call)',
+    prog: PROGRAMS.tcFromPod,
+    path: 'tracked-per-call',
+    floor: FLOOR_LABEL,
+  },
+  { label: 'tc (new flow, one run per call)', prog: PROGRAMS.tcFromPod, path: 'new', floor: FLOOR_LABEL },
+  {
+    label: 'XDP (tracked flow, one run per call)',
+    prog: PROGRAMS.xdpFromExternal,
+    path: 'tracked-per-call',
+    floor: FLOOR_LABEL,
+  },
+  {
+    label: 'XDP (new flow, one run per call)',
+    prog: PROGRAMS.xdpFromExternal,
+    path: 'new',
+    floor: FLOOR_LABEL,
+  },
+  { label: FLOOR_LABEL, prog: PROGRAMS.xdpTx, path: 'floor', floor: FLOOR_LABEL },
+] as const satisfies readonly { label: string; prog: string; path: CostPath; floor: string }[];
+
+type CostRow = { label: string; prog: string; path: CostPath; floor: string };
+const ROWS: readonly CostRow[] = BPF_COST_PROGRAMS;
+const REPEATED = ROWS.filter((r) => r.path === 'tracked' || r.path === 'baseline');
+const PER_CALL = ROWS.filter((r) => !REPEATED.includes(r));
+const NEW_FLOW_ROWS = PER_CALL.filter((r) => r.path === 'new');
+/** The trivial programs do not look at the packet: measured once, with the first family's. */
+const trivial = (row: CostRow) => row.path === 'baseline' || row.path === 'floor';
 
 /** Service id's address: id 1 is the measured VIP; the others are from 10.100.0.0 on (or their IPv6 counterparts). */
 export const serviceAddress = (id: number, family: IPFamily = 'IPv4') =>
@@ -77,8 +113,9 @@ export const backendAddress = (id: number, family: IPFamily = 'IPv4') =>
 
 /**
  * Services from..to (ids) of `family`, one backend each, written in batches in the writer's
- * publication order. A service id's frontends of both families share its slots (one backend id,
- * in the family's backends map).
+ * publication order. A service id's frontends of both families share its id (one backend id, in
+ * the family's backends map), each with a slot generation of its own (a slot holds its backend's
+ * address): IPv4 0, IPv6 1.
  */
 export function writeServices(
   lb: Pick<LoadedObject, 'fd'>,
@@ -87,9 +124,10 @@ export function writeServices(
   family: IPFamily = 'IPv4',
 ): void {
   const v6 = family === 'IPv6';
-  const [backends, backendCodec, frontends, keyCodec] = v6
-    ? ([lb.fd.backends6, backend6, lb.fd.svc6, svc6Key] as const)
-    : ([lb.fd.backends4, backend4, lb.fd.svc4, svc4Key] as const);
+  const [backends, backendCodec, frontends, keyCodec, slotCodec] = v6
+    ? ([lb.fd.backends6, backend6, lb.fd.svc6, svc6Key, slotVal6] as const)
+    : ([lb.fd.backends4, backend4, lb.fd.svc4, svc4Key, slotVal4] as const);
+  const gen = v6 ? 1 : 0;
   for (let start = from; start <= to; start += BATCH) {
     const ids = Array.from({ length: Math.min(BATCH, to - start + 1) }, (_, k) => start + k);
     // Publication order, as the writer does it: backends, slots, then the service entries.
@@ -101,8 +139,10 @@ export function writeServices(
     );
     mapUpdateBatch(
       lb.fd.slots,
-      slotKey.encodeMany(ids.map((svcId) => ({ svcId, slot: 0, gen: 0 }))),
-      u32Codec.encodeMany(ids),
+      slotKey.encodeMany(ids.map((svcId) => ({ svcId, slot: 0, gen }))),
+      slotCodec.encodeMany(
+        ids.map((id) => ({ backendId: id, port: 8080, addr: backendAddress(id, family) })),
+      ),
       ids.length,
     );
     mapUpdateBatch(
@@ -120,9 +160,11 @@ export function writeServices(
           svcId,
           count: 1,
           localCount: 1,
-          flags: 0,
+          // The measured frontend answers outside too (a LoadBalancer IP's would), so that XDP
+          // takes its new flows; its backend is node-local (no SNAT).
+          flags: svcId === 1 ? SVC_F.EXTERNAL : 0,
           affinityTimeoutS: 0,
-          gen: 0,
+          gen,
           algorithm: ALGORITHM.random,
           action: ACTION.forward,
         })),
@@ -182,7 +224,8 @@ function removeNewFlows(lb: Pick<LoadedObject, 'fd'>, family: IPFamily): void {
   const [fd, key, value] =
     family === 'IPv6' ? ([lb.fd.ct6Tcp, ct6Key, ct6Val] as const) : ([lb.fd.ct4Tcp, ct4Key, ct4Val] as const);
   const { keys } = dumpMap(fd, key.size, value.size);
-  const fromNewFlow = (port: number) => port >= NEW_FLOW_PORT && port < NEW_FLOW_PORT + NEW_FLOW_CALLS;
+  const fromNewFlow = (port: number) =>
+    port >= NEW_FLOW_PORT && port < NEW_FLOW_PORT + NEW_FLOW_ROWS.length * NEW_FLOW_CALLS;
   const made = keys.filter((k) => {
     const { sport, dport } = key.decode(k);
     return fromNewFlow(sport) || fromNewFlow(dport);
@@ -190,17 +233,22 @@ function removeNewFlows(lb: Pick<LoadedObject, 'fd'>, family: IPFamily): void {
   if (made.length > 0) mapDeleteBatch(fd, Buffer.concat(made), made.length);
 }
 
-/** The flow's packets of one family: the tracked flow's ACK and a SYN for each new-flow call. */
+/** The flow's packets of one family: the tracked flow's ACK, and for each new-flow row a SYN per
+ * call (ports of its own, so that no row's call finds another's entry). */
 function familyPackets(family: IPFamily) {
   const client = inFamily(family, CLIENT);
   const vip = inFamily(family, VIP);
   const packet = (sport: number, tcpFlags: number) =>
     buildPacket({ saddr: client, daddr: vip, proto: IPPROTO_TCP, sport, dport: 80, tcpFlags });
-  return {
-    tracked: packet(40000, TCP.ACK),
-    syns: Array.from({ length: NEW_FLOW_CALLS }, (_, k) => packet(NEW_FLOW_PORT + k, TCP.SYN)),
-    backend: inFamily(family, BACKEND),
-  };
+  const syns = new Map<string, Buffer[]>(
+    NEW_FLOW_ROWS.map((row, i) => [
+      row.label,
+      Array.from({ length: NEW_FLOW_CALLS }, (_, k) =>
+        packet(NEW_FLOW_PORT + i * NEW_FLOW_CALLS + k, TCP.SYN),
+      ),
+    ]),
+  );
+  return { tracked: packet(40000, TCP.ACK), syns, backend: inFamily(family, BACKEND) };
 }
 
 /** Did one run of the program send the packet to the backend (the path a row claims to measure)? */
@@ -215,9 +263,10 @@ function translates(fd: number, frame: Buffer, backend: string): boolean {
 
 /**
  * ns/packet of each program at each service count (ascending) in each family, `rounds` rounds of
- * `repeat` repetitions each (new flows: NEW_FLOW_CALLS calls). A row whose program does not take
- * the intended path in a family (XDP on IPv6 before it translated IPv6) is not measured there,
- * and `onStep` says so; the tc rows must. `pinPath` must be a fresh directory on bpffs; it is
+ * `repeat` repetitions each, or of NEW_FLOW_CALLS calls of one run (each round measures every
+ * such row, so that each meets the machine as its floor does). A row whose program does not
+ * take the intended path in a family is not measured there, and `onStep` says so (XDP on IPv6
+ * before it translated IPv6); the tc rows must. `pinPath` must be a fresh directory on bpffs; it is
  * removed afterwards.
  */
 export async function measureBpfCost(opts: {
@@ -240,9 +289,10 @@ export async function measureBpfCost(opts: {
       services: capacity,
       backends: capacity,
       backendCounters: capacity,
-      backendSlots: capacity,
+      // Each family's frontends have slots of their own (writeServices).
+      backendSlots: capacity * families.length,
       // The new flows of a round (two entries each) fit beside the tracked flow, never evicted.
-      conntrack: Math.max(16384, 4 * NEW_FLOW_CALLS),
+      conntrack: Math.max(16384, 4 * NEW_FLOW_ROWS.length * NEW_FLOW_CALLS),
       affinity: 1024,
       sourceRanges: 1024,
       socketReverse: 1024,
@@ -274,43 +324,51 @@ export async function measureBpfCost(opts: {
       opts.onStep?.(`BPF_PROG_TEST_RUN with ${services.toLocaleString('en')} service(s) of each family`);
       for (const family of families) writeServices(lb, written + 1, services, family);
       written = Math.max(written, services);
+      // The rows measured in each family: trivial ones in the first only.
+      const measured = (rows: readonly CostRow[], family: IPFamily) =>
+        rows.filter((row) => {
+          if (trivial(row)) return family === families[0];
+          const { tracked, syns, backend } = packets.get(family) as ReturnType<typeof familyPackets>;
+          const ok = translates(lb.prog(row.prog), syns.get(row.label)?.[0] ?? tracked, backend);
+          if (row.path === 'new') removeNewFlows(lb, family);
+          if (ok) return true;
+          if (row.prog !== PROGRAMS.xdpFromExternal)
+            throw new Error(`${row.label} ${family}: one run did not send the packet to ${backend}`);
+          opts.onStep?.(`${row.label} ${family}: the program does not translate ${family}: not measured`);
+          return false;
+        });
+      const sample = (row: CostRow, family: IPFamily, round: number, nsPerPacket: number) =>
+        samples.push({ program: row.label, family, services, round, nsPerPacket, floor: row.floor });
       for (const family of families) {
-        const { tracked, syns, backend } = packets.get(family) as ReturnType<typeof familyPackets>;
-        for (const { label, prog, path } of BPF_COST_PROGRAMS) {
-          // The baseline does not look at the packet: once, with the first family's.
-          if (path === 'baseline' && family !== families[0]) continue;
-          const fd = lb.prog(prog);
-          if (path !== 'baseline') {
-            const frame = path === 'new' ? (syns[0] as Buffer) : tracked;
-            const ok = translates(fd, frame, backend);
-            if (path === 'new') removeNewFlows(lb, family);
-            if (!ok) {
-              if (prog === PROGRAMS.xdpFromExternal) {
-                opts.onStep?.(`${label} ${family}: the program does not translate ${family}: not measured`);
-                continue;
-              }
-              throw new Error(`${label} ${family}: one run did not send the packet to ${backend}`);
-            }
-          }
-          for (let round = 0; round < opts.rounds; round++) {
-            let nsPerPacket: number;
-            if (path === 'new') {
-              let total = 0;
-              for (const syn of syns) total += testRun(fd, { data: syn }).durationNs;
-              nsPerPacket = total / syns.length;
-              removeNewFlows(lb, family);
-            } else if (path === 'tracked-per-call') {
-              // As many calls as the new flow's, each one run of the tracked packet (rewritten: the
-              // input buffer is copied, so every call is the same client->VIP packet).
-              let total = 0;
-              for (let k = 0; k < NEW_FLOW_CALLS; k++) total += testRun(fd, { data: tracked }).durationNs;
-              nsPerPacket = total / NEW_FLOW_CALLS;
-            } else {
-              nsPerPacket = testRun(fd, { data: tracked, repeat: opts.repeat }).durationNs;
-            }
-            samples.push({ program: label, family, services, round, nsPerPacket });
-          }
+        const { tracked } = packets.get(family) as ReturnType<typeof familyPackets>;
+        for (const row of measured(REPEATED, family)) {
+          for (let round = 0; round < opts.rounds; round++)
+            sample(
+              row,
+              family,
+              round,
+              testRun(lb.prog(row.prog), { data: tracked, repeat: opts.repeat }).durationNs,
+            );
         }
+      }
+      const perCall = families.flatMap((family) =>
+        measured(PER_CALL, family).map((row) => {
+          const { tracked, syns } = packets.get(family) as ReturnType<typeof familyPackets>;
+          // A tracked packet is rewritten in the output only: every call is the same input.
+          const frames = syns.get(row.label) ?? Array.from({ length: NEW_FLOW_CALLS }, () => tracked);
+          return { row, family, fd: lb.prog(row.prog), frames };
+        }),
+      );
+      // Each round runs every row's calls in a block, as a program's packets come one after
+      // another (interleaving the rows call by call would leave the maps cold for whichever row
+      // comes first after the floor); the rounds interleave the rows in time.
+      for (let round = 0; round < opts.rounds; round++) {
+        for (const m of perCall) {
+          let total = 0;
+          for (const frame of m.frames) total += testRun(m.fd, { data: frame }).durationNs;
+          sample(m.row, m.family, round, total / m.frames.length);
+        }
+        for (const family of families) removeNewFlows(lb, family);
       }
     }
     return samples;

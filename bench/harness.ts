@@ -101,7 +101,7 @@ const METHODOLOGY = [
   'Each repetition walks every N and, at each N, every mode in an order rotated by one per repetition; conntrack is flushed and the node cleaned (`cleanup`) between cells.',
   'Median and p99: over the runs for per-run values; over every request of every run for latencies (2 % histogram buckets).',
   'Control-plane cells (the larger N, bpf mode): the same agent, manifests and endpoint changes, without the data-plane loads; the E real backend pods still serve every Service.',
-  "BPF per-packet cost: BPF_PROG_TEST_RUN average over `repeat` runs of the tc and XDP programs on a tracked flow, in each family, next to xdp_tx, with 1 and many services of each family in the maps; a new flow (the tc program on a SYN no entry has) one run per call, averaged over 1,000 calls, next to xdp_tx measured the same way (its share is the kernel's clock reads around one run).",
+  "BPF per-packet cost: BPF_PROG_TEST_RUN of the tc and XDP programs, in each family, with 1 and many services of each family in the maps, each row beside a trivial `return XDP_TX` program (xdp_tx) measured the same way and reported as a ratio to it (comparable across machines, where nanoseconds are not): a tracked flow averaged over `repeat` runs a call (floor: xdp_tx repeated alike); a tracked flow and a new flow (a SYN no entry has) one run per call, averaged over 1,000 calls interleaved with the floor's (xdp_tx one run per call: the kernel's clock reads around one run are most of it).",
 ];
 
 function formatDuration(ms: number): string {

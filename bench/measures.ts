@@ -125,6 +125,9 @@ export interface BpfCostSample {
   services: number;
   round: number;
   nsPerPacket: number;
+  /** The trivial program measured the same way, whose median this row's is reported against
+   * (absent from runs before the floor ratios). */
+  floor?: string;
 }
 
 /** A cell that could not be measured (agent failed to start, traffic all failing): kept, with why. */

@@ -75,6 +75,8 @@ export interface BpfCostAggregate extends Summary {
   program: string;
   family: IPFamily;
   services: number;
+  /** The row's floor (BpfCostSample.floor). */
+  floor?: string;
 }
 
 export function aggregateBpfCost(samples: readonly BpfCostSample[]): BpfCostAggregate[] {
@@ -87,6 +89,7 @@ export function aggregateBpfCost(samples: readonly BpfCostSample[]): BpfCostAggr
       program: first.program,
       family: first.family ?? 'IPv4',
       services: first.services,
+      ...(first.floor === undefined ? {} : { floor: first.floor }),
       ...summarize(group.map((s) => s.nsPerPacket)),
     };
   });
@@ -217,7 +220,15 @@ export function valuesTable(input: ReportInput): string {
   return `${lines.join('\n')}\n`;
 }
 
-/** One row per program and family (IPv4 first), one column per service count. */
+/** A row's median ÷ its floor's at the same service count (the floor is measured in one family
+ * only); undefined without a floor. */
+export function floorRatio(rows: readonly BpfCostAggregate[], row: BpfCostAggregate): number | undefined {
+  const floor = rows.find((x) => x.program === row.floor && x.services === row.services);
+  return floor && floor.median > 0 ? row.median / floor.median : undefined;
+}
+
+/** One row per program and family (IPv4 first), one column per service count; a row with a floor
+ * also shows its median ÷ the floor's. */
 export function bpfCostTable(rows: readonly BpfCostAggregate[]): string {
   if (rows.length === 0) return '_Not measured (see the failures below)._\n';
   const counts = [...new Set(rows.map((r) => r.services))].sort((a, b) => a - b);
@@ -225,7 +236,7 @@ export function bpfCostTable(rows: readonly BpfCostAggregate[]): string {
     familyOf(a).localeCompare(familyOf(b)),
   );
   const lines = [
-    `| program | family | ${counts.map((n) => `${n.toLocaleString('en')} service(s): ns/packet median (p99)`).join(' | ')} |`,
+    `| program | family | ${counts.map((n) => `${n.toLocaleString('en')} service(s): ns/packet median (p99), ÷ its floor`).join(' | ')} |`,
     `|---|---|${counts.map(() => '---:').join('|')}|`,
   ];
   for (const key of keys) {
@@ -233,7 +244,9 @@ export function bpfCostTable(rows: readonly BpfCostAggregate[]): string {
       const r = rows.find(
         (x) => x.program === key.program && familyOf(x) === familyOf(key) && x.services === n,
       );
-      return r ? `${formatNumber(r.median)} (${formatNumber(r.p99)})` : '–';
+      if (!r) return '–';
+      const x = floorRatio(rows, r);
+      return `${formatNumber(r.median)} (${formatNumber(r.p99)})${x === undefined ? '' : `, ${x.toFixed(2)}× floor`}`;
     });
     lines.push(`| ${key.program} | ${familyOf(key)} | ${cells.join(' | ')} |`);
   }

@@ -77,9 +77,9 @@ static __always_inline int KBP_F(kbp_claim_port)(struct KBP_FAM_NAME(kbp_port_se
 static __always_inline int KBP_F(kbp_new_flow)(void *ctx, const bool xdp, const KBP_PKT *p,
 					       int role, const struct kbp_svc_val *sv, __u64 now,
 					       KBP_CT_VAL *out, __u32 *reason) {
-	__u32 backend_id = 0;
+	__u32 backend_id;
 	struct kbp_config *cfg = kbp_config_live();
-	KBP_BACKEND *be, b;
+	KBP_BACKEND b;
 	KBP_CT_KEY fkey = {};
 	bool hairpin, snat;
 
@@ -91,13 +91,11 @@ static __always_inline int KBP_F(kbp_new_flow)(void *ctx, const bool xdp, const 
 		*reason = KBP_DROP_NEW_FLOW_RATE;
 		return KBP_DROP;
 	}
-	be = KBP_F(kbp_select_backend)(sv, p, cfg, now, &backend_id);
-	if (!be) {
+	backend_id = KBP_F(kbp_select_backend)(sv, p, cfg, now, &b);
+	if (!backend_id) {
 		*reason = KBP_DROP_BACKEND_MISSING;
 		return KBP_DROP;
 	}
-	/* One read of the entry: the control plane may rewrite it meanwhile. */
-	b = *be;
 	hairpin = KBP_F(kbp_addr_eq)(b.addr, p->saddr);
 	snat = hairpin || (role == KBP_ROLE_EXT && !(b.flags & KBP_BE_F_LOCAL));
 

@@ -48,8 +48,8 @@ struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, KBP_MAX_SLOTS);
 	__type(key, struct kbp_slot_key);
-	__type(value, __u32);
-} kbp_slot_v1 SEC(".maps");
+	__type(value, struct kbp_slot_val);
+} kbp_slot_v2 SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -15,13 +15,6 @@
 #include "maps.h"
 #include "parse.h"
 
-static __always_inline __u32 kbp_slot_backend(const struct kbp_svc_val *sv, __u32 slot) {
-	struct kbp_slot_key sk = {.svc_id = sv->svc_id, .slot = slot, .gen = sv->gen};
-	__u32 *id = bpf_map_lookup_elem(&kbp_slot_v1, &sk);
-
-	return id ? *id : 0;
-}
-
 static __always_inline __u32 kbp_rr_slot(const struct kbp_svc_val *sv) {
 	__u32 svc_id = sv->svc_id;
 	struct kbp_rr_val *rr = bpf_map_lookup_elem(&kbp_rr_v1, &svc_id);

@@ -18,19 +18,21 @@ static __always_inline __u32 KBP_F(kbp_maglev_backend)(const struct kbp_svc_val 
 	return id ? *id : 0;
 }
 
-static __always_inline __u32 KBP_F(kbp_choose_backend)(const struct kbp_svc_val *sv,
-						       const KBP_PKT *p,
-						       const struct kbp_config *cfg) {
-	__u32 id;
+/* Slot `slot` of the live generation as the backend entry would read: address and port from the
+ * slot, locality from the slot order (slots [0, local_count) are node-local, published with the
+ * generation). Returns the backend id, 0 when the slot is missing. */
+static __always_inline __u32 KBP_F(kbp_slot_backend)(const struct kbp_svc_val *sv, __u32 slot,
+						     KBP_BACKEND *b) {
+	struct kbp_slot_key sk = {.svc_id = sv->svc_id, .slot = slot, .gen = sv->gen};
+	struct kbp_slot_val *v = bpf_map_lookup_elem(&kbp_slot_v2, &sk);
 
-	if (sv->algorithm == KBP_ALG_MAGLEV) {
-		id = KBP_F(kbp_maglev_backend)(sv, p, cfg);
-		if (id)
-			return id;
-	} else if (sv->algorithm == KBP_ALG_RR) {
-		return kbp_slot_backend(sv, kbp_rr_slot(sv));
-	}
-	return kbp_slot_backend(sv, bpf_get_prandom_u32() % sv->count);
+	if (!v)
+		return 0;
+	KBP_ADDR_SET(b->addr, v->addr);
+	b->port = v->port;
+	b->flags = slot < sv->local_count ? KBP_BE_F_LOCAL : 0;
+	b->pad = 0;
+	return v->backend_id;
 }
 
 static __always_inline __u32 KBP_F(kbp_affinity_backend)(const struct kbp_svc_val *sv,
@@ -49,31 +51,46 @@ static __always_inline __u32 KBP_F(kbp_affinity_backend)(const struct kbp_svc_va
 }
 
 /*
- * The backend of a new flow from client p->saddr: its ClientIP affinity entry while it lasts,
- * else the service's algorithm; the choice renews the affinity. NULL when the slot or Maglev
- * entry names a backend that is not in the family's backend map.
+ * The backend of a new flow from client p->saddr, read into *b: its ClientIP affinity entry while
+ * it lasts, else the service's algorithm; the choice renews the affinity. Affinity and Maglev name
+ * a backend id, read from the family's backend map; random and rr read the slot alone. Returns the
+ * backend id, 0 when the slot is missing or names a backend that is not in the backend map.
  */
-static __always_inline KBP_BACKEND *KBP_F(kbp_select_backend)(const struct kbp_svc_val *sv,
-							      const KBP_PKT *p,
-							      const struct kbp_config *cfg,
-							      __u64 now, __u32 *backend_id) {
+static __always_inline __u32 KBP_F(kbp_select_backend)(const struct kbp_svc_val *sv,
+						       const KBP_PKT *p,
+						       const struct kbp_config *cfg, __u64 now,
+						       KBP_BACKEND *b) {
 	KBP_BACKEND *be;
 	__u32 id = 0;
 
 	if (sv->flags & KBP_SVC_F_AFFINITY)
 		id = KBP_F(kbp_affinity_backend)(sv, p, now);
-	if (!id)
-		id = KBP_F(kbp_choose_backend)(sv, p, cfg);
-	*backend_id = id;
-	be = bpf_map_lookup_elem(&KBP_FAM_NAME(kbp_be, _v1), &id);
-	if (be && (sv->flags & KBP_SVC_F_AFFINITY)) {
+	if (!id && sv->algorithm == KBP_ALG_MAGLEV)
+		id = KBP_F(kbp_maglev_backend)(sv, p, cfg);
+	if (id) {
+		be = bpf_map_lookup_elem(&KBP_FAM_NAME(kbp_be, _v1), &id);
+		if (!be)
+			return 0;
+		/* One read of the entry: the control plane may rewrite it meanwhile. */
+		*b = *be;
+	} else {
+		/* Maglev without its table falls back to random, as before the table is written. */
+		id = KBP_F(kbp_slot_backend)(sv,
+					     sv->algorithm == KBP_ALG_RR
+						 ? kbp_rr_slot(sv)
+						 : bpf_get_prandom_u32() % sv->count,
+					     b);
+		if (!id)
+			return 0;
+	}
+	if (sv->flags & KBP_SVC_F_AFFINITY) {
 		KBP_AFF_KEY ak = {.svc_id = sv->svc_id};
 		struct kbp_aff_val av = {.last_used_ns = now, .backend_id = id};
 
 		KBP_ADDR_SET(ak.client, p->saddr);
 		bpf_map_update_elem(&KBP_FAM_NAME(kbp_aff, _v1), &ak, &av, BPF_ANY);
 	}
-	return be;
+	return id;
 }
 
 #endif /* KBP_FAM */

@@ -19,9 +19,8 @@ static __always_inline int KBP_F(kbp_sock_xlate)(struct bpf_sock_addr *ctx, KBP_
 	struct kbp_svc_val sv;
 	KBP_SOCKREV_KEY rk = {};
 	KBP_SOCKREV_VAL rv = {};
-	KBP_BACKEND *be;
 	struct kbp_config *cfg;
-	__u32 backend_id = 0, reason = KBP_DROP_NONE;
+	__u32 backend_id, reason = KBP_DROP_NONE;
 	int verdict;
 
 	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
@@ -46,13 +45,11 @@ static __always_inline int KBP_F(kbp_sock_xlate)(struct bpf_sock_addr *ctx, KBP_
 			bpf_set_retval(-KBP_ECONNREFUSED);
 		return KBP_SOCK_REFUSED;
 	}
-	be = KBP_F(kbp_select_backend)(&sv, p, cfg, kbp_now(), &backend_id);
-	if (!be) {
+	backend_id = KBP_F(kbp_select_backend)(&sv, p, cfg, kbp_now(), to);
+	if (!backend_id) {
 		kbp_count_drop(KBP_DROP_BACKEND_MISSING, sv.svc_id, 0);
 		return KBP_SOCK_REFUSED;
 	}
-	/* One read of the entry: the control plane may rewrite it meanwhile. */
-	*to = *be;
 
 	rk.cookie = bpf_get_socket_cookie(ctx);
 	KBP_ADDR_SET(rk.addr, to->addr);

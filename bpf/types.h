@@ -94,7 +94,17 @@ struct kbp_slot_key {
 	__u8 pad;
 };
 _Static_assert(sizeof(struct kbp_slot_key) == 8, "kbp_slot_key");
-/* value: __u32 backend_id */
+
+/* A slot names its backend and holds the backend's address and port too (an id's address and port
+ * never change: one id per backend address:port), so that a new flow by random or rr reads no
+ * backend entry. The slot's frontend is of one family: an IPv4 address is addr[0]. */
+struct kbp_slot_val {
+	__u32 backend_id;
+	__be16 port;
+	__u16 pad;
+	__be32 addr[4];
+};
+_Static_assert(sizeof(struct kbp_slot_val) == 24, "kbp_slot_val");
 
 /* ---------- backends ---------- */
 

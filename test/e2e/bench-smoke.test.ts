@@ -105,14 +105,26 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
       expect(s.attempts, `${s.mode} IPv6`).toBeGreaterThan(0);
       expect(s.errors ?? 0, `${s.mode} IPv6`).toBeLessThan(0.01 * (s.attempts ?? 0));
     }
-    // In each family the tc tracked flow (repeated, and one run per call), the tc new flow and the
-    // XDP tracked flow, and the xdp_tx baseline once, at each of the two service counts.
+    // In each family tc and XDP on a tracked flow (repeated), and on a tracked and a new flow one
+    // run per call; the xdp_tx baseline (repeated) and floor (one run per call) once; at each of the
+    // two service counts. Every row but the trivial ones has its ratio to its floor in the report.
     const rows = new Set(results.bpfCost.map((r) => `${r.program}|${r.family}@${r.services}`));
-    expect(rows.size).toBe(2 * 9);
+    expect(rows.size).toBe(2 * (2 * 6 + 2));
     for (const family of FAMILIES)
-      for (const program of ['tc (tracked flow)', 'tc (new flow, one run per call)', 'XDP (tracked flow)'])
+      for (const program of [
+        'tc (tracked flow)',
+        'XDP (tracked flow)',
+        'tc (tracked flow, one run per call)',
+        'tc (new flow, one run per call)',
+        'XDP (tracked flow, one run per call)',
+        'XDP (new flow, one run per call)',
+      ])
         expect(rows, `${program} ${family}`).toContain(`${program}|${family}@100`);
+    expect(rows).toContain('xdp_tx (floor, one run per call)|IPv4@100');
     const report = readFileSync(join(dir, 'results.md'), 'utf8');
+    expect(report).toMatch(
+      /\| XDP \(new flow, one run per call\) \| IPv6 \| [\d,.]+ \([\d,.]+\), [\d.]+× floor \|/,
+    );
     expect(report).toContain('### IPv6 ÷ IPv4');
     expect(report).toMatch(
       /\| New connections per second \(connect, one request, close\) \| IPv6 \| higher \|/,

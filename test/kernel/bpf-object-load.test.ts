@@ -1,6 +1,16 @@
-import { rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { afterAll, expect, it } from 'vitest';
-import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
+import { createMap, mapLookup, mapUpdate, pinObject } from '../../native/libbpf.js';
+import { closeFd } from '../../native/libc.js';
+import {
+  backend4,
+  backend6,
+  slotKey,
+  slotVal4,
+  slotVal6,
+  u32Codec,
+} from '../../src/dataplanes/bpf/layout.js';
+import { type LoadedObject, loadPinnedObject, mapPinPath } from '../../src/dataplanes/bpf/object.js';
 import { silentLogger } from '../../src/logger.js';
 import { bpfConfig } from '../support/bpf-fixtures.js';
 import { describeRoot } from '../support/privileges.js';
@@ -37,6 +47,48 @@ describeRoot('loading the data plane object', () => {
     expect(lb.fd.svc4).toBeGreaterThan(0);
     expect(lb.capacity.ct4Tcp).toBe(1024);
     expect(lb.prog('kbp_tc_pod')).toBeGreaterThan(0);
+  });
+
+  it('copies the slots of an older agent (kbp_slot_v1: backend ids) into kbp_slot_v2, with their backends, before any program reads them', async () => {
+    const load = () =>
+      loadPinnedObject({
+        pinPath,
+        mapSizes: { ...bpfConfig().mapSizes, conntrack: 1024, affinity: 1024 },
+        log: silentLogger,
+      });
+    lb ??= await load();
+    // What the older agent left: its backends (kept, same map) and its slots in kbp_slot_v1.
+    mapUpdate(
+      lb.fd.backends4,
+      u32Codec.encode(7),
+      backend4.encode({ addr: '10.244.2.7', port: 8080, flags: 1 }),
+    );
+    mapUpdate(
+      lb.fd.backends6,
+      u32Codec.encode(8),
+      backend6.encode({ addr: 'fd00::7', port: 8443, flags: 0 }),
+    );
+    const v1 = createMap(1 /* BPF_MAP_TYPE_HASH */, 'kbp_slot_v1', slotKey.size, 4, 16);
+    const slot = (svcId: number) => slotKey.encode({ svcId, slot: 0, gen: 3 });
+    mapUpdate(v1, slot(1), u32Codec.encode(7));
+    mapUpdate(v1, slot(2), u32Codec.encode(8));
+    mapUpdate(v1, slot(3), u32Codec.encode(99)); // a backend no map has: not copied
+    const v1Pin = `${lb.pinDir}/maps/kbp_slot_v1`;
+    pinObject(v1, v1Pin);
+    closeFd(v1);
+    const v2Pin = mapPinPath(lb.pinDir, 'slots');
+    lb.close();
+    rmSync(v2Pin);
+    lb = await load();
+    const read = (svcId: number) => {
+      const v = Buffer.alloc(slotVal4.size);
+      return mapLookup(lb!.fd.slots, slot(svcId), v) ? v : null;
+    };
+    expect(slotVal4.decode(read(1)!)).toEqual({ backendId: 7, port: 8080, addr: '10.244.2.7' });
+    expect(slotVal6.decode(read(2)!)).toEqual({ backendId: 8, port: 8443, addr: 'fd00::7' });
+    expect(read(3)).toBeNull();
+    expect(existsSync(v1Pin)).toBe(false);
+    expect(existsSync(v2Pin)).toBe(true);
   });
 
   it('reports a load failure as an error naming bpf_object__load', async () => {

@@ -294,12 +294,13 @@ describeRoot('bpf writer against the loaded object', () => {
     const tiny = new KernelStore(fd, { ...agent.lb.capacity });
     // Fill the slot map to its capacity with entries of an id nothing uses.
     const capacity = agent.lb.capacity.slots;
-    const used = dumpMap(fd.slots, MAPS.slots.keySize, 4).keys.length;
+    const used = dumpMap(fd.slots, MAPS.slots.keySize, MAPS.slots.valueSize).keys.length;
     const filler = Array.from({ length: capacity - used }, (_, slot) => ({
       serviceId: 60_000,
       slot,
       gen: 0,
       backendId: 1,
+      backend: { family: 'IPv4' as const, address: '10.1.0.1', port: 80 },
     }));
     tiny.upsertSlots(filler);
     try {
@@ -308,7 +309,7 @@ describeRoot('bpf writer against the loaded object', () => {
       const result = await writer.apply(agent.plan(manifest(['10.1.0.1', '10.1.0.4', '10.1.0.5'])));
       expect(result.failures.length).toBeGreaterThan(0);
       expect(result.failures[0]!.error).toContain(
-        `BPF map kbp_slot_v1 is full (capacity ${capacity} entries); raise bpf.mapSizes.backendSlots`,
+        `BPF map kbp_slot_v2 is full (capacity ${capacity} entries); raise bpf.mapSizes.backendSlots`,
       );
       // The UDP service did not change and is still served.
       const dns = dumpMap(fd.svc4, 8, 24).keys.findIndex((k) => svc4Key.decode(k).port === 53);

@@ -15,6 +15,11 @@
 //
 // KBP_BENCH_BASELINE=<an older lb.o> also measures that object against this one, round by round
 // interleaved, and prints the ratios (docs/bpf-datapath.md, "Performance").
+//
+// KBP_BENCH_KATRAN=<balancer.bpf.o> measures Katran's XDP load balancer (built from
+// facebookincubator/katran at 19f08fe, katran/lib/bpf/balancer.bpf.c, by whoever runs this:
+// nothing here builds it) beside ours, a new and a tracked flow one run per call, as ratios to the
+// xdp_tx floor of the same rounds.
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
@@ -26,8 +31,22 @@ import {
   writeServices,
   writeTrackedFlow,
 } from '../../bench/bpf-cost.js';
-import { type TestRunResult, testRun } from '../../native/libbpf.js';
-import { BE_F, PROGRAMS, SVC_F } from '../../src/dataplanes/bpf/layout.js';
+import {
+  closeObject,
+  dumpMap,
+  findMap,
+  loadObject,
+  mapDeleteBatch,
+  mapFd,
+  mapUpdate,
+  mapUpdateBatch,
+  openObject,
+  programFd,
+  setMapMaxEntries,
+  type TestRunResult,
+  testRun,
+} from '../../native/libbpf.js';
+import { BE_F, ct4Key, ct4Val, MAPS, PROGRAMS, SVC_F } from '../../src/dataplanes/bpf/layout.js';
 import { buildPacket, fragmentPacket, IPPROTO_TCP, parsePacket, TCP } from '../../src/net/packets.js';
 import { FAMILY_CASES } from '../support/families.js';
 import { type LoadedLb, loadLb, writeConfig, writeFrontend, XDP_PASS } from '../support/lb-object.js';
@@ -41,8 +60,22 @@ const BASELINE = process.env.KBP_BENCH_BASELINE;
 /** What fragment tracking, the IPv6 socket hooks and the IPv6 SNAT source added: absent from an
  * older baseline object. */
 const MAPS_SINCE_BASELINE = ['fragments4', 'fragStats', 'sockRev6', 'ifAddrs6', 'fragments6'] as const;
+const KATRAN = process.env.KBP_BENCH_KATRAN;
 /** New flows per family and round (each two conntrack entries: far below CAPACITY, no eviction). */
 const NEW_FLOWS = 2_000;
+
+/** Does the object at `path` define the map `name`? */
+function objectHasMap(path: string, name: string): boolean {
+  const obj = openObject(path);
+  try {
+    findMap(obj, name);
+    return true;
+  } catch {
+    return false;
+  } finally {
+    closeObject(obj);
+  }
+}
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -193,10 +226,18 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
   it.runIf(BASELINE)(
     'compares with the baseline object, rounds interleaved',
     () => {
-      const base = loadLb(capacity, undefined, BASELINE!, MAPS_SINCE_BASELINE);
+      // A baseline from before kbp_slot_v2 gets no service entry (its slots held the backend id
+      // alone): its rows are tracked flows and a packet to no service, which read none.
+      const slots = objectHasMap(BASELINE!, MAPS.slots.name);
+      const base = loadLb(
+        capacity,
+        undefined,
+        BASELINE!,
+        slots ? MAPS_SINCE_BASELINE : [...MAPS_SINCE_BASELINE, 'slots'],
+      );
       try {
         writeConfig(base);
-        writeServices(base, 1, 1);
+        if (slots) writeServices(base, 1, 1);
         writeTrackedFlow(base);
         const cases = [
           ['tc tracked flow', PROGRAMS.tcFromPod, frame],
@@ -290,6 +331,86 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     console.log(
       `new flows: ${NEW_FLOWS} per family and round, one per BPF_PROG_TEST_RUN, median of ${ROUNDS} rounds' medians\n${rows.join('\n')}`,
     );
+  });
+
+  it.runIf(KATRAN)("measures Katran's balancer beside ours, one run per call, as ratios to the floor", () => {
+    // Katran's maps, as katran/lib/bpf/balancer_structs.h and balancer_consts.h (19f08fe) lay
+    // them out: one VIP (vip_num 0) whose ring (RING_SIZE 65537 positions) names real 1, the
+    // default gateway's MAC at ctl_array 0. No per-CPU LRU is set up (Katran's userspace makes
+    // them), so its flows go to fallback_cache, one LRU insert per new flow either way.
+    const RING_SIZE = 65537;
+    const obj = openObject(KATRAN!);
+    try {
+      setMapMaxEntries(findMap(obj, 'ch_rings'), RING_SIZE);
+      setMapMaxEntries(findMap(obj, 'fallback_cache'), 4 * NEW_FLOWS);
+      loadObject(obj);
+      const fd = (name: string) => mapFd(findMap(obj, name));
+      const vip = Buffer.alloc(20); // vip_definition {vip, port, proto}
+      vip.set([10, 96, 0, 10], 0);
+      vip.writeUInt16BE(80, 16);
+      vip[18] = IPPROTO_TCP;
+      mapUpdate(fd('vip_map'), vip, Buffer.alloc(8)); // vip_meta {flags 0, vip_num 0}
+      const ring = Array.from({ length: RING_SIZE }, (_, i) => i);
+      const u32s = (xs: number[]) => Buffer.from(new Uint32Array(xs).buffer);
+      mapUpdateBatch(fd('ch_rings'), u32s(ring), u32s(ring.map(() => 1)), RING_SIZE);
+      const real = Buffer.alloc(20); // real_definition {dst, flags}
+      real.set([10, 244, 2, 5], 0);
+      mapUpdate(fd('reals'), u32s([1]), real);
+      mapUpdate(fd('ctl_array'), u32s([0]), Buffer.from([2, 0, 0, 0, 0, 1, 0, 0]));
+      const katran = programFd(obj, 'balancer_ingress');
+      const packet = (daddr: string, dport: number, sport: number, tcpFlags: number) =>
+        buildPacket({ saddr: CLIENT, daddr, proto: IPPROTO_TCP, sport, dport, tcpFlags });
+      // Katran tracks a TCP flow from its SYN: the tracked flow's SYN goes first.
+      expect(testRun(katran, { data: packet(VIP, 80, 40000, TCP.SYN) }).retval).toBe(3); // XDP_TX
+      // Ours: a LoadBalancer IP with a local backend, as Katran's VIP (XDP_PASS, DNATed).
+      writeFrontend(lb, {
+        svcId: 131_010,
+        addr: '192.168.50.101',
+        port: 443,
+        proto: IPPROTO_TCP,
+        flags: SVC_F.EXTERNAL | SVC_F.LOADBALANCER,
+        backends: [{ id: 131_010, addr: '10.244.2.11', port: 8443, flags: BE_F.LOCAL }],
+      });
+      const xdp = lb.prog(PROGRAMS.xdpFromExternal);
+      const ports = Array.from({ length: NEW_FLOWS }, (_, k) => 20000 + k);
+      const rows = [
+        { name: 'xdp_tx floor', fd: lb.prog(PROGRAMS.xdpTx), frames: ports.map(() => frame) },
+        {
+          name: 'ours XDP new flow',
+          fd: xdp,
+          frames: ports.map((p) => packet('192.168.50.101', 443, p, TCP.SYN)),
+        },
+        { name: 'ours XDP tracked', fd: xdp, frames: ports.map(() => frame) },
+        { name: 'Katran new flow', fd: katran, frames: ports.map((p) => packet(VIP, 80, p, TCP.SYN)) },
+        { name: 'Katran tracked', fd: katran, frames: ports.map(() => packet(VIP, 80, 40000, TCP.ACK)) },
+      ].map((r) => ({ ...r, ns: [] as number[] }));
+      const made = (fdOf: number, keySize: number, valueSize: number, sportAt: number, dportAt: number) => {
+        const { keys } = dumpMap(fdOf, keySize, valueSize);
+        const mine = (p: number) => p >= ports[0]! && p <= ports.at(-1)!;
+        const gone = keys.filter((k) => mine(k.readUInt16BE(sportAt)) || mine(k.readUInt16BE(dportAt)));
+        if (gone.length > 0) mapDeleteBatch(fdOf, Buffer.concat(gone), gone.length);
+      };
+      for (let round = 0; round < ROUNDS; round++) {
+        // Each row's calls in a block, as a program's packets come one after another.
+        for (const r of rows) {
+          let total = 0;
+          for (const data of r.frames) total += testRun(r.fd, { data }).durationNs;
+          r.ns.push(total / r.frames.length);
+        }
+        made(lb.fd.ct4Tcp, ct4Key.size, ct4Val.size, ct4Key.fields.sport.offset, ct4Key.fields.dport.offset);
+        made(fd('fallback_cache'), 40, 16, 32, 34); // flow_key: port16[0], port16[1]
+      }
+      const floor = rows[0]!.ns;
+      const lines = rows.map((r) => {
+        const ratios = r.ns.map((x, i) => x / floor[i]!);
+        return `  ${r.name.padEnd(18)} ${String(Math.round(median(r.ns))).padStart(5)} ns/call  ${median(ratios).toFixed(2)}x floor (rounds: ${ratios.map((x) => x.toFixed(2)).join(', ')})`;
+      });
+      console.log(
+        `Katran ${KATRAN} beside ours: ${NEW_FLOWS} calls of one run per row and round, medians of ${ROUNDS} rounds\n${lines.join('\n')}`,
+      );
+    } finally {
+      closeObject(obj);
+    }
   });
 
   it(`measures with ${SERVICES.toLocaleString('en')} services`, () => {

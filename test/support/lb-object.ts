@@ -36,6 +36,8 @@ import {
   rodata,
   SCOPE,
   slotKey,
+  slotVal4,
+  slotVal6,
   svc4Key,
   svc6Key,
   svcVal,
@@ -140,9 +142,10 @@ export interface TestFrontend {
 /** The backend ids each service's frontends last listed, per loaded object. */
 const servedBy = new WeakMap<LoadedLb, Map<number, number[]>>();
 
-/** Backends, then the slot generation in one batch, then the {backend, service} pairs, then the
- * frontend entry; pairs of backends the service no longer lists go after it (as the writer). The
- * frontend address's family picks the maps. */
+/** Backends, then the slot generation in one batch (local backends first: the programs take a
+ * slot's locality from its position, below local_count, as the planner orders them), then the
+ * {backend, service} pairs, then the frontend entry; pairs of backends the service no longer lists
+ * go after it (as the writer). The frontend address's family picks the maps. */
 export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
   const gen = f.gen ?? 0;
   const v6 = ipFamilyOf(f.addr) === 'IPv6';
@@ -155,9 +158,13 @@ export function writeFrontend(lb: LoadedLb, f: TestFrontend): void {
     );
   }
   if (f.backends.length > 0) {
-    const keys = slotKey.encodeMany(f.backends.map((_, slot) => ({ svcId: f.svcId, slot, gen })));
-    const values = u32Codec.encodeMany(f.backends.map((b) => b.id));
-    mapUpdateBatch(lb.fd.slots, keys, values, f.backends.length);
+    const local = (b: TestBackend) => ((b.flags ?? 0) & BE_F.LOCAL) !== 0;
+    const ordered = [...f.backends.filter(local), ...f.backends.filter((b) => !local(b))];
+    const keys = slotKey.encodeMany(ordered.map((_, slot) => ({ svcId: f.svcId, slot, gen })));
+    const values = (v6 ? slotVal6 : slotVal4).encodeMany(
+      ordered.map((b) => ({ backendId: b.id, port: b.port, addr: b.addr })),
+    );
+    mapUpdateBatch(lb.fd.slots, keys, values, ordered.length);
   }
   for (const b of f.backends)
     mapUpdate(

@@ -10,6 +10,7 @@ import {
   type MapStore,
   type SlotEntry,
   type SlotKey,
+  type SlotWrite,
   type SourceRange,
   type StoredState,
 } from '../../src/dataplanes/bpf/store.js';
@@ -101,13 +102,14 @@ export class MemoryStore implements MapStore {
     for (const b of entries) this.backends.delete(b.id);
     this.record('deleteBackends', entries.length);
   }
-  upsertSlots(entries: readonly SlotEntry[]) {
+  upsertSlots(entries: readonly SlotWrite[]) {
     const added = entries.filter((s) => !this.slots.has(`${s.serviceId}/${s.gen}/${s.slot}`)).length;
     if (this.slots.size + added > this.slotCapacity) {
       this.ops.push(`upsertSlots failed ${entries.length}`);
-      throw new MapFullError('kbp_slot_v1', this.slotCapacity, 'bpf.mapSizes.backendSlots');
+      throw new MapFullError('kbp_slot_v2', this.slotCapacity, 'bpf.mapSizes.backendSlots');
     }
-    for (const s of entries) this.slots.set(`${s.serviceId}/${s.gen}/${s.slot}`, s);
+    // The store's state holds what it reads back: the backend id (its address is the backend's).
+    for (const { backend: _backend, ...s } of entries) this.slots.set(`${s.serviceId}/${s.gen}/${s.slot}`, s);
     this.record('upsertSlots', entries.length);
   }
   deleteSlots(keys: readonly SlotKey[]) {

@@ -23,6 +23,7 @@ import {
   bpfCostTable,
   bpfPairs,
   findAggregate,
+  floorRatio,
   kubeProxyPairs,
   markdownReport,
   ratio,
@@ -298,6 +299,41 @@ describe('report', () => {
         aggregateBpfCost([{ program: 'xdp_tx (baseline)', services: 1, round: 0, nsPerPacket: 30 }]),
       ),
     ).toContain('| xdp_tx (baseline) | IPv4 | 30.0 (30.0) |');
+  });
+
+  it('reports each BPF_PROG_TEST_RUN row as a ratio to its floor, measured in one family', () => {
+    const floor = 'xdp_tx (floor, one run per call)';
+    const rows = aggregateBpfCost([
+      { program: floor, family: 'IPv4', services: 1, round: 0, nsPerPacket: 100, floor },
+      { program: floor, family: 'IPv4', services: 1000, round: 0, nsPerPacket: 50, floor },
+      {
+        program: 'XDP (new flow, one run per call)',
+        family: 'IPv6',
+        services: 1,
+        round: 0,
+        nsPerPacket: 720,
+        floor,
+      },
+      {
+        program: 'XDP (new flow, one run per call)',
+        family: 'IPv6',
+        services: 1000,
+        round: 0,
+        nsPerPacket: 400,
+        floor,
+      },
+      { program: 'tc (tracked flow)', family: 'IPv4', services: 1, round: 0, nsPerPacket: 140 },
+    ]);
+    expect(floorRatio(rows, rows[2]!)).toBe(7.2);
+    const table = bpfCostTable(rows);
+    expect(table).toContain(
+      '| XDP (new flow, one run per call) | IPv6 | 720 (720), 7.20× floor | 400 (400), 8.00× floor |',
+    );
+    expect(table).toContain(
+      '| xdp_tx (floor, one run per call) | IPv4 | 100 (100), 1.00× floor | 50.0 (50.0), 1.00× floor |',
+    );
+    // Without a floor (runs before the ratios): the figure alone.
+    expect(table).toContain('| tc (tracked flow) | IPv4 | 140 (140) | – |');
   });
 
   it('pooled measures take their percentiles over every request', () => {

@@ -26,6 +26,8 @@ import {
   STRUCTS,
   SVC_F,
   slotKey,
+  slotVal4,
+  slotVal6,
   srcRange4Key,
   sumPerCpu,
   svc4Key,
@@ -59,6 +61,27 @@ describe('bpf map layouts', () => {
     expect([...backend4.encode({ addr: '192.168.1.2', port: 8080, flags: 3 })]).toEqual([
       192, 168, 1, 2, 0x1f, 0x90, 3, 0,
     ]);
+    // kbp_slot_val: the id, the port, then the address, an IPv4 one in the first 4 of 16 bytes.
+    expect([...slotVal4.encode({ backendId: 258, port: 8080, addr: '192.168.1.2' })]).toEqual([
+      2,
+      1,
+      0,
+      0,
+      0x1f,
+      0x90,
+      0,
+      0,
+      192,
+      168,
+      1,
+      2,
+      ...Array(12).fill(0),
+    ]);
+    const slot6 = slotVal6.encode({ backendId: 7, port: 443, addr: 'fd00::1' });
+    expect(slot6.length).toBe(24);
+    expect([...slot6.subarray(8, 10)]).toEqual([0xfd, 0]);
+    expect(slotVal6.decode(slot6)).toEqual({ backendId: 7, port: 443, addr: 'fd00::1' });
+    expect(slotVal4.decode(slot6).backendId).toBe(7);
   });
 
   it('round-trips every value it encodes', () => {

@@ -333,7 +333,7 @@ describe('MapWriter publication order', () => {
       {
         servicePortName: 'ns/a',
         error:
-          'TCP/10.96.0.1:80: BPF map kbp_slot_v1 is full (capacity 5 entries); raise bpf.mapSizes.backendSlots',
+          'TCP/10.96.0.1:80: BPF map kbp_slot_v2 is full (capacity 5 entries); raise bpf.mapSizes.backendSlots',
       },
     ]);
     const gens = Object.fromEntries(
@@ -436,7 +436,15 @@ describe('MapWriter restart', () => {
     first.store.upsertBackends([
       { id: 9, family: 'IPv4', address: '10.1.0.9', port: 8080, isLocal: false, terminating: false },
     ]);
-    first.store.upsertSlots([{ serviceId: 1, slot: 0, gen: 1, backendId: 9 }]);
+    first.store.upsertSlots([
+      {
+        serviceId: 1,
+        slot: 0,
+        gen: 1,
+        backendId: 9,
+        backend: { family: 'IPv4', address: '10.1.0.9', port: 8080 },
+      },
+    ]);
     const clock = new Clock();
     const writer = new MapWriter(first.store, {
       maglevTableSize: M,

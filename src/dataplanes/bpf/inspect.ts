@@ -64,6 +64,7 @@ import {
   rrVal,
   SRC_RANGE_ID_BITS,
   slotKey,
+  slotVal4,
   srcRange4Key,
   srcRange6Key,
   svc4Key,
@@ -603,8 +604,8 @@ export function kernelTraceMaps(
       return config;
     },
     slot(serviceId, gen, slot) {
-      const v = lookup('slots', slotKey.encode({ svcId: serviceId, slot, gen }), 4);
-      return v ? u32Codec.decode(v) : 0;
+      const v = lookup('slots', slotKey.encode({ svcId: serviceId, slot, gen }), slotVal4.size);
+      return v ? slotVal4.decode(v).backendId : 0;
     },
     backend(id) {
       // One id space for both families: the id is in one of the two maps.

@@ -46,6 +46,8 @@ import {
   SVC_F,
   type SvcVal,
   slotKey,
+  slotVal4,
+  slotVal6,
   sockConfig,
   srcRange4Key,
   srcRange6Key,
@@ -69,8 +71,8 @@ import {
   type MaglevKey,
   MapFullError,
   type MapStore,
-  type SlotEntry,
   type SlotKey,
+  type SlotWrite,
   type SourceRange,
   type StoredState,
 } from './store.js';
@@ -162,6 +164,7 @@ const FAMILY_MAPS = {
     svcKey: svc4Key,
     backends: 'backends4',
     backend: backend4,
+    slotVal: slotVal4,
     srcRange: 'srcRange4',
     srcRangeKey: srcRange4Key,
   },
@@ -170,6 +173,7 @@ const FAMILY_MAPS = {
     svcKey: svc6Key,
     backends: 'backends6',
     backend: backend6,
+    slotVal: slotVal6,
     srcRange: 'srcRange6',
     srcRangeKey: srcRange6Key,
   },
@@ -248,12 +252,22 @@ export class KernelStore implements MapStore {
     }
   }
 
-  upsertSlots(entries: readonly SlotEntry[]): void {
+  upsertSlots(entries: readonly SlotWrite[]): void {
+    // One batch for both families: keys and values in the same order.
+    const ordered = FAMILIES.flatMap((family) => entries.filter((s) => s.backend.family === family));
     this.updateBatch(
       'slots',
-      slotKey.encodeMany(entries.map((s) => ({ svcId: s.serviceId, slot: s.slot, gen: s.gen }))),
-      u32Codec.encodeMany(entries.map((s) => s.backendId)),
-      entries.length,
+      slotKey.encodeMany(ordered.map((s) => ({ svcId: s.serviceId, slot: s.slot, gen: s.gen }))),
+      Buffer.concat(
+        FAMILIES.map((family) =>
+          FAMILY_MAPS[family].slotVal.encodeMany(
+            ordered
+              .filter((s) => s.backend.family === family)
+              .map((s) => ({ backendId: s.backendId, port: s.backend.port, addr: s.backend.address })),
+          ),
+        ),
+      ),
+      ordered.length,
     );
   }
 
@@ -396,7 +410,7 @@ export class KernelStore implements MapStore {
           serviceId: key.svcId,
           slot: key.slot,
           gen: key.gen,
-          backendId: u32Codec.decode(slots.values[i]!),
+          backendId: slotVal4.decode(slots.values[i]!).backendId,
         };
       }),
       backends: FAMILIES.flatMap((family) => {

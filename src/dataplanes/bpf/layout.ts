@@ -326,6 +326,20 @@ export const slotKey = new StructCodec(
   { svcId: u32(0), slot: u16(4), gen: u8(6) },
   { pad: 7 },
 );
+/** kbp_slot_val: the slot's backend id with the backend's address and port, in the frontend's
+ * family (an IPv4 address is the first 4 of the 16 address bytes). */
+export const slotVal4 = new StructCodec(
+  'kbp_slot_val',
+  24,
+  { backendId: u32(0), port: port(4), addr: ip4(8) },
+  { pad: 6 },
+);
+export const slotVal6 = new StructCodec(
+  'kbp_slot_val',
+  24,
+  { backendId: u32(0), port: port(4), addr: ip6(8) },
+  { pad: 6 },
+);
 export const backend4 = new StructCodec(
   'kbp_backend4',
   8,
@@ -493,6 +507,7 @@ export type Svc4Key = StructValue<typeof svc4Key.fields>;
 export type Svc6Key = StructValue<typeof svc6Key.fields>;
 export type SvcVal = StructValue<typeof svcVal.fields>;
 export type SlotKey = StructValue<typeof slotKey.fields>;
+export type SlotVal = StructValue<typeof slotVal4.fields>;
 export type Backend4 = StructValue<typeof backend4.fields>;
 export type Backend6 = StructValue<typeof backend6.fields>;
 export type Ct4Key = StructValue<typeof ct4Key.fields>;
@@ -525,6 +540,8 @@ export const STRUCTS: readonly StructCodec<Fields>[] = [
   svc6Key,
   svcVal,
   slotKey,
+  slotVal4,
+  slotVal6,
   backend4,
   backend6,
   ct4Key,
@@ -573,7 +590,7 @@ function mapLayout(name: string, key: { size: number }, value: { size: number },
 export const MAPS = {
   svc4: mapLayout('kbp_svc4_v1', svc4Key, svcVal),
   svc6: mapLayout('kbp_svc6_v1', svc6Key, svcVal),
-  slots: mapLayout('kbp_slot_v1', slotKey, u32Codec),
+  slots: mapLayout('kbp_slot_v2', slotKey, slotVal4),
   backends4: mapLayout('kbp_be4_v1', u32Codec, backend4),
   backends6: mapLayout('kbp_be6_v1', u32Codec, backend6),
   /** HASH_OF_MAPS: value is an inner map fd (4 bytes) on update, an inner map id on lookup. */

@@ -2,7 +2,7 @@
 // bpffs directory and reused on the next start (so conntrack, affinity and the service and
 // backend ids survive a restart), and the object's layout checked against layout.ts.
 
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, unlinkSync } from 'node:fs';
 import { release } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import {
@@ -13,12 +13,15 @@ import {
   BPF_PROG_TYPE_XDP,
   type BpfObject,
   closeObject,
+  dumpMap,
   findMap,
   getPinned,
   helperSupported,
   loadObjectOffThread,
   mapFd,
   mapInfo,
+  mapLookup,
+  mapUpdateBatch,
   openObject,
   pinObject,
   programFd,
@@ -30,7 +33,18 @@ import { closeFd } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
 import { ensureBpffs } from '../../host/bpffs.js';
 import type { Logger } from '../../logger.js';
-import { MAPS, RODATA_MAP, rodata, verifyLayoutAgainstBtf } from './layout.js';
+import {
+  backend4,
+  backend6,
+  MAPS,
+  RODATA_MAP,
+  rodata,
+  slotKey,
+  slotVal4,
+  slotVal6,
+  u32Codec,
+  verifyLayoutAgainstBtf,
+} from './layout.js';
 
 export type MapName = keyof typeof MAPS;
 
@@ -167,6 +181,49 @@ export function mapPinPath(pinDir: string, name: MapName): string {
   return `${pinDir}/maps/${MAPS[name].name}`;
 }
 
+/** The slot map before slots held their backend's address: slot key -> __u32 backend id. */
+const SLOTS_V1 = 'kbp_slot_v1';
+
+/**
+ * An agent upgraded in place finds its frontends pinned, and the slot generations they name in
+ * kbp_slot_v1, which the new programs no longer read: those slots are copied into the new slot map,
+ * each with its backend's address and port (the backend maps are reused), before any program of
+ * this object is attached, so new flows of random and rr Services keep their backends until the
+ * first sync; the old map's pin goes. Returns the slots copied.
+ */
+function migrateSlotsV1(pinDir: string, fd: Record<MapName, number>): number {
+  const path = `${pinDir}/maps/${SLOTS_V1}`;
+  if (!existsSync(path)) return 0;
+  const old = getPinned(path);
+  try {
+    const { keys, values } = dumpMap(old, slotKey.size, u32Codec.size);
+    const moved: { key: Buffer; value: Buffer }[] = [];
+    const v4 = Buffer.alloc(backend4.size);
+    const v6 = Buffer.alloc(backend6.size);
+    keys.forEach((key, i) => {
+      const id = u32Codec.decode(values[i]!);
+      // One id space for both families: the id is in one of the two backend maps.
+      const b = mapLookup(fd.backends4, u32Codec.encode(id), v4)
+        ? { codec: slotVal4, ...backend4.decode(v4) }
+        : mapLookup(fd.backends6, u32Codec.encode(id), v6)
+          ? { codec: slotVal6, ...backend6.decode(v6) }
+          : null;
+      if (b) moved.push({ key, value: b.codec.encode({ backendId: id, port: b.port, addr: b.addr }) });
+    });
+    if (moved.length > 0)
+      mapUpdateBatch(
+        fd.slots,
+        Buffer.concat(moved.map((m) => m.key)),
+        Buffer.concat(moved.map((m) => m.value)),
+        moved.length,
+      );
+    unlinkSync(path);
+    return moved.length;
+  } finally {
+    closeFd(old);
+  }
+}
+
 export interface LoadOptions {
   pinPath: string;
   mapSizes: BpfConfig['mapSizes'];
@@ -221,6 +278,10 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
       fd[name] = mapFd(findMap(obj, MAPS[name].name));
       capacity[name] = mapInfo(fd[name]).maxEntries;
       if (!reused.some((r) => r.name === name)) pinObject(fd[name], mapPinPath(pinDir, name));
+    }
+    if (!reused.some((r) => r.name === 'slots')) {
+      const migrated = migrateSlotsV1(pinDir, fd);
+      if (migrated > 0) options.log.info({ slots: migrated }, 'slots of kbp_slot_v1 copied into kbp_slot_v2');
     }
     return {
       obj,

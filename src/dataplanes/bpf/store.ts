@@ -46,6 +46,12 @@ export interface SlotEntry extends SlotKey {
   backendId: number;
 }
 
+/** A slot as the writer writes it: with its backend's address and port (kbp_slot_val), which never
+ * change for a backend id. */
+export interface SlotWrite extends SlotEntry {
+  backend: Pick<BackendEntry, 'family' | 'address' | 'port'>;
+}
+
 export interface MaglevKey {
   serviceId: number;
 }
@@ -94,7 +100,7 @@ export interface MapStore {
   readonly families: readonly IPFamily[];
   upsertBackends(entries: readonly BackendEntry[]): void;
   deleteBackends(entries: readonly Pick<BackendEntry, 'id' | 'family'>[]): void;
-  upsertSlots(entries: readonly SlotEntry[]): void;
+  upsertSlots(entries: readonly SlotWrite[]): void;
   deleteSlots(keys: readonly SlotKey[]): void;
   /** Fills a fresh inner table and points `key` at it with one update of the outer map; returns
    * the table's id. The table lives as long as a frontend points at it. */

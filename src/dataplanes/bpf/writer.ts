@@ -386,7 +386,8 @@ export class MapWriter {
     this.inBatches(live(), fail, (group) => {
       const entries = group.flatMap(slotsOf).filter((s) => mirror.slots.backendIdAt(s) !== s.backendId);
       if (entries.length === 0) return;
-      this.store.upsertSlots(entries);
+      // Every backend a slot names was written in step 1 (or before).
+      this.store.upsertSlots(entries.map((s) => ({ ...s, backend: mirror.backends.get(s.backendId)! })));
       for (const s of entries) mirror.slots.set(s);
       result.written += entries.length;
     });
