@@ -106,22 +106,25 @@ describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
       const decision = hostRoutingDecision(setting, { helpers: true, chains });
       expect(decision?.bpf).toBe(bypass);
       lb = loaded.get(decision!.bpf)!;
+      // Service ids are per frontend, so per family, as the planner gives them: a slot holds its
+      // backend's address (kbp_slot_v2), and one id in both families would share its slots.
+      const ids = family === 'IPv4' ? 80 : 180;
       writeFrontend(lb, {
-        svcId: 80,
+        svcId: ids,
         addr: A(VIP),
         port: 80,
         proto: IPPROTO_TCP,
         backends: [{ id: 80, addr: A(BACKEND_POD.ip), port: 8080, flags: BE_F.LOCAL }],
       });
       writeFrontend(lb, {
-        svcId: 81,
+        svcId: ids + 1,
         addr: A('10.96.0.81'),
         port: 80,
         proto: IPPROTO_TCP,
         backends: [{ id: 81, addr: A(NEIGHBOURS.remoteBackend.ip), port: 8080 }],
       });
       writeFrontend(lb, {
-        svcId: 82,
+        svcId: ids + 2,
         addr: A('10.96.0.82'),
         port: 80,
         proto: IPPROTO_TCP,
