@@ -24,6 +24,7 @@ interface BenchFlags {
   endpoints: string;
   reps?: string;
   seconds?: string;
+  offeredRate?: string;
   udpProbes?: string;
   endpointChanges?: string;
   bpfCostServices?: string;
@@ -39,6 +40,7 @@ const FULL = {
   families: 'IPv4,IPv6',
   reps: '3',
   seconds: '3',
+  offeredRate: '1000',
   udpProbes: '300',
   endpointChanges: '3',
   bpfCost: '1,100000',
@@ -49,6 +51,7 @@ const QUICK = {
   families: 'IPv4,IPv6',
   reps: '2',
   seconds: '1',
+  offeredRate: '500',
   udpProbes: '100',
   endpointChanges: '2',
   bpfCost: '1,1000',
@@ -93,6 +96,7 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
     reps: positive('--reps', flags.reps ?? d.reps),
     cell: {
       seconds: positive('--seconds', flags.seconds ?? d.seconds),
+      offeredRate: positive('--offered-rate', flags.offeredRate ?? d.offeredRate),
       udpProbes: positive('--udp-probes', flags.udpProbes ?? d.udpProbes),
       endpointChanges: positive('--endpoint-changes', flags.endpointChanges ?? d.endpointChanges),
       coldStartTimeoutMs: 20 * 60_000,
@@ -122,7 +126,7 @@ export function registerBenchCommand(program: Command): void {
     )
     .option(
       '--modes <list>',
-      'modes to measure (ipvs and kube-proxy-ipvs need a kernel with IPVS; kube-proxy-iptables, kube-proxy-nftables and kube-proxy-ipvs run the real kube-proxy, built by scripts/install-control-plane.sh, and feed every mode from a real API server)',
+      'modes to measure (direct: no Service and no proxy, the client connects to the backend pods themselves, data plane only; ipvs and kube-proxy-ipvs need a kernel with IPVS; kube-proxy-iptables, kube-proxy-nftables and kube-proxy-ipvs run the real kube-proxy, built by scripts/install-control-plane.sh, and feed every mode from a real API server)',
       ALL_MODES.join(','),
     )
     .option(
@@ -156,6 +160,10 @@ export function registerBenchCommand(program: Command): void {
       )
         .choices(['auto', 'legacy', 'nft'])
         .default('auto'),
+    )
+    .option(
+      '--offered-rate <conn/s>',
+      `new connections per second of the paced load that CPU per connection is measured at, below every mode's saturation (default ${FULL.offeredRate}; --quick ${QUICK.offeredRate})`,
     )
     .option(
       '--timeout-scale <x>',
