@@ -105,22 +105,21 @@ export const MEASURES: Record<MeasureId, MeasureInfo> = {
     plane: 'data',
   },
   cpuPerConnUs: {
-    title:
-      "CPU per new connection at a fixed offered load (system time of the client and backends, the node's softirq in it)",
+    title: 'CPU per new connection at a fixed offered load (system time)',
     unit: 'µs',
     better: 'lower',
     pooled: false,
     plane: 'data',
   },
   cpuPerConnSaturatedUs: {
-    title: 'CPU per new connection at saturation (the new-connections run)',
+    title: 'CPU per new connection at saturation (system time)',
     unit: 'µs',
     better: 'lower',
     pooled: false,
     plane: 'data',
   },
   cpuPerRequestUs: {
-    title: 'CPU per keep-alive request at saturation (the wrk run)',
+    title: 'CPU per keep-alive request at saturation (system time, wrk)',
     unit: 'µs',
     better: 'lower',
     pooled: false,
