@@ -314,25 +314,34 @@ export function goalResults(input: ReportInput, goals: readonly Goal[] = GOALS):
       const median = (mode: BenchMode) =>
         findAggregate(input.aggregates, mode, services, goal.measure)?.median;
       const [top, base, direct] = [median(goal.pair[0]), median(goal.pair[1]), median('direct')];
-      const overDirect =
-        goal.pair[1] !== 'direct' &&
-        top !== undefined &&
-        base !== undefined &&
-        direct !== undefined &&
-        base !== direct
-          ? (top - direct) / (base - direct)
-          : null;
       return [
         {
           goal,
           services,
           ratio: r,
           reached: r === null ? null : higher ? r >= goal.bound : r <= goal.bound,
-          overDirect,
+          overDirect: goal.pair[1] === 'direct' ? null : excessRatio(top, base, direct, higher),
         },
       ];
     }),
   );
+}
+
+/**
+ * (top − direct) ÷ (base − direct): what one proxy adds over direct against what the other adds.
+ * null when a side is missing or when base adds nothing measurable (its median at or past
+ * direct's: a cost of noise's size, which would turn the ratio's sign or size meaningless).
+ */
+export function excessRatio(
+  top: number | undefined,
+  base: number | undefined,
+  direct: number | undefined,
+  higher: boolean,
+): number | null {
+  if (top === undefined || base === undefined || direct === undefined) return null;
+  const baseCost = higher ? direct - base : base - direct;
+  const topCost = higher ? direct - top : top - direct;
+  return baseCost > 0 ? topCost / baseCost : null;
 }
 
 export function goalsTable(input: ReportInput): string {
@@ -343,8 +352,10 @@ export function goalsTable(input: ReportInput): string {
   for (const { goal, services, ratio: r, reached, overDirect } of goalResults(input)) {
     const sign = MEASURES[goal.measure].better === 'higher' ? '≥' : '≤';
     const verdict = reached === null ? 'not measured' : reached ? 'reached' : 'missed';
+    // Three decimals: a ratio just under its bound must not print as the bound itself.
+    const measured = r === null ? '–' : `${r.toFixed(3)}×`;
     lines.push(
-      `| ${goal.pair[0]} ÷ ${goal.pair[1]}, ${MEASURES[goal.measure].title} ${sign} ${goal.bound} | ${services.toLocaleString('en')} | ${ratioCell(r)} | ${verdict} | ${ratioCell(overDirect)} |`,
+      `| ${goal.pair[0]} ÷ ${goal.pair[1]}, ${MEASURES[goal.measure].title} ${sign} ${goal.bound} | ${services.toLocaleString('en')} | ${measured} | ${verdict} | ${ratioCell(overDirect)} |`,
     );
   }
   return `${lines.join('\n')}\n`;

@@ -25,8 +25,10 @@ import {
   bpfCostTable,
   bpfPairs,
   directRatioTable,
+  excessRatio,
   findAggregate,
   goalResults,
+  goalsTable,
   iptablesBackendLines,
   kubeProxyPairs,
   markdownReport,
@@ -459,7 +461,7 @@ describe('direct and CPU per request', () => {
     expect(report).toContain('### Each mode ÷ direct');
     expect(report).toContain("### Issue 26's goals");
     expect(report).toMatch(
-      /\| bpf ÷ kube-proxy-nftables, CPU per new connection at a fixed offered load .* ≤ 0\.7 \| 1 \| 0\.73× \| missed \| 0\.20× \|/,
+      /\| bpf ÷ kube-proxy-nftables, CPU per new connection at a fixed offered load .* ≤ 0\.7 \| 1 \| 0\.733× \| missed \| 0\.20× \|/,
     );
     // The values table: a ÷ direct row under every data-plane measure, none under control-plane ones.
     const values = valuesTable(run).split('\n');
@@ -471,6 +473,19 @@ describe('direct and CPU per request', () => {
       (l) => l.startsWith('| Program N services from cold') && l.includes('| 1 |'),
     );
     expect(values[coldRow + 1]).not.toContain('÷ direct');
+    // A ratio just under its bound is not printed as the bound: 9,790 ÷ 10,000 is 0.979×, missed.
+    const close = input(
+      [at('direct', 1, 'crrPerSec', 10_000), at('bpf', 1, 'crrPerSec', 9_790)],
+      ['direct', 'bpf'],
+      [1],
+    );
+    expect(goalsTable(close)).toContain('| 1 | 0.979× | missed |');
+    // What a proxy adds over direct, against what the other adds; none when the other adds nothing.
+    expect(excessRatio(110, 150, 100, false)).toBeCloseTo(0.2);
+    expect(excessRatio(9_000, 8_000, 10_000, true)).toBeCloseTo(0.5);
+    expect(excessRatio(110, 95, 100, false)).toBeNull();
+    expect(excessRatio(110, 100, 100, false)).toBeNull();
+    expect(excessRatio(110, 150, undefined, false)).toBeNull();
     const direct = directRatioTable(run);
     expect(direct).toContain('bpf ÷ direct @ N=10,000');
     expect(direct).not.toContain('direct ÷ direct');
