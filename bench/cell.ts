@@ -9,12 +9,12 @@ import { mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:
 import { join } from 'node:path';
 import type { BpfConfig } from '../src/config/types.js';
 import { cleanupNode } from '../src/dataplanes/cleanup.js';
-import { findCgroup2Root } from '../src/host/cgroup.js';
 import { LabAgent } from '../src/lab/agent.js';
 import { iptablesBackendDir, KubeProxyProcess, kubeProxyConfig } from '../src/lab/kube-proxy.js';
 import type { Lab } from '../src/lab/netns.js';
 import { type IPFamily, joinHostPort } from '../src/net/ip.js';
 import type { ApiCluster } from './api-cluster.js';
+import { inCgroup, pinned, withSystemCpu } from './cpu.js';
 import {
   type BenchMode,
   endpointInKernel,
@@ -25,6 +25,7 @@ import {
 } from './kernel-probe.js';
 import { type MeasureId, type Sample, SETTLED_AFTER_FIRST_SYNC_MS } from './measures.js';
 import {
+  backendPodIP,
   changedEndpointIP,
   DUAL_STACK_CLUSTER_CIDR,
   endpointSlice,
@@ -36,14 +37,18 @@ import {
   SERVICE_UDP_PORT,
   scenarioFamily,
   scenarioMapSizes,
+  TCP_TARGET_PORT,
+  UDP_TARGET_PORT,
 } from './scenario.js';
 import { histogram, summarize } from './stats.js';
-import { parseColumns, parseLoadgen, parseWrk, type Tools } from './tools.js';
+import { type LoadgenSummary, parseColumns, parseLoadgen, parseWrk, type Tools } from './tools.js';
 import type { BenchTopology } from './topology.js';
 
 export interface CellSettings {
-  /** Seconds of each timed load (the TCP_CRR-like loop, wrk). */
+  /** Seconds of each timed load (the TCP_CRR-like loop, saturated and paced; wrk). */
   seconds: number;
+  /** New connections per second of the paced load CPU per connection is measured at. */
+  offeredRate: number;
   udpProbes: number;
   endpointChanges: number;
   /** Bound on the whole cold start (large N in iptables mode takes minutes). */
@@ -190,85 +195,152 @@ function startProxy(
   return LabAgent.start(lab, topology.nodeNs, ctx.cli, ['--config', configPath, ...source]);
 }
 
-/** New connections, UDP request/responses and keep-alive throughput through the measured Service. */
+/** Where the client's loads go: the measured Service, or (direct) its backend pods themselves. */
+export interface LoadTargets {
+  /** loadgen's address list: one ClusterIP, or every backend pod's address (taken in turn). */
+  ips: string;
+  tcpPort: number;
+  udpPort: number;
+  /** wrk's URL: one address (wrk takes one host; its 2 connections go to the first backend in direct). */
+  wrkUrl: string;
+}
+
+export function loadTargets(mode: BenchMode, scenario: Scenario): LoadTargets {
+  if (mode === 'direct') {
+    // The same E backend pods the Service's slice lists, so the load spreads over the same servers.
+    const ips = Array.from({ length: scenario.endpoints }, (_, e) =>
+      backendPodIP(e, scenarioFamily(scenario)),
+    );
+    return {
+      ips: ips.join(','),
+      tcpPort: TCP_TARGET_PORT,
+      udpPort: UDP_TARGET_PORT,
+      wrkUrl: `http://${joinHostPort(ips[0] as string, TCP_TARGET_PORT)}/`,
+    };
+  }
+  const { ip } = measuredService(scenario);
+  return {
+    ips: ip,
+    tcpPort: SERVICE_TCP_PORT,
+    udpPort: SERVICE_UDP_PORT,
+    wrkUrl: `http://${joinHostPort(ip, SERVICE_TCP_PORT)}/`,
+  };
+}
+
+type ClientExec = (cmd: string, args: string[]) => Promise<{ stdout: string }>;
+type AddSample = (measure: MeasureId, value: number, extra?: Partial<Sample>) => void;
+
+/** One loadgen crr run (paced at `rate` per second, or 0: as fast as they complete). */
+async function crrRun(
+  clientExec: ClientExec,
+  ctx: CellContext,
+  targets: LoadTargets,
+  seconds: number,
+  file: string,
+  rate = 0,
+): Promise<{ summary: LoadgenSummary; connectUs: number[]; totalUs: number[] }> {
+  const args = [targets.ips, String(targets.tcpPort), String(seconds), '2000000', file, String(rate)];
+  const summary = parseLoadgen((await clientExec(ctx.tools.loadgen, ['crr', ...args])).stdout);
+  const [connectUs = [], totalUs = []] = parseColumns(readFileSync(file, 'utf8'), 2);
+  rmSync(file, { force: true });
+  return { summary, connectUs, totalUs };
+}
+
+/**
+ * New connections, UDP request/responses and keep-alive throughput through the measured Service
+ * (direct: to its backends), with the CPU per connection and per request (cpu.ts: the system time
+ * of the client and the backends, the node's per-packet work in it): over the saturated runs, and
+ * over a run paced at the offered rate (below every mode's saturation).
+ */
 async function measureDataPlane(
   ctx: CellContext,
   scenario: Scenario,
   mode: BenchMode,
   rep: number,
-  clientExec: (cmd: string, args: string[]) => Promise<{ stdout: string }>,
-  add: (measure: MeasureId, value: number, extra?: Partial<Sample>) => void,
+  clientExec: ClientExec,
+  add: AddSample,
   /** Where the Service's rule sits in KUBE-SERVICES (iptables modes). */
   position: { rule: number; of: number } | undefined,
 ): Promise<void> {
   const { settings } = ctx;
-  const target = measuredService(scenario);
+  const targets = loadTargets(mode, scenario);
   const out = (name: string) =>
     join(ctx.workDir, `${mode}-${scenarioFamily(scenario)}-${scenario.services}-${rep}-${name}.txt`);
   // Warm-up (ARP, the backends' first accept): a failure here means the mode does not carry traffic.
-  const warm = parseLoadgen(
-    (
-      await clientExec(ctx.tools.loadgen, [
-        'crr',
-        target.ip,
-        String(SERVICE_TCP_PORT),
-        '0.3',
-        '200',
-        out('warm'),
-      ])
-    ).stdout,
-  );
-  if (warm.attempts > 0 && warm.errors === warm.attempts)
+  const warm = await crrRun(clientExec, ctx, targets, 0.3, out('warm'));
+  if (warm.summary.attempts > 0 && warm.summary.errors === warm.summary.attempts)
     throw new Error(
-      `no connection to ${joinHostPort(target.ip, SERVICE_TCP_PORT)} succeeded (${warm.errors} failed)`,
+      `no connection to ${targets.ips} port ${targets.tcpPort} succeeded (${warm.summary.errors} failed)`,
     );
 
   ctx.step(
     `new connections (TCP_CRR-like)${position ? `; the Service's rule is #${position.rule} of ${position.of} in KUBE-SERVICES` : ''}`,
   );
-  const crrFile = out('crr');
-  const crr = parseLoadgen(
-    (
-      await clientExec(ctx.tools.loadgen, [
-        'crr',
-        target.ip,
-        String(SERVICE_TCP_PORT),
-        String(settings.seconds),
-        '2000000',
-        crrFile,
-      ])
-    ).stdout,
+  const { result: crr, cpuUsPerUnit: crrCpu } = await withSystemCpu(
+    ctx.topology.cgroups.root,
+    () => crrRun(clientExec, ctx, targets, settings.seconds, out('crr')),
+    (r) => r.totalUs.length,
   );
-  const [connectUs = [], totalUs = []] = parseColumns(readFileSync(crrFile, 'utf8'), 2);
-  rmSync(crrFile, { force: true });
-  add('crrPerSec', totalUs.length / (crr.elapsedUs / 1e6), {
-    errors: crr.errors,
-    attempts: crr.attempts,
+  const counts = { errors: crr.summary.errors, attempts: crr.summary.attempts };
+  add('crrPerSec', crr.totalUs.length / (crr.summary.elapsedUs / 1e6), {
+    ...counts,
     ...(position ? { kubeServicesPosition: position } : {}),
   });
-  const connect = summarize(connectUs);
-  add('tcpConnectUs', connect.median, {
-    summary: connect,
-    histogram: histogram(connectUs),
-    errors: crr.errors,
-    attempts: crr.attempts,
+  add('cpuPerConnSaturatedUs', crrCpu, counts);
+  const connect = summarize(crr.connectUs);
+  add('tcpConnectUs', connect.median, { summary: connect, histogram: histogram(crr.connectUs), ...counts });
+
+  ctx.step(`new connections paced at ${settings.offeredRate}/s (CPU per connection)`);
+  const { result: paced, cpuUsPerUnit: pacedCpu } = await withSystemCpu(
+    ctx.topology.cgroups.root,
+    () => crrRun(clientExec, ctx, targets, settings.seconds, out('paced'), settings.offeredRate),
+    (r) => r.totalUs.length,
+  );
+  add('cpuPerConnUs', pacedCpu, {
+    errors: paced.summary.errors,
+    attempts: paced.summary.attempts,
+    achievedPerSec: paced.totalUs.length / (paced.summary.elapsedUs / 1e6),
   });
 
-  ctx.step('UDP request/response');
-  const udpFile = out('udp');
-  const udp = parseLoadgen(
-    (
-      await clientExec(ctx.tools.loadgen, [
-        'udp',
-        target.ip,
-        String(SERVICE_UDP_PORT),
-        String(settings.udpProbes),
-        udpFile,
-      ])
-    ).stdout,
+  await measureUdp(ctx, targets, clientExec, add, out('udp'));
+
+  await measureKeepAlive(ctx, targets, clientExec, add);
+}
+
+/** Keep-alive HTTP throughput (wrk, 2 connections) and its CPU per request. */
+async function measureKeepAlive(
+  ctx: CellContext,
+  targets: LoadTargets,
+  clientExec: ClientExec,
+  add: AddSample,
+): Promise<void> {
+  ctx.step('keep-alive HTTP (wrk)');
+  const seconds = Math.max(1, Math.round(ctx.settings.seconds));
+  const { result: wrk, cpuUsPerUnit } = await withSystemCpu(
+    ctx.topology.cgroups.root,
+    async () =>
+      parseWrk(
+        (await clientExec('wrk', ['-t1', '-c2', `-d${seconds}s`, '--timeout', '2s', targets.wrkUrl])).stdout,
+      ),
+    (r) => r.requests,
   );
-  const [rttUs = []] = parseColumns(readFileSync(udpFile, 'utf8'), 1);
-  rmSync(udpFile, { force: true });
+  add('wrkReqPerSec', wrk.requestsPerSec, { errors: wrk.errors });
+  add('cpuPerRequestUs', cpuUsPerUnit, { errors: wrk.errors });
+}
+
+/** UDP request/response, a new socket (so a new conntrack or flow entry) per datagram. */
+async function measureUdp(
+  ctx: CellContext,
+  targets: LoadTargets,
+  clientExec: ClientExec,
+  add: AddSample,
+  file: string,
+): Promise<void> {
+  ctx.step('UDP request/response');
+  const args = [targets.ips, String(targets.udpPort), String(ctx.settings.udpProbes), file];
+  const udp = parseLoadgen((await clientExec(ctx.tools.loadgen, ['udp', ...args])).stdout);
+  const [rttUs = []] = parseColumns(readFileSync(file, 'utf8'), 1);
+  rmSync(file, { force: true });
   const rtt = summarize(rttUs);
   add('udpRttUs', rtt.median, {
     summary: rtt,
@@ -276,21 +348,6 @@ async function measureDataPlane(
     errors: udp.errors,
     attempts: udp.attempts,
   });
-
-  ctx.step('keep-alive HTTP (wrk)');
-  const wrk = parseWrk(
-    (
-      await clientExec('wrk', [
-        '-t1',
-        '-c2',
-        `-d${Math.max(1, Math.round(settings.seconds))}s`,
-        '--timeout',
-        '2s',
-        `http://${joinHostPort(target.ip, SERVICE_TCP_PORT)}/`,
-      ])
-    ).stdout,
-  );
-  add('wrkReqPerSec', wrk.requestsPerSec, { errors: wrk.errors });
 }
 
 /** Empties the node's netfilter conntrack table, both families' entries. */
@@ -305,6 +362,45 @@ const CHANGE_SYNC_LOGGED_MS = 30_000;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/**
+ * Runs a client command in the client pod: on the client's CPU when the topology places it, and
+ * inside the socket-LB cgroup when there is one (bpf-sock).
+ */
+function clientCommand(ctx: CellContext, sockCgroup: string | null): ClientExec {
+  const { lab, topology } = ctx;
+  return (cmd, args) =>
+    lab.exec(
+      topology.clientNs,
+      ...inCgroup(sockCgroup ?? topology.cgroups.client, ...pinned(topology.placement?.clientCpu, cmd, args)),
+    );
+}
+
+/** The direct mode: no proxy, the client's loads straight to the backend pods (data plane only). */
+async function runDirectCell(ctx: CellContext, scenario: Scenario, rep: number): Promise<Sample[]> {
+  const samples: Sample[] = [];
+  const base = {
+    mode: 'direct' as const,
+    family: scenarioFamily(scenario),
+    services: scenario.services,
+    rep,
+  };
+  await flushConntrack(ctx);
+  try {
+    await measureDataPlane(
+      ctx,
+      scenario,
+      'direct',
+      rep,
+      clientCommand(ctx, null),
+      (measure, value, extra = {}) => samples.push({ measure, ...base, value, ...extra }),
+      undefined,
+    );
+    return samples;
+  } finally {
+    await flushConntrack(ctx);
+  }
+}
+
 export async function runCell(
   ctx: CellContext,
   mode: BenchMode,
@@ -312,32 +408,28 @@ export async function runCell(
   rep: number,
   dataPlane = true,
 ): Promise<Sample[]> {
+  if (mode === 'direct') return runDirectCell(ctx, scenario, rep);
   const { lab, topology, settings } = ctx;
   const samples: Sample[] = [];
   const family = scenarioFamily(scenario);
-  const base = { mode, family, services: scenario.services, rep };
+  const base: Pick<Sample, 'mode' | 'family' | 'services' | 'rep' | 'iptablesBackend'> = {
+    mode,
+    family,
+    services: scenario.services,
+    rep,
+  };
   const add = (measure: MeasureId, value: number, extra: Partial<Sample> = {}) =>
     samples.push({ measure, ...base, value, ...extra });
   const target = measuredService(scenario);
   const pinPath = `/sys/fs/bpf/${lab.prefix}-${mode}`;
   const configPath = join(ctx.workDir, `agent-${mode}.yaml`);
   // socketLB all serves every socket under its cgroup: a cgroup of the bench's own, which only the
-  // client's commands join, so nothing else on a shared machine is translated.
-  const sockCgroup = mode === 'bpf-sock' ? `${findCgroup2Root()}/${lab.prefix}-bpf-sock` : null;
+  // client's commands join, so nothing else on a shared machine is translated. It sits under the
+  // load's cgroup, whose system time is the CPU measures'.
+  const sockCgroup = mode === 'bpf-sock' ? join(topology.cgroups.root, 'bpf-sock') : null;
   if (sockCgroup) mkdirSync(sockCgroup, { recursive: true });
   writeFileSync(configPath, agentConfig(mode, ctx.feed, pinPath, sockCgroup, scenario, settings.hostRouting));
-  /** Runs a client command in the client pod, inside the socket-LB cgroup when there is one. */
-  const clientExec = (cmd: string, args: string[]) =>
-    sockCgroup
-      ? lab.exec(topology.clientNs, 'sh', [
-          '-c',
-          'echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
-          'sh',
-          sockCgroup,
-          cmd,
-          ...args,
-        ])
-      : lab.exec(topology.clientNs, cmd, args);
+  const clientExec = clientCommand(ctx, sockCgroup);
   await setMeasuredSlice(ctx.feed, scenario, []);
   await flushConntrack(ctx);
   const iptablesMode = kernelMode(mode) === 'iptables';
@@ -357,6 +449,8 @@ export async function runCell(
       : String(agent.lines.find((l) => l.msg === 'iptables backend chosen')?.backend ?? 'nft');
   try {
     const first = await agent.waitForSync(1, settings.coldStartTimeoutMs);
+    // Every sample of a cell whose rules go through iptables says which backend held them.
+    if (usesIptables(kernelMode(mode))) base.iptablesBackend = probeBackend();
     add('coldStartMs', first.at - agent.startedAt);
     add('firstSyncMs', first.durationMs);
     add('agentRssMiB', agent.memory().rssMiB);

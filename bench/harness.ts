@@ -10,6 +10,7 @@ import { cpSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { BPFFS_ROOT, ensureBpffs } from '../src/host/bpffs.js';
+import { findCgroup2Root } from '../src/host/cgroup.js';
 import { runCommand } from '../src/host/command.js';
 import { deleteStaleNamespaces, Lab } from '../src/lab/netns.js';
 import { createLogger } from '../src/logger.js';
@@ -17,6 +18,7 @@ import type { IPFamily } from '../src/net/ip.js';
 import { ApiCluster, controlPlaneMissing } from './api-cluster.js';
 import { measureBpfCost } from './bpf-cost.js';
 import { type CellSettings, type ClusterFeed, runCell } from './cell.js';
+import { createLoadCgroups, placement, removeLoadCgroups } from './cpu.js';
 import { type BenchMode, isKubeProxyMode, kernelMode } from './kernel-probe.js';
 import { type MachineInfo, machineInfo } from './machine.js';
 import { type BpfCostSample, type CellFailure, MEASURE_IDS, MEASURES, type Sample } from './measures.js';
@@ -34,6 +36,7 @@ import { cliEntryPoint, compileTools } from './tools.js';
 import { buildTopology } from './topology.js';
 
 export const ALL_MODES: BenchMode[] = [
+  'direct',
   'bpf',
   'bpf-sock',
   'iptables',
@@ -98,6 +101,9 @@ const METHODOLOGY = [
   "Endpoint change: the measured Service's EndpointSlice gets one more endpoint (one API write, or one manifest file rewritten); timed until the kernel shows it (polled: the endpoint's iptables chain, its nft chain, its IPVS real server, or the BPF backends map); from manifests it includes the watcher's 200 ms debounce and re-read. The proxy's own duration of that sync is reported next to it.",
   'New connections: a C client connects, sends one HTTP/1.1 request, reads the reply and closes with RST (no TIME_WAIT), sequentially, for a fixed time; first-packet latency is the connect() time. UDP: a new socket (new source port, so a new conntrack/flow entry) per datagram.',
   'Keep-alive throughput: wrk -t1 -c2 for the same fixed time.',
+  "direct: the same loads with no Service and no proxy: the client connects to the E backend pods' own addresses (the load generator takes them in turn, so its connections spread over the same backends as the Service's; wrk's two connections go to the first backend), the physical limit every mode is compared with (÷ direct rows and table).",
+  "CPU per connection and per request: the kernel's time (system + irq + softirq of /proc/stat, all CPUs) over each timed load, divided by the connections or requests it completed: over the saturated new-connections run, over the wrk run, and over a new-connections run paced at a fixed offered rate below every mode's saturation (--offered-rate). The namespaces share one kernel, so this is the whole path of a request (client, node, backends); direct measures the client and backends alone.",
+  "Placement (two CPUs or more): the client's load generators on CPU 0 (taskset), the backend pods on CPU 1, and the node's pod-facing veths steer what they receive to CPU 1 (RPS), so the node's forwarding (tc, netfilter, routing: softirq on the receiving CPU) runs beside the backends and not on the client's CPU; without RPS a veth delivers on the sender's CPU.",
   'Each repetition walks every N and, at each N, every mode in an order rotated by one per repetition; conntrack is flushed and the node cleaned (`cleanup`) between cells.',
   'Median and p99: over the runs for per-run values; over every request of every run for latencies (2 % histogram buckets).',
   'Control-plane cells (the larger N, bpf mode): the same agent, manifests and endpoint changes, without the data-plane loads; the E real backend pods still serve every Service.',
@@ -209,6 +215,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
   const prefix = `kbpb${process.pid}`;
   await deleteStaleNamespaces(prefix);
   const lab = new Lab(prefix);
+  const cgroups = createLoadCgroups(findCgroup2Root(), prefix);
   const workDir = mkdtempSync(join(tmpdir(), 'kbp-bench-'));
   const samples: Sample[] = [];
   const failures: CellFailure[] = [];
@@ -219,6 +226,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     say('interrupted: cleaning up');
     void Promise.resolve(api?.stop())
       .then(() => lab.destroy())
+      .then(() => removeLoadCgroups(cgroups))
       .finally(() => process.exit(130));
   };
   process.once('SIGINT', onSignal);
@@ -229,7 +237,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     );
     const tools = await compileTools(workDir);
     say(`building the namespaces: 1 node, ${options.endpoints} backend pods, 1 client pod`);
-    const topology = await buildTopology(lab, options.endpoints, tools);
+    const topology = await buildTopology(lab, options.endpoints, tools, placement(machine.cores), cgroups);
     const cli = cliEntryPoint();
     if (modes.some(isKubeProxyMode)) {
       say(
@@ -335,6 +343,7 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     process.off('SIGTERM', onSignal);
     await api?.stop();
     await lab.destroy();
+    await removeLoadCgroups(cgroups);
     rmSync(workDir, { recursive: true, force: true });
   }
 
@@ -451,7 +460,7 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
     '',
     `Machine: ${machineLine(results.machine)}.`,
     '',
-    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}}${(results.settings.controlPlaneServiceCounts ?? []).length > 0 ? ` and, bpf control plane only, {${results.settings.controlPlaneServiceCounts.join(', ')}}` : ''} services × ${results.settings.endpoints} endpoints, Services of ${resultFamilies(results).join(' and ')}, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
+    `Matrix: N ∈ {${results.settings.serviceCounts.join(', ')}}${(results.settings.controlPlaneServiceCounts ?? []).length > 0 ? ` and, bpf control plane only, {${results.settings.controlPlaneServiceCounts.join(', ')}}` : ''} services × ${results.settings.endpoints} endpoints, Services of ${resultFamilies(results).join(' and ')}, ${results.settings.reps} repetition(s), ${results.settings.cell.seconds} s per timed load${results.settings.cell.offeredRate ? `, CPU per connection at ${results.settings.cell.offeredRate} new connections/s offered` : ''}, modes ${results.modes.join(', ') || 'none'}; iptables backend: ${backend === 'auto' ? 'detected by the agent' : `${backend} (kubelet's hint chain)`}.`,
     '',
     results.source === 'apiserver'
       ? 'Source: every proxy, ours and the real kube-proxy, listed and watched a real kube-apiserver; the bench wrote the Services and EndpointSlices through the API.'
@@ -462,18 +471,21 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
   for (const family of resultFamilies(results)) {
     for (const measure of MEASURE_IDS) {
       const info = MEASURES[measure];
-      const series: Series[] = results.modes.flatMap((mode) => {
-        const points = (stat: 'median' | 'p99') =>
-          allServiceCounts(results).flatMap((n) => {
-            const a = findAggregate(results.aggregates, mode, n, measure, family);
-            return a ? [{ x: n, y: a[stat] }] : [];
-          });
-        const color = MODE_COLORS[mode] ?? '#000';
-        return [
-          { name: `${mode} median`, color, points: points('median') },
-          { name: `${mode} p99`, color, points: points('p99'), dashed: true },
-        ];
-      });
+      const series: Series[] = results.modes
+        .flatMap((mode) => {
+          const points = (stat: 'median' | 'p99') =>
+            allServiceCounts(results).flatMap((n) => {
+              const a = findAggregate(results.aggregates, mode, n, measure, family);
+              return a ? [{ x: n, y: a[stat] }] : [];
+            });
+          const color = MODE_COLORS[mode] ?? '#000';
+          return [
+            { name: `${mode} median`, color, points: points('median') },
+            { name: `${mode} p99`, color, points: points('p99'), dashed: true },
+          ];
+        })
+        // direct has no control-plane measures: no empty legend entries for it.
+        .filter((series) => series.points.length > 0);
       await writePlot(
         dir,
         plotName(measure, family),

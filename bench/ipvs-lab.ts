@@ -50,6 +50,8 @@ export function guestBenchArgs(options: BenchOptions): string[] {
     String(options.reps),
     '--seconds',
     String(options.cell.seconds),
+    '--offered-rate',
+    String(options.cell.offeredRate),
     '--udp-probes',
     String(options.cell.udpProbes),
     '--endpoint-changes',

@@ -13,11 +13,14 @@ import { canonicalIP, type IPFamily, joinHostPort } from '../src/net/ip.js';
 import { NAMESPACE, SERVICE_TCP_PORT, TCP_TARGET_PORT } from './scenario.js';
 
 /**
+ * "direct": no Service and no proxy: the client connects to the backend pods' own addresses, the
+ * physical limit every mode is measured against (data plane only).
  * "bpf-sock": the bpf mode with bpf.socketLB all, the client pod served at its sockets.
  * "kube-proxy-iptables", "kube-proxy-nftables", "kube-proxy-ipvs": the real kube-proxy binary in
  * that mode, the baseline our iptables, nftables and ipvs modes re-implement.
  */
 export type BenchMode =
+  | 'direct'
   | 'bpf'
   | 'bpf-sock'
   | 'iptables'
@@ -102,6 +105,8 @@ export async function endpointInKernel(
         closeFd(fd);
       }
     }
+    case 'direct':
+      throw new Error('the direct mode runs no proxy: it has no endpoint to look for');
     case 'ipvs': {
       // The virtual server of the ClusterIP's http port, and its real servers.
       const result = await ctx.lab.exec(

@@ -15,7 +15,10 @@ export type MeasureId =
   | 'crrPerSec'
   | 'tcpConnectUs'
   | 'udpRttUs'
-  | 'wrkReqPerSec';
+  | 'wrkReqPerSec'
+  | 'cpuPerConnUs'
+  | 'cpuPerConnSaturatedUs'
+  | 'cpuPerRequestUs';
 
 export interface MeasureInfo {
   title: string;
@@ -23,6 +26,11 @@ export interface MeasureInfo {
   better: 'lower' | 'higher';
   /** Latencies pool every request of every run (histograms); the rest take one value per run. */
   pooled: boolean;
+  /**
+   * "data": measured with traffic through the Service (also in the direct mode, which has no
+   * proxy: its tables compare each mode with direct); "control": the proxy's programming and memory.
+   */
+  plane: 'control' | 'data';
 }
 
 export const MEASURES: Record<MeasureId, MeasureInfo> = {
@@ -31,60 +39,91 @@ export const MEASURES: Record<MeasureId, MeasureInfo> = {
     unit: 'ms',
     better: 'lower',
     pooled: false,
+    plane: 'control',
   },
   firstSyncMs: {
     title: "First full sync (the proxy's own sync duration)",
     unit: 'ms',
     better: 'lower',
     pooled: false,
+    plane: 'control',
   },
   endpointChangeMs: {
     title: 'One EndpointSlice change to the kernel showing it',
     unit: 'ms',
     better: 'lower',
     pooled: false,
+    plane: 'control',
   },
   changeSyncMs: {
     title: "Sync of one EndpointSlice change (the proxy's own sync duration)",
     unit: 'ms',
     better: 'lower',
     pooled: false,
+    plane: 'control',
   },
   agentRssMiB: {
     title: 'Proxy memory after the first sync (VmRSS)',
     unit: 'MiB',
     better: 'lower',
     pooled: false,
+    plane: 'control',
   },
   agentSettledRssMiB: {
     title: 'Proxy memory settled (VmRSS 13 s after the first sync)',
     unit: 'MiB',
     better: 'lower',
     pooled: false,
+    plane: 'control',
   },
   crrPerSec: {
     title: 'New connections per second (connect, one request, close)',
     unit: 'conn/s',
     better: 'higher',
     pooled: false,
+    plane: 'data',
   },
   tcpConnectUs: {
     title: 'First-packet latency of new TCP connections (connect time)',
     unit: 'µs',
     better: 'lower',
     pooled: true,
+    plane: 'data',
   },
   udpRttUs: {
     title: 'UDP request/response, new socket (first packet) each',
     unit: 'µs',
     better: 'lower',
     pooled: true,
+    plane: 'data',
   },
   wrkReqPerSec: {
     title: 'Keep-alive HTTP throughput (wrk, 2 connections)',
     unit: 'req/s',
     better: 'higher',
     pooled: false,
+    plane: 'data',
+  },
+  cpuPerConnUs: {
+    title: 'CPU per new connection at a fixed offered load (system time)',
+    unit: 'µs',
+    better: 'lower',
+    pooled: false,
+    plane: 'data',
+  },
+  cpuPerConnSaturatedUs: {
+    title: 'CPU per new connection at saturation (system time)',
+    unit: 'µs',
+    better: 'lower',
+    pooled: false,
+    plane: 'data',
+  },
+  cpuPerRequestUs: {
+    title: 'CPU per keep-alive request at saturation (system time, wrk)',
+    unit: 'µs',
+    better: 'lower',
+    pooled: false,
+    plane: 'data',
   },
 };
 
@@ -115,6 +154,10 @@ export interface Sample {
    * one last); the real kube-proxy in Go map order, so its position differs run to run.
    */
   kubeServicesPosition?: { rule: number; of: number };
+  /** Modes whose rules go through iptables (and ipvs's companion rules): the backend that held them. */
+  iptablesBackend?: string;
+  /** The paced load's CPU sample: the connections per second it reached (of the offered rate). */
+  achievedPerSec?: number;
 }
 
 export interface BpfCostSample {

@@ -17,6 +17,8 @@ export interface Chart {
 }
 
 export const MODE_COLORS: Record<string, string> = {
+  // No proxy: the physical limit, in black.
+  direct: '#000000',
   bpf: '#1b7837',
   'bpf-sock': '#5aae61',
   iptables: '#c51b7d',

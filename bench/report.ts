@@ -13,6 +13,8 @@ export interface Aggregate extends Summary {
   services: number;
   measure: MeasureId;
   errors: number;
+  /** The iptables backends of its cells (modes whose rules go through iptables), once each. */
+  iptablesBackends?: string[];
 }
 
 /** Median and p99 over every run (pooled measures: over every request of every run). */
@@ -32,6 +34,7 @@ export function aggregate(samples: readonly Sample[]): Aggregate[] {
       MEASURES[first.measure].pooled && histograms.length > 0
         ? summarizeHistogram(mergeHistograms(histograms))
         : summarize(group.map((s) => s.value));
+    const backends = [...new Set(group.flatMap((s) => (s.iptablesBackend ? [s.iptablesBackend] : [])))];
     out.push({
       mode: first.mode,
       family: first.family ?? 'IPv4',
@@ -39,6 +42,7 @@ export function aggregate(samples: readonly Sample[]): Aggregate[] {
       measure: first.measure,
       ...summary,
       errors: group.reduce((sum, s) => sum + (s.errors ?? 0), 0),
+      ...(backends.length > 0 ? { iptablesBackends: backends } : {}),
     });
   }
   return out.sort(
@@ -214,6 +218,12 @@ export function valuesTable(input: ReportInput): string {
         lines.push(
           `| ${MEASURES[measure].title} [${MEASURES[measure].unit}] | ${family} | ${n.toLocaleString('en')} | ${cells.join(' | ')} |`,
         );
+        if (MEASURES[measure].plane === 'data' && input.modes.includes('direct')) {
+          const ratios = input.modes.map((mode) =>
+            ratioCell(ratio(input.aggregates, [mode, 'direct'], n, measure, family)),
+          );
+          lines.push(`| ↳ ÷ direct | ${family} | ${n.toLocaleString('en')} | ${ratios.join(' | ')} |`);
+        }
       }
     }
   }
@@ -253,6 +263,128 @@ export function bpfCostTable(rows: readonly BpfCostAggregate[]): string {
   return `${lines.join('\n')}\n`;
 }
 
+/** The data-plane measures: the ones the direct mode has, the proxy's cost over it. */
+const DATA_PLANE_MEASURES = MEASURE_IDS.filter((m) => MEASURES[m].plane === 'data');
+
+/** Each mode ÷ direct (no proxy), data-plane measures, one column per N and mode. */
+export function directRatioTable(input: ReportInput): string {
+  const modes = input.modes.filter((m) => m !== 'direct');
+  const columns = input.serviceCounts.flatMap((n) => modes.map((mode) => ({ n, mode })));
+  const lines = [
+    `| measure | family | better | ${columns.map(({ n, mode }) => `${mode} ÷ direct @ N=${n.toLocaleString('en')}`).join(' | ')} |`,
+    `|---|---|---|${columns.map(() => '---:').join('|')}|`,
+  ];
+  for (const measure of DATA_PLANE_MEASURES)
+    for (const family of input.families) {
+      const cells = columns.map(({ n, mode }) =>
+        ratioCell(ratio(input.aggregates, [mode, 'direct'], n, measure, family)),
+      );
+      lines.push(
+        `| ${MEASURES[measure].title} | ${family} | ${MEASURES[measure].better} | ${cells.join(' | ')} |`,
+      );
+    }
+  return `${lines.join('\n')}\n`;
+}
+
+/** A goal on a ratio of the same run: numerator ÷ denominator of a measure, at one N or at every N. */
+export interface Goal {
+  pair: ModePair;
+  measure: MeasureId;
+  services: number | 'every';
+  /** At least this for a "higher" measure, at most for a "lower" one. */
+  bound: number;
+}
+
+/** Issue 26's goals: bpf at the physical limit in throughput, and cheaper per connection than kube-proxy. */
+export const GOALS: readonly Goal[] = [
+  { pair: ['bpf', 'direct'], measure: 'crrPerSec', services: 'every', bound: 0.98 },
+  { pair: ['bpf', 'direct'], measure: 'wrkReqPerSec', services: 'every', bound: 0.98 },
+  { pair: ['bpf', 'kube-proxy-nftables'], measure: 'cpuPerConnUs', services: 1, bound: 0.7 },
+  { pair: ['bpf', 'kube-proxy-iptables'], measure: 'cpuPerConnUs', services: 10_000, bound: 0.5 },
+];
+
+export interface GoalResult {
+  goal: Goal;
+  services: number;
+  ratio: number | null;
+  /** null when either side was not measured. */
+  reached: boolean | null;
+  /**
+   * What each proxy adds over direct, compared: (numerator − direct) ÷ (denominator − direct);
+   * null without direct, or against direct itself.
+   */
+  overDirect: number | null;
+}
+
+/** Each goal at each N it applies to (IPv4, medians of the same run). */
+export function goalResults(input: ReportInput, goals: readonly Goal[] = GOALS): GoalResult[] {
+  return goals.flatMap((goal) =>
+    (goal.services === 'every' ? input.serviceCounts : [goal.services]).flatMap((services) => {
+      const r = ratio(input.aggregates, goal.pair, services, goal.measure);
+      // "every N" means every N the data plane was measured at (the control-plane N have no loads).
+      if (goal.services === 'every' && r === null) return [];
+      const higher = MEASURES[goal.measure].better === 'higher';
+      const median = (mode: BenchMode) =>
+        findAggregate(input.aggregates, mode, services, goal.measure)?.median;
+      const [top, base, direct] = [median(goal.pair[0]), median(goal.pair[1]), median('direct')];
+      return [
+        {
+          goal,
+          services,
+          ratio: r,
+          reached: r === null ? null : higher ? r >= goal.bound : r <= goal.bound,
+          overDirect: goal.pair[1] === 'direct' ? null : excessRatio(top, base, direct, higher),
+        },
+      ];
+    }),
+  );
+}
+
+/**
+ * (top − direct) ÷ (base − direct): what one proxy adds over direct against what the other adds.
+ * null when a side is missing or when base adds nothing measurable (its median at or past
+ * direct's: a cost of noise's size, which would turn the ratio's sign or size meaningless).
+ */
+export function excessRatio(
+  top: number | undefined,
+  base: number | undefined,
+  direct: number | undefined,
+  higher: boolean,
+): number | null {
+  if (top === undefined || base === undefined || direct === undefined) return null;
+  const baseCost = higher ? direct - base : base - direct;
+  const topCost = higher ? direct - top : top - direct;
+  return baseCost > 0 ? topCost / baseCost : null;
+}
+
+export function goalsTable(input: ReportInput): string {
+  const lines = [
+    '| goal | N | ratio | reached | over direct: (a − direct) ÷ (b − direct) |',
+    '|---|---:|---:|---|---:|',
+  ];
+  for (const { goal, services, ratio: r, reached, overDirect } of goalResults(input)) {
+    const sign = MEASURES[goal.measure].better === 'higher' ? '≥' : '≤';
+    const verdict = reached === null ? 'not measured' : reached ? 'reached' : 'missed';
+    // Three decimals: a ratio just under its bound must not print as the bound itself.
+    const measured = r === null ? '–' : `${r.toFixed(3)}×`;
+    lines.push(
+      `| ${goal.pair[0]} ÷ ${goal.pair[1]}, ${MEASURES[goal.measure].title} ${sign} ${goal.bound} | ${services.toLocaleString('en')} | ${measured} | ${verdict} | ${ratioCell(overDirect)} |`,
+    );
+  }
+  return `${lines.join('\n')}\n`;
+}
+
+/** Which iptables backend held each mode's rules at each N (from its cells' samples). */
+export function iptablesBackendLines(input: ReportInput): string[] {
+  const seen = new Map<string, Set<string>>();
+  for (const a of input.aggregates)
+    for (const backend of a.iptablesBackends ?? []) {
+      const key = `${a.mode} N=${a.services.toLocaleString('en')} ${familyOf(a)}`;
+      seen.set(key, (seen.get(key) ?? new Set()).add(backend));
+    }
+  return [...seen].map(([key, backends]) => `- ${key}: ${[...backends].join(', ')}`);
+}
+
 export function markdownReport(input: ReportInput, header: string): string {
   const parts = [header, ''];
   const real = kubeProxyPairs(input.modes);
@@ -267,6 +399,15 @@ export function markdownReport(input: ReportInput, header: string): string {
     '',
     ratioTable(input, bpfPairs(input.modes)),
   );
+  if (input.modes.includes('direct'))
+    parts.push(
+      '### Each mode ÷ direct (no Service, no proxy: the physical limit; medians of the same run)',
+      '',
+      directRatioTable(input),
+    );
+  parts.push("### Issue 26's goals (IPv4, medians of the same run)", '', goalsTable(input));
+  const backends = iptablesBackendLines(input);
+  if (backends.length > 0) parts.push('### iptables backend of each cell', '', ...backends, '');
   if (input.families.length > 1)
     parts.push(
       '### IPv6 ÷ IPv4 (each mode, medians of the same run; near 1× means IPv6 costs what IPv4 does)',

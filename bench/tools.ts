@@ -43,19 +43,23 @@ export function parseWrkVersion(text: string): string {
 
 export interface WrkResult {
   requestsPerSec: number;
+  /** Requests completed in the run ("N requests in Ts"): the units of its CPU per request. */
+  requests: number;
   /** Socket errors and non-2xx responses: a run with any is reported, not hidden. */
   errors: number;
 }
 
 export function parseWrk(output: string): WrkResult {
   const rps = /Requests\/sec:\s+([\d.]+)/.exec(output);
-  if (!rps?.[1]) throw new Error(`wrk printed no Requests/sec:\n${output}`);
+  const requests = /(\d+) requests in /.exec(output);
+  if (!rps?.[1] || !requests?.[1])
+    throw new Error(`wrk printed no Requests/sec or request count:\n${output}`);
   let errors = 0;
   const socket = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(output);
   if (socket) errors += socket.slice(1).reduce((s, n) => s + Number(n), 0);
   const non2xx = /Non-2xx or 3xx responses: (\d+)/.exec(output);
   if (non2xx?.[1]) errors += Number(non2xx[1]);
-  return { requestsPerSec: Number(rps[1]), errors };
+  return { requestsPerSec: Number(rps[1]), requests: Number(requests[1]), errors };
 }
 
 export interface LoadgenSummary {

@@ -7,11 +7,16 @@
 // (scenario.ts: inFamily), as a dual-stack CNI wires them: the pod's /128 on its eth0, a gateway
 // address on the host side of its veth, a /128 route to the pod on the node, and IPv6 forwarding on
 // the node (what a dual-stack node has; the product needs it and sets none).
+//
+// The backends run in the bench's backends cgroup (their system time is part of what a request
+// costs) and, with two CPUs or more, on CPU 1, the client's commands on CPU 0 (cpu.ts: what runs
+// where, and why the node's forwarding is not steered with RPS).
 
 import type { ChildProcess } from 'node:child_process';
 import { type BuiltCluster, buildCluster, type PodSpec } from '../src/lab/cluster.js';
 import type { Lab } from '../src/lab/netns.js';
 import { formatIP, parseCIDR } from '../src/net/ip.js';
+import { inCgroup, type LoadCgroups, type Placement, pinned } from './cpu.js';
 import {
   backendPodIP,
   CLIENT_POD_IP,
@@ -29,6 +34,10 @@ export interface BenchTopology {
   cluster: BuiltCluster;
   nodeNs: string;
   clientNs: string;
+  /** Where the client's commands and the backends run; null on one CPU (everything shares it). */
+  placement: Placement | null;
+  /** The cgroups whose system time is the load's CPU. */
+  cgroups: LoadCgroups;
 }
 
 const CLIENT_POD = 'client';
@@ -89,7 +98,13 @@ async function addIPv6(lab: Lab, cluster: BuiltCluster, pods: readonly PodSpec[]
     await lab.waitForIPv6Addresses(ns);
 }
 
-export async function buildTopology(lab: Lab, backendPods: number, tools: Tools): Promise<BenchTopology> {
+export async function buildTopology(
+  lab: Lab,
+  backendPods: number,
+  tools: Tools,
+  placement: Placement | null,
+  cgroups: LoadCgroups,
+): Promise<BenchTopology> {
   const pod = (name: string, ip: string): PodSpec => ({
     name,
     ip,
@@ -106,13 +121,26 @@ export async function buildTopology(lab: Lab, backendPods: number, tools: Tools)
     clientRoutes: [],
   });
   await addIPv6(lab, cluster, pods);
+  const nodeNs = cluster.nodeNs(NODE_NAME);
   for (const backend of backends) {
-    const child = lab.spawn(cluster.podNs(backend.name), tools.backend, [
-      backend.name,
-      String(TCP_TARGET_PORT),
-      String(UDP_TARGET_PORT),
-    ]);
+    const child = lab.spawn(
+      cluster.podNs(backend.name),
+      ...inCgroup(
+        cgroups.backends,
+        ...pinned(placement?.backendCpu, tools.backend, [
+          backend.name,
+          String(TCP_TARGET_PORT),
+          String(UDP_TARGET_PORT),
+        ]),
+      ),
+    );
     await waitForListening(child, 10_000);
   }
-  return { cluster, nodeNs: cluster.nodeNs(NODE_NAME), clientNs: cluster.podNs(CLIENT_POD) };
+  return {
+    cluster,
+    nodeNs,
+    clientNs: cluster.podNs(CLIENT_POD),
+    placement,
+    cgroups,
+  };
 }

@@ -1,14 +1,17 @@
 // Load generator for the benchmark, run inside the client pod's namespace.
-//   loadgen crr IP PORT SECONDS MAX_CONNS OUT  new TCP connection per request (TCP_CRR-like):
-//   connect,
-//                                             one HTTP/1.1 request, read the reply, close with RST
-//                                             (no TIME_WAIT on either side, so ports can be
-//                                             reused).
-//   loadgen udp IP PORT COUNT OUT              a new UDP socket (fresh source port) per probe: one
-//                                             datagram, wait for the echo.
+//   loadgen crr IPS PORT SECONDS MAX_CONNS OUT [RATE]
+//       new TCP connection per request (TCP_CRR-like): connect, one HTTP/1.1 request, read the
+//       reply, close with RST (no TIME_WAIT on either side, so ports can be reused). RATE > 0
+//       paces the connections at RATE per second (a fixed offered load, for CPU per connection);
+//       absent or 0, as fast as they complete.
+//   loadgen udp IPS PORT COUNT OUT
+//       a new UDP socket (fresh source port) per probe: one datagram, wait for the echo.
+// IPS is one address or a comma-separated list of them, taken in turn: a Service's ClusterIP, or
+// (the bench's "direct" mode) its backend pods' own addresses, so the client spreads its
+// connections over the same backends as the proxy would. IPv4 or IPv6 (the sockets are of each
+// address's family).
 // OUT gets one line per attempt: "<first-packet us> <whole request us>" (crr) or "<rtt us>" (udp);
 // failures are counted, not written. stdout: {"attempts":..,"errors":..,"elapsedUs":..}.
-// IP is an IPv4 or an IPv6 address (the sockets are of its family).
 // Every loop is bounded by count and time; every socket wait by a 1 s timeout.
 
 #include <arpa/inet.h>
@@ -92,30 +95,62 @@ static int udp_once(const struct target *to, double *rtt_us) {
 	return ok ? 0 : -1;
 }
 
+// One address of the list, with the port; returns 0 on success.
+static int parse_target(const char *ip, int port, struct target *to) {
+	struct sockaddr_in *to4 = (struct sockaddr_in *)&to->addr;
+	struct sockaddr_in6 *to6 = (struct sockaddr_in6 *)&to->addr;
+	memset(to, 0, sizeof(*to));
+	if (inet_pton(AF_INET, ip, &to4->sin_addr) == 1) {
+		to4->sin_family = to->family = AF_INET;
+		to4->sin_port = htons(port);
+		to->len = sizeof(*to4);
+		return 0;
+	}
+	if (inet_pton(AF_INET6, ip, &to6->sin6_addr) == 1) {
+		to6->sin6_family = to->family = AF_INET6;
+		to6->sin6_port = htons(port);
+		to->len = sizeof(*to6);
+		return 0;
+	}
+	fprintf(stderr, "bad address %s\n", ip);
+	return -1;
+}
+
+#define MAX_TARGETS 64
+
+// Sleeps until `at` (monotonic microseconds), if it is still ahead.
+static void sleep_until_us(double at) {
+	double wait = at - now_us();
+	if (wait <= 0)
+		return;
+	struct timespec ts = {.tv_sec = (time_t)(wait / 1e6),
+			      .tv_nsec = (long)((wait - (time_t)(wait / 1e6) * 1e6) * 1e3)};
+	nanosleep(&ts, NULL);
+}
+
 int main(int argc, char **argv) {
-	int crr = argc == 7 && strcmp(argv[1], "crr") == 0;
+	int crr = (argc == 7 || argc == 8) && strcmp(argv[1], "crr") == 0;
 	int udp = argc == 6 && strcmp(argv[1], "udp") == 0;
 	if (!crr && !udp) {
 		fprintf(stderr,
-			"usage: %s crr IP PORT SECONDS MAX_CONNS OUT | udp IP PORT COUNT OUT\n",
+			"usage: %s crr IPS PORT SECONDS MAX_CONNS OUT [RATE] | udp IPS PORT COUNT "
+			"OUT\n",
 			argv[0]);
 		return 2;
 	}
-	struct target to = {0};
-	struct sockaddr_in *to4 = (struct sockaddr_in *)&to.addr;
-	struct sockaddr_in6 *to6 = (struct sockaddr_in6 *)&to.addr;
-	if (inet_pton(AF_INET, argv[2], &to4->sin_addr) == 1) {
-		to4->sin_family = to.family = AF_INET;
-		to4->sin_port = htons(atoi(argv[3]));
-		to.len = sizeof(*to4);
-	} else if (inet_pton(AF_INET6, argv[2], &to6->sin6_addr) == 1) {
-		to6->sin6_family = to.family = AF_INET6;
-		to6->sin6_port = htons(atoi(argv[3]));
-		to.len = sizeof(*to6);
-	} else {
-		fprintf(stderr, "bad address %s\n", argv[2]);
-		return 2;
+	struct target targets[MAX_TARGETS];
+	int count = 0;
+	char *list = strdup(argv[2]);
+	for (char *save = NULL, *ip = strtok_r(list, ",", &save); ip;
+	     ip = strtok_r(NULL, ",", &save)) {
+		if (count == MAX_TARGETS || parse_target(ip, atoi(argv[3]), &targets[count]))
+			return 2;
+		count++;
 	}
+	free(list);
+	if (count == 0)
+		return 2;
+	double rate = crr && argc == 8 ? atof(argv[7]) : 0;
 	FILE *out = fopen(argv[crr ? 6 : 5], "w");
 	if (!out) {
 		perror("fopen");
@@ -127,8 +162,13 @@ int main(int argc, char **argv) {
 	long attempts = 0, errors = 0;
 	while (attempts < max && now_us() < deadline) {
 		double a, b;
+		// Paced: attempt k starts at start + k / RATE (late ones start at once, none is
+		// skipped).
+		if (rate > 0)
+			sleep_until_us(start + attempts * 1e6 / rate);
+		const struct target *to = &targets[attempts % count];
 		attempts++;
-		if (crr ? crr_once(&to, &a, &b) : udp_once(&to, &a)) {
+		if (crr ? crr_once(to, &a, &b) : udp_once(to, &a)) {
 			errors++;
 			continue;
 		}

@@ -25,6 +25,7 @@ interface BenchFlags {
   endpoints: string;
   reps?: string;
   seconds?: string;
+  offeredRate?: string;
   udpProbes?: string;
   endpointChanges?: string;
   bpfCostServices?: string;
@@ -41,6 +42,7 @@ const FULL = {
   families: 'IPv4,IPv6',
   reps: '3',
   seconds: '3',
+  offeredRate: '1000',
   udpProbes: '300',
   endpointChanges: '3',
   bpfCost: '1,100000',
@@ -51,6 +53,7 @@ const QUICK = {
   families: 'IPv4,IPv6',
   reps: '2',
   seconds: '1',
+  offeredRate: '500',
   udpProbes: '100',
   endpointChanges: '2',
   bpfCost: '1,1000',
@@ -95,6 +98,7 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
     reps: positive('--reps', flags.reps ?? d.reps),
     cell: {
       seconds: positive('--seconds', flags.seconds ?? d.seconds),
+      offeredRate: positive('--offered-rate', flags.offeredRate ?? d.offeredRate),
       udpProbes: positive('--udp-probes', flags.udpProbes ?? d.udpProbes),
       endpointChanges: positive('--endpoint-changes', flags.endpointChanges ?? d.endpointChanges),
       coldStartTimeoutMs: 20 * 60_000,
@@ -125,7 +129,7 @@ export function registerBenchCommand(program: Command): void {
     )
     .option(
       '--modes <list>',
-      'modes to measure (ipvs and kube-proxy-ipvs need a kernel with IPVS; kube-proxy-iptables, kube-proxy-nftables and kube-proxy-ipvs run the real kube-proxy, built by scripts/install-control-plane.sh, and feed every mode from a real API server)',
+      'modes to measure (direct: no Service and no proxy, the client connects to the backend pods themselves, data plane only; ipvs and kube-proxy-ipvs need a kernel with IPVS; kube-proxy-iptables, kube-proxy-nftables and kube-proxy-ipvs run the real kube-proxy, built by scripts/install-control-plane.sh, and feed every mode from a real API server)',
       ALL_MODES.join(','),
     )
     .option(
@@ -165,6 +169,10 @@ export function registerBenchCommand(program: Command): void {
         '--bpf-host-routing <value>',
         "the bpf modes' bpf.hostRouting (default: the agent's, auto)",
       ).choices(['auto', 'bpf', 'stack']),
+    )
+    .option(
+      '--offered-rate <conn/s>',
+      `new connections per second of the paced load that CPU per connection is measured at, below every mode's saturation (default ${FULL.offeredRate}; --quick ${QUICK.offeredRate})`,
     )
     .option(
       '--timeout-scale <x>',

@@ -12,8 +12,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { ALL_MODES, type BenchResults, plotFiles, runBench } from '../../bench/harness.js';
 import { type BenchMode, isKubeProxyMode, kernelMode } from '../../bench/kernel-probe.js';
-import { MEASURE_IDS } from '../../bench/measures.js';
+import { MEASURE_IDS, MEASURES } from '../../bench/measures.js';
 import { benchOptions } from '../../src/cli/bench.js';
+import { findCgroup2Root } from '../../src/host/cgroup.js';
 import { locateControlPlane } from '../../src/lab/control-plane.js';
 import { describeRoot } from '../support/privileges.js';
 
@@ -86,7 +87,10 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
     for (const mode of results.modes) {
       for (const family of FAMILIES) {
         for (const services of SERVICES) {
-          for (const measure of MEASURE_IDS) {
+          // direct runs no proxy: it has the data-plane measures only.
+          for (const measure of MEASURE_IDS.filter(
+            (m) => mode !== 'direct' || MEASURES[m].plane === 'data',
+          )) {
             const where = `${mode} ${family} N=${services} ${measure}`;
             const of = (x: { mode: string; family?: string; services: number; measure: string }) =>
               x.mode === mode && x.family === family && x.services === services && x.measure === measure;
@@ -130,6 +134,40 @@ describeRoot('kube-bpf-proxy bench --quick (smoke)', () => {
       /\| New connections per second \(connect, one request, close\) \| IPv6 \| higher \|/,
     );
     expect(results.machine.kernel).not.toBe('');
+  });
+
+  it('measures direct, with no proxy, and the CPU per connection and per request of every mode', () => {
+    expect(results.modes).toContain('direct');
+    const direct = results.samples.filter((s) => s.mode === 'direct');
+    expect(direct.some((s) => MEASURES[s.measure].plane === 'control')).toBe(false);
+    // Direct connections reach the backends in both families.
+    for (const s of direct.filter((x) => x.measure === 'crrPerSec')) {
+      expect(s.attempts, `direct ${s.family}`).toBeGreaterThan(0);
+      expect(s.errors ?? 0, `direct ${s.family}`).toBeLessThan(0.01 * (s.attempts ?? 0));
+    }
+    // Each CPU figure is the system time of the load's cgroup over what it did: positive, and
+    // far below the 1 s a connection would cost if the loads' CPU were not read right.
+    const cpu = results.samples.filter((s) => s.measure.startsWith('cpuPer'));
+    expect(cpu.length).toBe(results.modes.length * FAMILIES.length * SERVICES.length * 3);
+    for (const s of cpu) {
+      expect(s.value, `${s.mode} ${s.family} ${s.measure}`).toBeGreaterThan(0);
+      expect(s.value, `${s.mode} ${s.family} ${s.measure}`).toBeLessThan(100_000);
+    }
+    // The paced run offered its rate and came near it (a new connection each 2 ms at 500/s).
+    for (const s of cpu.filter((x) => x.measure === 'cpuPerConnUs'))
+      expect(s.achievedPerSec, `${s.mode} ${s.family}`).toBeGreaterThan(
+        0.5 * results.settings.cell.offeredRate,
+      );
+    // Our iptables mode says which backend held its rules.
+    if (results.modes.includes('iptables'))
+      expect(results.samples.find((s) => s.mode === 'iptables')?.iptablesBackend).toMatch(/^(nft|legacy)$/);
+    const report = readFileSync(join(dir, 'results.md'), 'utf8');
+    expect(report).toContain('### Each mode ÷ direct');
+    expect(report).toContain('bpf ÷ direct @ N=10');
+    expect(report).toMatch(/\| ↳ ÷ direct \| IPv6 \| 10 \| 1\.00× \|/);
+    expect(report).toContain("### Issue 26's goals");
+    // The load's cgroups are gone with the run.
+    expect(existsSync(join(findCgroup2Root(), `kbpb${process.pid}-load`))).toBe(false);
   });
 
   it('writes the results JSON, the report and the plots, and copies them to latest/', () => {

@@ -5,6 +5,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { loadTargets } from '../../bench/cell.js';
+import { inCgroup, parseSystemUs, pinned, placement, usPerUnit } from '../../bench/cpu.js';
 import {
   ALL_MODES,
   benchCells,
@@ -15,15 +17,20 @@ import {
   unavailableModes,
 } from '../../bench/harness.js';
 import { guestBenchArgs, guestEnvironment, LAB_TIMEOUT_SCALE } from '../../bench/ipvs-lab.js';
-import { MEASURE_IDS, type Sample } from '../../bench/measures.js';
+import { MEASURE_IDS, MEASURES, type Sample } from '../../bench/measures.js';
 import { chartSvg, linearTicks } from '../../bench/plot.js';
 import {
   aggregate,
   aggregateBpfCost,
   bpfCostTable,
   bpfPairs,
+  directRatioTable,
+  excessRatio,
   findAggregate,
   floorRatio,
+  goalResults,
+  goalsTable,
+  iptablesBackendLines,
   kubeProxyPairs,
   markdownReport,
   ratio,
@@ -31,6 +38,7 @@ import {
   valuesTable,
 } from '../../bench/report.js';
 import {
+  backendPodIP,
   changedEndpointIP,
   cidrInFamily,
   clusterIP,
@@ -40,7 +48,11 @@ import {
   manifestFiles,
   measuredService,
   SERVICE_CIDRS,
+  SERVICE_TCP_PORT,
+  SERVICE_UDP_PORT,
   serviceObject,
+  TCP_TARGET_PORT,
+  UDP_TARGET_PORT,
   validateScenario,
 } from '../../bench/scenario.js';
 import { histogram, histogramPercentile, mergeHistograms, percentile, summarize } from '../../bench/stats.js';
@@ -346,6 +358,199 @@ describe('report', () => {
   });
 });
 
+describe('direct and CPU per request', () => {
+  const at = (mode: Sample['mode'], services: number, measure: Sample['measure'], value: number): Sample => ({
+    measure,
+    mode,
+    services,
+    rep: 0,
+    value,
+  });
+  const input = (samples: Sample[], modes: Sample['mode'][], serviceCounts: number[]) => ({
+    modes,
+    families: ['IPv4' as const],
+    serviceCounts,
+    aggregates: aggregate(samples),
+    bpfCost: [],
+    unavailable: [],
+    failures: [],
+  });
+
+  it('direct loads the backend pods themselves, every one the Service lists, on their own ports', () => {
+    const scenario = { services: 1000, endpoints: 3, family: 'IPv4' as const };
+    const backends = [0, 1, 2].map((e) => backendPodIP(e));
+    expect(loadTargets('direct', scenario)).toEqual({
+      ips: backends.join(','),
+      tcpPort: TCP_TARGET_PORT,
+      udpPort: UDP_TARGET_PORT,
+      wrkUrl: `http://${backends[0]}:${TCP_TARGET_PORT}/`,
+    });
+    // The Service's slice lists the same pods.
+    const slice = endpointSlice(measuredService(scenario).index, scenario) as {
+      endpoints: { addresses: string[] }[];
+    };
+    expect(slice.endpoints.flatMap((e) => e.addresses)).toEqual(backends);
+    const v6 = loadTargets('direct', { ...scenario, family: 'IPv6' });
+    expect(v6.ips.split(',')).toEqual([0, 1, 2].map((e) => backendPodIP(e, 'IPv6')));
+    expect(v6.wrkUrl).toBe(`http://[${backendPodIP(0, 'IPv6')}]:${TCP_TARGET_PORT}/`);
+    // Every other mode: the measured ClusterIP, the Service's ports.
+    const { ip } = measuredService(scenario);
+    expect(loadTargets('bpf', scenario)).toEqual({
+      ips: ip,
+      tcpPort: SERVICE_TCP_PORT,
+      udpPort: SERVICE_UDP_PORT,
+      wrkUrl: `http://${ip}:${SERVICE_TCP_PORT}/`,
+    });
+  });
+
+  it('direct is a mode of every data-plane N, never of a control-plane one', () => {
+    expect(ALL_MODES[0]).toBe('direct');
+    const options = benchOptions(
+      {
+        modes: 'direct,bpf',
+        services: '1',
+        controlPlaneServices: '10000',
+        families: 'IPv4',
+        reps: '1',
+        endpoints: '10',
+        out: 'x',
+        iptablesBackend: 'auto',
+      },
+      () => {},
+    );
+    expect(options.cell.offeredRate).toBe(1000);
+    const cells = benchCells(benchMatrix(options, options.modes), 1).map(
+      (c) => `${c.services} ${c.mode} ${c.dataPlane}`,
+    );
+    expect(cells).toEqual(['1 direct true', '1 bpf true', '10000 bpf false']);
+    expect(() =>
+      benchOptions(
+        { modes: 'direct', endpoints: '10', out: 'x', iptablesBackend: 'auto', offeredRate: '0' },
+        () => {},
+      ),
+    ).toThrow(/--offered-rate/);
+  });
+
+  it('the client and the backends run on separate CPUs, each command in its cgroup', () => {
+    expect(placement(1)).toBeNull();
+    expect(placement(2)).toEqual({ clientCpu: 0, backendCpu: 1 });
+    expect(pinned(undefined, 'wrk', ['-t1'])).toEqual(['wrk', ['-t1']]);
+    expect(pinned(0, 'wrk', ['-t1'])).toEqual(['taskset', ['-c', '0', 'wrk', '-t1']]);
+    const [sh, args] = inCgroup('/sys/fs/cgroup/x/client', ...pinned(0, 'wrk', ['-t1']));
+    expect(sh).toBe('sh');
+    expect(args.slice(2)).toEqual(['sh', '/sys/fs/cgroup/x/client', 'taskset', '-c', '0', 'wrk', '-t1']);
+    expect(args[1]).toContain('cgroup.procs');
+  });
+
+  it("CPU per unit is the cgroup's system time over the units done", () => {
+    const stat = 'usage_usec 104122\nuser_usec 44051\nsystem_usec 60070\nnice_usec 0\n';
+    expect(parseSystemUs(stat)).toBe(60070);
+    expect(() => parseSystemUs('usage_usec 1\n')).toThrow(/system_usec/);
+    expect(usPerUnit(60_000, 300)).toBe(200);
+    expect(usPerUnit(60_000, 0)).toBeNaN();
+    // The CPU measures are data-plane measures, lower is better.
+    for (const m of ['cpuPerConnUs', 'cpuPerConnSaturatedUs', 'cpuPerRequestUs'] as const)
+      expect(MEASURES[m]).toMatchObject({ plane: 'data', better: 'lower', pooled: false });
+  });
+
+  it('every data-plane table has a ÷ direct row, and the goals are judged on same-run ratios', () => {
+    const samples = [1, 10_000].flatMap((n) => [
+      at('direct', n, 'crrPerSec', 10_000),
+      at('bpf', n, 'crrPerSec', n === 1 ? 9_900 : 9_700),
+      at('direct', n, 'wrkReqPerSec', 20_000),
+      at('bpf', n, 'wrkReqPerSec', 20_000),
+      at('direct', n, 'cpuPerConnUs', 100),
+      at('bpf', n, 'cpuPerConnUs', 110),
+      at('kube-proxy-nftables', n, 'cpuPerConnUs', 150),
+      at('kube-proxy-iptables', n, 'cpuPerConnUs', n === 1 ? 140 : 300),
+      at('bpf', n, 'coldStartMs', 500),
+    ]);
+    const modes: Sample['mode'][] = ['direct', 'bpf', 'kube-proxy-iptables', 'kube-proxy-nftables'];
+    const run = input(samples, modes, [1, 10_000]);
+    const results = goalResults(run).map((g) => [
+      `${g.goal.pair.join(' ÷ ')} ${g.goal.measure} @ ${g.services}`,
+      g.ratio === null ? null : Number(g.ratio.toFixed(3)),
+      g.reached,
+      g.overDirect === null ? null : Number(g.overDirect.toFixed(3)),
+    ]);
+    expect(results).toEqual([
+      ['bpf ÷ direct crrPerSec @ 1', 0.99, true, null],
+      ['bpf ÷ direct crrPerSec @ 10000', 0.97, false, null],
+      ['bpf ÷ direct wrkReqPerSec @ 1', 1, true, null],
+      ['bpf ÷ direct wrkReqPerSec @ 10000', 1, true, null],
+      // 110 ÷ 150: missed; of what each proxy adds over direct, bpf's is 10 ÷ 50.
+      ['bpf ÷ kube-proxy-nftables cpuPerConnUs @ 1', 0.733, false, 0.2],
+      ['bpf ÷ kube-proxy-iptables cpuPerConnUs @ 10000', 0.367, true, 0.05],
+    ]);
+    // Without kube-proxy's cells, its goals are listed as not measured; "every N" skips N without loads.
+    const ours = goalResults(
+      input(
+        samples.filter((s) => !s.mode.startsWith('kube-proxy')),
+        ['direct', 'bpf'],
+        [1, 10_000, 100_000],
+      ),
+    );
+    expect(ours.filter((g) => g.reached === null).map((g) => g.services)).toEqual([1, 10_000]);
+    expect(ours.filter((g) => g.goal.measure === 'crrPerSec').map((g) => g.services)).toEqual([1, 10_000]);
+
+    const report = markdownReport(run, '# run');
+    expect(report).toContain('### Each mode ÷ direct');
+    expect(report).toContain("### Issue 26's goals");
+    expect(report).toMatch(
+      /\| bpf ÷ kube-proxy-nftables, CPU per new connection at a fixed offered load .* ≤ 0\.7 \| 1 \| 0\.733× \| missed \| 0\.20× \|/,
+    );
+    // The values table: a ÷ direct row under every data-plane measure, none under control-plane ones.
+    const values = valuesTable(run).split('\n');
+    const crrRow = values.findIndex(
+      (l) => l.startsWith('| New connections per second') && l.includes('| 10,000 |'),
+    );
+    expect(values[crrRow + 1]).toBe('| ↳ ÷ direct | IPv4 | 10,000 | 1.00× | 0.97× | – | – |');
+    const coldRow = values.findIndex(
+      (l) => l.startsWith('| Program N services from cold') && l.includes('| 1 |'),
+    );
+    expect(values[coldRow + 1]).not.toContain('÷ direct');
+    // A ratio just under its bound is not printed as the bound: 9,790 ÷ 10,000 is 0.979×, missed.
+    const close = input(
+      [at('direct', 1, 'crrPerSec', 10_000), at('bpf', 1, 'crrPerSec', 9_790)],
+      ['direct', 'bpf'],
+      [1],
+    );
+    expect(goalsTable(close)).toContain('| 1 | 0.979× | missed |');
+    // What a proxy adds over direct, against what the other adds; none when the other adds nothing.
+    expect(excessRatio(110, 150, 100, false)).toBeCloseTo(0.2);
+    expect(excessRatio(9_000, 8_000, 10_000, true)).toBeCloseTo(0.5);
+    expect(excessRatio(110, 95, 100, false)).toBeNull();
+    expect(excessRatio(110, 100, 100, false)).toBeNull();
+    expect(excessRatio(110, 150, undefined, false)).toBeNull();
+    const direct = directRatioTable(run);
+    expect(direct).toContain('bpf ÷ direct @ N=10,000');
+    expect(direct).not.toContain('direct ÷ direct');
+    expect(direct).not.toContain('Program N services');
+    // direct is no real kube-proxy and no rule mode: bpf ÷ direct sits among bpf's own ratios.
+    expect(bpfPairs(modes)).toEqual([['bpf', 'direct']]);
+  });
+
+  it('each cell whose rules go through iptables says which backend held them', () => {
+    const samples: Sample[] = [
+      { ...at('iptables', 1, 'crrPerSec', 1), iptablesBackend: 'nft' },
+      { ...at('iptables', 10_000, 'crrPerSec', 1), iptablesBackend: 'legacy' },
+      { ...at('kube-proxy-iptables', 10_000, 'crrPerSec', 1), iptablesBackend: 'legacy' },
+      at('bpf', 1, 'crrPerSec', 1),
+    ];
+    const run = input(samples, ['bpf', 'iptables', 'kube-proxy-iptables'], [1, 10_000]);
+    expect(findAggregate(run.aggregates, 'iptables', 10_000, 'crrPerSec')?.iptablesBackends).toEqual([
+      'legacy',
+    ]);
+    expect(findAggregate(run.aggregates, 'bpf', 1, 'crrPerSec')?.iptablesBackends).toBeUndefined();
+    expect(iptablesBackendLines(run).sort()).toEqual([
+      '- iptables N=1 IPv4: nft',
+      '- iptables N=10,000 IPv4: legacy',
+      '- kube-proxy-iptables N=10,000 IPv4: legacy',
+    ]);
+    expect(markdownReport(run, '# run')).toContain('### iptables backend of each cell');
+  });
+});
+
 describe('modes and the IPVS lab', () => {
   const noIpvs = { available: false, reason: 'this kernel (6.18) has no IPVS' };
   const ipvs = { available: true, reason: 'IPVS present (/proc/net/ip_vs)' };
@@ -394,6 +599,7 @@ describe('modes and the IPVS lab', () => {
     expect(flag('--endpoints')).toBe('3');
     expect(flag('--reps')).toBe('2');
     expect(flag('--seconds')).toBe('1');
+    expect(flag('--offered-rate')).toBe('500');
     expect(flag('--iptables-backend')).toBe('auto');
     expect(flag('--timeout-scale')).toBe(String(LAB_TIMEOUT_SCALE));
     expect(flag('--out')).toBe('/run/lab');
@@ -544,8 +750,8 @@ describe('plot', () => {
 
 describe('tool output parsers', () => {
   it('wrk', () => {
-    const out = `Running 3s test @ http://10.96.0.1:80/\n  1 threads and 2 connections\nRequests/sec:  21778.62\nTransfer/sec:      2.10MB\n`;
-    expect(parseWrk(out)).toEqual({ requestsPerSec: 21778.62, errors: 0 });
+    const out = `Running 3s test @ http://10.96.0.1:80/\n  1 threads and 2 connections\n  65347 requests in 3.00s, 6.30MB read\nRequests/sec:  21778.62\nTransfer/sec:      2.10MB\n`;
+    expect(parseWrk(out)).toEqual({ requestsPerSec: 21778.62, requests: 65347, errors: 0 });
     expect(
       parseWrk(
         `${out}  Socket errors: connect 1, read 2, write 0, timeout 3\n  Non-2xx or 3xx responses: 4\n`,
