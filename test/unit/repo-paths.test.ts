@@ -3,7 +3,7 @@
 // it (a chart's template names chart-relative paths, a source file src/-relative ones), and may be
 // a glob; src/ is a base too (docs name src/-relative paths such as model/parse.ts); generated files (git-ignored: bpf/*.o, dist/, .tools/, .cache/) count as existing.
 // Upstream facts are cited by their upstream file and version (kube-proxy's pkg/..., Cilium's
-// bpf/lib/...), and system headers by their include path: neither is a path of this repository.
+// bpf/lib/..., katran/lib/bpf/...), and system headers by their include path: neither is a path of this repository.
 
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
@@ -23,7 +23,7 @@ const PATH =
 const TOP_LEVEL_DOC = /(?<![\w./-])([A-Z][A-Z_]+\.md)\b/g;
 /** Paths that are not this repository's: upstream projects' files and system headers. */
 const FOREIGN =
-  /^(pkg|cmd|staging|k8s\.io|github\.com|bpf\/lib|lib|include|tools|kernel|linux|sys|netinet|arpa|asm|bpf\/bpf_[a-z_]+\.h$)/;
+  /^(pkg|cmd|staging|k8s\.io|github\.com|bpf\/lib|katran|lib|include|tools|kernel|linux|sys|netinet|arpa|asm|bpf\/bpf_[a-z_]+\.h$)/;
 
 /** The text a file says to readers: a doc whole; in code, its comments only. */
 function commentText(path: string, text: string): string {
