@@ -8,9 +8,11 @@ import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig } from '../config/types.js';
 import { openDataplane } from '../dataplanes/open.js';
+import { applyConntrackSysctls, netfilterConntrackPresent } from '../host/conntrack-sysctls.js';
 import { collectHeapSoon } from '../host/heap.js';
 import { CachedHostAddresses } from '../host/interfaces.js';
 import { LinkWatch } from '../host/link-watch.js';
+import { applyOomScoreAdj } from '../host/oom-score.js';
 import { createLogger, type Logger } from '../logger.js';
 import { startStatusServers } from '../metrics/status-servers.js';
 import { formatProblem } from '../model/parse.js';
@@ -89,6 +91,22 @@ export function heapAfterFullSyncs(log: Logger, quietDelayMs?: number): SyncObse
   };
 }
 
+/**
+ * What kube-proxy sets on the node before it proxies, in every mode: its own oom_score_adj (a
+ * refusal is logged, not fatal) and the netfilter conntrack sysctls of `conntrack.*` (a failure
+ * stops the start). In bpf mode netfilter conntrack still tracks what the stack carries past the
+ * programs (the node's own connections, the CNI's masquerade), so the sysctls matter there too,
+ * unless the kernel has no netfilter conntrack at all.
+ */
+export async function applyNodeSettings(config: ProxyConfig, log: Logger): Promise<void> {
+  await applyOomScoreAdj(config.oomScoreAdj, log);
+  if (config.mode === 'bpf' && !netfilterConntrackPresent()) {
+    log.info('netfilter conntrack is not loaded: the conntrack.* sysctls are not applied');
+    return;
+  }
+  applyConntrackSysctls(config.conntrack, log);
+}
+
 export interface RunningAgent {
   stop(): Promise<void>;
 }
@@ -99,6 +117,7 @@ export async function startAgent(
   log: Logger,
   observers: SyncObserver[] = [],
 ): Promise<RunningAgent> {
+  await applyNodeSettings(config, log);
   const nodeName = resolveNodeName(config.hostnameOverride);
   const tracker = new ChangeTracker(nodeName);
   // Both start at once: the data plane's BPF programs are verified off the event loop while the
