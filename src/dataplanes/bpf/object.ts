@@ -29,6 +29,7 @@ import {
 import { closeFd } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
 import { ensureBpffs } from '../../host/bpffs.js';
+import { lockPinPath } from '../../host/pin-lock.js';
 import type { Logger } from '../../logger.js';
 import { MAPS, RODATA_MAP, rodata, verifyLayoutAgainstBtf } from './layout.js';
 
@@ -177,7 +178,15 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
   const pinDir = `${options.pinPath}/${PIN_LAYOUT_VERSION}`;
   ensureBpffs(options.pinPath, options.log);
   mkdirSync(`${pinDir}/maps`, { recursive: true });
-  const obj = openObject(options.objectPath ?? defaultObjectPath());
+  // Before anything reads or writes a pinned map: a second agent on this pin path stops here.
+  const lock = lockPinPath(options.pinPath);
+  let obj: BpfObject;
+  try {
+    obj = openObject(options.objectPath ?? defaultObjectPath());
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
   const capacities = mapCapacities(options.mapSizes);
   const reused: LoadedObject['reused'] = [];
   try {
@@ -224,10 +233,14 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
       capacity,
       reused,
       prog: (name) => programFd(obj, name),
-      close: () => closeObject(obj),
+      close: () => {
+        closeObject(obj);
+        lock.release();
+      },
     };
   } catch (err) {
     closeObject(obj);
+    lock.release();
     throw err;
   }
 }
