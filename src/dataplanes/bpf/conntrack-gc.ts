@@ -47,6 +47,20 @@ export const DEFAULT_CONNTRACK_TIMEOUTS: ConntrackTimeouts = {
   otherSeconds: 60,
 };
 
+/**
+ * The timeouts for `conntrack.*` (docs/config.md, "conntrack.* in bpf mode"): tcpEstablishedTimeout
+ * means here what it means to netfilter, the idle time of an established TCP flow, so a non-zero
+ * one replaces the 6 h default. The others have no counterpart of the same meaning: the BPF
+ * conntrack's closing state is RST or FIN both ways (netfilter's CLOSE/TIME_WAIT, not CLOSE_WAIT),
+ * and one timeout serves every non-TCP flow, replied or not.
+ */
+export function bpfConntrackTimeouts(conntrack: { tcpEstablishedTimeoutSeconds: number }): ConntrackTimeouts {
+  const established = Math.trunc(conntrack.tcpEstablishedTimeoutSeconds);
+  return established > 0
+    ? { ...DEFAULT_CONNTRACK_TIMEOUTS, tcpEstablishedSeconds: established }
+    : DEFAULT_CONNTRACK_TIMEOUTS;
+}
+
 /** One conntrack entry, as much as the GC needs of it. */
 export interface CtRecord {
   /** The key's bytes (kbp_ct4_key or kbp_ct6_key), latin1. */
