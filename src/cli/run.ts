@@ -210,6 +210,7 @@ export function registerRunCommand(program: Command): void {
     const loaded = await loadConfigFile(opts.config, readConfigFlags(command));
     if (!loaded.ok) throw new Error(`invalid configuration:\n${formatProblems(loaded.problems)}`);
     const log = createLogger(loaded.config.logging.verbosity);
+    for (const warning of loaded.warnings) log.warn(warning);
     const agent = await startAgent(opts, loaded.config, log);
     await new Promise<void>((resolve) => {
       const shutdown = (signal: string) => {
