@@ -2,8 +2,9 @@
 // kube-proxy v1.37.2 does (cmd/kube-proxy/app/server.go calls ApplyOOMScoreAdj of
 // pkg/util/oom/oom_linux.go with pid 0): two tries 100 ms apart, and when the kernel refuses
 // (lowering the score needs CAP_SYS_RESOURCE) a log line and no failure: the proxy runs on with
-// the score it has. kube-proxy logs that line at -v=2 ("Failed to apply OOMScore"); ours is a
-// warning, since a node-critical agent the OOM killer may pick is worth seeing at the default level.
+// the score it has. The line is kube-proxy's, at its level: "Failed to apply OOMScore" at -v=2
+// (debug here), since a pod without CAP_SYS_RESOURCE (the Helm chart grants it only on kernels
+// before 5.11) meets it at every start, and kubelet gives the pod its oom_score_adj anyway.
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import type { Logger } from '../logger.js';
@@ -31,10 +32,7 @@ export async function applyOomScoreAdj(
       if (attempt + 1 < TRIES) await new Promise((resolve) => setTimeout(resolve, RETRY_MS));
     }
   }
-  log.warn(
-    { err: error?.message, path, value, current: readCurrent(path) },
-    'Failed to apply OOMScore; running on with the current oom_score_adj',
-  );
+  log.debug({ err: error?.message, path, value, current: readCurrent(path) }, 'Failed to apply OOMScore');
   return error;
 }
 

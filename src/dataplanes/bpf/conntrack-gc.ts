@@ -4,7 +4,8 @@
 // flows anyway, but only under pressure and without regard to state: GC keeps room for new flows
 // and forgets closed ones quickly.
 //
-// Timeouts follow Cilium's defaults (bpf-ct-timeout-*): TCP SYN 60 s, TCP established 6 h,
+// Timeouts follow Cilium's defaults (bpf-ct-timeout-*): TCP SYN 60 s, TCP established 6 h (which
+// conntrack.tcpEstablishedTimeout replaces, bpfConntrackTimeouts),
 // TCP closing (RST seen, or FIN seen in both directions) 10 s, everything else 60 s. A half-closed
 // stream (FIN one way only) keeps the established timeout. They are idle timeouts: each packet
 // refreshes last_seen_ns (at most once a second, KBP_CT_REFRESH_NS).
