@@ -49,7 +49,7 @@ export const DEFAULT_CONNTRACK_TIMEOUTS: ConntrackTimeouts = {
 };
 
 /**
- * The timeouts for `conntrack.*` (docs/config.md, "conntrack.* in bpf mode"): tcpEstablishedTimeout
+ * The timeouts for `conntrack.*` (docs/config.md, "conntrack in bpf mode"): tcpEstablishedTimeout
  * means here what it means to netfilter, the idle time of an established TCP flow, so a non-zero
  * one replaces the 6 h default. The others have no counterpart of the same meaning: the BPF
  * conntrack's closing state is RST or FIN both ways (netfilter's CLOSE/TIME_WAIT, not CLOSE_WAIT),
