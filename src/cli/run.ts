@@ -117,7 +117,6 @@ export async function startAgent(
   log: Logger,
   observers: SyncObserver[] = [],
 ): Promise<RunningAgent> {
-  await applyNodeSettings(config, log);
   const nodeName = resolveNodeName(config.hostnameOverride);
   const tracker = new ChangeTracker(nodeName);
   // Both start at once: the data plane's BPF programs are verified off the event loop while the
@@ -136,11 +135,14 @@ export async function startAgent(
   });
   // Settled below, after the status servers are up (probes answer while a large list is read).
   listed.catch(() => {});
-  let opened: Awaited<typeof opening>;
+  let opened: Awaited<typeof opening> | undefined;
   try {
     opened = await opening;
+    // Once the bpf data plane holds its pin path: a second agent there stops before it touches the node.
+    await applyNodeSettings(config, log);
   } catch (err) {
     await source.stop().catch(() => {});
+    await opened?.dataplane.close().catch(() => {});
     throw err;
   }
   const { dataplane, iptables, ruleStats, bpfStats } = opened;

@@ -1,11 +1,12 @@
 // One agent per pin path (src/host/pin-lock.ts): a second agent on the same pin path exits at once
-// naming the first, and writes no map; the lock dies with its holder, SIGKILL included, so the
-// next agent starts. The agents share the host's bpffs (as two lab nodes on one machine would) and
-// run in a network namespace of their own, so they attach to no interface of the host.
+// naming the first, and writes no map and no sysctl; the lock dies with its holder, SIGKILL
+// included, so the next agent starts. The agents share the host's bpffs (as two lab nodes on one
+// machine would) and run in a network namespace of their own, so they attach to no interface of
+// the host.
 // Needs `npm run build`.
 
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { dumpMap, getPinned, mapInfo } from '../../native/libbpf.js';
 import { closeFd } from '../../native/libc.js';
@@ -13,7 +14,9 @@ import { mainScript } from '../../src/cli/demo.js';
 import { namesFilePath } from '../../src/dataplanes/bpf/dataplane.js';
 import { type MapName, mapPinPath, PIN_LAYOUT_VERSION } from '../../src/dataplanes/bpf/object.js';
 import { BPFFS_ROOT } from '../../src/host/bpffs.js';
+import { sysctlPath } from '../../src/host/conntrack-sysctls.js';
 import { AgentLog } from '../../src/lab/agent-log.js';
+import { inNetns } from '../support/in-netns.js';
 import { describeRoot } from '../support/privileges.js';
 
 const PREFIX = `kbplock${process.pid}`;
@@ -28,8 +31,8 @@ interface Agent {
 }
 const agents: Agent[] = [];
 
-function startAgent(): Agent {
-  const args = ['run', '--manifests', 'examples/manifests', '--hostname-override', 'node-a'];
+function startAgent(extraArgs: string[] = []): Agent {
+  const args = ['run', '--manifests', 'examples/manifests', '--hostname-override', 'node-a', ...extraArgs];
   const child = spawn(
     'nsenter',
     [`--net=/run/netns/${NETNS}`, '--', process.execPath, mainScript, ...args, '--bpf-pin-path', PIN_PATH],
@@ -89,19 +92,24 @@ describeRoot('one agent per pin path', () => {
     rmSync(namesFilePath(PIN_PATH), { force: true });
   });
 
-  it('a second agent exits at once naming the first, and writes no map; after a SIGKILL the next one starts', async () => {
+  it('a second agent exits at once naming the first, and writes no map and no sysctl; after a SIGKILL the next one starts', async () => {
     const first = startAgent();
     await first.log.waitForSync(1, 60_000);
     const before = snapshotMaps();
     expect(before.svc4?.elements.length).toBeGreaterThan(0);
 
-    const second = startAgent();
+    const established = () =>
+      inNetns(NETNS, () => readFileSync(sysctlPath('nf_conntrack_tcp_timeout_established'), 'utf8').trim());
+    expect(established()).toBe('86400');
+    // Another timeout: it would write it, were it to touch the node before the lock stopped it.
+    const second = startAgent(['--conntrack-tcp-timeout-established=3h']);
     expect(await exitOf(second, 20_000)).not.toBe(0);
     expect(second.log.tail()).toContain(
       `bpf.pinPath ${PIN_PATH} is in use by another agent: pid ${first.child.pid} (`,
     );
     expect(second.log.syncs).toEqual([]);
     expect(snapshotMaps()).toEqual(before);
+    expect(established()).toBe('86400');
 
     // No clean exit, no unlock: the kernel drops the lock with the process.
     first.child.kill('SIGKILL');
