@@ -9,6 +9,7 @@ const c = {
   if_nametoindex: libc.func('unsigned int if_nametoindex(const char *ifname)'),
   close: libc.func('int close(int fd)'),
   open: libc.func('int open(const char *path, int flags)'),
+  flock: libc.func('int flock(int fd, int operation)'),
   setns: libc.func('int setns(int fd, int nstype)'),
   mount: libc.func(
     'int mount(const char *source, const char *target, const char *fstype, unsigned long flags, const void *data)',
@@ -26,6 +27,10 @@ const c = {
 export const O_RDONLY = 0;
 export const O_CLOEXEC = 0o2000000;
 export const CLONE_NEWNET = 0x40000000;
+export const O_DIRECTORY = 0o200000;
+export const LOCK_EX = 2;
+export const LOCK_NB = 4;
+export const EWOULDBLOCK = 11;
 
 export class NativeError extends Error {
   constructor(
@@ -61,6 +66,17 @@ export function openPath(path: string, flags = O_RDONLY | O_CLOEXEC): number {
 
 export function closeFd(fd: number): void {
   if ((c.close(fd) as number) < 0) throw new NativeError('close', lastErrno(), String(fd));
+}
+
+/**
+ * flock(2) on fd. Returns false when `operation` has LOCK_NB and another open file description
+ * holds a conflicting lock (EWOULDBLOCK); throws on any other failure.
+ */
+export function flock(fd: number, operation: number): boolean {
+  if ((c.flock(fd, operation) as number) === 0) return true;
+  const errno = lastErrno();
+  if (errno === EWOULDBLOCK) return false;
+  throw new NativeError('flock', errno, String(fd));
 }
 
 /** Moves the calling thread into the namespace `fd` refers to (Node runs JS on one thread). */

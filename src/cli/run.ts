@@ -8,9 +8,11 @@ import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig } from '../config/types.js';
 import { openDataplane } from '../dataplanes/open.js';
+import { applyConntrackSysctls, netfilterConntrackPresent } from '../host/conntrack-sysctls.js';
 import { collectHeapSoon } from '../host/heap.js';
 import { CachedHostAddresses } from '../host/interfaces.js';
 import { LinkWatch } from '../host/link-watch.js';
+import { applyOomScoreAdj } from '../host/oom-score.js';
 import { createLogger, type Logger } from '../logger.js';
 import { startStatusServers } from '../metrics/status-servers.js';
 import { formatProblem } from '../model/parse.js';
@@ -89,6 +91,22 @@ export function heapAfterFullSyncs(log: Logger, quietDelayMs?: number): SyncObse
   };
 }
 
+/**
+ * What kube-proxy sets on the node before it proxies, in every mode: its own oom_score_adj (a
+ * refusal is logged, not fatal) and the netfilter conntrack sysctls of `conntrack.*` (a failure
+ * stops the start). In bpf mode netfilter conntrack still tracks what the stack carries past the
+ * programs (the node's own connections, the CNI's masquerade), so the sysctls matter there too,
+ * unless the kernel has no netfilter conntrack at all.
+ */
+export async function applyNodeSettings(config: ProxyConfig, log: Logger): Promise<void> {
+  await applyOomScoreAdj(config.oomScoreAdj, log);
+  if (config.mode === 'bpf' && !netfilterConntrackPresent()) {
+    log.info('netfilter conntrack is not loaded: the conntrack.* sysctls are not applied');
+    return;
+  }
+  applyConntrackSysctls(config.conntrack, log);
+}
+
 export interface RunningAgent {
   stop(): Promise<void>;
 }
@@ -117,11 +135,14 @@ export async function startAgent(
   });
   // Settled below, after the status servers are up (probes answer while a large list is read).
   listed.catch(() => {});
-  let opened: Awaited<typeof opening>;
+  let opened: Awaited<typeof opening> | undefined;
   try {
     opened = await opening;
+    // Once the bpf data plane holds its pin path: a second agent there stops before it touches the node.
+    await applyNodeSettings(config, log);
   } catch (err) {
     await source.stop().catch(() => {});
+    await opened?.dataplane.close().catch(() => {});
     throw err;
   }
   const { dataplane, iptables, ruleStats, bpfStats } = opened;
@@ -191,6 +212,7 @@ export function registerRunCommand(program: Command): void {
     const loaded = await loadConfigFile(opts.config, readConfigFlags(command));
     if (!loaded.ok) throw new Error(`invalid configuration:\n${formatProblems(loaded.problems)}`);
     const log = createLogger(loaded.config.logging.verbosity);
+    for (const warning of loaded.warnings) log.warn(warning);
     const agent = await startAgent(opts, loaded.config, log);
     await new Promise<void>((resolve) => {
       const shutdown = (signal: string) => {

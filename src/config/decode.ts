@@ -116,9 +116,25 @@ export function map<T>(valueDecoder: Decoder<T>): Decoder<Record<string, T>> {
   };
 }
 
+/** The shape an object decoder accepts, kept on the decoder so the fields can be listed (fieldPaths). */
+const SHAPE = Symbol('shape');
+type ObjectDecoder<S extends Shape> = Decoder<DecodedObject<S>> & { [SHAPE]: S };
+
+/**
+ * Every field path an object decoder accepts, nested objects walked ("conntrack.min"); a list or
+ * map is one field.
+ */
+export function fieldPaths(decoder: Decoder<unknown>, prefix = ''): string[] {
+  const shape = (decoder as Partial<ObjectDecoder<Shape>>)[SHAPE];
+  if (shape === undefined) return [prefix];
+  return Object.entries(shape).flatMap(([key, field]) =>
+    fieldPaths(field, prefix ? `${prefix}.${key}` : key),
+  );
+}
+
 /** A strict object: every key must be in the shape ("unknown field" otherwise, as kube-proxy's strict decoding). */
-export function object<S extends Shape>(shape: S): Decoder<DecodedObject<S>> {
-  return (value, path, problems) => {
+export function object<S extends Shape>(shape: S): ObjectDecoder<S> {
+  const decoder: Decoder<DecodedObject<S>> = (value, path, problems) => {
     if (!isPlainObject(value)) {
       problems.push({ path, message: `must be an object, got ${describeValue(value)}` });
       return undefined;
@@ -137,4 +153,5 @@ export function object<S extends Shape>(shape: S): Decoder<DecodedObject<S>> {
     }
     return out as DecodedObject<S>;
   };
+  return Object.assign(decoder, { [SHAPE]: shape });
 }

@@ -83,7 +83,7 @@ const bpfSection = object({
   metricsMaxBackends: uint32,
 });
 
-const kubeProxyConfiguration = object({
+export const kubeProxyConfiguration = object({
   apiVersion: string,
   kind: string,
   featureGates: map(boolean),

@@ -7,11 +7,14 @@ import type { Problem } from './decode.js';
 import { applyKubeProxyDefaults, type KubeProxySettings } from './defaults.js';
 import { decodeConfigurationFile, type KubeProxyConfigurationFile } from './file.js';
 import { applyConfigFlags, type ConfigFlags } from './flags.js';
+import { ineffectiveSettingWarnings } from './ineffective.js';
 import { effectiveMode, masqueradeSectionOf, periodSectionOf } from './mode.js';
 import type { DetectLocalMode, ProxyConfig, ProxyMode } from './types.js';
 import { validateSettings } from './validate.js';
 
-export type LoadResult = { ok: true; config: ProxyConfig } | { ok: false; problems: Problem[] };
+export type LoadResult =
+  /** `warnings`: accepted settings that take no effect here, for the agent to log at start-up. */
+  { ok: true; config: ProxyConfig; warnings: string[] } | { ok: false; problems: Problem[] };
 
 export interface LoadInput {
   /** The KubeProxyConfiguration text (YAML or JSON); absent means flags and defaults only. */
@@ -87,7 +90,9 @@ export function loadConfig(input: LoadInput): LoadResult {
   const settings = applyKubeProxyDefaults(file);
   const origins = applyConfigFlags(settings, input.flags, problems);
   problems.push(...validateSettings(settings, origins));
-  return problems.length > 0 ? { ok: false, problems } : { ok: true, config: toProxyConfig(settings) };
+  if (problems.length > 0) return { ok: false, problems };
+  const warnings = ineffectiveSettingWarnings(file, settings, origins);
+  return { ok: true, config: toProxyConfig(settings), warnings };
 }
 
 /** Reads `path` (when given) and loads it with the flags on top. */

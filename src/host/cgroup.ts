@@ -1,6 +1,7 @@
 // The cgroup v2 hierarchy the socket-hook programs attach to.
 
-import { readFileSync, statfsSync } from 'node:fs';
+import { type Dirent, readdirSync, readFileSync, statfsSync, statSync } from 'node:fs';
+import { join } from 'node:path';
 
 /** statfs(2) f_type of cgroup2 (linux/magic.h CGROUP2_SUPER_MAGIC). */
 export const CGROUP2_SUPER_MAGIC = 0x63677270;
@@ -56,4 +57,71 @@ export function resolveCgroup2Dir(
   }
   if (unifiedType === CGROUP2_SUPER_MAGIC) return unified;
   throw new Error(`${path} is not a cgroup v2 directory, nor is ${unified}: set bpf.cgroupPath to one`);
+}
+
+/** A process as the cgroup coverage check names it. */
+export interface NamedProcess {
+  pid: number;
+  comm: string;
+}
+
+/**
+ * The first process the socket hooks on a cgroup cannot see (pure): the agent itself when it is
+ * outside (then the node's own clients most likely are too), else the first process of its network
+ * namespace outside. Null when the cgroup holds them all.
+ */
+export function firstUncoveredProcess(
+  agent: NamedProcess,
+  netnsProcesses: readonly NamedProcess[],
+  coveredPids: ReadonlySet<number>,
+): (NamedProcess & { isAgent: boolean }) | null {
+  if (!coveredPids.has(agent.pid)) return { ...agent, isAgent: true };
+  const outside = netnsProcesses.find((p) => !coveredPids.has(p.pid));
+  return outside ? { ...outside, isAgent: false } : null;
+}
+
+/** The warning for an uncovered process, naming the setting that fixes it. */
+export function uncoveredProcessWarning(
+  cgroupDir: string,
+  process: NamedProcess & { isAgent: boolean },
+): string {
+  const who = process.isAgent ? 'the agent itself' : 'a process of the agent’s network namespace';
+  return `bpf.cgroupPath ${cgroupDir} does not contain ${who} (pid ${process.pid}, ${process.comm}): processes outside it get no service translation at the socket hooks (only tc's); set bpf.cgroupPath to a cgroup that holds the node's processes (the cgroup2 root holds all)`;
+}
+
+/** Every pid in the cgroup and its descendants (cgroup.procs shows them in this pid namespace). */
+export function pidsInCgroupTree(dir: string): Set<number> {
+  const pids = new Set<number>();
+  const walk = (d: string) => {
+    let entries: Dirent[];
+    try {
+      for (const line of readFileSync(join(d, 'cgroup.procs'), 'utf8').split('\n')) {
+        const pid = Number.parseInt(line, 10);
+        if (pid > 0) pids.add(pid);
+      }
+      entries = readdirSync(d, { withFileTypes: true });
+    } catch {
+      return; // Removed while walked.
+    }
+    for (const e of entries) if (e.isDirectory()) walk(join(d, e.name));
+  };
+  walk(dir);
+  return pids;
+}
+
+/** User-space processes sharing this process's network namespace (kernel threads have no cmdline). */
+export function processesInOwnNetns(): NamedProcess[] {
+  const own = statSync('/proc/self/ns/net').ino;
+  const found: NamedProcess[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (statSync(`/proc/${name}/ns/net`).ino !== own) continue;
+      if (readFileSync(`/proc/${name}/cmdline`).length === 0) continue;
+      found.push({ pid: Number(name), comm: readFileSync(`/proc/${name}/comm`, 'utf8').trim() });
+    } catch {
+      // Exited meanwhile, or not ours to read.
+    }
+  }
+  return found;
 }

@@ -27,7 +27,19 @@ export interface ProxyConfigOptions {
   contentType?: string;
   /** Lines appended as they are (our agent's bpf section). */
   extraLines?: string[];
+  /**
+   * The `conntrack:` section's fields, one a line ("min: 131072"). Absent: zeros, which leave every
+   * conntrack sysctl alone (nf_conntrack_max is one for the whole host, not the lab namespace's).
+   */
+  conntrack?: string[];
 }
+
+const LEAVE_CONNTRACK_ALONE = [
+  'maxPerCore: 0',
+  'min: 0',
+  'tcpEstablishedTimeout: 0s',
+  'tcpCloseWaitTimeout: 0s',
+];
 
 /** One KubeProxyConfiguration for kube-proxy and for our agent, so both run with the same settings. */
 export function kubeProxyConfig(o: ProxyConfigOptions): string {
@@ -50,13 +62,8 @@ export function kubeProxyConfig(o: ProxyConfigOptions): string {
     ...(o.contentType ? [`  contentType: ${o.contentType}`] : []),
     'metricsBindAddress: 127.0.0.1:10249',
     'healthzBindAddress: 0.0.0.0:10256',
-    // Zeros leave the conntrack sysctls alone: nf_conntrack_max is one for the whole host, not the
-    // lab namespace's.
     'conntrack:',
-    '  maxPerCore: 0',
-    '  min: 0',
-    '  tcpEstablishedTimeout: 0s',
-    '  tcpCloseWaitTimeout: 0s',
+    ...(o.conntrack ?? LEAVE_CONNTRACK_ALONE).map((line) => `  ${line}`),
     ...(modeSection.length > 0 ? [`${o.mode}:`, ...modeSection] : []),
     ...(o.extraLines ?? []),
     '',

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
+  bpfConntrackTimeouts,
   type CtRecord,
   ctRecord,
   DEFAULT_CONNTRACK_TIMEOUTS,
@@ -159,5 +160,17 @@ describe('conntrack GC policy', () => {
     );
     expect(ports(stale)).toEqual([[1, 2]]);
     expect(expired).toEqual([]);
+  });
+});
+
+describe('bpfConntrackTimeouts', () => {
+  it('conntrack.tcpEstablishedTimeout sets the established timeout; the others keep their defaults', () => {
+    expect(bpfConntrackTimeouts({ tcpEstablishedTimeoutSeconds: 86400 })).toEqual({
+      ...DEFAULT_CONNTRACK_TIMEOUTS,
+      tcpEstablishedSeconds: 86400,
+    });
+  });
+  it('0 leaves the default, as it leaves netfilter’s value', () => {
+    expect(bpfConntrackTimeouts({ tcpEstablishedTimeoutSeconds: 0 })).toEqual(DEFAULT_CONNTRACK_TIMEOUTS);
   });
 });

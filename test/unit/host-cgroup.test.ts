@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { CGROUP2_SUPER_MAGIC, cgroup2MountPoint, resolveCgroup2Dir } from '../../src/host/cgroup.js';
+import {
+  CGROUP2_SUPER_MAGIC,
+  cgroup2MountPoint,
+  firstUncoveredProcess,
+  resolveCgroup2Dir,
+  uncoveredProcessWarning,
+} from '../../src/host/cgroup.js';
 
 describe('cgroup2MountPoint', () => {
   it('finds the unified layout at /sys/fs/cgroup', () => {
@@ -58,5 +64,37 @@ describe('resolveCgroup2Dir', () => {
     expect(() => resolveCgroup2Dir('/sys/fs/cgroup', fs({ '/sys/fs/cgroup': TMPFS }))).toThrow(
       '/sys/fs/cgroup is not a cgroup v2 directory, nor is /sys/fs/cgroup/unified',
     );
+  });
+});
+
+describe('which processes the socket hooks on bpf.cgroupPath cannot see', () => {
+  const agent = { pid: 100, comm: 'kube-bpf-proxy' };
+  const kubelet = { pid: 200, comm: 'kubelet' };
+  const sshd = { pid: 300, comm: 'sshd' };
+
+  it('nothing when the cgroup holds the agent and every process of its network namespace', () => {
+    expect(firstUncoveredProcess(agent, [agent, kubelet, sshd], new Set([100, 200, 300, 999]))).toBeNull();
+  });
+
+  it('the agent itself first when it is outside', () => {
+    expect(firstUncoveredProcess(agent, [agent, kubelet], new Set([200]))).toEqual({
+      ...agent,
+      isAgent: true,
+    });
+  });
+
+  it('else the first process of the namespace outside, as the one example', () => {
+    expect(firstUncoveredProcess(agent, [agent, kubelet, sshd], new Set([100, 200]))).toEqual({
+      ...sshd,
+      isAgent: false,
+    });
+  });
+
+  it('the warning names the cgroup, the example and the setting that fixes it', () => {
+    const text = uncoveredProcessWarning('/sys/fs/cgroup/kubepods.slice', { ...sshd, isAgent: false });
+    expect(text).toContain('bpf.cgroupPath /sys/fs/cgroup/kubepods.slice does not contain');
+    expect(text).toContain('(pid 300, sshd)');
+    expect(text).toContain('no service translation at the socket hooks');
+    expect(uncoveredProcessWarning('/x', { ...agent, isAgent: true })).toContain('the agent itself (pid 100');
   });
 });

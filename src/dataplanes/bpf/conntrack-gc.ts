@@ -4,7 +4,8 @@
 // flows anyway, but only under pressure and without regard to state: GC keeps room for new flows
 // and forgets closed ones quickly.
 //
-// Timeouts follow Cilium's defaults (bpf-ct-timeout-*): TCP SYN 60 s, TCP established 6 h,
+// Timeouts follow Cilium's defaults (bpf-ct-timeout-*): TCP SYN 60 s, TCP established 6 h (which
+// conntrack.tcpEstablishedTimeout replaces, bpfConntrackTimeouts),
 // TCP closing (RST seen, or FIN seen in both directions) 10 s, everything else 60 s. A half-closed
 // stream (FIN one way only) keeps the established timeout. They are idle timeouts: each packet
 // refreshes last_seen_ns (at most once a second, KBP_CT_REFRESH_NS).
@@ -46,6 +47,20 @@ export const DEFAULT_CONNTRACK_TIMEOUTS: ConntrackTimeouts = {
   tcpClosingSeconds: 10,
   otherSeconds: 60,
 };
+
+/**
+ * The timeouts for `conntrack.*` (docs/config.md, "conntrack in bpf mode"): tcpEstablishedTimeout
+ * means here what it means to netfilter, the idle time of an established TCP flow, so a non-zero
+ * one replaces the 6 h default. The others have no counterpart of the same meaning: the BPF
+ * conntrack's closing state is RST or FIN both ways (netfilter's CLOSE/TIME_WAIT, not CLOSE_WAIT),
+ * and one timeout serves every non-TCP flow, replied or not.
+ */
+export function bpfConntrackTimeouts(conntrack: { tcpEstablishedTimeoutSeconds: number }): ConntrackTimeouts {
+  const established = Math.trunc(conntrack.tcpEstablishedTimeoutSeconds);
+  return established > 0
+    ? { ...DEFAULT_CONNTRACK_TIMEOUTS, tcpEstablishedSeconds: established }
+    : DEFAULT_CONNTRACK_TIMEOUTS;
+}
 
 /** One conntrack entry, as much as the GC needs of it. */
 export interface CtRecord {

@@ -13,7 +13,14 @@ import type { ChangeSet, Dataplane, SyncResult } from '../../brain/dataplane.js'
 import type { ProxyDecisions } from '../../brain/types.js';
 import { maglevTableSizeProblem } from '../../config/maglev-table-size.js';
 import type { ProxyConfig } from '../../config/types.js';
-import { findCgroup2Root, resolveCgroup2Dir } from '../../host/cgroup.js';
+import {
+  findCgroup2Root,
+  firstUncoveredProcess,
+  pidsInCgroupTree,
+  processesInOwnNetns,
+  resolveCgroup2Dir,
+  uncoveredProcessWarning,
+} from '../../host/cgroup.js';
 import { LinkWatch } from '../../host/link-watch.js';
 import { type PortReservation, reservePorts } from '../../host/reserved-ports.js';
 import type { Logger } from '../../logger.js';
@@ -22,9 +29,10 @@ import { canonicalIP, isLoopback, parseIP } from '../../net/ip.js';
 import type { BpfStats, BpfStatsProvider, TrafficCounters } from '../stats.js';
 import { Attacher, type AttachReport, syncSockHooks } from './attach.js';
 import {
+  bpfConntrackTimeouts,
   type ConntrackGcStats,
+  type ConntrackTimeouts,
   collectConntrack,
-  DEFAULT_CONNTRACK_TIMEOUTS,
   readConntrack,
 } from './conntrack-gc.js';
 import { discoverInterfaces, type IpLink, probeHostNetwork } from './discover.js';
@@ -52,8 +60,6 @@ export const DEFAULT_GRACE_MS = 1000;
 export const WATCH_DEBOUNCE_MS = 150;
 /** The safety net under the netlink watch: interfaces and node addresses are re-read this often. */
 export const INTERFACE_RESYNC_MS = 60_000;
-/** A released id is not reused before every conntrack entry that could name it has expired. */
-const ID_QUARANTINE_MS = DEFAULT_CONNTRACK_TIMEOUTS.tcpEstablishedSeconds * 1000;
 
 export interface BpfDataplaneOptions {
   /** Follow interfaces and node addresses in the background (tests call refreshInterfaces()). */
@@ -200,6 +206,8 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private readonly refreshQueue = new SerialQueue();
   private readonly gcQueue = new SerialQueue();
   private reservation: PortReservation | null = null;
+  /** The GC's timeouts: the defaults with conntrack.tcpEstablishedTimeout (bpfConntrackTimeouts). */
+  private readonly ctTimeouts: ConntrackTimeouts;
   /** Backends whose id is past kbp_best_v1 at the last sync (counted per service only). */
   private uncountedBackends = 0;
 
@@ -214,14 +222,17 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     /** Host routing loaded (hostRoutingDecision): the pods' devices go into kbp_hostif_v1. */
     private readonly hostRouting: boolean,
   ) {
+    this.ctTimeouts = bpfConntrackTimeouts(config.conntrack);
+    // A released id is not reused before every conntrack entry that could name it has expired.
+    const quarantineMs = this.ctTimeouts.tcpEstablishedSeconds * 1000;
     this.ids = {
-      serviceIds: new IdAllocator('service', 1, lb.capacity.svcStats - 1, ID_QUARANTINE_MS),
+      serviceIds: new IdAllocator('service', 1, lb.capacity.svcStats - 1, quarantineMs),
       // Ids with per-CPU counters of their own first (kbp_best_v1 is indexed by backend id).
       backendIds: new IdAllocator(
         'backend',
         1,
         lb.capacity.backends4 - 1,
-        ID_QUARANTINE_MS,
+        quarantineMs,
         undefined,
         lb.capacity.backendStats - 1,
       ),
@@ -321,7 +332,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
         this.log.warn({ backend: key, id }, 'conflicting backend id in the maps');
     }
     // Ids released by the previous run are unknown now, but tracked flows may still name them.
-    const until = Date.now() + ID_QUARANTINE_MS;
+    const until = Date.now() + this.ctTimeouts.tcpEstablishedSeconds * 1000;
     for (const map of CONNTRACK_MAPS) {
       for (const r of readConntrack(this.lb.fd[map])) {
         this.ids.serviceIds.quarantine(r.svcId, until);
@@ -362,6 +373,22 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     for (const hook of report.attached) this.log.info({ hook, cgroup }, 'bpf program attached');
     for (const hook of report.replaced) this.log.info({ hook, cgroup }, 'bpf program swapped in');
     for (const hook of report.detached) this.log.info({ hook }, 'bpf program detached');
+    if (cgroup !== null) this.warnIfCgroupMissesProcesses(cgroup);
+  }
+
+  /** Once, at start: clients the socket hooks cannot see would get only tc's translation, silently. */
+  private warnIfCgroupMissesProcesses(cgroup: string): void {
+    try {
+      const agent = { pid: process.pid, comm: process.title };
+      const outside = firstUncoveredProcess(agent, processesInOwnNetns(), pidsInCgroupTree(cgroup));
+      if (outside)
+        this.log.warn(
+          { cgroup, pid: outside.pid, comm: outside.comm },
+          uncoveredProcessWarning(cgroup, outside),
+        );
+    } catch (err) {
+      this.log.debug({ err: String(err), cgroup }, 'cannot check which processes the socket hooks see');
+    }
   }
 
   private every(ms: number, task: () => Promise<unknown>): void {
@@ -541,7 +568,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
           passes.push(
             await collectConntrack(
               this.lb.fd[map],
-              DEFAULT_CONNTRACK_TIMEOUTS,
+              this.ctTimeouts,
               (r) => r.proto === IPPROTO.UDP && !pairs.has(`${r.svcId}/${r.backendId}`),
             ),
           );
@@ -655,7 +682,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     return this.gcQueue.run(async () => {
       const passes: ConntrackGcStats[] = [];
       for (const map of CONNTRACK_MAPS) {
-        const pass = await collectConntrack(this.lb.fd[map]);
+        const pass = await collectConntrack(this.lb.fd[map], this.ctTimeouts);
         this.countGc(pass);
         this.gc.entries[map] = pass.scanned - pass.deletedEntries;
         passes.push(pass);

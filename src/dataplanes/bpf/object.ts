@@ -32,6 +32,7 @@ import {
 import { closeFd } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
 import { ensureBpffs } from '../../host/bpffs.js';
+import { lockPinPath } from '../../host/pin-lock.js';
 import type { Logger } from '../../logger.js';
 import {
   backend4,
@@ -238,7 +239,15 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
   const pinDir = `${options.pinPath}/${PIN_LAYOUT_VERSION}`;
   ensureBpffs(options.pinPath, options.log);
   mkdirSync(`${pinDir}/maps`, { recursive: true });
-  const obj = openObject(options.objectPath ?? defaultObjectPath());
+  // Before anything reads or writes a pinned map: a second agent on this pin path stops here.
+  const lock = lockPinPath(options.pinPath);
+  let obj: BpfObject;
+  try {
+    obj = openObject(options.objectPath ?? defaultObjectPath());
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
   const capacities = mapCapacities(options.mapSizes);
   const reused: LoadedObject['reused'] = [];
   try {
@@ -290,10 +299,14 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
       capacity,
       reused,
       prog: (name) => programFd(obj, name),
-      close: () => closeObject(obj),
+      close: () => {
+        closeObject(obj);
+        lock.release();
+      },
     };
   } catch (err) {
     closeObject(obj);
+    lock.release();
     throw err;
   }
 }
