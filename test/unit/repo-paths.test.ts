@@ -23,7 +23,7 @@ const PATH =
 const TOP_LEVEL_DOC = /(?<![\w./-])([A-Z][A-Z_]+\.md)\b/g;
 /** Paths that are not this repository's: upstream projects' files and system headers. */
 const FOREIGN =
-  /^(pkg|cmd|staging|k8s\.io|github\.com|bpf\/lib|katran|lib|include|tools|kernel|linux|sys|netinet|arpa|asm|bpf\/bpf_[a-z_]+\.h$)/;
+  /^(pkg|cmd|staging|k8s\.io|github\.com|bpf\/lib|katran|lib|include|tools|kernel|fs|mm|drivers|arch|net\/(?:core|ipv4|ipv6|netfilter|sched)|linux|sys|netinet|arpa|asm|bpf\/bpf_[a-z_]+\.h$)/;
 
 /** The text a file says to readers: a doc whole; in code, its comments only. */
 function commentText(path: string, text: string): string {
