@@ -2,6 +2,7 @@
 // nulls, zero durations, zero numbers and empty strings take kube-proxy's defaults, exactly where
 // kube-proxy applies them. Our `bpf:` section is defaulted field by field where absent or null.
 
+import type { ConntrackSettings } from '../host/conntrack-sysctls.js';
 import { appendPortIfNeeded } from '../net/host-port.js';
 import { parseIP } from '../net/ip.js';
 import type { KubeProxyConfigurationFile } from './file.js';
@@ -61,15 +62,7 @@ export interface KubeProxySettings {
   clusterCIDR: string;
   nodePortAddresses: string[];
   oomScoreAdj: number;
-  conntrack: {
-    maxPerCore: number;
-    min: number;
-    tcpEstablishedTimeoutSeconds: number;
-    tcpCloseWaitTimeoutSeconds: number;
-    tcpBeLiberal: boolean;
-    udpTimeoutSeconds: number;
-    udpStreamTimeoutSeconds: number;
-  };
+  conntrack: ConntrackSettings;
   configSyncPeriodSeconds: number;
   /** Mode-independent periods (top-level `syncPeriod`/`minSyncPeriod`, or --sync-period): override the mode's section. */
   syncPeriodSeconds: number | undefined;

@@ -1,6 +1,8 @@
 // The validated configuration every other module reads. Built by config/load.ts from kube-proxy's
 // KubeProxyConfiguration file (kubeproxy.config.k8s.io/v1alpha1) with flags applied on top.
 
+import type { ConntrackSettings } from '../host/conntrack-sysctls.js';
+
 export type ProxyMode = 'bpf' | 'iptables' | 'nftables' | 'ipvs';
 export const PROXY_MODES: readonly ProxyMode[] = ['bpf', 'iptables', 'nftables', 'ipvs'];
 
@@ -90,15 +92,7 @@ export interface ProxyConfig {
     tcpFinTimeoutSeconds: number;
     udpTimeoutSeconds: number;
   };
-  conntrack: {
-    maxPerCore: number;
-    min: number;
-    tcpEstablishedTimeoutSeconds: number;
-    tcpCloseWaitTimeoutSeconds: number;
-    tcpBeLiberal: boolean;
-    udpTimeoutSeconds: number;
-    udpStreamTimeoutSeconds: number;
-  };
+  conntrack: ConntrackSettings;
   clientConnection: {
     kubeconfig: string;
     qps: number;

@@ -20,7 +20,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import type { Logger } from '../logger.js';
 
-/** The `conntrack:` section, durations in seconds (config/types.ts ProxyConfig['conntrack']). */
+/** The `conntrack:` section of the configuration, durations in seconds (ProxyConfig['conntrack']). */
 export interface ConntrackSettings {
   maxPerCore: number;
   min: number;
