@@ -24,8 +24,7 @@ import {
   noEndpointsThenEndpointsScenario,
   staleEndpointScenario,
 } from '../support/conntrack-scenarios.js';
-import { conntrackSysctlsOfBoth } from '../support/conntrack-sysctls-vs-kube-proxy.js';
-import { describeControlPlane } from '../support/control-plane.js';
+import { describeConntrackSysctlsLikeKubeProxy } from '../support/conntrack-sysctls-vs-kube-proxy.js';
 import {
   brainConfig,
   endpoint,
@@ -623,21 +622,4 @@ describeRoot('nftables mode in network namespaces', () => {
   });
 });
 
-describeControlPlane(
-  'conntrack sysctls: the same as kube-proxy v1.37.2 sets from the same configuration',
-  () => {
-    it('every conntrack sysctl, after each one’s first sync', async () => {
-      const both = await conntrackSysctlsOfBoth('nftables', `kbpnftct${process.pid}`);
-      expect(both.ours).toEqual(both.kubeProxy);
-      expect(both.kubeProxy).toMatchObject({
-        nf_conntrack_tcp_timeout_established: 25200,
-        nf_conntrack_tcp_timeout_close_wait: 90,
-        nf_conntrack_tcp_be_liberal: 1,
-        nf_conntrack_udp_timeout: 45,
-        nf_conntrack_udp_timeout_stream: 100,
-      });
-      // Host-wide ones untouched, and the host's own namespace too.
-      expect(both.hostAfter).toEqual(both.hostBefore);
-    }, 300_000);
-  },
-);
+describeConntrackSysctlsLikeKubeProxy('nftables', `kbpnftct${process.pid}`);

@@ -9,6 +9,7 @@
 
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { expect, it } from 'vitest';
 import { mainScript } from '../../src/cli/demo.js';
 import { CONNTRACK_SYSCTLS, HASHSIZE_PATH, sysctlPath } from '../../src/host/conntrack-sysctls.js';
 import { LabAgent } from '../../src/lab/agent.js';
@@ -16,6 +17,7 @@ import { ControlPlane } from '../../src/lab/control-plane.js';
 import { createNode } from '../../src/lab/kube-objects.js';
 import { KubeProxyProcess, kubeProxyConfig, type RuleMode } from '../../src/lab/kube-proxy.js';
 import { Lab } from '../../src/lab/netns.js';
+import { describeControlPlane } from './control-plane.js';
 import { inNetns } from './in-netns.js';
 
 const readInt = (path: string) => Number(readFileSync(path, 'utf8').trim());
@@ -109,4 +111,26 @@ export async function conntrackSysctlsOfBoth(mode: RuleMode, prefix: string): Pr
     await cp?.stop();
     await lab.destroy();
   }
+}
+
+/** The e2e check of a rule mode: the sysctls ours leaves equal kube-proxy's, the host's untouched. */
+export function describeConntrackSysctlsLikeKubeProxy(mode: RuleMode, prefix: string): void {
+  describeControlPlane(
+    'conntrack sysctls: the same as kube-proxy v1.37.2 sets from the same configuration',
+    () => {
+      it('every conntrack sysctl, after each one’s first sync', async () => {
+        const both = await conntrackSysctlsOfBoth(mode, prefix);
+        expect(both.ours).toEqual(both.kubeProxy);
+        expect(both.kubeProxy).toMatchObject({
+          nf_conntrack_tcp_timeout_established: 25200,
+          nf_conntrack_tcp_timeout_close_wait: 90,
+          nf_conntrack_tcp_be_liberal: 1,
+          nf_conntrack_udp_timeout: 45,
+          nf_conntrack_udp_timeout_stream: 100,
+        });
+        // Host-wide ones untouched, and the host's own namespace too.
+        expect(both.hostAfter).toEqual(both.hostBefore);
+      }, 300_000);
+    },
+  );
 }
