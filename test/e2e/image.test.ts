@@ -117,7 +117,7 @@ describeImage(['KBP_IMAGE'])('the image scripts/build-image.sh writes', () => {
     expect(bytes).toBeLessThanOrEqual(80e6);
   });
 
-  it('holds no package manager, no compiler and no test code', async () => {
+  it('holds no package manager, no compiler, and no bench, demo, lab or test code', async () => {
     const found = (
       await inImage(
         'for t in apt apt-get dpkg perl gcc cc clang make python3 npm npx; do command -v $t; done; ls /opt/kube-bpf-proxy/dist; true',
@@ -125,7 +125,12 @@ describeImage(['KBP_IMAGE'])('the image scripts/build-image.sh writes', () => {
     )
       .trim()
       .split('\n');
-    expect(found.sort()).toEqual(['bench', 'native', 'src']);
+    // dist/ holds what tsconfig.build.json compiles from main.ts: the agent's commands, never the
+    // bench's (dist/bench) nor the demo's and the lab's (src/cli/demo.js, src/lab).
+    expect(found.sort()).toEqual(['native', 'src']);
+    const tools = await inImage('ls /opt/kube-bpf-proxy/dist/src /opt/kube-bpf-proxy/dist/src/cli');
+    expect(tools.split('\n')).not.toContain('lab');
+    expect(tools.split('\n')).not.toContain('demo.js');
   });
 
   it('runs the CLI and has every program the agent runs', async () => {
