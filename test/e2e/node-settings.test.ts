@@ -24,6 +24,7 @@ import {
 } from '../../src/host/conntrack-sysctls.js';
 import { AgentLog } from '../../src/lab/agent-log.js';
 import { Lab } from '../../src/lab/netns.js';
+import { conntrackCase } from '../support/conntrack-sysctls-vs-kube-proxy.js';
 import { inNetns } from '../support/in-netns.js';
 import { describeRoot } from '../support/privileges.js';
 
@@ -69,16 +70,7 @@ describeRoot('conntrack.* sysctls', () => {
     const host = hostWide();
     const init = perNamespace();
     // A floor the host already allows and its hashsize already covers: kube-proxy writes neither.
-    const min = Math.min(host.max, host.hashsize * 4);
-    const settings = conntrackOf([
-      'maxPerCore: 1',
-      `min: ${min}`,
-      'tcpEstablishedTimeout: 7h',
-      'tcpCloseWaitTimeout: 90s',
-      'tcpBeLiberal: true',
-      'udpTimeout: 45s',
-      'udpStreamTimeout: 100s',
-    ]);
+    const settings = conntrackOf(conntrackCase());
     const { log, lines } = capturingLogger();
     const writes = inNetns(lab.ns('a'), () => applyConntrackSysctls(settings, log));
     expect(inNetns(lab.ns('a'), perNamespace)).toEqual({
