@@ -30,9 +30,19 @@ export const MODE_COLORS: Record<string, string> = {
   'kube-proxy-ipvs': '#fdb863',
 };
 
-const WIDTH = 720;
 const HEIGHT = 440;
-const MARGIN = { left: 80, right: 190, top: 48, bottom: 56 };
+const PLOT_WIDTH = 450;
+const MARGIN = { left: 80, top: 48, bottom: 56 };
+/** The legend: a gap, a 26 px line sample, a 6 px gap, then the name; DejaVu Sans at 12 px is at
+ * most ~7.5 px a character, so the picture is as wide as its longest name needs. */
+const LEGEND_NAME_X = 14 + 32;
+const LEGEND_CHAR_PX = 7.5;
+
+/** The picture's width: the plot, then a legend wide enough for the longest series name. */
+export function chartWidth(seriesNames: readonly string[]): number {
+  const longest = Math.max(0, ...seriesNames.map((name) => name.length));
+  return MARGIN.left + PLOT_WIDTH + LEGEND_NAME_X + Math.ceil(longest * LEGEND_CHAR_PX) + 12;
+}
 
 const escapeXml = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
@@ -79,16 +89,17 @@ export function chartSvg(chart: Chart): string {
     : linearTicks(Math.min(0, ...ys), ys.length > 0 ? Math.max(...ys) * 1.05 : 1);
   const yLo = logY ? Math.log10(yTicks[0] ?? 1) : (yTicks[0] ?? 0);
   const yHi = logY ? Math.log10(yTicks.at(-1) ?? 10) : (yTicks.at(-1) ?? 1);
-  const plotW = WIDTH - MARGIN.left - MARGIN.right;
+  const width = chartWidth(chart.series.map((s) => s.name));
+  const plotW = PLOT_WIDTH;
   const plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
   const px = (x: number) => MARGIN.left + ((Math.log10(x) - xMin) / (xMax - xMin)) * plotW;
   const py = (y: number) =>
     MARGIN.top + plotH - (((logY ? Math.log10(y) : y) - yLo) / (yHi - yLo || 1)) * plotH;
 
   const out: string[] = [
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${WIDTH}" height="${HEIGHT}" viewBox="0 0 ${WIDTH} ${HEIGHT}" font-family="DejaVu Sans, Arial, sans-serif" font-size="12">`,
-    `<rect width="${WIDTH}" height="${HEIGHT}" fill="#ffffff"/>`,
-    `<text x="${WIDTH / 2}" y="26" text-anchor="middle" font-size="15" font-weight="bold">${escapeXml(chart.title)}</text>`,
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${HEIGHT}" viewBox="0 0 ${width} ${HEIGHT}" font-family="DejaVu Sans, Arial, sans-serif" font-size="12">`,
+    `<rect width="${width}" height="${HEIGHT}" fill="#ffffff"/>`,
+    `<text x="${width / 2}" y="26" text-anchor="middle" font-size="15" font-weight="bold">${escapeXml(chart.title)}</text>`,
   ];
   for (const t of xTicks) {
     const x = px(t).toFixed(1);

@@ -18,7 +18,7 @@ import {
 } from '../../bench/harness.js';
 import { guestBenchArgs, guestEnvironment, LAB_TIMEOUT_SCALE } from '../../bench/ipvs-lab.js';
 import { MEASURE_IDS, MEASURES, type Sample } from '../../bench/measures.js';
-import { chartSvg, linearTicks } from '../../bench/plot.js';
+import { chartSvg, chartWidth, linearTicks } from '../../bench/plot.js';
 import {
   aggregate,
   aggregateBpfCost,
@@ -738,6 +738,21 @@ describe('plot', () => {
     expect(svg).toContain('conn/s &lt;vs&gt; N');
     for (const tick of ['>1<', '>10<', '>100<', '>1k<', '>10k<', '>100k<']) expect(svg).toContain(tick);
     expect(svg).toContain('>iptables<');
+  });
+
+  it('is as wide as its longest legend name needs, so no name is cut at the right edge', () => {
+    const names = ['bpf median', 'kube-proxy-iptables median'];
+    const svg = chartSvg({
+      title: 't',
+      xLabel: 'services',
+      yLabel: 'conn/s',
+      series: names.map((name) => ({ name, color: '#000', points: [{ x: 1, y: 1 }] })),
+    });
+    const width = Number(/<svg[^>]* width="(\d+)"/.exec(svg)?.[1]);
+    const nameX = Number(/<text x="([\d.]+)"[^>]*>kube-proxy-iptables median</.exec(svg)?.[1]);
+    // 26 characters of DejaVu Sans at 12 px are under 7.5 px each.
+    expect(width - nameX).toBeGreaterThanOrEqual(26 * 7.5);
+    expect(chartWidth(['bpf'])).toBeLessThan(chartWidth(names));
   });
 
   it('puts the top tick at or above the largest value, so every point stays inside the frame', () => {
