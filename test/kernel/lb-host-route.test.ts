@@ -21,7 +21,7 @@ import {
   replyTo,
   TCP,
 } from '../../src/net/packets.js';
-import { FAMILY_CASES } from '../support/families.js';
+import { FAMILY_CASES, type FamilyCase } from '../support/families.js';
 import { buildRoutingNamespace, macOf, NEIGHBOURS } from '../support/fib-lab.js';
 import { enterNetns } from '../support/in-netns.js';
 import {
@@ -54,6 +54,18 @@ const SETTINGS: { setting: BpfConfig['hostRouting']; chains: string[]; bypass: b
 ];
 
 let nextSport = 30000;
+
+/** A new flow's SYN from the client pod to `daddr`:80, in the family of `A`, from a fresh port. */
+function synFromClient(A: FamilyCase['A'], daddr: string): Buffer {
+  return buildPacket({
+    saddr: A(CLIENT_POD.ip),
+    daddr: A(daddr),
+    proto: IPPROTO_TCP,
+    sport: nextSport++,
+    dport: 80,
+    tcpFlags: TCP.SYN,
+  });
+}
 
 describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
   const lab = new Lab(`kbphr${process.pid}`);
@@ -132,15 +144,7 @@ describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
       });
     });
 
-    const syn = (daddr: string) =>
-      buildPacket({
-        saddr: A(CLIENT_POD.ip),
-        daddr: A(daddr),
-        proto: IPPROTO_TCP,
-        sport: nextSport++,
-        dport: 80,
-        tcpFlags: TCP.SYN,
-      });
+    const syn = (daddr: string) => synFromClient(A, daddr);
     const ttlOf = (frame: Buffer) => frame[ETH_HLEN + (family === 'IPv4' ? 8 : 7)];
 
     it(
@@ -227,17 +231,7 @@ describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
     const { A } = FAMILY_CASES[0]!;
     mapUpdate(lb.fd.hostIfs, u32Codec.encode(r2), u32Codec.encode(HOST_IF.bridge));
     try {
-      const out = run(
-        lb,
-        TC_POD,
-        buildPacket({
-          saddr: A(CLIENT_POD.ip),
-          daddr: A(VIP),
-          proto: IPPROTO_TCP,
-          sport: nextSport++,
-          dport: 80,
-        }),
-      );
+      const out = run(lb, TC_POD, synFromClient(A, VIP));
       expect(out.retval).toBe(TC_ACT_REDIRECT);
       expect([macOf(out.dataOut, 0), macOf(out.dataOut, 6)]).toEqual([BACKEND_POD.mac, r2Mac]);
     } finally {
@@ -250,17 +244,7 @@ describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
     const { A } = FAMILY_CASES[0]!;
     mapDelete(lb.fd.hostIfs, u32Codec.encode(r2));
     try {
-      const out = run(
-        lb,
-        TC_POD,
-        buildPacket({
-          saddr: A(CLIENT_POD.ip),
-          daddr: A(VIP),
-          proto: IPPROTO_TCP,
-          sport: nextSport++,
-          dport: 80,
-        }),
-      );
+      const out = run(lb, TC_POD, synFromClient(A, VIP));
       expect(out.retval).toBe(TC_ACT_UNSPEC);
       expect(parsePacket(out.dataOut)).toMatchObject({ daddr: A(BACKEND_POD.ip) });
     } finally {
