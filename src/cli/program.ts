@@ -1,5 +1,6 @@
 // The kube-bpf-proxy command tree: one subcommand per file in src/cli/.
 
+import { fileURLToPath } from 'node:url';
 import { Command } from 'commander';
 import { registerVersionCommand, VERSION } from './version.js';
 
@@ -9,12 +10,12 @@ type Register = (program: Command) => void;
  * pay for the demo's or the renderers' modules (~0.1 s of the cold start). */
 const COMMANDS: Record<string, () => Promise<Register>> = {
   run: async () => (await import('./run.js')).registerRunCommand,
-  demo: async () => (await importTool('demo')).registerDemoCommand as Register,
+  demo: () => importTool('demo', 'registerDemoCommand'),
   render: async () => (await import('./render.js')).registerRenderCommand,
   list: async () => (await import('./list.js')).registerListCommand,
   trace: async () => (await import('./trace.js')).registerTraceCommand,
   cleanup: async () => (await import('./cleanup.js')).registerCleanupCommand,
-  bench: async () => (await importTool('bench')).registerBenchCommand as Register,
+  bench: () => importTool('bench', 'registerBenchCommand'),
   version: async () => registerVersionCommand,
 };
 
@@ -24,13 +25,16 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
  * which the compiler does not follow, so the image's build (tsconfig.build.json, from main.ts)
  * leaves them and the lab code out. In the image the commands say so.
  */
-async function importTool(name: 'demo' | 'bench'): Promise<Record<string, unknown>> {
-  const specifier = `./${name}.js`;
+async function importTool(name: 'demo' | 'bench', exportName: string): Promise<Register> {
+  const url = new URL(`./${name}.js`, import.meta.url);
   try {
-    return await import(specifier);
+    return (await import(url.href))[exportName] as Register;
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ERR_MODULE_NOT_FOUND') throw err;
-    return { [`register${name[0]!.toUpperCase()}${name.slice(1)}Command`]: toolMissing(name) };
+    // Only the tool's own module missing means this build left it out; a module the tool imports
+    // missing is a broken build, and says so.
+    const missing = (err as NodeJS.ErrnoException).code === 'ERR_MODULE_NOT_FOUND';
+    if (!missing || !(err as Error).message.includes(`'${fileURLToPath(url)}'`)) throw err;
+    return toolMissing(name);
   }
 }
 
