@@ -12,6 +12,15 @@ const { values, positionals } = parseArgs({
   options: { label: { type: 'string' }, 'checks-failed': { type: 'string', default: '0' } },
   allowPositionals: true,
 });
+// A test file that failed to load (a syntax or import error) reports no failed test, only its own
+// failed status: count it once. vitest's numFailedTestSuites is no substitute: it also counts every
+// describe block around a failed test, so one failed test read as three failures.
+function filesFailedWithoutATest(report) {
+  return (report.testResults ?? []).filter(
+    (file) => file.status === 'failed' && !file.assertionResults?.some((test) => test.status === 'failed'),
+  ).length;
+}
+
 const totals = { passed: 0, failed: Number(values['checks-failed']), skipped: 0 };
 for (const path of positionals) {
   if (!existsSync(path)) {
@@ -22,7 +31,7 @@ for (const path of positionals) {
   try {
     const report = JSON.parse(readFileSync(path, 'utf8'));
     totals.passed += report.numPassedTests;
-    totals.failed += report.numFailedTests + (report.numFailedTestSuites ?? 0);
+    totals.failed += report.numFailedTests + filesFailedWithoutATest(report);
     totals.skipped += report.numPendingTests + report.numTodoTests;
   } catch (err) {
     console.log(`could not read ${path}: ${err.message}`);

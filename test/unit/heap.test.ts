@@ -29,13 +29,17 @@ describe('heapAfterFullSyncs', () => {
     // What a full sync drops: ~40 MiB of short-lived objects still in the heap.
     let garbage: unknown[] | null = Array.from({ length: 400_000 }, (_, i) => ({ i, text: `entry ${i}` }));
     expect(garbage.length).toBe(400_000);
+    const usedWithGarbageMiB = process.memoryUsage().heapUsed / 2 ** 20;
     garbage = null;
     observer.synced?.(report(true));
     expect(lines).toEqual([]); // not within the sync's own turn
     await nextTurn();
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatchObject({ msg: 'heap collected after a full sync' });
-    expect(lines[0]!.freedMiB as number).toBeGreaterThan(10);
+    // V8 may start a collection of its own between the sync and ours (it did in CI, under load), so
+    // what ours reports freed varies; what must hold is that the garbage is gone once ours ran.
+    expect(lines[0]!.freedMiB as number).toBeGreaterThanOrEqual(0);
+    expect(usedWithGarbageMiB - (lines[0]!.heapUsedMiB as number)).toBeGreaterThan(20);
   });
 
   it('moves the survivors together, so the pages the sync fragmented go back to the system', async () => {
