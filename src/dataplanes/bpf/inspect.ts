@@ -32,7 +32,6 @@ import {
   TC_HANDLE,
   TC_PRIORITY,
 } from './attach.js';
-import { type FrontendNames, namesFilePath } from './dataplane.js';
 import { flowHash } from './flow-hash.js';
 import {
   decodeFrontendValue,
@@ -75,6 +74,7 @@ import {
   u8Codec,
   u32Codec,
 } from './layout.js';
+import { type FrontendNames, namesFilePath } from './names-file.js';
 import { type MapName, mapPinPath, PIN_LAYOUT_VERSION } from './object.js';
 import { ANY_ADDRESS, type FrontendKey, frontendLabel } from './plan.js';
 import type { BackendEntry, FrontendValue } from './store.js';
