@@ -23,6 +23,7 @@ import { closeFd, NativeError } from '../../../native/libc.js';
 import type { BpfScheduler } from '../../config/types.js';
 import type { IPFamily, Protocol } from '../../model/types.js';
 import { ipFamilyOf } from '../../net/ip.js';
+import { perCpuValueSize, sumPerCpu } from './codec.js';
 import {
   ACTION,
   ALGORITHM,
@@ -39,7 +40,6 @@ import {
   ip4Codec,
   ip6Codec,
   MAPS,
-  perCpuValueSize,
   SCOPE,
   type SockConfig,
   SRC_RANGE_ID_BITS,
@@ -51,7 +51,6 @@ import {
   sockConfig,
   srcRange4Key,
   srcRange6Key,
-  sumPerCpu,
   svc4Key,
   svc6Key,
   svcDropKey,
