@@ -12,7 +12,7 @@ import type { ProxyConfig } from '../../src/config/types.js';
 import { Attacher, detachAll, detachBpf, linkNameOfPin } from '../../src/dataplanes/bpf/attach.js';
 import { BpfDataplane } from '../../src/dataplanes/bpf/dataplane.js';
 import { discoverInterfaces, type HostNetwork } from '../../src/dataplanes/bpf/discover.js';
-import type { AttachmentView } from '../../src/dataplanes/bpf/inspect.js';
+import type { AttachmentView } from '../../src/dataplanes/bpf/inspect-list.js';
 import { ip4Codec } from '../../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
 import { findCgroup2Root } from '../../src/host/cgroup.js';

@@ -9,7 +9,7 @@ import { formatTrace, parseTraceInput, traceCommand } from '../../src/cli/trace.
 import { loadConfig } from '../../src/config/load.js';
 import type { ProxyConfig } from '../../src/config/types.js';
 import { BpfDataplane } from '../../src/dataplanes/bpf/dataplane.js';
-import type { FrontendView } from '../../src/dataplanes/bpf/inspect.js';
+import type { FrontendView } from '../../src/dataplanes/bpf/inspect-list.js';
 import { PROGRAMS } from '../../src/dataplanes/bpf/layout.js';
 import { silentLogger } from '../../src/logger.js';
 import { buildPacket, IPPROTO_TCP, IPPROTO_UDP, parsePacket, TCP } from '../../src/net/packets.js';

@@ -26,7 +26,7 @@ import { closeFd, netnsCookie, O_CLOEXEC, O_RDONLY, openPath } from '../../nativ
 import { detachAll, SOCK_HOOKS, syncSockHooks } from '../../src/dataplanes/bpf/attach.js';
 import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
 import { maglevIndex } from '../../src/dataplanes/bpf/flow-hash.js';
-import { listAttachments } from '../../src/dataplanes/bpf/inspect.js';
+import { listAttachments } from '../../src/dataplanes/bpf/inspect-list.js';
 import {
   ACTION,
   ALGORITHM,

@@ -1,12 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import type { ProxyDecisions } from '../../src/brain/types.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
-import {
-  DATAPATH_FAMILIES,
-  type PlanOptions,
-  planBpf,
-  resolveScheduler,
-} from '../../src/dataplanes/bpf/plan.js';
+import { type PlanOptions, planBpf, resolveScheduler } from '../../src/dataplanes/bpf/plan.js';
+import { DATAPATH_FAMILIES } from '../../src/dataplanes/bpf/types.js';
 import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
 
 const options: PlanOptions = {

@@ -61,7 +61,6 @@ import {
   u32Codec,
 } from './layout.js';
 import { MAP_SIZE_SETTING, type MapName } from './object.js';
-import { DATAPATH_FAMILIES, type FrontendAction, type FrontendKey, type FrontendKind } from './plan.js';
 import {
   type AffinityMatch,
   type BackendEntry,
@@ -75,6 +74,7 @@ import {
   type SourceRange,
   type StoredState,
 } from './store.js';
+import { DATAPATH_FAMILIES, type FrontendAction, type FrontendKey, type FrontendKind } from './types.js';
 
 export const IPPROTO: Record<Protocol, number> = { TCP: 6, UDP: 17, SCTP: 132 };
 const PROTOCOL_OF = new Map(Object.entries(IPPROTO).map(([p, n]) => [n, p as Protocol]));

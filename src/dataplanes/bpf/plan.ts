@@ -15,43 +15,25 @@ import type {
   ServicePortDecision,
 } from '../../brain/types.js';
 import type { BpfConfig, BpfScheduler, MaglevFrontends } from '../../config/types.js';
-import type { IPFamily, Protocol } from '../../model/types.js';
-import { cidrContains, joinHostPort, parseCIDR, parseIP } from '../../net/ip.js';
+import type { IPFamily } from '../../model/types.js';
+import { cidrContains, parseCIDR, parseIP } from '../../net/ip.js';
 import { IdAllocator } from './ids.js';
+import {
+  ANY_ADDRESS,
+  DATAPATH_FAMILIES,
+  type FrontendAction,
+  type FrontendKey,
+  type FrontendKind,
+  type FrontendScope,
+  frontendLabel,
+  frontendName,
+} from './types.js';
 
 export const SCHEDULER_ANNOTATION = 'kube-bpf-proxy.io/scheduler';
 export const SCHEDULERS: readonly BpfScheduler[] = ['random', 'rr', 'maglev'];
 
-/** The address of a NodePort frontend open on every node address (nodePortAddresses match-all). */
-export const ANY_ADDRESS: Record<IPFamily, string> = { IPv4: '0.0.0.0', IPv6: '::' };
-
-/** The families the datapath programs: both (XDP serves IPv4 only; IPv6 takes the tc path there). */
-export const DATAPATH_FAMILIES: readonly IPFamily[] = ['IPv4', 'IPv6'];
-
 /** count and slot are 16-bit in kbp_svc_val and kbp_slot_key. */
 export const MAX_BACKENDS_PER_FRONTEND = 65535;
-
-export type FrontendKind = 'ClusterIP' | 'ExternalIP' | 'LoadBalancer' | 'NodePort';
-
-/**
- * `all`: the entry every packet to the VIP matches. `internal`: a second entry, for traffic from
- * pods, present when that traffic must reach other endpoints than external traffic does
- * (eTP=Local: pods reaching an external VIP use the cluster endpoints, as kube-proxy's
- * "pod traffic for X external destinations" short-circuit does).
- */
-export type FrontendScope = 'all' | 'internal';
-
-/** forward: DNAT to a backend. reject: no endpoints anywhere (ICMP port unreachable, as kube-proxy's
- * REJECT). drop: endpoints exist but none the traffic policy allows ("has no local endpoints"). */
-export type FrontendAction = 'forward' | 'reject' | 'drop';
-
-export interface FrontendKey {
-  family: IPFamily;
-  address: string;
-  port: number;
-  protocol: Protocol;
-  scope: FrontendScope;
-}
 
 export interface PlannedFrontend {
   key: FrontendKey;
@@ -125,13 +107,6 @@ export interface BpfPlan {
   /** The allocators after this plan. */
   serviceIds: IdAllocator;
   backendIds: IdAllocator;
-}
-
-/** "TCP/10.96.0.10:80", with "/internal" for an internal-scope entry; "TCP/0.0.0.0:30080" for a
- * NodePort on every node address. */
-export function frontendName(key: FrontendKey): string {
-  const base = `${key.protocol}/${joinHostPort(key.address, key.port)}`;
-  return key.scope === 'internal' ? `${base}/internal` : base;
 }
 
 /**
@@ -692,12 +667,6 @@ export function plannedFrontend(plan: BpfPlan, name: string): PlannedFrontend | 
 export function plannedBackend(plan: BpfPlan, id: number): PlannedBackend | undefined {
   const b = plan.backends[lowerBound(plan.backends, id, (a, x) => a.id - x)];
   return b?.id === id ? b : undefined;
-}
-
-/** "TCP/10.96.0.10:80", "*" for every node address and " (pods)" on an internal-scope entry. */
-export function frontendLabel(key: FrontendKey): string {
-  const host = key.address === ANY_ADDRESS[key.family] ? '*' : key.address;
-  return `${key.protocol}/${joinHostPort(host, key.port)}${key.scope === 'internal' ? ' (pods)' : ''}`;
 }
 
 /**

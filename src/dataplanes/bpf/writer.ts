@@ -19,7 +19,7 @@ import { joinHostPort } from '../../net/ip.js';
 import { buildMaglevTable, MAGLEV_HASH_SEED } from './maglev.js';
 import { EntriesByService, PairsByService, SlotsByService } from './mirror-index.js';
 import type { BpfPlan, PlannedBackend, PlannedFrontend } from './plan.js';
-import { frontendName, plannedBackend, plannedFrontend } from './plan.js';
+import { plannedBackend, plannedFrontend } from './plan.js';
 import {
   type AffinityMatch,
   type BackendEntry,
@@ -33,6 +33,7 @@ import {
   type SourceRange,
   type StoredState,
 } from './store.js';
+import { frontendName } from './types.js';
 
 export interface WriterOptions {
   maglevTableSize: number;
