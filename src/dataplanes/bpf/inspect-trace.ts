@@ -90,15 +90,24 @@ export interface TraceMaps {
 const name = (b: BackendEntry | null, id: number) =>
   b ? joinHostPort(b.address, b.port) : `#${id} (missing)`;
 
+/** One trace as its steps fill it in. */
+interface Trace {
+  input: TraceInput;
+  maps: TraceMaps;
+  names: ReadonlyMap<number, string>;
+  proto: number;
+  steps: TraceStep[];
+  result: TraceResult;
+}
+
 /** The datapath's decision for one packet, step by step (kbp_lb4 / kbp_lb6, bpf/lb_family.h); the
- * destination's family picks the maps. */
+ * destination's family picks the maps. Each step returns whether the packet's fate is settled. */
 export function traceFlow(
   input: TraceInput,
   maps: TraceMaps,
   names: ReadonlyMap<number, string>,
 ): TraceResult {
   const steps: TraceStep[] = [];
-  const proto = IPPROTO[input.protocol];
   const result: TraceResult = {
     verdict: 'pass',
     steps,
@@ -109,6 +118,20 @@ export function traceFlow(
     candidates: [],
     deterministic: true,
   };
+  const t: Trace = { input, maps, names, proto: IPPROTO[input.protocol], steps, result };
+  if (traceConntrack(t)) return result;
+  const sv = traceService(t);
+  if (!sv || traceAdmission(t, sv)) return result;
+  const slots = traceBackends(t, sv);
+  if (traceAffinity(t, sv)) return result;
+  traceScheduler(t, sv, slots);
+  return result;
+}
+
+const backendName = (t: Trace, id: number) => name(t.maps.backend(id), id);
+
+/** 1. Conntrack: a tracked flow is rewritten as it was, unless a SYN reopens a closed or orphaned one. */
+function traceConntrack({ input, maps, names, proto, steps, result }: Trace): boolean {
   const tuple: Ct4Key = {
     saddr: input.saddr,
     daddr: input.daddr,
@@ -116,63 +139,67 @@ export function traceFlow(
     dport: input.dport,
     proto,
   };
-
-  // 1. Conntrack.
   const ct = maps.conntrack(tuple);
-  const newConnection = input.protocol === 'TCP' && input.syn;
-  if (ct) {
-    const reply = (ct.flags & CT_F.REPLY) !== 0;
-    const closed = (ct.tcpFlags & (TCP_FLAG.FIN | TCP_FLAG.RST)) !== 0;
-    const b = maps.backend(ct.backendId);
-    const current = b !== null && b.address === ct.xlateDaddr && b.port === ct.xlateDport && !b.terminating;
-    const to = `${joinHostPort(ct.xlateSaddr, ct.xlateSport)} -> ${joinHostPort(ct.xlateDaddr, ct.xlateDport)}`;
-    if (!reply && newConnection && (closed || !current)) {
-      steps.push({
-        step: 'conntrack',
-        result: `tracked flow found, but this SYN opens a new connection and the old flow ${closed ? 'closed' : 'lost its backend'}: choose again`,
-      });
-    } else {
-      steps.push({
-        step: 'conntrack',
-        result: `${reply ? 'reply of' : 'packet of'} a tracked flow (service id ${ct.svcId}, backend id ${ct.backendId}): rewritten to ${to}`,
-      });
-      result.verdict = 'translate';
-      result.serviceId = ct.svcId;
-      result.servicePort = names.get(ct.svcId) ?? null;
-      result.backend = reply
-        ? joinHostPort(ct.xlateSaddr, ct.xlateSport)
-        : joinHostPort(ct.xlateDaddr, ct.xlateDport);
-      return result;
-    }
-  } else {
+  if (!ct) {
     steps.push({ step: 'conntrack', result: 'no tracked flow for this tuple' });
+    return false;
   }
+  const newConnection = input.protocol === 'TCP' && input.syn;
+  const reply = (ct.flags & CT_F.REPLY) !== 0;
+  const closed = (ct.tcpFlags & (TCP_FLAG.FIN | TCP_FLAG.RST)) !== 0;
+  const b = maps.backend(ct.backendId);
+  const current = b !== null && b.address === ct.xlateDaddr && b.port === ct.xlateDport && !b.terminating;
+  const to = `${joinHostPort(ct.xlateSaddr, ct.xlateSport)} -> ${joinHostPort(ct.xlateDaddr, ct.xlateDport)}`;
+  if (!reply && newConnection && (closed || !current)) {
+    steps.push({
+      step: 'conntrack',
+      result: `tracked flow found, but this SYN opens a new connection and the old flow ${closed ? 'closed' : 'lost its backend'}: choose again`,
+    });
+    return false;
+  }
+  steps.push({
+    step: 'conntrack',
+    result: `${reply ? 'reply of' : 'packet of'} a tracked flow (service id ${ct.svcId}, backend id ${ct.backendId}): rewritten to ${to}`,
+  });
+  result.verdict = 'translate';
+  result.serviceId = ct.svcId;
+  result.servicePort = names.get(ct.svcId) ?? null;
+  result.backend = reply
+    ? joinHostPort(ct.xlateSaddr, ct.xlateSport)
+    : joinHostPort(ct.xlateDaddr, ct.xlateDport);
+  return true;
+}
 
-  // 2. Service lookup.
-  const family = ipFamilyOf(input.daddr) ?? 'IPv4';
+/** The frontend the packet matches: its own address, else a NodePort on every node address. */
+function lookupFrontend({ input, maps }: Trace, key: FrontendKey): FrontendValue | null {
+  const sv = maps.frontend(key);
+  if (sv) return sv;
+  const cfg = maps.config();
+  const candidate =
+    cfg.nodeportMax === 0 || (input.dport >= cfg.nodeportMin && input.dport <= cfg.nodeportMax);
+  if (!candidate || !maps.isNodeAddress(input.daddr)) return null;
+  key.address = ANY_ADDRESS[key.family];
+  return maps.frontend(key);
+}
+
+/** 2. Service lookup: the frontend, its internal-scope sibling for pods; null when the packet
+ * passes untouched. */
+function traceService(t: Trace): FrontendValue | null {
+  const { input, maps, names, steps, result } = t;
   const key: FrontendKey = {
-    family,
+    family: ipFamilyOf(input.daddr) ?? 'IPv4',
     address: input.daddr,
     port: input.dport,
     protocol: input.protocol,
     scope: 'all',
   };
-  let sv = maps.frontend(key);
-  if (!sv) {
-    const cfg = maps.config();
-    const candidate =
-      cfg.nodeportMax === 0 || (input.dport >= cfg.nodeportMin && input.dport <= cfg.nodeportMax);
-    if (candidate && maps.isNodeAddress(input.daddr)) {
-      key.address = ANY_ADDRESS[family];
-      sv = maps.frontend(key);
-    }
-  }
+  let sv = lookupFrontend(t, key);
   if (!sv) {
     steps.push({
       step: 'service',
       result: `no frontend for ${input.protocol}/${joinHostPort(input.daddr, input.dport)}: passed untouched`,
     });
-    return result;
+    return null;
   }
   if (input.from === 'pod' && sv.hasInternalScope) {
     const internal = maps.frontend({ ...key, scope: 'internal' });
@@ -194,10 +221,13 @@ export function traceFlow(
       result: 'ClusterIPs are served to pods only: from an external interface the packet passes untouched',
     });
     result.frontend = null;
-    return result;
+    return null;
   }
+  return sv;
+}
 
-  // 3. Source ranges, action.
+/** 3. Source ranges, then the frontend's action: dropped or rejected here, or on to a backend. */
+function traceAdmission({ input, maps, steps, result }: Trace, sv: FrontendValue): boolean {
   if (sv.checksSourceRanges) {
     if (!maps.sourceAllowed(sv.serviceId, input.saddr)) {
       steps.push({
@@ -205,7 +235,7 @@ export function traceFlow(
         result: `${input.saddr} is outside loadBalancerSourceRanges: dropped`,
       });
       result.verdict = 'drop';
-      return result;
+      return true;
     }
     steps.push({ step: 'source ranges', result: `${input.saddr} is inside loadBalancerSourceRanges` });
   }
@@ -215,76 +245,91 @@ export function traceFlow(
       result: 'the service has no endpoints: rejected (ICMP port unreachable)',
     });
     result.verdict = 'reject';
-    return result;
+    return true;
   }
   if (sv.action === 'drop' || sv.count === 0) {
     steps.push({ step: 'endpoints', result: 'no endpoint the traffic policy allows (Local): dropped' });
     result.verdict = 'drop';
-    return result;
+    return true;
   }
-  const slots = Array.from({ length: sv.count }, (_, i) => maps.slot(sv.serviceId, sv.gen, i));
-  const backendName = (id: number) => name(maps.backend(id), id);
-  steps.push({
-    step: 'backends',
-    result: `${sv.count} backend(s) in generation ${sv.gen}${sv.localOnly ? ' (local endpoints only)' : ''}: ${slots.map(backendName).join(', ')}`,
-  });
-  result.verdict = 'translate';
+  return false;
+}
 
-  // 4. Affinity.
-  if (sv.affinityTimeoutSeconds > 0) {
-    const a = maps.affinity(input.saddr, sv.serviceId);
-    const timeoutNs = BigInt(sv.affinityTimeoutSeconds) * 1_000_000_000n;
-    if (a && a.ageNs <= timeoutNs && maps.affinityMatches(a.backendId, sv.serviceId)) {
-      steps.push({
-        step: 'affinity',
-        result: `client ${input.saddr} used ${backendName(a.backendId)} ${Number(a.ageNs / 1_000_000_000n)}s ago (timeout ${sv.affinityTimeoutSeconds}s): same backend`,
-      });
-      result.backend = backendName(a.backendId);
-      return result;
-    }
+/** The live generation's backend ids, in slot order. */
+function traceBackends(t: Trace, sv: FrontendValue): number[] {
+  const slots = Array.from({ length: sv.count }, (_, i) => t.maps.slot(sv.serviceId, sv.gen, i));
+  t.steps.push({
+    step: 'backends',
+    result: `${sv.count} backend(s) in generation ${sv.gen}${sv.localOnly ? ' (local endpoints only)' : ''}: ${slots.map((id) => backendName(t, id)).join(', ')}`,
+  });
+  t.result.verdict = 'translate';
+  return slots;
+}
+
+/** 4. Affinity: a client seen within the timeout goes to its backend again. */
+function traceAffinity(t: Trace, sv: FrontendValue): boolean {
+  const { input, maps, steps, result } = t;
+  if (sv.affinityTimeoutSeconds <= 0) return false;
+  const a = maps.affinity(input.saddr, sv.serviceId);
+  const timeoutNs = BigInt(sv.affinityTimeoutSeconds) * 1_000_000_000n;
+  if (a && a.ageNs <= timeoutNs && maps.affinityMatches(a.backendId, sv.serviceId)) {
     steps.push({
       step: 'affinity',
-      result: a
-        ? 'the client affinity entry expired or its backend left: choose again'
-        : `no affinity entry for ${input.saddr} yet`,
+      result: `client ${input.saddr} used ${backendName(t, a.backendId)} ${Number(a.ageNs / 1_000_000_000n)}s ago (timeout ${sv.affinityTimeoutSeconds}s): same backend`,
     });
-  }
-
-  // 5. Scheduler.
-  if (sv.scheduler === 'maglev') {
-    const table = maps.maglevTable(sv.serviceId);
-    const cfg = maps.config();
-    if (table && cfg.maglevSize > 0) {
-      const index = flowHash(input.saddr, input.sport, input.dport, proto, cfg.hashSeed) % cfg.maglevSize;
-      const id = table[index] ?? 0;
-      steps.push({
-        step: 'maglev',
-        result: `hash of (${input.saddr}, ${input.sport}, ${input.dport}, ${input.protocol}) with seed ${cfg.hashSeed} -> entry ${index} of ${cfg.maglevSize}: ${backendName(id)} (deterministic)`,
-      });
-      result.backend = backendName(id);
-      return result;
-    }
-    steps.push({ step: 'maglev', result: 'no Maglev table installed: random choice instead' });
-  } else if (sv.scheduler === 'rr') {
-    const next = maps.rrNext(sv.serviceId);
-    if (next !== null) {
-      const slot = next % sv.count;
-      steps.push({
-        step: 'rr',
-        result: `round robin counter at ${next}: the next new flow gets slot ${slot}, ${backendName(slots[slot]!)} (unless another flow comes first)`,
-      });
-      result.backend = backendName(slots[slot]!);
-      result.deterministic = false;
-      return result;
-    }
+    result.backend = backendName(t, a.backendId);
+    return true;
   }
   steps.push({
+    step: 'affinity',
+    result: a
+      ? 'the client affinity entry expired or its backend left: choose again'
+      : `no affinity entry for ${input.saddr} yet`,
+  });
+  return false;
+}
+
+/** 5. Scheduler: Maglev's table entry, round robin's next slot, else any backend at random. */
+function traceScheduler(t: Trace, sv: FrontendValue, slots: readonly number[]): void {
+  if (sv.scheduler === 'maglev' && traceMaglev(t, sv)) return;
+  if (sv.scheduler === 'rr' && traceRoundRobin(t, sv, slots)) return;
+  t.steps.push({
     step: 'random',
     result: `one of the ${sv.count} backend(s) at random, per new flow (not deterministic)`,
   });
-  result.candidates = slots.map(backendName);
-  result.deterministic = false;
-  return result;
+  t.result.candidates = slots.map((id) => backendName(t, id));
+  t.result.deterministic = false;
+}
+
+function traceMaglev(t: Trace, sv: FrontendValue): boolean {
+  const { input, maps, steps, result } = t;
+  const table = maps.maglevTable(sv.serviceId);
+  const cfg = maps.config();
+  if (!table || cfg.maglevSize <= 0) {
+    steps.push({ step: 'maglev', result: 'no Maglev table installed: random choice instead' });
+    return false;
+  }
+  const index = flowHash(input.saddr, input.sport, input.dport, t.proto, cfg.hashSeed) % cfg.maglevSize;
+  const id = table[index] ?? 0;
+  steps.push({
+    step: 'maglev',
+    result: `hash of (${input.saddr}, ${input.sport}, ${input.dport}, ${input.protocol}) with seed ${cfg.hashSeed} -> entry ${index} of ${cfg.maglevSize}: ${backendName(t, id)} (deterministic)`,
+  });
+  result.backend = backendName(t, id);
+  return true;
+}
+
+function traceRoundRobin(t: Trace, sv: FrontendValue, slots: readonly number[]): boolean {
+  const next = t.maps.rrNext(sv.serviceId);
+  if (next === null) return false;
+  const slot = next % sv.count;
+  t.steps.push({
+    step: 'rr',
+    result: `round robin counter at ${next}: the next new flow gets slot ${slot}, ${backendName(t, slots[slot]!)} (unless another flow comes first)`,
+  });
+  t.result.backend = backendName(t, slots[slot]!);
+  t.result.deterministic = false;
+  return true;
 }
 
 /** TraceMaps over the pinned maps. */
