@@ -228,7 +228,7 @@ function draftFrontends(sp: ServicePortDecision, fam: FamilyDecisions): Frontend
   return drafts;
 }
 
-function capacityProblem(
+function mapFullProblem(
   servicePortName: string,
   what: string,
   capacity: number,
@@ -384,8 +384,6 @@ function planServicePort(
 ): void {
   const key = serviceKeyOf(sp);
   const c = contributionOf(state, key);
-  const { capacity, nowMs } = options;
-  const { serviceIds, backendIds } = state;
   const problem = (p: PlanProblem) => {
     c.problems.push(p);
     state.withProblems.add(key);
@@ -395,24 +393,65 @@ function planServicePort(
     if (!c.orderDependent) state.orderDependent++;
     c.orderDependent = true;
   };
-  if (!options.families.includes(sp.family)) {
-    problem({
-      servicePortName: sp.servicePortName,
-      reason: `not programmed: the bpf data plane handles ${options.families.join(', ') || 'no family'}, not ${sp.family}`,
-    });
-    return;
-  }
-  if (sp.protocol === 'SCTP') {
-    problem({
-      servicePortName: sp.servicePortName,
-      reason: 'not programmed: the bpf data plane handles TCP and UDP, not SCTP',
-    });
+  const unsupported = unsupportedProblem(sp, options.families);
+  if (unsupported) {
+    problem(unsupported);
     return;
   }
   const resolved = resolveScheduler(sp, options.defaultScheduler, options.maglevFrontends);
   if (resolved.problem) problem(resolved.problem);
-  const { scheduler } = resolved;
+  const drafts = claimFrontends(state, sp, fam, orderDependent);
+  const slots = drafts.reduce((n, d) => n + d.endpoints.length, 0);
+  const ranges = drafts.reduce((n, d) => n + d.sourceRanges.length, 0);
+  const allocated =
+    capacityProblem(state, sp, drafts, options.capacity, { slots, ranges }) ??
+    allocateIds(state, sp, drafts, resolved.scheduler, options.nowMs);
+  if ('reason' in allocated) {
+    // The frontends are given back; ids handed out to this service port stay allocated until
+    // released as unused.
+    for (const d of drafts) state.owners.delete(d.name);
+    orderDependent(allocated);
+    return;
+  }
+  for (const f of allocated.planned) {
+    state.frontends.set(f.name, f);
+    c.frontends.push(f);
+    countAnyAddressNodePort(state, f, 1);
+  }
+  for (const { id, e } of allocated.refs) {
+    addBackendRef(state, id, sp.family, e);
+    c.refs.push(e);
+  }
+  c.slots += slots;
+  c.ranges += ranges;
+  state.slotCount += slots;
+  state.sourceRangeCount += ranges;
+}
 
+/** A service port the datapath cannot serve at all: another family, or SCTP. */
+function unsupportedProblem(sp: ServicePortDecision, families: readonly IPFamily[]): PlanProblem | null {
+  if (!families.includes(sp.family)) {
+    return {
+      servicePortName: sp.servicePortName,
+      reason: `not programmed: the bpf data plane handles ${families.join(', ') || 'no family'}, not ${sp.family}`,
+    };
+  }
+  if (sp.protocol === 'SCTP') {
+    return {
+      servicePortName: sp.servicePortName,
+      reason: 'not programmed: the bpf data plane handles TCP and UDP, not SCTP',
+    };
+  }
+  return null;
+}
+
+/** The service port's frontends that no other service port has claimed first, now claimed. */
+function claimFrontends(
+  state: PlanState,
+  sp: ServicePortDecision,
+  fam: FamilyDecisions,
+  orderDependent: (p: PlanProblem) => void,
+): FrontendDraft[] {
   const drafts: FrontendDraft[] = [];
   for (const draft of draftFrontends(sp, fam)) {
     const owner = state.owners.get(draft.name);
@@ -426,60 +465,63 @@ function planServicePort(
       });
     }
   }
+  return drafts;
+}
 
+/** The first limit the drafts would break (a frontend's slots, then each map's capacity), or null. */
+function capacityProblem(
+  state: PlanState,
+  sp: ServicePortDecision,
+  drafts: readonly FrontendDraft[],
+  capacity: PlanCapacity,
+  { slots, ranges }: { slots: number; ranges: number },
+): PlanProblem | null {
   const newBackends = new Set<string>();
   for (const d of drafts)
     for (const e of d.endpoints) if (!state.backends.has(e.endpoint)) newBackends.add(e.endpoint);
-  const slots = drafts.reduce((n, d) => n + d.endpoints.length, 0);
-  const ranges = drafts.reduce((n, d) => n + d.sourceRanges.length, 0);
   const largest = Math.max(0, ...drafts.map((d) => d.endpoints.length));
-  const full =
-    largest > MAX_BACKENDS_PER_FRONTEND
-      ? {
-          servicePortName: sp.servicePortName,
-          reason: `not programmed: ${largest} endpoints, more than the ${MAX_BACKENDS_PER_FRONTEND} a frontend can hold`,
-        }
-      : state.frontends.size + drafts.length > capacity.frontends
-        ? capacityProblem(sp.servicePortName, 'services', capacity.frontends, 'services')
-        : state.backends.size + newBackends.size > capacity.backends
-          ? capacityProblem(sp.servicePortName, 'backends', capacity.backends, 'backends')
-          : state.slotCount + slots > capacity.slots
-            ? capacityProblem(sp.servicePortName, 'backend slots', capacity.slots, 'backendSlots')
-            : state.sourceRangeCount + ranges > capacity.sourceRanges
-              ? capacityProblem(sp.servicePortName, 'source ranges', capacity.sourceRanges, 'sourceRanges')
-              : null;
-  if (full) {
-    for (const d of drafts) state.owners.delete(d.name);
-    orderDependent(full);
-    return;
-  }
+  const name = sp.servicePortName;
+  if (largest > MAX_BACKENDS_PER_FRONTEND)
+    return {
+      servicePortName: name,
+      reason: `not programmed: ${largest} endpoints, more than the ${MAX_BACKENDS_PER_FRONTEND} a frontend can hold`,
+    };
+  if (state.frontends.size + drafts.length > capacity.frontends)
+    return mapFullProblem(name, 'services', capacity.frontends, 'services');
+  if (state.backends.size + newBackends.size > capacity.backends)
+    return mapFullProblem(name, 'backends', capacity.backends, 'backends');
+  if (state.slotCount + slots > capacity.slots)
+    return mapFullProblem(name, 'backend slots', capacity.slots, 'backendSlots');
+  if (state.sourceRangeCount + ranges > capacity.sourceRanges)
+    return mapFullProblem(name, 'source ranges', capacity.sourceRanges, 'sourceRanges');
+  return null;
+}
 
+/** Service and backend ids for every draft; the problem when an allocator has none free. */
+function allocateIds(
+  state: PlanState,
+  sp: ServicePortDecision,
+  drafts: readonly FrontendDraft[],
+  scheduler: (kind: FrontendKind) => BpfScheduler,
+  nowMs: number,
+): { planned: PlannedFrontend[]; refs: { id: number; e: Endpoint }[] } | PlanProblem {
+  const { serviceIds, backendIds } = state;
+  const exhausted = (what: string, ids: IdAllocator, setting: string): PlanProblem => ({
+    servicePortName: sp.servicePortName,
+    reason: `not programmed: no free ${what} id (ids ${ids.min}-${ids.max} in use or in quarantine); raise bpf.mapSizes.${setting}`,
+  });
   const planned: PlannedFrontend[] = [];
   const refs: { id: number; e: Endpoint }[] = [];
-  let exhausted: PlanProblem | null = null;
   for (const d of drafts) {
     const serviceId = serviceIds.allocate(d.name, nowMs);
-    if (serviceId === null) {
-      exhausted = {
-        servicePortName: sp.servicePortName,
-        reason: `not programmed: no free service id (ids ${serviceIds.min}-${serviceIds.max} in use or in quarantine); raise bpf.mapSizes.services`,
-      };
-      break;
-    }
+    if (serviceId === null) return exhausted('service', serviceIds, 'services');
     const ids: number[] = [];
     for (const e of d.endpoints) {
       const id = backendIds.allocate(e.endpoint, nowMs);
-      if (id === null) {
-        exhausted = {
-          servicePortName: sp.servicePortName,
-          reason: `not programmed: no free backend id (ids ${backendIds.min}-${backendIds.max} in use or in quarantine); raise bpf.mapSizes.backends`,
-        };
-        break;
-      }
+      if (id === null) return exhausted('backend', backendIds, 'backends');
       ids.push(id);
       refs.push({ id, e });
     }
-    if (exhausted) break;
     planned.push({
       key: d.key,
       name: d.name,
@@ -499,25 +541,7 @@ function planServicePort(
       sourceRanges: d.sourceRanges,
     });
   }
-  if (exhausted) {
-    // Ids handed out to this service port stay allocated until released as unused.
-    for (const d of drafts) state.owners.delete(d.name);
-    orderDependent(exhausted);
-    return;
-  }
-  for (const f of planned) {
-    state.frontends.set(f.name, f);
-    c.frontends.push(f);
-    countAnyAddressNodePort(state, f, 1);
-  }
-  for (const { id, e } of refs) {
-    addBackendRef(state, id, sp.family, e);
-    c.refs.push(e);
-  }
-  c.slots += slots;
-  c.ranges += ranges;
-  state.slotCount += slots;
-  state.sourceRangeCount += ranges;
+  return { planned, refs };
 }
 
 const byName = (a: PlannedFrontend, b: PlannedFrontend) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
