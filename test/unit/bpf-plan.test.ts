@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import type { ProxyDecisions } from '../../src/brain/types.js';
+import { resolveScheduler } from '../../src/dataplanes/bpf/frontend-drafts.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
-import { type PlanOptions, planBpf, resolveScheduler } from '../../src/dataplanes/bpf/plan.js';
+import { type PlanOptions, planBpf } from '../../src/dataplanes/bpf/plan.js';
 import { DATAPATH_FAMILIES } from '../../src/dataplanes/bpf/types.js';
 import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
 

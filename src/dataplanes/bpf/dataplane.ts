@@ -23,11 +23,11 @@ import { KernelStore } from './kernel-store.js';
 import { MAGLEV_HASH_SEED } from './maglev.js';
 import { NamesFile, namesFilePath } from './names-file.js';
 import { type LoadedObject, loadPinnedObject, MAP_SIZE_SETTING } from './object.js';
-import { type BpfPlan, BpfPlanner, type PlanProblem } from './plan.js';
+import { type BpfPlan, BpfPlanner } from './plan.js';
 import { releaseSnatPorts, reserveSnatPorts, SNAT_PORT_RANGE } from './snat-ports.js';
 import { attachSocketLB } from './socket-lb.js';
 import { BpfStatsReader } from './stats-read.js';
-import { ANY_ADDRESS } from './types.js';
+import { ANY_ADDRESS, type PlanProblem } from './types.js';
 import { MapWriter } from './writer.js';
 
 /** How long replaced slots, tables and backends stay for programs that read the old values. */

@@ -3,34 +3,22 @@
 // did); it lays the decisions out as frontends (one per address:port/protocol/scope the datapath
 // matches, each with its own service id, backend list and flags) and backends shared between
 // frontends, and gives both stable numeric ids. Deterministic: the same decisions and allocator
-// state give the same plan.
+// state give the same plan. frontend-drafts.ts says which frontends one service port asks for.
 
 import { servicePortsOf } from '../../brain/decide.js';
 import { lowerBound, patchSorted } from '../../brain/sorted.js';
-import type {
-  Endpoint,
-  FamilyDecisions,
-  ProxyDecisions,
-  ScopeVerdict,
-  ServicePortDecision,
-} from '../../brain/types.js';
-import type { BpfConfig, BpfScheduler, MaglevFrontends } from '../../config/types.js';
+import type { Endpoint, FamilyDecisions, ProxyDecisions, ServicePortDecision } from '../../brain/types.js';
+import type { BpfScheduler, MaglevFrontends } from '../../config/types.js';
 import type { IPFamily } from '../../model/types.js';
-import { cidrContains, parseCIDR, parseIP } from '../../net/ip.js';
-import { IdAllocator } from './ids.js';
+import { draftFrontends, type FrontendDraft, resolveScheduler } from './frontend-drafts.js';
+import type { IdAllocator } from './ids.js';
 import {
   ANY_ADDRESS,
-  DATAPATH_FAMILIES,
   type FrontendAction,
   type FrontendKey,
   type FrontendKind,
-  type FrontendScope,
-  frontendLabel,
-  frontendName,
+  type PlanProblem,
 } from './types.js';
-
-export const SCHEDULER_ANNOTATION = 'kube-bpf-proxy.io/scheduler';
-export const SCHEDULERS: readonly BpfScheduler[] = ['random', 'rr', 'maglev'];
 
 /** count and slot are 16-bit in kbp_svc_val and kbp_slot_key. */
 export const MAX_BACKENDS_PER_FRONTEND = 65535;
@@ -73,11 +61,6 @@ export interface PlannedBackend {
   terminating: boolean;
 }
 
-export interface PlanProblem {
-  servicePortName: string;
-  reason: string;
-}
-
 export interface PlanCapacity {
   frontends: number;
   backends: number;
@@ -107,125 +90,6 @@ export interface BpfPlan {
   /** The allocators after this plan. */
   serviceIds: IdAllocator;
   backendIds: IdAllocator;
-}
-
-/**
- * The scheduler of each kind of frontend of a service port, and the problem with its annotation if
- * it has a bad one. The annotation applies to every frontend; the default `maglev` only to those
- * `maglevFrontends` names (a ClusterIP left out picks at random: its Maglev table would cost a
- * table per backend set for consistency nobody needs — its clients are on the node that picks).
- */
-export function resolveScheduler(
-  sp: Pick<ServicePortDecision, 'schedulerAnnotation' | 'servicePortName'>,
-  defaultScheduler: BpfScheduler,
-  maglevFrontends: MaglevFrontends,
-): { scheduler: (kind: FrontendKind) => BpfScheduler; problem: PlanProblem | null } {
-  const value = sp.schedulerAnnotation;
-  const wanted = value?.trim() as BpfScheduler | undefined;
-  if (wanted !== undefined && SCHEDULERS.includes(wanted)) return { scheduler: () => wanted, problem: null };
-  const byDefault = (kind: FrontendKind): BpfScheduler =>
-    defaultScheduler === 'maglev' && maglevFrontends === 'external' && kind === 'ClusterIP'
-      ? 'random'
-      : defaultScheduler;
-  if (value === null) return { scheduler: byDefault, problem: null };
-  return {
-    scheduler: byDefault,
-    problem: {
-      servicePortName: sp.servicePortName,
-      reason: `annotation ${SCHEDULER_ANNOTATION}=${JSON.stringify(value)} is not one of ${SCHEDULERS.join(', ')}; using the default scheduler ${defaultScheduler}`,
-    },
-  };
-}
-
-/** What one service port asks for, before ids: frontends with their endpoint lists. */
-interface FrontendDraft {
-  key: FrontendKey;
-  name: string;
-  kind: FrontendKind;
-  action: FrontendAction;
-  endpoints: readonly Endpoint[];
-  localOnly: boolean;
-  hasInternalScope: boolean;
-  sourceRanges: string[];
-}
-
-function sameEndpoints(a: readonly Endpoint[], b: readonly Endpoint[]): boolean {
-  return a.length === b.length && a.every((e, i) => e.endpoint === b[i]!.endpoint);
-}
-
-/** Local endpoints first; each part keeps the brain's order (sorted by endpoint). */
-function slotOrder(endpoints: readonly Endpoint[]): readonly Endpoint[] {
-  if (!endpoints.some((e) => e.isLocal)) return endpoints;
-  return [...endpoints.filter((e) => e.isLocal), ...endpoints.filter((e) => !e.isLocal)];
-}
-
-/** kube-proxy's allowFromNode: when a source range holds the node's IP, the LB IPs themselves may
- * send too (hairpin from a node whose VIP is local). */
-function lbSourceRanges(sp: ServicePortDecision, nodeIP: string): string[] {
-  if (sp.loadBalancerSourceRanges.length === 0) return [];
-  const ranges = new Set(sp.loadBalancerSourceRanges);
-  const node = parseIP(nodeIP);
-  const allowFromNode =
-    node !== null &&
-    sp.loadBalancerSourceRanges.some((c) => {
-      const cidr = parseCIDR(c);
-      return cidr !== null && cidrContains(cidr, node);
-    });
-  if (allowFromNode) {
-    const hostBits = sp.family === 'IPv4' ? 32 : 128;
-    for (const ip of sp.loadBalancerIPs) ranges.add(`${ip}/${hostBits}`);
-  }
-  return [...ranges].sort();
-}
-
-function draftFrontends(sp: ServicePortDecision, fam: FamilyDecisions): FrontendDraft[] {
-  const drafts: FrontendDraft[] = [];
-  const make = (
-    kind: FrontendKind,
-    address: string,
-    port: number,
-    scope: FrontendScope,
-    verdict: ScopeVerdict,
-    extra: Partial<FrontendDraft> = {},
-  ): FrontendDraft => {
-    const endpoints = verdict.action === 'forward' ? slotOrder(verdict.endpoints) : [];
-    const key: FrontendKey = { family: sp.family, address, port, protocol: sp.protocol, scope };
-    return {
-      key,
-      name: frontendName(key),
-      kind,
-      // A forward to an empty set has nowhere to go: the datapath drops it.
-      action: verdict.action === 'forward' && endpoints.length === 0 ? 'drop' : verdict.action,
-      endpoints,
-      localOnly: verdict.policy === 'Local',
-      hasInternalScope: false,
-      sourceRanges: [],
-      ...extra,
-    };
-  };
-
-  drafts.push(make('ClusterIP', sp.clusterIP, sp.port, 'all', sp.internal));
-
-  // Pod and node traffic to an external address gets its own entry only where its endpoints differ.
-  const fromCluster = sp.externalFromCluster;
-  const splitScopes =
-    fromCluster !== null &&
-    fromCluster.endpoints.length > 0 &&
-    !sameEndpoints(slotOrder(fromCluster.endpoints), slotOrder(sp.external.endpoints));
-  const external = (kind: FrontendKind, address: string, port: number, sourceRanges: string[]) => {
-    drafts.push(
-      make(kind, address, port, 'all', sp.external, { hasInternalScope: splitScopes, sourceRanges }),
-    );
-    if (splitScopes && fromCluster)
-      drafts.push(make(kind, address, port, 'internal', fromCluster, { sourceRanges }));
-  };
-  for (const ip of sp.loadBalancerIPs) external('LoadBalancer', ip, sp.port, lbSourceRanges(sp, fam.nodeIP));
-  for (const ip of sp.externalIPs) external('ExternalIP', ip, sp.port, []);
-  if (sp.nodePort !== 0) {
-    const addresses = fam.nodePortAddresses.matchAll ? [ANY_ADDRESS[sp.family]] : fam.nodePortAddresses.ips;
-    for (const ip of addresses) external('NodePort', ip, sp.nodePort, []);
-  }
-  return drafts;
 }
 
 function mapFullProblem(
@@ -691,54 +555,4 @@ export function plannedFrontend(plan: BpfPlan, name: string): PlannedFrontend | 
 export function plannedBackend(plan: BpfPlan, id: number): PlannedBackend | undefined {
   const b = plan.backends[lowerBound(plan.backends, id, (a, x) => a.id - x)];
   return b?.id === id ? b : undefined;
-}
-
-/**
- * `render --proxy-mode bpf`: the frontends and backends a node starting from empty maps would get,
- * with the map sizes of `bpf`; the ids are those a fresh agent would allocate.
- */
-export function renderBpfText(decisions: ProxyDecisions, bpf: BpfConfig, family?: IPFamily): string {
-  const sizes = bpf.mapSizes;
-  const plan = planBpf(
-    { ...decisions, families: decisions.families.filter((f) => !family || f.family === family) },
-    {
-      defaultScheduler: bpf.scheduler,
-      maglevFrontends: bpf.maglevFrontends,
-      families: DATAPATH_FAMILIES,
-      capacity: {
-        frontends: sizes.services,
-        backends: sizes.backends - 1,
-        slots: Math.floor(sizes.backendSlots / 2),
-        sourceRanges: sizes.sourceRanges,
-      },
-      nowMs: 0,
-    },
-    {
-      serviceIds: new IdAllocator('service', 1, sizes.services, 0),
-      backendIds: new IdAllocator('backend', 1, sizes.backends - 1, 0),
-    },
-  );
-  const backends = new Map(plan.backends.map((b) => [b.id, b]));
-  const lines: string[] = [];
-  for (const f of plan.frontends) {
-    const flags = [
-      f.localOnly ? 'local-only' : '',
-      f.hasInternalScope ? 'two-scopes' : '',
-      f.affinityTimeoutSeconds > 0 ? `affinity=${f.affinityTimeoutSeconds}s` : '',
-      f.sourceRanges.length > 0 ? `source-ranges=${f.sourceRanges.join(',')}` : '',
-    ].filter(Boolean);
-    lines.push(
-      `${frontendLabel(f.key)}  ${f.kind}  ${f.servicePortName}  svc ${f.serviceId}  ${f.action}  ${f.scheduler}${flags.length > 0 ? `  [${flags.join(' ')}]` : ''}`,
-    );
-    f.backendIds.forEach((id, slot) => {
-      const b = backends.get(id);
-      const notes = [slot < f.localCount ? 'local' : '', b?.terminating ? 'terminating' : ''].filter(Boolean);
-      lines.push(
-        `  slot ${slot}  backend ${id}  ${b?.name ?? '?'}${notes.length > 0 ? `  (${notes.join(', ')})` : ''}`,
-      );
-    });
-  }
-  for (const problem of plan.problems)
-    lines.push(`not programmed: ${problem.servicePortName}: ${problem.reason}`);
-  return lines.length > 0 ? `${lines.join('\n')}\n` : '';
 }

@@ -1,6 +1,6 @@
 // The frontend's key and kinds, shared by the planner (plan.ts), the map stores (store.ts,
 // kernel-store.ts) and the readers (inspect-list.ts, inspect-trace.ts), with the two names a key is
-// shown under.
+// shown under; and the problem a plan reports for a service port it could not program.
 
 import type { IPFamily, Protocol } from '../../model/types.js';
 import { joinHostPort } from '../../net/ip.js';
@@ -44,4 +44,10 @@ export function frontendName(key: FrontendKey): string {
 export function frontendLabel(key: FrontendKey): string {
   const host = key.address === ANY_ADDRESS[key.family] ? '*' : key.address;
   return `${key.protocol}/${joinHostPort(host, key.port)}${key.scope === 'internal' ? ' (pods)' : ''}`;
+}
+
+/** Why a service port is not (fully) programmed. */
+export interface PlanProblem {
+  servicePortName: string;
+  reason: string;
 }
