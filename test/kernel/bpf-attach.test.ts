@@ -347,7 +347,8 @@ describeRoot('attaching the programs to the interfaces found', () => {
       const link = pinnedLink(dp.lb, 'tc-ingress@vethup');
       await dp.sync(decisions([], { nodeIP: '10.0.9.1' }), {
         changedServices: new Set(),
-        fullSyncRequired: true,
+        full: true,
+        reason: 'first sync',
       });
       await until(
         'vethup external',

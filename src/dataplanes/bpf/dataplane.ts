@@ -5,7 +5,7 @@
 // their counters (stats-read.ts). close() leaves everything in the kernel for the next run;
 // `cleanup` removes it (detachAll and the pin directory).
 
-import type { ChangeSet, Dataplane, SyncResult } from '../../brain/dataplane.js';
+import { type Dataplane, escalate, type SyncResult, type SyncScope } from '../../brain/dataplane.js';
 import type { ProxyDecisions } from '../../brain/types.js';
 import { maglevTableSizeProblem } from '../../config/maglev-table-size.js';
 import type { ProxyConfig } from '../../config/types.js';
@@ -175,9 +175,10 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     this.timers.push(timer);
   }
 
-  async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
+  /** The planner and the writer may widen a partial sync to every frontend, and say why. */
+  async sync(decisions: ProxyDecisions, given: SyncScope): Promise<SyncResult> {
     const bpf = this.config.bpf;
-    const { plan, scope } = this.planner.plan(
+    const { plan, scope, widened } = this.planner.plan(
       decisions,
       {
         defaultScheduler: bpf.scheduler,
@@ -192,11 +193,13 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
         },
         nowMs: Date.now(),
       },
-      changes.fullSyncRequired ? null : changes.changedServices,
+      given.full ? null : given.changedServices,
     );
     await this.writeConfig(decisions, plan);
     this.interfaces.noteNodeIPs(decisions);
-    if (changes.fullSyncRequired) this.writer.resync();
+    // The maps are read back on the full syncs the sync loop or the brain ask for (the periodic
+    // repair), not when the planner widens one for its own reasons.
+    if (given.full) this.writer.resync();
     const result = await this.writer.apply(plan, scope);
     this.plan = plan;
     this.reportProblems([
@@ -219,7 +222,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       },
       'bpf maps synced',
     );
-    return { full: changes.fullSyncRequired };
+    return { scope: escalate(escalate(given, widened), result.widened) };
   }
 
   private async writeConfig(decisions: ProxyDecisions, plan: BpfPlan): Promise<void> {

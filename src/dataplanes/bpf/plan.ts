@@ -473,6 +473,16 @@ export function planBpf(
  * problem depends on the order Services are planned in (two Services on one frontend, a full map),
  * since only planning everything in order gives the same answer.
  */
+export interface PlannerResult {
+  plan: BpfPlan;
+  /** The frontend names the plan may have changed; null: any of them. */
+  scope: Set<string> | null;
+  /** Why every Service was planned though only some changed; null when none did or all were asked. */
+  widened: string | null;
+}
+
+const ORDER_DEPENDENT = 'bpf plan: two service ports claim one frontend, and the first planned keeps it';
+
 export class BpfPlanner {
   private state: PlanState | null = null;
   private last: BpfPlan | null = null;
@@ -484,13 +494,10 @@ export class BpfPlanner {
 
   /**
    * `changed`: the Service keys whose decisions changed, or null for a whole plan. Returns the plan
-   * and the frontend names it may have changed (null: any of them).
+   * and the frontend names it may have changed (null: any of them); `widened` says why it planned
+   * everything when `changed` named only some Services.
    */
-  plan(
-    decisions: ProxyDecisions,
-    options: PlanOptions,
-    changed: ReadonlySet<string> | null,
-  ): { plan: BpfPlan; scope: Set<string> | null } {
+  plan(decisions: ProxyDecisions, options: PlanOptions, changed: ReadonlySet<string> | null): PlannerResult {
     const context = JSON.stringify([
       decisions.families.map((f) => [f.family, f.nodeIP, f.nodePortAddresses]),
       { ...options, nowMs: 0 },
@@ -499,8 +506,16 @@ export class BpfPlanner {
     const sameContext = context === this.context;
     this.context = context;
     const last = this.last;
-    if (changed === null || state === null || last === null || state.orderDependent > 0 || !sameContext)
-      return this.planWhole(decisions, options);
+    if (changed === null) return this.planWhole(decisions, options, null);
+    if (state === null || last === null)
+      return this.planWhole(decisions, options, 'bpf plan: no earlier plan');
+    if (state.orderDependent > 0) return this.planWhole(decisions, options, ORDER_DEPENDENT);
+    if (!sameContext)
+      return this.planWhole(
+        decisions,
+        options,
+        'bpf plan: the node IPs, NodePort addresses or plan options changed',
+      );
     const scope = new Set<string>();
     const removed = { frontends: [] as PlannedFrontend[], backends: new Map<number, PlannedBackend>() };
     for (const key of changed) {
@@ -512,7 +527,7 @@ export class BpfPlanner {
     for (const fam of decisions.families)
       for (const key of changed)
         for (const sp of servicePortsOf(fam.servicePorts, key)) planServicePort(state, sp, fam, options);
-    if (state.orderDependent > 0) return this.planWhole(decisions, options);
+    if (state.orderDependent > 0) return this.planWhole(decisions, options, ORDER_DEPENDENT);
     const added = { frontends: [] as PlannedFrontend[], backends: new Set<string>() };
     for (const key of changed) {
       const c = state.services.get(key);
@@ -532,15 +547,15 @@ export class BpfPlanner {
       // A backend the changed Services now name may be in the last plan already (others name it).
       backends: { removed: [...removed.backends.values(), ...addedBackends], added: addedBackends },
     });
-    return { plan: this.last, scope };
+    return { plan: this.last, scope, widened: null };
   }
 
-  private planWhole(decisions: ProxyDecisions, options: PlanOptions): { plan: BpfPlan; scope: null } {
+  private planWhole(decisions: ProxyDecisions, options: PlanOptions, widened: string | null): PlannerResult {
     const state = emptyState(this.allocators);
     planAll(decisions, options, state);
     this.state = state;
     this.last = planOf(state);
-    return { plan: this.last, scope: null };
+    return { plan: this.last, scope: null, widened };
   }
 }
 

@@ -56,6 +56,8 @@ export interface ApplyResult {
   failures: ServiceFailure[];
   /** Service ports programmed without something they asked for (a Maglev table). */
   degraded: ServiceFailure[];
+  /** Why every frontend was written though a scope was given; null when none was. */
+  widened: string | null;
 }
 
 function sameValue(a: FrontendValue, b: FrontendValue): boolean {
@@ -178,8 +180,9 @@ export class MapWriter {
    */
   async apply(plan: BpfPlan, scope: ReadonlySet<string> | null = null): Promise<ApplyResult> {
     // A mirror read back now may hold anything: only a write of every frontend brings it to the plan.
-    const whole = scope === null || !this.mirror || this.stale;
-    if (!this.mirror || this.stale) this.restore();
+    const readBack = !this.mirror || this.stale;
+    const whole = scope === null || readBack;
+    if (readBack) this.restore();
     const result: ApplyResult = {
       written: 0,
       deleted: 0,
@@ -187,6 +190,10 @@ export class MapWriter {
       maglevEntries: 0,
       failures: [],
       degraded: [],
+      widened:
+        scope !== null && readBack
+          ? 'bpf writer: the maps were read back after a failed or partial write'
+          : null,
     };
     try {
       result.deleted = this.flushDeferred();
