@@ -1,20 +1,15 @@
-// `kube-bpf-proxy bench`: every mode on this machine, side by side, in one run (bench/harness.ts).
+// The bench command: every mode on this machine, side by side, in one run (bench/harness.ts). Run
+// by the bench's own entry point (bench/main.ts) and, from a checkout, as `kube-bpf-proxy bench`.
 // Needs root (network namespaces, BPF) and a built tree (the agent runs as dist/src/cli/main.js).
 
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { type Command, Option } from 'commander';
-import {
-  ALL_MODES,
-  type BenchOptions,
-  type BenchResults,
-  runBench,
-  writeReport,
-} from '../../bench/harness.js';
-import { runIpvsLab } from '../../bench/ipvs-lab.js';
-import type { BenchMode } from '../../bench/kernel-probe.js';
-import type { BpfConfig } from '../config/types.js';
-import { IP_FAMILIES, type IPFamily } from '../net/ip.js';
+import { Command, Option } from 'commander';
+import type { BpfConfig } from '../src/config/types.js';
+import { IP_FAMILIES, type IPFamily } from '../src/net/ip.js';
+import { ALL_MODES, type BenchOptions, type BenchResults, runBench, writeReport } from './harness.js';
+import { runIpvsLab } from './ipvs-lab.js';
+import type { BenchMode } from './kernel-probe.js';
 
 interface BenchFlags {
   quick?: boolean;
@@ -117,9 +112,14 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
   };
 }
 
+/** `kube-bpf-proxy bench` from a checkout: the same command under the agent's executable. */
 export function registerBenchCommand(program: Command): void {
-  program
-    .command('bench')
+  program.addCommand(benchCommand('bench'));
+}
+
+/** The bench command, named `name`: its options and what it runs. */
+export function benchCommand(name: string): Command {
+  return new Command(name)
     .description(
       'benchmark every proxy mode on this machine (N services × E endpoints in network namespaces): control-plane and data-plane measures, a results JSON, a ratio table and plots',
     )
