@@ -13,16 +13,14 @@ import type { IPFamily } from '../../model/types.js';
 import { PartialSyncState } from '../partial-sync.js';
 import { PerFamily, syncEachFamily } from '../types.js';
 import { isAffinitySetName, isServiceChainName, LEGACY_CHAINS, nftFamily, TABLE } from './names.js';
+import { buildNftRuleset, type NftElement, type NftServicePortBlock } from './plan.js';
 import {
   activeObjects,
   assembleTransaction,
-  buildNftRuleset,
   deleteChainsTransaction,
   desiredElements,
   diffElements,
-  type NftElement,
-  type NftServicePortBlock,
-} from './plan.js';
+} from './transaction.js';
 
 /** How long a flushed chain waits before it is deleted. */
 export const STALE_CHAIN_DELAY_MS = 1000;
