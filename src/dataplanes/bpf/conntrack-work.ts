@@ -9,8 +9,8 @@ import {
   collectConntrack,
   readConntrack,
 } from './conntrack-gc.js';
+import { IPPROTO } from './frontend-codec.js';
 import type { IdAllocator } from './ids.js';
-import { IPPROTO } from './kernel-store.js';
 import type { MapName } from './object.js';
 import { type BpfPlan, plannedFrontend } from './plan.js';
 import { SerialQueue } from './serial-queue.js';

@@ -1,8 +1,9 @@
 import { mapLookup } from '../../../native/libbpf.js';
 import { ipFamilyOf, joinHostPort } from '../../net/ip.js';
 import { flowHash } from './flow-hash.js';
+import { decodeFrontendValue, encodeFrontendKey, IPPROTO } from './frontend-codec.js';
 import type { PinnedMaps } from './inspect.js';
-import { decodeFrontendValue, encodeFrontendKey, IPPROTO, readMaglevTable } from './kernel-store.js';
+import { readMaglevTable } from './kernel-store.js';
 import {
   aff4Key,
   aff6Key,
