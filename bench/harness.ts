@@ -22,15 +22,9 @@ import { createLoadCgroups, placement, removeLoadCgroups } from './cpu.js';
 import { type BenchMode, isKubeProxyMode, kernelMode } from './kernel-probe.js';
 import { type MachineInfo, machineInfo } from './machine.js';
 import { type BpfCostSample, type CellFailure, MEASURE_IDS, MEASURES, type Sample } from './measures.js';
-import { chartSvg, MODE_COLORS, type Series } from './plot.js';
-import {
-  aggregate,
-  aggregateBpfCost,
-  familiesOf,
-  findAggregate,
-  markdownReport,
-  type ReportInput,
-} from './report.js';
+import { chartSvg, stackedSvg } from './plot.js';
+import { aggregate, aggregateBpfCost, familiesOf, markdownReport, type ReportInput } from './report.js';
+import { measureCharts } from './run-plots.js';
 import { manifestFiles, type Scenario, scenarioFamily } from './scenario.js';
 import { cliEntryPoint, compileTools } from './tools.js';
 import { buildTopology } from './topology.js';
@@ -468,35 +462,14 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
   ].join('\n');
   writeFileSync(join(dir, 'results.md'), markdownReport(reportInput(results), header));
 
+  const counts = allServiceCounts(results);
   for (const family of resultFamilies(results)) {
-    for (const measure of MEASURE_IDS) {
-      const info = MEASURES[measure];
-      const series: Series[] = results.modes
-        .flatMap((mode) => {
-          const points = (stat: 'median' | 'p99') =>
-            allServiceCounts(results).flatMap((n) => {
-              const a = findAggregate(results.aggregates, mode, n, measure, family);
-              return a ? [{ x: n, y: a[stat] }] : [];
-            });
-          const color = MODE_COLORS[mode] ?? '#000';
-          return [
-            { name: `${mode} median`, color, points: points('median') },
-            { name: `${mode} p99`, color, points: points('p99'), dashed: true },
-          ];
-        })
-        // direct has no control-plane measures: no empty legend entries for it.
-        .filter((series) => series.points.length > 0);
+    for (const measure of MEASURE_IDS)
       await writePlot(
         dir,
         plotName(measure, family),
-        chartSvg({
-          title: `${info.title}, ${family}`,
-          xLabel: 'services (N, log scale)',
-          yLabel: info.unit,
-          series,
-        }),
+        stackedSvg(measureCharts(results, counts, measure, family)),
       );
-    }
   }
   // One line per program and family (older runs' rows have no family: IPv4).
   const programs = [...new Set(results.bpfCost.map((r) => `${r.program}, ${r.family ?? 'IPv4'}`))];

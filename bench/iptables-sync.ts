@@ -139,7 +139,7 @@ async function measure(lab: Lab, services: number): Promise<Figures> {
   const renderMs = performance.now() - started;
 
   started = performance.now();
-  await dataplane.sync(decisions, { changedServices: new Set(), fullSyncRequired: true });
+  await dataplane.sync(decisions, { changedServices: new Set(), full: true, reason: 'first sync' });
   const fullSyncMs = performance.now() - started;
   const fullRestoreMs = restoreTimes.at(-1) ?? Number.NaN;
   const fullStats = dataplane.stats('IPv4');
@@ -148,10 +148,11 @@ async function measure(lab: Lab, services: number): Promise<Figures> {
   started = performance.now();
   const partial = await dataplane.sync(changed, {
     changedServices: new Set(['bench/svc0']),
-    fullSyncRequired: false,
+    full: false,
+    reason: 'changed Services',
   });
   const partialSyncMs = performance.now() - started;
-  if (partial.full) throw new Error('expected a partial sync');
+  if (partial.scope.full) throw new Error('expected a partial sync');
   return {
     services,
     endpoints: endpointsPerService,

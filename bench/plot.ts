@@ -1,12 +1,15 @@
 // Line charts as SVG, written by hand (no plotting library): log-scale x (the number of
-// services), linear or log y, one line per series, a legend. PNGs are made from the SVGs with
-// rsvg-convert (librsvg2-bin).
+// services), linear or log y, one line per series with its spread as whiskers, an optional
+// reference line (1× in a ratio chart), a legend; charts stack into one picture. PNGs are made from
+// the SVGs with rsvg-convert (librsvg2-bin).
 
 export interface Series {
   name: string;
   color: string;
   points: { x: number; y: number }[];
   dashed?: boolean;
+  /** Each point's spread (e.g. min and max over the repetitions), drawn as a whisker at its x. */
+  spread?: { x: number; lo: number; hi: number }[];
 }
 
 export interface Chart {
@@ -14,6 +17,8 @@ export interface Chart {
   xLabel: string;
   yLabel: string;
   series: Series[];
+  /** A y value drawn as a grey dashed line across the plot, kept inside the range (1 in a ratio). */
+  reference?: number;
 }
 
 export const MODE_COLORS: Record<string, string> = {
@@ -73,10 +78,25 @@ function logTicks(lo: number, hi: number): number[] {
   return ticks;
 }
 
+/** Charts one above the other in one picture (nested svg elements), as wide as the widest. */
+export function stackedSvg(charts: readonly Chart[]): string {
+  const parts = charts.map(chartSvg);
+  if (parts.length === 1) return parts[0]!;
+  const width = Math.max(...charts.map((c) => chartWidth(c.series.map((s) => s.name))));
+  const height = HEIGHT * parts.length;
+  const nested = parts.map((svg, i) => svg.replace('<svg ', `<svg x="0" y="${i * HEIGHT}" `));
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">\n<rect width="${width}" height="${height}" fill="#ffffff"/>\n${nested.join('')}</svg>\n`;
+}
+
 export function chartSvg(chart: Chart): string {
   const points = chart.series.flatMap((s) => s.points).filter((p) => Number.isFinite(p.y) && p.x > 0);
+  const spreads = chart.series.flatMap((s) => s.spread ?? []).filter((p) => p.x > 0);
   const xs = points.map((p) => p.x);
-  const ys = points.map((p) => p.y);
+  const ys = [
+    ...points.map((p) => p.y),
+    ...spreads.flatMap((p) => [p.lo, p.hi]).filter(Number.isFinite),
+    ...(chart.reference === undefined ? [] : [chart.reference]),
+  ];
   const xLo = Math.min(...xs, 1);
   const xHi = Math.max(...xs, 10);
   const xTicks = logTicks(xLo, xHi);
@@ -120,7 +140,24 @@ export function chartSvg(chart: Chart): string {
       chart.yLabel + (logY ? ' (log scale)' : ''),
     )}</text>`,
   );
+  if (chart.reference !== undefined) {
+    const y = py(chart.reference).toFixed(1);
+    out.push(
+      `<line x1="${MARGIN.left}" y1="${y}" x2="${MARGIN.left + plotW}" y2="${y}" stroke="#888888" stroke-width="1.5" stroke-dasharray="3 3"/>`,
+    );
+  }
+  // Whiskers at one N sit side by side, 4 px apart, so each stays readable.
+  const whiskered = chart.series.filter((s) => (s.spread ?? []).length > 0);
+  const dodge = (series: Series) => (whiskered.indexOf(series) - (whiskered.length - 1) / 2) * 4;
   chart.series.forEach((series, i) => {
+    for (const s of series.spread ?? []) {
+      if (!(s.x > 0) || !Number.isFinite(s.lo) || !Number.isFinite(s.hi)) continue;
+      const x = px(s.x) + dodge(series);
+      const [top, bottom] = [py(s.hi).toFixed(1), py(s.lo).toFixed(1)];
+      out.push(
+        `<path d="M${(x - 5).toFixed(1)},${top} H${(x + 5).toFixed(1)} M${x.toFixed(1)},${top} V${bottom} M${(x - 5).toFixed(1)},${bottom} H${(x + 5).toFixed(1)}" stroke="${series.color}" stroke-width="1.5" fill="none"/>`,
+      );
+    }
     const valid = series.points.filter((p) => Number.isFinite(p.y) && p.x > 0).sort((a, b) => a.x - b.x);
     const dash = series.dashed ? ' stroke-dasharray="6 4"' : '';
     if (valid.length > 1) {

@@ -47,7 +47,7 @@ export interface SyncCost {
   /** The same changes from the event (parsed into the tracker) to the sync's last map write: the
    * agent's part of change → kernel, without the source's debounce or the runner's rate limit. */
   changeToKernelMs: number[];
-  /** One EndpointSlice changed, then a full recompute (fullSyncRequired). */
+  /** One EndpointSlice changed, then a full recompute (a full SyncScope). */
   fullMs: number[];
 }
 

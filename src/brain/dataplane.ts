@@ -1,21 +1,36 @@
 // The contract between the sync loop (sync-loop.ts) and every data plane: the loop hands over the
-// decisions and what changed; the data plane brings the kernel to them.
+// decisions and the sync's scope (what changed, and whether all is rewritten); the data plane
+// brings the kernel to them.
 
 import type { ProxyMode } from '../config/types.js';
 import type { IPFamily } from '../model/types.js';
 import type { ProxyDecisions } from './types.js';
 
-/** What changed since the last successful sync; partial syncs rewrite only these services. */
-export interface ChangeSet {
-  /** "namespace/name" of every Service whose Service object or EndpointSlices changed. */
+/**
+ * How much one sync rewrites, decided once, by the sync loop (sync-loop.ts). A lower layer (the
+ * Decider, a planner, a writer, a rule mode's family) may only widen it to full, with escalate(),
+ * and says why: the reason reaches the sync's log line.
+ */
+export interface SyncScope {
+  /** Every Service is computed and written again: the first sync, after a failure, after a node
+   * label or ServiceCIDR change, every full-sync period (kube-proxy: hourly), or escalated. */
+  full: boolean;
+  /** "namespace/name" of every Service whose Service object or EndpointSlices changed; a partial
+   * sync rewrites only these. */
   changedServices: ReadonlySet<string>;
-  /** First sync, after a failure, after a node label change, or periodically (kube-proxy: hourly). */
-  fullSyncRequired: boolean;
+  /** Why the sync is full, or what a partial one covers; a layer that widened it names itself. */
+  reason: string;
+}
+
+/** The scope widened to full for `reason` ("layer: why"); a full scope keeps its own reason. */
+export function escalate(scope: SyncScope, reason: string | null): SyncScope {
+  return scope.full || reason === null ? scope : { ...scope, full: true, reason };
 }
 
 export interface SyncResult {
-  /** True when this sync rewrote everything (for the full/partial duration metrics). */
-  full: boolean;
+  /** The scope the sync ran with, as the data plane may have widened it (for the full/partial
+   * duration metrics and the log). */
+  scope: SyncScope;
   /** Rule modes: the conntrack reconciles that followed the sync (dataplanes/conntrack.ts). */
   conntrack?: ConntrackReconcileReport[];
 }
@@ -37,6 +52,6 @@ export interface Dataplane {
    * Brings the kernel to the decisions. Throws when the kernel write failed; the data plane
    * must then still hold the last good state, and the runner retries with a full sync.
    */
-  sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult>;
+  sync(decisions: ProxyDecisions, scope: SyncScope): Promise<SyncResult>;
   close(): Promise<void>;
 }

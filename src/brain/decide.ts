@@ -11,6 +11,7 @@ import {
   type Service,
 } from '../model/types.js';
 import { formatCIDR, type ParsedCIDR, parseCIDR } from '../net/ip.js';
+import { escalate, type SyncScope } from './dataplane.js';
 import { categorizeEndpoints, mergeSlices, portKey, type TopologyContext } from './endpoints.js';
 import { localDetectorFor, masqueradeMark, primaryNodeIP, resolveNodePortAddresses } from './node.js';
 import { servicePortsForFamily, skipReason } from './service-ports.js';
@@ -279,7 +280,8 @@ export function decide(
  * decide() for a sync loop: each Service's port decisions are kept and only those of the Services
  * a change names are computed again, so a change costs in proportion to the change. A full sync
  * (`full`) computes everything, as does any change of what every Service's decisions depend on
- * (the node's name and zone, the feature gates, the families). Node-wide facts such as the
+ * (the node's name and zone, the feature gates, the families): the scope it returns is then
+ * widened to full, with that reason. Node-wide facts such as the
  * ServiceCIDRs are not kept: familyDecisions computes them from the state on every call. The
  * sorted lists (service ports, ignored objects) are patched, not sorted again. `slices` finds a
  * Service's slices (the tracker keeps that index); without it they are found by a walk over
@@ -301,13 +303,17 @@ export class Decider {
     state: ClusterState,
     env: NodeEnv,
     config: BrainConfig,
-    changes: { changedServices: ReadonlySet<string>; full: boolean; slices?: SliceIndex },
+    changes: SyncScope & { slices?: SliceIndex },
     opts: { skipped?: SkippedObject[] } = {},
-  ): ProxyDecisions {
+  ): { decisions: ProxyDecisions; scope: SyncScope } {
     const families = nodeFamilies(env, state);
     const topology = topologyOf(state, env, config);
     const context = JSON.stringify([topology, families]);
-    const full = changes.full || context !== this.context;
+    const scope = escalate(
+      { full: changes.full, changedServices: changes.changedServices, reason: changes.reason },
+      context === this.context ? null : "brain: the node's name, zone, feature gates or families changed",
+    );
+    const full = scope.full;
     this.context = context;
     const grouped = full || !changes.slices ? slicesByService(state.endpointSlices.values()) : null;
     const index = grouped ? scannedSliceIndex(state, grouped) : changes.slices!;
@@ -354,12 +360,13 @@ export class Decider {
     this.ignoredUnlabelled = index.unlabelledSlices().flatMap((slice) => ignoredSlice(slice) ?? []);
     added.push(...this.ignoredUnlabelled);
     this.ignored = patchSorted(this.ignored, removed, added, compareIgnored);
-    return {
+    const decisions = {
       nodeName: env.nodeName,
       families: decided,
       skipped: opts.skipped ?? [],
       ignored: this.ignored,
     };
+    return { decisions, scope };
   }
 }
 

@@ -1,12 +1,13 @@
 // One sync, as kube-proxy's syncProxyRules frames it: take the pending changes, compute the
-// decisions, hand them to the data plane with what changed, and report the outcome. Full syncs
-// happen first, after any failure, after node label changes, after ServiceCIDR changes (kube-proxy
-// only picks those up at its next full sync) and every fullSyncPeriod; the others are partial. A
-// failed sync puts its changes back and asks the runner for a retry.
+// decisions, hand them to the data plane with what changed, and report the outcome. Whether a sync
+// is full is decided here, once (fullSyncReason): first, after any failure, after node label
+// changes, after ServiceCIDR changes (kube-proxy only picks those up at its next full sync) and
+// every fullSyncPeriod; the others are partial, and the layers below may only widen them to full
+// (SyncScope, escalate). A failed sync puts its changes back and asks the runner for a retry.
 
 import type { ChangeTracker, PendingChanges } from '../model/tracker.js';
 import type { IPFamily } from '../model/types.js';
-import type { ConntrackReconcileReport, Dataplane } from './dataplane.js';
+import type { ConntrackReconcileReport, Dataplane, SyncScope } from './dataplane.js';
 import { type BrainConfig, Decider } from './decide.js';
 import type { NodeEnv, ProxyDecisions } from './types.js';
 
@@ -14,6 +15,8 @@ export const FULL_SYNC_PERIOD_MS = 60 * 60 * 1000;
 
 export interface SyncReport {
   full: boolean;
+  /** Why the sync was full, or what a partial one covered (SyncScope.reason). */
+  reason: string;
   durationSeconds: number;
   decisions: ProxyDecisions;
   changes: PendingChanges;
@@ -67,36 +70,49 @@ export class SyncLoop {
     this.needFullSync = true;
   }
 
+  /** Why the next sync is full, or null for a partial one: the one place that decides it. */
+  private fullSyncReason(changes: PendingChanges, at: number): string | null {
+    if (this.needFullSync)
+      return this.lastFullSyncAt === Number.NEGATIVE_INFINITY
+        ? 'first sync'
+        : 'after a failure or on request';
+    if (changes.nodeChanged) return 'node labels changed';
+    if (changes.serviceCIDRsChanged) return 'ServiceCIDRs changed';
+    if (at - this.lastFullSyncAt >= FULL_SYNC_PERIOD_MS) return 'full-sync period';
+    return null;
+  }
+
   /** Runs one sync. Returns false when the data plane failed (the caller schedules a retry). */
   async syncOnce(): Promise<boolean> {
     const { tracker, dataplane, observers } = this.opts;
     const changes = tracker.takePending();
     const started = this.now();
-    const full =
-      this.needFullSync ||
-      changes.nodeChanged ||
-      changes.serviceCIDRsChanged ||
-      started - this.lastFullSyncAt >= FULL_SYNC_PERIOD_MS;
+    const why = this.fullSyncReason(changes, started);
+    const scope: SyncScope = {
+      full: why !== null,
+      changedServices: changes.changedServices,
+      reason: why ?? 'changed Services',
+    };
     try {
       const env = await this.opts.nodeEnv();
-      const decisions = this.decider.decide(
+      const decided = this.decider.decide(
         tracker.state(),
         env,
         this.opts.config,
-        { changedServices: changes.changedServices, full, slices: tracker },
+        { ...scope, slices: tracker },
         { skipped: tracker.skipped() },
       );
-      const result = await dataplane.sync(decisions, {
-        changedServices: changes.changedServices,
-        fullSyncRequired: full,
-      });
+      const result = await dataplane.sync(decided.decisions, decided.scope);
       const finished = this.now();
-      if (result.full) this.lastFullSyncAt = started;
+      // The period counts from the last full sync this loop asked for (a layer that widened a
+      // sync for its own reasons did not necessarily read the kernel back).
+      if (scope.full) this.lastFullSyncAt = started;
       this.needFullSync = false;
       const report: SyncReport = {
-        full: result.full,
+        full: result.scope.full,
+        reason: result.scope.reason,
         durationSeconds: (finished - started) / 1000,
-        decisions,
+        decisions: decided.decisions,
         changes,
         programmingLatenciesSeconds: [...changes.triggerTimes.values()].map((t) =>
           Math.max(0, (finished - t) / 1000),
@@ -109,7 +125,7 @@ export class SyncLoop {
       tracker.restorePending(changes);
       this.needFullSync = true;
       const durationSeconds = (this.now() - started) / 1000;
-      for (const observer of observers) observer.failed?.({ full, error, durationSeconds });
+      for (const observer of observers) observer.failed?.({ full: scope.full, error, durationSeconds });
       return false;
     }
   }

@@ -6,15 +6,14 @@
 import type { Command } from 'commander';
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
+import { openPinnedMaps, readFrontendNames } from '../dataplanes/bpf/inspect.js';
 import {
   type AttachmentView,
   type Counters,
   type FrontendView,
   listAttachments,
   listFrontends,
-  openPinnedMaps,
-  readFrontendNames,
-} from '../dataplanes/bpf/inspect.js';
+} from '../dataplanes/bpf/inspect-list.js';
 import { joinHostPort } from '../net/ip.js';
 
 export interface ListOptions {

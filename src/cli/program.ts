@@ -10,23 +10,24 @@ type Register = (program: Command) => void;
  * pay for the demo's or the renderers' modules (~0.1 s of the cold start). */
 const COMMANDS: Record<string, () => Promise<Register>> = {
   run: async () => (await import('./run.js')).registerRunCommand,
-  demo: () => importTool('demo', 'registerDemoCommand'),
+  demo: () => importTool('demo', './demo.js', 'registerDemoCommand'),
   render: async () => (await import('./render.js')).registerRenderCommand,
   list: async () => (await import('./list.js')).registerListCommand,
   trace: async () => (await import('./trace.js')).registerTraceCommand,
   cleanup: async () => (await import('./cleanup.js')).registerCleanupCommand,
-  bench: () => importTool('bench', 'registerBenchCommand'),
+  bench: () => importTool('bench', '../../bench/cli.js', 'registerBenchCommand'),
   version: async () => registerVersionCommand,
 };
 
 /**
  * The demo and the bench build labs of network namespaces (and the bench a Kubernetes control
- * plane): tools of a checkout, not of the agent. Their modules are named by a computed specifier,
- * which the compiler does not follow, so the image's build (tsconfig.build.json, from main.ts)
- * leaves them and the lab code out. In the image the commands say so.
+ * plane): tools of a checkout, not of the agent. Their modules (src/cli/demo.ts, and bench/cli.ts,
+ * which has its own entry point, bench/main.ts) are named by a computed specifier, which the
+ * compiler does not follow, so the image's build (tsconfig.build.json, from main.ts) leaves them
+ * and the lab code out. In the image the commands say so.
  */
-async function importTool(name: 'demo' | 'bench', exportName: string): Promise<Register> {
-  const url = new URL(`./${name}.js`, import.meta.url);
+async function importTool(name: 'demo' | 'bench', path: string, exportName: string): Promise<Register> {
+  const url = new URL(path, import.meta.url);
   try {
     return (await import(url.href))[exportName] as Register;
   } catch (err) {

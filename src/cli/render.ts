@@ -8,7 +8,7 @@ import type { Endpoint, NodeEnv, ProxyDecisions, ScopeVerdict, ServicePortDecisi
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig, ProxyMode } from '../config/types.js';
-import { renderBpfText } from '../dataplanes/bpf/plan.js';
+import { renderBpfText } from '../dataplanes/bpf/render.js';
 import { renderIptablesText } from '../dataplanes/iptables/plan.js';
 import { renderIpvsText } from '../dataplanes/ipvs/plan.js';
 import { renderNftablesText } from '../dataplanes/nftables/plan.js';

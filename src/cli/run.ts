@@ -35,6 +35,8 @@ export function loggingObserver(log: Logger): SyncObserver {
       log.info(
         {
           full: report.full,
+          // Why it was full (the sync loop's reason, or the layer that widened it), or "changed Services".
+          reason: report.reason,
           durationMs: Math.round(report.durationSeconds * 1000),
           families: report.decisions.families.map((f) => ({
             family: f.family,

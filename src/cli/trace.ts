@@ -6,14 +6,13 @@
 import type { Command } from 'commander';
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
+import { openPinnedMaps, readFrontendNames } from '../dataplanes/bpf/inspect.js';
 import {
   kernelTraceMaps,
-  openPinnedMaps,
-  readFrontendNames,
   type TraceInput,
   type TraceResult,
   traceFlow,
-} from '../dataplanes/bpf/inspect.js';
+} from '../dataplanes/bpf/inspect-trace.js';
 import { splitHostPort } from '../net/host-port.js';
 import { canonicalIP, ipFamilyOf } from '../net/ip.js';
 

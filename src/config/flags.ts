@@ -1,8 +1,8 @@
 // Command-line flags: kube-proxy's names where one exists, ours under --bpf-*. Registration is
 // commander's; reading keeps only what the user actually set; applying writes each flag onto the
 // defaulted settings the way kube-proxy binds it, and records which fields a flag set so that
-// validation can say so. Values arrive as text and are parsed here, so a bad flag is reported
-// with every other problem instead of aborting the command line.
+// validation can say so. Values arrive as text and are parsed by flag-spec.ts, so a bad flag is
+// reported with every other problem instead of aborting the command line.
 
 import { type Command, Option } from 'commander';
 import { appendPortIfNeeded } from '../net/host-port.js';
@@ -13,136 +13,12 @@ import {
   KUBE_PROXY_METRICS_PORT,
   type KubeProxySettings,
 } from './defaults.js';
-import { nanosecondsToSeconds, parseGoDuration } from './duration.js';
+import { type FlagKind, type FlagSpec, flag } from './flag-spec.js';
 import { periodSectionOf } from './mode.js';
 import type { BpfConfig } from './types.js';
 
 /** What the user set on the command line, by long flag name without dashes. */
 export type ConfigFlags = Readonly<Record<string, string | boolean | readonly string[]>>;
-
-interface FlagValueTypes {
-  string: string;
-  bool: boolean;
-  int32: number;
-  uint32: number;
-  float: number;
-  duration: number;
-  list: string[];
-  gates: Record<string, boolean>;
-}
-type FlagKind = keyof FlagValueTypes;
-
-interface FlagSpec {
-  name: string;
-  short?: string;
-  kind: FlagKind;
-  /** Accepted words, for kind string. */
-  choices?: readonly string[];
-  description: string;
-  /** Writes the value; returns the file paths it set. */
-  apply(
-    raw: string | boolean | readonly string[],
-    settings: KubeProxySettings,
-    problems: Problem[],
-  ): string[];
-}
-
-// strconv.ParseBool, which pflag uses for boolean flags.
-const GO_TRUE = new Set(['1', 't', 'T', 'TRUE', 'true', 'True']);
-const GO_FALSE = new Set(['0', 'f', 'F', 'FALSE', 'false', 'False']);
-
-function parseFlagValue<K extends FlagKind>(
-  kind: K,
-  raw: string | boolean | readonly string[],
-  spec: { name: string; choices?: readonly string[] },
-  problems: Problem[],
-): FlagValueTypes[K] | undefined {
-  const path = `--${spec.name}`;
-  const fail = (message: string) => {
-    problems.push({ path, message });
-    return undefined;
-  };
-  const items = typeof raw === 'string' ? [raw] : Array.isArray(raw) ? (raw as readonly string[]) : [];
-  const text = typeof raw === 'string' ? raw : '';
-  const integer = (min: number, max: number) => {
-    if (!/^[+-]?\d+$/.test(text)) return fail(`must be an integer, got ${JSON.stringify(text)}`);
-    const n = Number(text);
-    return n >= min && n <= max ? n : fail(`must be an integer in [${min}, ${max}], got ${text}`);
-  };
-  let value: unknown;
-  switch (kind) {
-    case 'string':
-      if (spec.choices && !spec.choices.includes(text)) {
-        return fail(`must be one of ${spec.choices.join(', ')}; got ${JSON.stringify(text)}`);
-      }
-      value = text;
-      break;
-    case 'bool':
-      if (raw === true || GO_TRUE.has(text)) value = true;
-      else if (GO_FALSE.has(text)) value = false;
-      else return fail(`must be true or false, got ${JSON.stringify(text)}`);
-      break;
-    case 'int32':
-      value = integer(-(2 ** 31), 2 ** 31 - 1);
-      break;
-    case 'uint32':
-      value = integer(0, 2 ** 32 - 1);
-      break;
-    case 'float': {
-      const n = Number(text);
-      if (text.trim() === '' || !Number.isFinite(n))
-        return fail(`must be a number, got ${JSON.stringify(text)}`);
-      value = n;
-      break;
-    }
-    case 'duration': {
-      const parsed = parseGoDuration(text);
-      if (!parsed.ok) return fail(parsed.message);
-      value = nanosecondsToSeconds(parsed.nanoseconds);
-      break;
-    }
-    case 'list':
-      value = items.flatMap((item) => item.split(',')).filter((item) => item !== '');
-      break;
-    case 'gates': {
-      const gates: Record<string, boolean> = {};
-      for (const pair of items.flatMap((item) => item.split(','))) {
-        const trimmed = pair.trim();
-        if (trimmed === '') continue;
-        const eq = trimmed.indexOf('=');
-        const word = eq < 0 ? '' : trimmed.slice(eq + 1).trim();
-        if (eq < 0 || !(GO_TRUE.has(word) || GO_FALSE.has(word))) {
-          return fail(`must be a list of Gate=true|false pairs, got ${JSON.stringify(trimmed)}`);
-        }
-        gates[trimmed.slice(0, eq).trim()] = GO_TRUE.has(word);
-      }
-      value = gates;
-      break;
-    }
-  }
-  return value as FlagValueTypes[K];
-}
-
-function flag<K extends FlagKind>(
-  name: string,
-  kind: K,
-  description: string,
-  set: (settings: KubeProxySettings, value: FlagValueTypes[K]) => string | string[],
-  extra: { short?: string; choices?: readonly string[] } = {},
-): FlagSpec {
-  return {
-    name,
-    kind,
-    description,
-    ...extra,
-    apply(raw, settings, problems) {
-      const value = parseFlagValue(kind, raw, { name, ...extra }, problems);
-      if (value === undefined) return [];
-      const paths = set(settings, value);
-      return Array.isArray(paths) ? paths : [paths];
-    },
-  };
-}
 
 /** The section the running mode reads its periods from (see mode.ts). */
 function periodSection(settings: KubeProxySettings) {

@@ -75,6 +75,15 @@ function isInterfacePattern(pattern: string): boolean {
   return pattern.endsWith('*') || (name !== '' && name !== '.' && name !== '..');
 }
 
+/** How each section's checks report: the problem list, with the flag that set a value. */
+interface Checks {
+  report(path: string, message: string): void;
+  notNegative(path: string, value: number, show?: (v: number) => string): void;
+  cidr(path: string, text: string): void;
+}
+
+const d = formatGoDuration;
+
 export function validateSettings(
   settings: KubeProxySettings,
   origins: ReadonlyMap<string, string>,
@@ -84,41 +93,59 @@ export function validateSettings(
     const flag = origins.get(path);
     problems.push({ path, message: flag ? `${message} (set by ${flag})` : message });
   };
-  const d = formatGoDuration;
+  const c: Checks = {
+    report,
+    notNegative: (path, value, show = String) => {
+      if (value < 0) report(path, `must be greater than or equal to 0, got ${show(value)}`);
+    },
+    cidr: (path, text) => {
+      if (!parseCIDR(text)) report(path, `must be a valid CIDR, got ${JSON.stringify(text)}`);
+    },
+  };
   const mode = effectiveMode(settings.mode);
+  checkGatesAndMarks(c, settings, mode);
+  if (mode === 'ipvs') checkIpvs(c, settings);
+  checkConntrack(c, settings);
+  checkMode(c, settings, mode);
+  c.notNegative('clientConnection.burst', settings.clientConnection.burst);
+  checkPeriods(c, settings);
+  checkAddresses(c, settings);
+  checkMetricsAndLocalDetection(c, settings);
+  checkLogging(c, settings);
+  if (settings.oomScoreAdj < -1000 || settings.oomScoreAdj > 1000) {
+    report('oomScoreAdj', `must be between -1000 and 1000, got ${settings.oomScoreAdj}`);
+  }
+  checkBpf(c, settings);
+  return problems;
+}
 
+function checkGatesAndMarks({ report }: Checks, settings: KubeProxySettings, mode: string): void {
   for (const gate of Object.keys(settings.featureGates)) {
     if (!KNOWN_FEATURE_GATES.includes(gate)) report(`featureGates.${gate}`, 'unrecognized feature gate');
   }
-
   const masqueradeBit = (path: string, bit: number) => {
     if (bit < 0 || bit > 31) report(path, `must be between 0 and 31, got ${bit}`);
   };
   // kube-proxy checks iptables.masqueradeBit in every mode, nftables.masqueradeBit in nftables mode.
   masqueradeBit('iptables.masqueradeBit', settings.iptables.masqueradeBit);
   if (mode === 'nftables') masqueradeBit('nftables.masqueradeBit', settings.nftables.masqueradeBit);
+}
 
-  const notNegative = (path: string, value: number, show: (v: number) => string = String) => {
-    if (value < 0) report(path, `must be greater than or equal to 0, got ${show(value)}`);
-  };
-  const cidr = (path: string, text: string) => {
-    if (!parseCIDR(text)) report(path, `must be a valid CIDR, got ${JSON.stringify(text)}`);
-  };
-
-  if (mode === 'ipvs') {
-    notNegative('ipvs.tcpTimeout', settings.ipvs.tcpTimeoutSeconds, d);
-    notNegative('ipvs.tcpFinTimeout', settings.ipvs.tcpFinTimeoutSeconds, d);
-    notNegative('ipvs.udpTimeout', settings.ipvs.udpTimeoutSeconds, d);
-    for (const [i, text] of settings.ipvs.excludeCIDRs.entries()) cidr(`ipvs.excludeCIDRs[${i}]`, text);
-    const scheduler = settings.ipvs.scheduler;
-    if (scheduler !== '' && !IPVS_SCHEDULERS.includes(scheduler)) {
-      report(
-        'ipvs.scheduler',
-        `must be one of ${IPVS_SCHEDULERS.join(', ')} or "" (rr), got ${JSON.stringify(scheduler)}`,
-      );
-    }
+function checkIpvs({ report, notNegative, cidr }: Checks, settings: KubeProxySettings): void {
+  notNegative('ipvs.tcpTimeout', settings.ipvs.tcpTimeoutSeconds, d);
+  notNegative('ipvs.tcpFinTimeout', settings.ipvs.tcpFinTimeoutSeconds, d);
+  notNegative('ipvs.udpTimeout', settings.ipvs.udpTimeoutSeconds, d);
+  for (const [i, text] of settings.ipvs.excludeCIDRs.entries()) cidr(`ipvs.excludeCIDRs[${i}]`, text);
+  const scheduler = settings.ipvs.scheduler;
+  if (scheduler !== '' && !IPVS_SCHEDULERS.includes(scheduler)) {
+    report(
+      'ipvs.scheduler',
+      `must be one of ${IPVS_SCHEDULERS.join(', ')} or "" (rr), got ${JSON.stringify(scheduler)}`,
+    );
   }
+}
 
+function checkConntrack({ notNegative }: Checks, settings: KubeProxySettings): void {
   const ct = settings.conntrack;
   notNegative('conntrack.maxPerCore', ct.maxPerCore);
   notNegative('conntrack.min', ct.min);
@@ -126,7 +153,9 @@ export function validateSettings(
   notNegative('conntrack.tcpCloseWaitTimeout', ct.tcpCloseWaitTimeoutSeconds, d);
   notNegative('conntrack.udpTimeout', ct.udpTimeoutSeconds, d);
   notNegative('conntrack.udpStreamTimeout', ct.udpStreamTimeoutSeconds, d);
+}
 
+function checkMode({ report }: Checks, settings: KubeProxySettings, mode: string): void {
   if (settings.mode === 'kernelspace') {
     report(
       'mode',
@@ -138,9 +167,9 @@ export function validateSettings(
       `must be one of ${PROXY_MODES.join(', ')} or "" (bpf), got ${JSON.stringify(settings.mode)}`,
     );
   }
+}
 
-  notNegative('clientConnection.burst', settings.clientConnection.burst);
-
+function checkPeriods({ report, notNegative }: Checks, settings: KubeProxySettings): void {
   const section = periodSectionOf(settings.mode);
   const syncPath = settings.syncPeriodSeconds === undefined ? `${section}.syncPeriod` : 'syncPeriod';
   const minSyncPath =
@@ -155,7 +184,9 @@ export function validateSettings(
   if (settings.configSyncPeriodSeconds <= 0) {
     report('configSyncPeriod', `must be greater than 0, got ${d(settings.configSyncPeriodSeconds)}`);
   }
+}
 
+function checkAddresses({ report, cidr }: Checks, settings: KubeProxySettings): void {
   if (!parseIP(settings.bindAddress)) {
     report('bindAddress', `must be a valid IP address, got ${JSON.stringify(settings.bindAddress)}`);
   }
@@ -184,7 +215,9 @@ export function validateSettings(
     }
     cidr(`nodePortAddresses[${i}]`, text);
   }
+}
 
+function checkMetricsAndLocalDetection({ report }: Checks, settings: KubeProxySettings): void {
   if (
     settings.showHiddenMetricsForVersion !== '' &&
     !/^\d+\.\d+$/.test(settings.showHiddenMetricsForVersion)
@@ -226,7 +259,9 @@ export function validateSettings(
     }
     if (valid > families.size) report('clusterCIDR', 'must contain at most one IPv4 and one IPv6 CIDR');
   }
+}
 
+function checkLogging({ report }: Checks, settings: KubeProxySettings): void {
   const logging = settings.logging;
   if (logging.flushFrequencySeconds <= 0) {
     report('logging.flushFrequency', `must be greater than 0, got ${d(logging.flushFrequencySeconds)}`);
@@ -249,11 +284,9 @@ export function validateSettings(
     if (entry.verbosity > MAX_INT32)
       report(`logging.vmodule[${i}].verbosity`, `must be at most ${MAX_INT32}`);
   });
+}
 
-  if (settings.oomScoreAdj < -1000 || settings.oomScoreAdj > 1000) {
-    report('oomScoreAdj', `must be between -1000 and 1000, got ${settings.oomScoreAdj}`);
-  }
-
+function checkBpf({ report }: Checks, settings: KubeProxySettings): void {
   const bpf = settings.bpf;
   // The table builder owns the rule (prime, and a size it can build).
   const maglevProblem = maglevTableSizeProblem(bpf.maglevTableSize);
@@ -279,5 +312,4 @@ export function validateSettings(
   if (bpf.conntrackGCIntervalSeconds < 1) {
     report('bpf.conntrackGCIntervalSeconds', `must be at least 1, got ${bpf.conntrackGCIntervalSeconds}`);
   }
-  return problems;
 }

@@ -5,7 +5,7 @@
 // the rules are already in place, and the next sync tries again.
 
 import { type ConntrackEntry, type ConntrackFilter, staleConntrackFilters } from '../brain/conntrack.js';
-import type { ChangeSet, ConntrackReconcileReport, Dataplane, SyncResult } from '../brain/dataplane.js';
+import type { ConntrackReconcileReport, Dataplane, SyncResult, SyncScope } from '../brain/dataplane.js';
 import type { FamilyDecisions } from '../brain/types.js';
 import type { CommandRunner } from '../host/command.js';
 import type { Logger } from '../logger.js';
@@ -105,7 +105,7 @@ export class ConntrackReconciler {
   }
 
   /** Call after a successful sync of `decisions`' family; null when nothing asked for a run. */
-  async afterSync(decisions: FamilyDecisions, changes: ChangeSet): Promise<ConntrackReconcileReport | null> {
+  async afterSync(decisions: FamilyDecisions, changes: SyncScope): Promise<ConntrackReconcileReport | null> {
     const { family } = decisions;
     const udpNow = udpServices(decisions);
     const before = this.udpBefore.get(family) ?? new Set();

@@ -1,7 +1,7 @@
 // What the data planes share: the per-family sync of kube-proxy's metaproxier and the service key.
 // The Dataplane contract itself is the brain's (brain/dataplane.ts): the sync loop drives it.
 
-import type { SyncResult } from '../brain/dataplane.js';
+import { escalate, type SyncResult, type SyncScope } from '../brain/dataplane.js';
 import type { FamilyDecisions } from '../brain/types.js';
 import type { IPFamily } from '../model/types.js';
 
@@ -22,23 +22,25 @@ export function serviceKey(namespace: string, name: string): string {
 /**
  * kube-proxy's metaproxier: each family is its own proxier, so one family failing does not hold
  * back the other. Runs every family, then throws one error naming every failure.
- * `syncFamily` returns whether it was a full sync.
+ * `syncFamily` returns the scope it synced with: the one given, or widened to full with its reason.
  */
 export async function syncEachFamily(
   families: readonly FamilyDecisions[],
-  syncFamily: (family: FamilyDecisions) => Promise<boolean>,
+  scope: SyncScope,
+  syncFamily: (family: FamilyDecisions) => Promise<SyncScope>,
 ): Promise<SyncResult> {
-  let full = false;
+  let widened = scope;
   const failures: Error[] = [];
   for (const family of families) {
     try {
-      full = (await syncFamily(family)) || full;
+      const own = await syncFamily(family);
+      if (own.full) widened = escalate(widened, `${family.family}: ${own.reason}`);
     } catch (err) {
       failures.push(err as Error);
     }
   }
   if (failures.length > 0) throw new AggregateError(failures, failures.map((e) => e.message).join('; '));
-  return { full };
+  return { scope: widened };
 }
 
 /** One state per family, made on first use: each family is synced as a proxier of its own. */

@@ -9,7 +9,8 @@ import { type FSWatcher, readdirSync, readFileSync, realpathSync, statSync, watc
 import { basename, dirname, extname, join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import type { SourceEvent, WatchedKind } from '../model/events.js';
-import { describeObject, describeValue, type ObjectProblem } from '../model/parse.js';
+import { describeObject, type ObjectProblem } from '../model/parse.js';
+import { describeValue } from '../model/schema.js';
 import { matchesKubeProxySelector } from '../model/selector.js';
 import { HEADLESS_LABEL, SERVICE_PROXY_NAME_LABEL } from '../model/types.js';
 import type { Source } from './types.js';

@@ -2,7 +2,7 @@ import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { LAB_PREFIX as DEMO_PREFIX, mainScript } from '../../src/cli/demo.js';
-import { namesFilePath } from '../../src/dataplanes/bpf/dataplane.js';
+import { namesFilePath } from '../../src/dataplanes/bpf/names-file.js';
 import { BPFFS_ROOT } from '../../src/host/bpffs.js';
 import { deleteStaleNamespaces } from '../../src/lab/netns.js';
 import { describeRoot } from '../support/privileges.js';

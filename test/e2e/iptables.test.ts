@@ -230,9 +230,10 @@ describeRoot('iptables mode in network namespaces', () => {
     });
     const result = await dataplane.sync(decisionsFor([POD2, POD3], env), {
       changedServices: new Set(),
-      fullSyncRequired: true,
+      full: true,
+      reason: 'first sync',
     });
-    expect(result.full).toBe(true);
+    expect(result.scope.full).toBe(true);
   });
 
   afterAll(async () => {
@@ -374,9 +375,10 @@ describeRoot('iptables mode in network namespaces', () => {
 
     const result = await dataplane.sync(decisionsFor([POD2], env), {
       changedServices: new Set([`${NS}/web`]),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
-    expect(result.full).toBe(false);
+    expect(result.scope.full).toBe(false);
     const after = await natSave();
     expect(after).not.toContain(webSep3);
     expect(npSeps.map((c) => dnatCounters(after, c)[0])).toEqual(npCountersBefore);
@@ -394,16 +396,21 @@ describeRoot('iptables mode in network namespaces', () => {
     if (!web) throw new Error('web service port missing');
     web.clusterIP = '10.96.0.300';
     await expect(
-      dataplane.sync(broken, { changedServices: new Set([`${NS}/web`]), fullSyncRequired: false }),
+      dataplane.sync(broken, {
+        changedServices: new Set([`${NS}/web`]),
+        full: false,
+        reason: 'changed Services',
+      }),
     ).rejects.toThrow(/partial iptables-restore failed/);
     expect(dataplane.stats('IPv4')?.partialRestoreFailures).toBe(1);
     const after = (await onNode('iptables-nft-save', ['-t', 'nat'])).stdout.replace(/^#.*\n/gm, '');
     expect(after).toBe(before);
     const retry = await dataplane.sync(decisionsFor([POD2, POD3], env), {
       changedServices: new Set(),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
-    expect(retry.full).toBe(true);
+    expect(retry.scope.full).toBe(true);
     const results = await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 20 });
     expect(backends(results)).toEqual(new Set(['pod2', 'pod3']));
   });

@@ -83,8 +83,8 @@ function decisions(drainEndpoints: number[]): ProxyDecisions {
   );
 }
 
-const FULL = { changedServices: new Set<string>(), fullSyncRequired: true };
-const PARTIAL = { changedServices: new Set(['e2e/drain']), fullSyncRequired: false };
+const FULL = { changedServices: new Set<string>(), full: true, reason: 'first sync' };
+const PARTIAL = { changedServices: new Set(['e2e/drain']), full: false, reason: 'changed Services' };
 
 interface Answer {
   backend: string | null;

@@ -234,9 +234,10 @@ describeRoot('nftables mode in network namespaces', () => {
     dataplane = new NftablesDataplane({ exec: onNode });
     const result = await dataplane.sync(decisionsFor([POD2, POD3], env), {
       changedServices: new Set(),
-      fullSyncRequired: true,
+      full: true,
+      reason: 'first sync',
     });
-    expect(result.full).toBe(true);
+    expect(result.scope.full).toBe(true);
   });
 
   afterAll(async () => {
@@ -361,17 +362,19 @@ describeRoot('nftables mode in network namespaces', () => {
     try {
       const none = await dataplane.sync(decisionsFor([POD2, POD3], env, [], new Map()), {
         changedServices: new Set(),
-        fullSyncRequired: false,
+        full: false,
+        reason: 'changed Services',
       });
-      expect(none.full).toBe(true);
+      expect(none.scope.full).toBe(true);
       const { stdout } = await onNode('nft', ['list', 'chain', 'ip', 'kube-proxy', 'cluster-ips-check']);
       expect(stdout).not.toContain('drop');
       expect((await lab.requests('pod1', '10.96.0.99:80', unallocated))[0]?.error).toBe('ECONNREFUSED');
       const back = await dataplane.sync(decisionsFor([POD2, POD3], env), {
         changedServices: new Set(),
-        fullSyncRequired: false,
+        full: false,
+        reason: 'changed Services',
       });
-      expect(back.full).toBe(true);
+      expect(back.scope.full).toBe(true);
       expect((await lab.requests('pod1', '10.96.0.99:80', unallocated))[0]?.error).toBe('timeout');
     } finally {
       await lab.exec('upstream', 'ip', ['route', 'del', '10.244.0.0/16']);
@@ -451,9 +454,10 @@ describeRoot('nftables mode in network namespaces', () => {
 
     const result = await dataplane.sync(decisionsFor([POD2], env), {
       changedServices: new Set([`${NS}/web`]),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
-    expect(result.full).toBe(false);
+    expect(result.scope.full).toBe(false);
     // web has two ports (http, dns): two blocks, nothing else.
     expect(dataplane.stats('IPv4')?.lastWritten.blocks).toBe(2);
     expect(await ruleHandles(npChain)).toEqual(npHandles);
@@ -465,9 +469,10 @@ describeRoot('nftables mode in network namespaces', () => {
     // No endpoints at all: web's service chains fall out of use.
     const none = await dataplane.sync(decisionsFor([], env), {
       changedServices: new Set([`${NS}/web`]),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
-    expect(none.full).toBe(false);
+    expect(none.scope.full).toBe(false);
     expect(await chains()).toEqual(expect.arrayContaining([webChain, webDns]));
     expect(await ruleHandles(webChain)).toEqual([]);
     expect(dataplane.pendingStaleChains('IPv4').sort()).toEqual([webChain, webDns].sort());
@@ -475,9 +480,10 @@ describeRoot('nftables mode in network namespaces', () => {
     await new Promise((resolve) => setTimeout(resolve, STALE_CHAIN_DELAY_MS + 100));
     const next = await dataplane.sync(decisionsFor([POD2], env), {
       changedServices: new Set([`${NS}/web`]),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
-    expect(next.full).toBe(false);
+    expect(next.scope.full).toBe(false);
     // Deleted by the transaction before this sync's, which then created them again.
     expect(dataplane.pendingStaleChains('IPv4')).toEqual([]);
     expect(dataplane.stats('IPv4')?.nftablesCleanupFailures).toBe(0);
@@ -511,19 +517,25 @@ describeRoot('nftables mode in network namespaces', () => {
     };
     await dataplane.sync(withoutPod3(), {
       changedServices: new Set([`${NS}/sticky`]),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
     expect(await chains()).toContain(stickyPod3);
     expect(await ruleHandles(stickyPod3)).toEqual([]);
     expect(dataplane.pendingStaleChains('IPv4')).toContain(stickyPod3);
     await new Promise((resolve) => setTimeout(resolve, STALE_CHAIN_DELAY_MS + 100));
-    await dataplane.sync(withoutPod3(), { changedServices: new Set(), fullSyncRequired: false });
+    await dataplane.sync(withoutPod3(), {
+      changedServices: new Set(),
+      full: false,
+      reason: 'changed Services',
+    });
     expect(await chains()).not.toContain(stickyPod3);
     expect(dataplane.pendingStaleChains('IPv4')).toEqual([]);
     // Back to the shared state.
     await dataplane.sync(decisionsFor([POD2], env), {
       changedServices: new Set([`${NS}/sticky`]),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
     expect(await chains()).toContain(stickyPod3);
   });
@@ -531,18 +543,20 @@ describeRoot('nftables mode in network namespaces', () => {
   it('a partial sync that takes the last endpoints away moves the ClusterIP to the reject map', async () => {
     const result = await dataplane.sync(decisionsFor([], env), {
       changedServices: new Set([`${NS}/web`]),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
-    expect(result.full).toBe(false);
+    expect(result.scope.full).toBe(false);
     // The element moves from service-ips to no-endpoint-services, for each of web's two ports.
     expect(dataplane.stats('IPv4')?.lastWritten).toEqual({ blocks: 2, elements: 4 });
     const results = await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 2 });
     expect(results.map((r) => r.error)).toEqual(['ECONNREFUSED', 'ECONNREFUSED']);
     const back = await dataplane.sync(decisionsFor([POD2], env), {
       changedServices: new Set([`${NS}/web`]),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
-    expect(back.full).toBe(false);
+    expect(back.scope.full).toBe(false);
     expect(backends(await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 5 }))).toEqual(
       new Set(['pod2']),
     );
@@ -556,15 +570,20 @@ describeRoot('nftables mode in network namespaces', () => {
     const broken = decisionsFor([POD2], env);
     servicePort(broken, 'web', 'http').clusterIP = '10.96.0.300';
     await expect(
-      dataplane.sync(broken, { changedServices: new Set([`${NS}/web`]), fullSyncRequired: false }),
+      dataplane.sync(broken, {
+        changedServices: new Set([`${NS}/web`]),
+        full: false,
+        reason: 'changed Services',
+      }),
     ).rejects.toThrow(/partial nft transaction failed/);
     expect(dataplane.stats('IPv4')?.nftablesSyncFailures).toBe(1);
     expect(await listing()).toBe(before);
     const retry = await dataplane.sync(decisionsFor([POD2, POD3], env), {
       changedServices: new Set(),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
-    expect(retry.full).toBe(true);
+    expect(retry.scope.full).toBe(true);
     const results = await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 20 });
     expect(backends(results)).toEqual(new Set(['pod2', 'pod3']));
   });
@@ -590,7 +609,8 @@ describeRoot('nftables mode in network namespaces', () => {
     await new Promise((resolve) => setTimeout(resolve, STALE_CHAIN_DELAY_MS + 100));
     await dataplane.sync(decisionsFor([POD2, POD3], env), {
       changedServices: new Set(),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
     expect(dataplane.pendingStaleChains('IPv4')).toEqual([]);
   });
@@ -601,11 +621,12 @@ describeRoot('nftables mode in network namespaces', () => {
     const restarted = new NftablesDataplane({ exec: onNode });
     const decisions = decisionsFor([POD2, POD3], env);
     expect(
-      (await restarted.sync(decisions, { changedServices: new Set(), fullSyncRequired: true })).full,
+      (await restarted.sync(decisions, { changedServices: new Set(), full: true, reason: 'first sync' }))
+        .scope.full,
     ).toBe(true);
     expect(restarted.pendingStaleChains('IPv4')).toEqual([leftover]);
     await new Promise((resolve) => setTimeout(resolve, STALE_CHAIN_DELAY_MS + 100));
-    await restarted.sync(decisions, { changedServices: new Set(), fullSyncRequired: false });
+    await restarted.sync(decisions, { changedServices: new Set(), full: false, reason: 'changed Services' });
     expect(await chains()).not.toContain(leftover);
     const results = await lab.requests('pod1', '10.96.0.10:80', { proto: 'tcp', count: 20 });
     expect(backends(results)).toEqual(new Set(['pod2', 'pod3']));

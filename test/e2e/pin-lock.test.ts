@@ -11,7 +11,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { dumpMap, getPinned, mapInfo } from '../../native/libbpf.js';
 import { closeFd } from '../../native/libc.js';
 import { mainScript } from '../../src/cli/demo.js';
-import { namesFilePath } from '../../src/dataplanes/bpf/dataplane.js';
+import { namesFilePath } from '../../src/dataplanes/bpf/names-file.js';
 import { type MapName, mapPinPath, PIN_LAYOUT_VERSION } from '../../src/dataplanes/bpf/object.js';
 import { BPFFS_ROOT } from '../../src/host/bpffs.js';
 import { sysctlPath } from '../../src/host/conntrack-sysctls.js';

@@ -12,7 +12,7 @@ import type { ProxyConfig } from '../../src/config/types.js';
 import { Attacher, detachAll, detachBpf, linkNameOfPin } from '../../src/dataplanes/bpf/attach.js';
 import { BpfDataplane } from '../../src/dataplanes/bpf/dataplane.js';
 import { discoverInterfaces, type HostNetwork } from '../../src/dataplanes/bpf/discover.js';
-import type { AttachmentView } from '../../src/dataplanes/bpf/inspect.js';
+import type { AttachmentView } from '../../src/dataplanes/bpf/inspect-list.js';
 import { ip4Codec } from '../../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
 import { findCgroup2Root } from '../../src/host/cgroup.js';
@@ -347,7 +347,8 @@ describeRoot('attaching the programs to the interfaces found', () => {
       const link = pinnedLink(dp.lb, 'tc-ingress@vethup');
       await dp.sync(decisions([], { nodeIP: '10.0.9.1' }), {
         changedServices: new Set(),
-        fullSyncRequired: true,
+        full: true,
+        reason: 'first sync',
       });
       await until(
         'vethup external',

@@ -79,7 +79,11 @@ describeRoot('conntrack GC beside syncs', () => {
 
   it('syncs asked for during a GC pass over 1,000,000 entries run between its slices', async () => {
     fill();
-    await dp!.sync(web(['10.1.0.1']), { changedServices: new Set(['ns/web']), fullSyncRequired: true });
+    await dp!.sync(web(['10.1.0.1']), {
+      changedServices: new Set(['ns/web']),
+      full: true,
+      reason: 'first sync',
+    });
     let gcDone = false;
     const gcStarted = performance.now();
     const gc = dp!.collectConntrack().then((passes) => {
@@ -92,7 +96,8 @@ describeRoot('conntrack GC beside syncs', () => {
       const started = performance.now();
       await dp!.sync(web(['10.1.0.1', `10.1.1.${change % 250}`]), {
         changedServices: new Set(['ns/web']),
-        fullSyncRequired: false,
+        full: false,
+        reason: 'changed Services',
       });
       syncMs.push(performance.now() - started);
       await yieldToEventLoop();

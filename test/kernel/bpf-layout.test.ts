@@ -11,15 +11,11 @@ import {
 } from '../../native/libbpf.js';
 import { closeFd } from '../../native/libc.js';
 import {
-  ENUMS,
   enumMismatches,
   layoutMismatches,
-  MAPS,
-  RODATA_MAP,
-  rodata,
-  STRUCTS,
   verifyLayoutAgainstBtf,
-} from '../../src/dataplanes/bpf/layout.js';
+} from '../../src/dataplanes/bpf/btf-check.js';
+import { ENUMS, MAPS, RODATA_MAP, rodata, STRUCTS } from '../../src/dataplanes/bpf/layout.js';
 import { makePinDir, removePinDir } from '../support/bpffs.js';
 import { LB_OBJECT_PATH, loadLb } from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';

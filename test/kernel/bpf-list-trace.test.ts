@@ -9,7 +9,7 @@ import { formatTrace, parseTraceInput, traceCommand } from '../../src/cli/trace.
 import { loadConfig } from '../../src/config/load.js';
 import type { ProxyConfig } from '../../src/config/types.js';
 import { BpfDataplane } from '../../src/dataplanes/bpf/dataplane.js';
-import type { FrontendView } from '../../src/dataplanes/bpf/inspect.js';
+import type { FrontendView } from '../../src/dataplanes/bpf/inspect-list.js';
 import { PROGRAMS } from '../../src/dataplanes/bpf/layout.js';
 import { silentLogger } from '../../src/logger.js';
 import { buildPacket, IPPROTO_TCP, IPPROTO_UDP, parsePacket, TCP } from '../../src/net/packets.js';
@@ -125,7 +125,8 @@ describeRoot('list and trace on a live data plane', () => {
     });
     await dp.sync(decisions(services(['10.1.0.53', '10.1.0.54'])), {
       changedServices: new Set(),
-      fullSyncRequired: true,
+      full: true,
+      reason: 'first sync',
     });
   });
   afterAll(async () => {
@@ -246,7 +247,8 @@ describeRoot('list and trace on a live data plane', () => {
     const kept = before[0]!;
     await dp.sync(decisions(services([kept.split(':')[0]!])), {
       changedServices: new Set(['ns/dns']),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
     const after = (await dp.collectConntrack())[1]!;
     expect(new Set(before).size).toBe(2);
@@ -274,7 +276,8 @@ describeRoot('list and trace on a live data plane', () => {
       { ...v4, families: [...v4.families, ...v6.families] },
       {
         changedServices: new Set(),
-        fullSyncRequired: true,
+        full: true,
+        reason: 'first sync',
       },
     );
     const client6 = 'fd00:2::9';

@@ -10,10 +10,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { dumpMap, mapLookup, mapUpdate, testRun } from '../../native/libbpf.js';
 import type { ProxyDecisions } from '../../src/brain/types.js';
 import { maglevIndex } from '../../src/dataplanes/bpf/flow-hash.js';
+import { encodeFrontendKey } from '../../src/dataplanes/bpf/frontend-codec.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
 import {
   CONFIG_GRACE_MS,
-  encodeFrontendKey,
   KernelStore,
   liveConfigGen,
   readMaglevTable,

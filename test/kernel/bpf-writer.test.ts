@@ -7,7 +7,8 @@ import { KernelStore, readMaglevTable } from '../../src/dataplanes/bpf/kernel-st
 import { ifAddr6Val, MAPS, svc4Key, svcVal, u32Codec } from '../../src/dataplanes/bpf/layout.js';
 import { buildMaglevTable } from '../../src/dataplanes/bpf/maglev.js';
 import { type LoadedObject, loadPinnedObject } from '../../src/dataplanes/bpf/object.js';
-import { type BpfPlan, frontendName, planBpf } from '../../src/dataplanes/bpf/plan.js';
+import { type BpfPlan, planBpf } from '../../src/dataplanes/bpf/plan.js';
+import { frontendName } from '../../src/dataplanes/bpf/types.js';
 import { MapWriter } from '../../src/dataplanes/bpf/writer.js';
 import { silentLogger } from '../../src/logger.js';
 import { bpfConfig, decisions, ep, servicePort } from '../support/bpf-fixtures.js';

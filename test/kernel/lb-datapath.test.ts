@@ -14,6 +14,7 @@ import {
   testRun,
 } from '../../native/libbpf.js';
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
+import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
 import { collectConntrack } from '../../src/dataplanes/bpf/conntrack-gc.js';
 import { maglevIndex } from '../../src/dataplanes/bpf/flow-hash.js';
 import {
@@ -35,13 +36,11 @@ import {
   ip4Codec,
   ip6Codec,
   PROGRAMS,
-  perCpuValueSize,
   rrVal,
   SCOPE,
   SVC_F,
   srcRange4Key,
   srcRange6Key,
-  sumPerCpu,
   svcDropKey,
   TCP_FLAG,
   trafficStats,

@@ -5,15 +5,14 @@
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mapLookup, mapUpdate, possibleCpus } from '../../native/libbpf.js';
+import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
 import {
   BE_F,
   fragStats,
   ip4Codec,
   ip6Codec,
   PROGRAMS,
-  perCpuValueSize,
   SVC_F,
-  sumPerCpu,
   u32Codec,
 } from '../../src/dataplanes/bpf/layout.js';
 import { Lab } from '../../src/lab/netns.js';

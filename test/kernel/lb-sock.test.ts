@@ -24,8 +24,9 @@ import {
 } from '../../native/libbpf.js';
 import { closeFd, netnsCookie, O_CLOEXEC, O_RDONLY, openPath } from '../../native/libc.js';
 import { detachAll, SOCK_HOOKS, syncSockHooks } from '../../src/dataplanes/bpf/attach.js';
+import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
 import { maglevIndex } from '../../src/dataplanes/bpf/flow-hash.js';
-import { listAttachments } from '../../src/dataplanes/bpf/inspect.js';
+import { listAttachments } from '../../src/dataplanes/bpf/inspect-list.js';
 import {
   ACTION,
   ALGORITHM,
@@ -35,7 +36,6 @@ import {
   affVal,
   ip4Codec,
   node6Key,
-  perCpuValueSize,
   SCOPE,
   SOCK_SCOPE,
   SRC_RANGE_ID_BITS,
@@ -43,7 +43,6 @@ import {
   sockConfig,
   srcRange4Key,
   srcRange6Key,
-  sumPerCpu,
   trafficStats,
   u8Codec,
   u32Codec,

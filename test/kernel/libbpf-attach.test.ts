@@ -23,15 +23,8 @@ import {
   xdpQueryId,
 } from '../../native/libbpf.js';
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
-import {
-  BE_F,
-  PROGRAMS,
-  perCpuValueSize,
-  SVC_F,
-  sumPerCpu,
-  trafficStats,
-  u32Codec,
-} from '../../src/dataplanes/bpf/layout.js';
+import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
+import { BE_F, PROGRAMS, SVC_F, trafficStats, u32Codec } from '../../src/dataplanes/bpf/layout.js';
 import { Lab } from '../../src/lab/netns.js';
 import { IPPROTO_UDP } from '../../src/net/packets.js';
 import { makePinDir, removePinDir } from '../support/bpffs.js';

@@ -5,7 +5,7 @@
 
 import { expect } from 'vitest';
 import type { ConntrackEntry } from '../../src/brain/conntrack.js';
-import type { ChangeSet, ConntrackReconcileReport, Dataplane } from '../../src/brain/dataplane.js';
+import type { ConntrackReconcileReport, Dataplane, SyncScope } from '../../src/brain/dataplane.js';
 import type { ProxyDecisions } from '../../src/brain/types.js';
 import {
   ConntrackReconciler,
@@ -55,9 +55,10 @@ function harness(l: ConntrackLab) {
     l.dataplane,
     new ConntrackReconciler({ exec: l.onNode, log: silentLogger }),
   );
-  const changed = (name: string): ChangeSet => ({
+  const changed = (name: string): SyncScope => ({
     changedServices: new Set([`${l.namespace}/${name}`]),
-    fullSyncRequired: false,
+    full: false,
+    reason: 'changed Services',
   });
   return { reconciled, changed };
 }

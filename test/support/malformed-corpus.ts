@@ -5,7 +5,8 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import type { WatchedKind } from '../../src/model/events.js';
-import { describeValue, type ObjectProblem, parseObject } from '../../src/model/parse.js';
+import { type ObjectProblem, parseObject } from '../../src/model/parse.js';
+import { describeValue } from '../../src/model/schema.js';
 import { mulberry32 } from './random.js';
 
 // biome-ignore lint/suspicious/noExplicitAny: the mutations reach anywhere into raw JSON, typed or not

@@ -1,6 +1,5 @@
 // The BPF maps in memory, for driving the MapWriter without a kernel.
 
-import { frontendName } from '../../src/dataplanes/bpf/plan.js';
 import {
   type AffinityMatch,
   type BackendEntry,
@@ -14,6 +13,7 @@ import {
   type SourceRange,
   type StoredState,
 } from '../../src/dataplanes/bpf/store.js';
+import { frontendName } from '../../src/dataplanes/bpf/types.js';
 
 /** The maps in memory. Every call is recorded, and after each one a reader walks every frontend
  * the way the datapath does and records what it could not resolve. */

@@ -56,7 +56,7 @@ describe("the agent's start-up imports", () => {
   it('leave out the other commands, the lab, the bench, the sources and the rule modes', () => {
     const unwanted = [...loaded].filter(
       (file) =>
-        /^src\/cli\/(demo|render|list|trace|cleanup|bench)\.ts$/.test(file) ||
+        /^src\/cli\/(demo|render|list|trace|cleanup)\.ts$/.test(file) ||
         /^src\/(lab|sources\/(kube|manifests|reflector|protobuf))\b/.test(file) ||
         /^src\/dataplanes\/(iptables|nftables|ipvs)\//.test(file) ||
         file.startsWith('bench/'),

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadTargets } from '../../bench/cell.js';
+import { benchOptions } from '../../bench/cli.js';
 import { inCgroup, parseSystemUs, pinned, placement, usPerUnit } from '../../bench/cpu.js';
 import {
   ALL_MODES,
@@ -18,7 +19,7 @@ import {
 } from '../../bench/harness.js';
 import { guestBenchArgs, guestEnvironment, LAB_TIMEOUT_SCALE } from '../../bench/ipvs-lab.js';
 import { MEASURE_IDS, MEASURES, type Sample } from '../../bench/measures.js';
-import { chartSvg, chartWidth, linearTicks } from '../../bench/plot.js';
+import { chartSvg, chartWidth, linearTicks, stackedSvg } from '../../bench/plot.js';
 import {
   aggregate,
   aggregateBpfCost,
@@ -37,6 +38,7 @@ import {
   ratioTable,
   valuesTable,
 } from '../../bench/report.js';
+import { measureCharts } from '../../bench/run-plots.js';
 import {
   backendPodIP,
   changedEndpointIP,
@@ -57,7 +59,6 @@ import {
 } from '../../bench/scenario.js';
 import { histogram, histogramPercentile, mergeHistograms, percentile, summarize } from '../../bench/stats.js';
 import { parseColumns, parseLoadgen, parseWrk } from '../../bench/tools.js';
-import { benchOptions } from '../../src/cli/bench.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
 import { cidrContains, parseCIDR, parseIP } from '../../src/net/ip.js';
 import { readManifests } from '../../src/sources/manifests.js';
@@ -753,6 +754,66 @@ describe('plot', () => {
     // 26 characters of DejaVu Sans at 12 px are under 7.5 px each.
     expect(width - nameX).toBeGreaterThanOrEqual(26 * 7.5);
     expect(chartWidth(['bpf'])).toBeLessThan(chartWidth(names));
+  });
+
+  it('draws each spread as a whisker, a reference line, and stacks charts into one picture', () => {
+    const chart = {
+      title: 't',
+      xLabel: 'services',
+      yLabel: 'conn/s',
+      reference: 1,
+      series: [
+        { name: 'bpf', color: '#1b7837', points: [{ x: 1, y: 5 }], spread: [{ x: 1, lo: 4, hi: 6 }] },
+        { name: 'iptables', color: '#c51b7d', points: [{ x: 1, y: 5 }], spread: [{ x: 1, lo: 3, hi: 7 }] },
+      ],
+    };
+    const svg = chartSvg(chart);
+    const whiskers = [...svg.matchAll(/<path d="M([\d.]+),[\d.]+ H[\d.]+ M([\d.]+),/g)];
+    expect(whiskers).toHaveLength(2);
+    // Side by side at the same N, not on top of each other.
+    expect(whiskers[0]![2]).not.toEqual(whiskers[1]![2]);
+    expect(svg).toContain('stroke-dasharray="3 3"');
+    const stacked = stackedSvg([chart, chart]);
+    expect(stacked.match(/<svg /g)).toHaveLength(3);
+    expect(Number(/^<svg[^>]* height="(\d+)"/.exec(stacked)?.[1])).toBe(
+      2 * Number(/^<svg[^>]* height="(\d+)"/.exec(svg)?.[1]),
+    );
+  });
+
+  it('gives a throughput its median and min–max over the repetitions, no p99, and the ratio to the real kube-proxy', () => {
+    const sample = (mode: Sample['mode'], rep: number, value: number): Sample => ({
+      measure: 'crrPerSec',
+      mode,
+      family: 'IPv4',
+      services: 1,
+      rep,
+      value,
+    });
+    const samples = [
+      sample('bpf', 0, 900),
+      sample('bpf', 1, 1000),
+      sample('bpf', 2, 1300),
+      sample('kube-proxy-nftables', 0, 500),
+      sample('kube-proxy-nftables', 1, 520),
+    ];
+    const run = {
+      modes: ['bpf', 'kube-proxy-nftables'] as Sample['mode'][],
+      samples,
+      aggregates: aggregate(samples),
+    };
+    const [values, ratios] = measureCharts(run, [1], 'crrPerSec', 'IPv4');
+    const bpf = values!.series.find((s) => s.name.startsWith('bpf'))!;
+    expect(bpf.points).toEqual([{ x: 1, y: 1000 }]);
+    expect(bpf.spread).toEqual([{ x: 1, lo: 900, hi: 1300 }]);
+    expect(values!.series.some((s) => s.name.includes('p99'))).toBe(false);
+    expect(ratios!.reference).toBe(1);
+    expect(ratios!.series).toEqual([
+      expect.objectContaining({ name: 'bpf ÷ kube-proxy-nftables', points: [{ x: 1, y: 2 }] }),
+    ]);
+    // No data, no panel lines (and no ratio panel).
+    expect(measureCharts(run, [1], 'tcpConnectUs', 'IPv4')).toEqual([
+      expect.objectContaining({ series: [] }),
+    ]);
   });
 
   it('puts the top tick at or above the largest value, so every point stays inside the frame', () => {

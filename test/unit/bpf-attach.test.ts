@@ -6,8 +6,9 @@ import {
   pinFileName,
   plannedAttachments,
 } from '../../src/dataplanes/bpf/attach.js';
-import { interfaceAddresses, MonotonicCounters, nodeAddresses } from '../../src/dataplanes/bpf/dataplane.js';
 import type { DiscoveredInterface } from '../../src/dataplanes/bpf/discover.js';
+import { interfaceAddresses, nodeAddresses } from '../../src/dataplanes/bpf/interface-follower.js';
+import { MonotonicCounters } from '../../src/dataplanes/bpf/stats-read.js';
 
 const iface = (
   ifname: string,

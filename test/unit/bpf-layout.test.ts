@@ -1,4 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { enumMismatches } from '../../src/dataplanes/bpf/btf-check.js';
+import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
 import {
   ACTION,
   ALGORITHM,
@@ -16,10 +18,8 @@ import {
   dropStats,
   ENUMS,
   type EnumLayout,
-  enumMismatches,
   HOST_IF,
   MAPS,
-  perCpuValueSize,
   rrVal,
   SCOPE,
   SOCK_SCOPE,
@@ -29,7 +29,6 @@ import {
   slotVal4,
   slotVal6,
   srcRange4Key,
-  sumPerCpu,
   svc4Key,
   svc6Key,
   svcVal,

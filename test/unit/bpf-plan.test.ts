@@ -1,12 +1,9 @@
 import { describe, expect, it } from 'vitest';
 import type { ProxyDecisions } from '../../src/brain/types.js';
+import { resolveScheduler } from '../../src/dataplanes/bpf/frontend-drafts.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
-import {
-  DATAPATH_FAMILIES,
-  type PlanOptions,
-  planBpf,
-  resolveScheduler,
-} from '../../src/dataplanes/bpf/plan.js';
+import { BpfPlanner, type PlanOptions, planBpf } from '../../src/dataplanes/bpf/plan.js';
+import { DATAPATH_FAMILIES } from '../../src/dataplanes/bpf/types.js';
 import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
 
 const options: PlanOptions = {
@@ -325,5 +322,23 @@ describe('capacity', () => {
       'not programmed: the backend slots map is full (capacity 2); raise bpf.mapSizes.backendSlots',
       'not programmed: the backend slots map is full (capacity 2); raise bpf.mapSizes.backendSlots',
     ]);
+  });
+});
+
+describe('BpfPlanner scope', () => {
+  it('plans only the changed Services, and widens to every one, saying why, when the options change', () => {
+    const planner = new BpfPlanner(allocators());
+    const d = decisions([
+      servicePort('ns', 'web', { endpoints: [ep('10.1.0.1', 8080)] }),
+      servicePort('ns', 'api', { clusterIP: '10.96.0.11', endpoints: [ep('10.1.0.2', 8080)] }),
+    ]);
+    expect(planner.plan(d, options, null)).toMatchObject({ scope: null, widened: null });
+    const partial = planner.plan(d, options, new Set(['ns/web']));
+    expect(partial.widened).toBeNull();
+    expect([...(partial.scope ?? [])]).toEqual(['TCP/10.96.0.10:80']);
+    const widened = planner.plan(d, { ...options, defaultScheduler: 'rr' }, new Set(['ns/web']));
+    expect(widened.scope).toBeNull();
+    expect(widened.widened).toMatch(/^bpf plan: .*options changed/);
+    expect(widened.plan.frontends.map((f) => f.scheduler)).toEqual(['rr', 'rr']);
   });
 });

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { type TraceInput, type TraceMaps, traceFlow } from '../../src/dataplanes/bpf/inspect.js';
+import { type TraceInput, type TraceMaps, traceFlow } from '../../src/dataplanes/bpf/inspect-trace.js';
 import { CT_F, TCP_FLAG } from '../../src/dataplanes/bpf/layout.js';
-import { frontendName } from '../../src/dataplanes/bpf/plan.js';
 import type { BackendEntry, FrontendValue } from '../../src/dataplanes/bpf/store.js';
+import { frontendName } from '../../src/dataplanes/bpf/types.js';
 
 const value = (v: Partial<FrontendValue>): FrontendValue => ({
   serviceId: 1,

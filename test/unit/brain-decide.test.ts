@@ -107,14 +107,34 @@ describe('decide', () => {
     const decider = new Decider();
     const env = nodeEnv({ nodeIPs: ['192.168.0.2', '2001:db8::2'] });
     const first = state([dual], slices);
-    expect(decider.decide(first, env, config, { changedServices: new Set(), full: true })).toEqual(
-      decide(first, env, config),
-    );
+    const firstScope = { changedServices: new Set<string>(), full: true, reason: 'first sync' };
+    expect(decider.decide(first, env, config, firstScope).decisions).toEqual(decide(first, env, config));
     const withCIDRs = state([dual], slices, [serviceCIDR('kubernetes', ['172.30.0.0/16', 'fd00:30::/112'])]);
-    const partial = decider.decide(withCIDRs, env, config, { changedServices: new Set(), full: false });
+    const partialScope = { changedServices: new Set<string>(), full: false, reason: 'changed Services' };
+    const { decisions: partial, scope } = decider.decide(withCIDRs, env, config, partialScope);
+    expect(scope).toEqual(partialScope);
     expect(partial).toEqual(decide(withCIDRs, env, config));
     expect(partial.families.map((f) => f.serviceCIDRs)).toEqual([['172.30.0.0/16'], ['fd00:30::/112']]);
     expect(partial.families[0]?.servicePorts).toHaveLength(1);
+  });
+
+  it('the Decider widens a partial scope to full, and says why, when the node it decides for changes', () => {
+    const decider = new Decider();
+    const cluster = state([dual], slices);
+    const partial = { changedServices: new Set<string>(), full: false, reason: 'changed Services' };
+    decider.decide(cluster, nodeEnv({ nodeName: 'node-a' }), config, {
+      ...partial,
+      full: true,
+      reason: 'first sync',
+    });
+    const same = decider.decide(cluster, nodeEnv({ nodeName: 'node-a' }), config, partial);
+    expect(same.scope).toEqual(partial);
+    const moved = decider.decide(cluster, nodeEnv({ nodeName: 'node-b' }), config, partial);
+    expect(moved.scope).toMatchObject({
+      full: true,
+      reason: expect.stringMatching(/^brain: the node's name/),
+    });
+    expect(moved.decisions).toEqual(decide(cluster, nodeEnv({ nodeName: 'node-b' }), config));
   });
 
   it('applies topology from the node zone label', () => {

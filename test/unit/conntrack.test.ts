@@ -333,7 +333,8 @@ describe('ConntrackReconciler', () => {
     const reconciler = new ConntrackReconciler({ exec, log: silentLogger, now: () => (now += 5) });
     const report = await reconciler.afterSync(decisions, {
       changedServices: new Set(['demo/web']),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
     expect(report).toEqual({ family: 'IPv4', listed: true, durationSeconds: 0.005, deleted: 1, error: null });
     expect(calls).toEqual([
@@ -345,7 +346,8 @@ describe('ConntrackReconciler', () => {
     ]);
     const quiet = await reconciler.afterSync(decisions, {
       changedServices: new Set(['demo/api']),
-      fullSyncRequired: true,
+      full: true,
+      reason: 'first sync',
     });
     expect(quiet).toBeNull();
   });
@@ -364,13 +366,15 @@ describe('ConntrackReconciler', () => {
     const reconciler = new ConntrackReconciler({ exec: failing.exec, log: silentLogger });
     const report = await reconciler.afterSync(decisions, {
       changedServices: new Set(['demo/web']),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
     expect(report).toMatchObject({ listed: false, deleted: 0 });
     expect(report?.error).toContain('conntrack -L failed (1)');
     const again = await reconciler.afterSync(decisions, {
       changedServices: new Set(),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
     expect(again).not.toBeNull();
   });

@@ -50,6 +50,7 @@ function decisions(
 function report(d: ProxyDecisions): SyncReport {
   return {
     full: true,
+    reason: 'first sync',
     durationSeconds: 0.001,
     decisions: d,
     changes: {

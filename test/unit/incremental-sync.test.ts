@@ -126,9 +126,10 @@ describe('the brain, memoised per Service, against decide() from scratch', () =>
         if (step % 25 === 0) tracker.apply([serviceCIDREvent(step)]);
         const changes = tracker.takePending();
         // The tracker's slice index on even seeds, the walk over every slice on odd ones.
-        const incremental = decider.decide(tracker.state(), env, config, {
+        const { decisions: incremental } = decider.decide(tracker.state(), env, config, {
           changedServices: changes.changedServices,
           full: step === 0,
+          reason: step === 0 ? 'first sync' : 'changed Services',
           slices: seed % 2 === 0 ? tracker : undefined,
         });
         expect(incremental, `step ${step}`).toEqual(decide(tracker.state(), env, config));

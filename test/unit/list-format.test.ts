@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { formatFrontends } from '../../src/cli/list.js';
-import type { BackendView, Counters, FrontendView } from '../../src/dataplanes/bpf/inspect.js';
+import type { BackendView, Counters, FrontendView } from '../../src/dataplanes/bpf/inspect-list.js';
 
 const counters: Counters = {
   connections: 3,

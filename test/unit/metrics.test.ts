@@ -53,6 +53,7 @@ function decisions(
 function report(d: ProxyDecisions, extra: Partial<SyncReport> = {}): SyncReport {
   return {
     full: true,
+    reason: 'first sync',
     durationSeconds: 0.003,
     decisions: d,
     changes: {

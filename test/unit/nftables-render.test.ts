@@ -14,16 +14,14 @@ import {
   servicePortChainNames,
   servicePortEndpointChainNameBase,
 } from '../../src/dataplanes/nftables/names.js';
+import { buildNftRuleset, renderFamily, renderNftablesText } from '../../src/dataplanes/nftables/plan.js';
 import {
   activeObjects,
   assembleTransaction,
-  buildNftRuleset,
   desiredElements,
   diffElements,
   elementId,
-  renderFamily,
-  renderNftablesText,
-} from '../../src/dataplanes/nftables/plan.js';
+} from '../../src/dataplanes/nftables/transaction.js';
 import type { EndpointSlice, IPFamily, Service, ServiceCIDR } from '../../src/model/types.js';
 import {
   brainConfig,

@@ -1,9 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import {
-  API_LIMITS,
   describeObject,
-  describeValue,
-  formatPath,
   formatProblem,
   type ObjectProblem,
   parseEndpointSlice,
@@ -13,6 +10,7 @@ import {
   parseService,
   parseServiceCIDR,
 } from '../../src/model/parse.js';
+import { API_LIMITS, describeValue, formatPath } from '../../src/model/schema.js';
 import { matchesKubeProxySelector } from '../../src/model/selector.js';
 
 function service(spec: unknown, extra: Record<string, unknown> = {}): Record<string, unknown> {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { ChangeSet, Dataplane } from '../../src/brain/dataplane.js';
+import type { Dataplane, SyncScope } from '../../src/brain/dataplane.js';
 import { FULL_SYNC_PERIOD_MS, SyncLoop, type SyncReport } from '../../src/brain/sync-loop.js';
 import type { ProxyDecisions } from '../../src/brain/types.js';
 import type { SourceEvent } from '../../src/model/events.js';
@@ -254,15 +254,15 @@ const brain = brainConfig();
 
 class RecordingDataplane implements Dataplane {
   readonly mode = 'iptables' as const;
-  calls: { decisions: ProxyDecisions; changes: ChangeSet }[] = [];
+  calls: { decisions: ProxyDecisions; changes: SyncScope }[] = [];
   failNext = false;
-  async sync(decisions: ProxyDecisions, changes: ChangeSet) {
+  async sync(decisions: ProxyDecisions, changes: SyncScope) {
     this.calls.push({ decisions, changes });
     if (this.failNext) {
       this.failNext = false;
       throw new Error('restore failed');
     }
-    return { full: changes.fullSyncRequired };
+    return { scope: changes };
   }
   async close() {}
 }
@@ -292,7 +292,7 @@ describe('SyncLoop', () => {
       upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.1'])),
     ]);
     expect(await loop.syncOnce()).toBe(true);
-    expect(dataplane.calls[0]?.changes.fullSyncRequired).toBe(true);
+    expect(dataplane.calls[0]?.changes).toMatchObject({ full: true, reason: 'first sync' });
     expect(
       dataplane.calls[0]?.decisions.families[0]?.servicePorts[0]?.clusterEndpoints.map((e) => e.endpoint),
     ).toEqual(['10.0.0.1:8080']);
@@ -301,11 +301,12 @@ describe('SyncLoop', () => {
     await loop.syncOnce();
     expect(dataplane.calls[1]?.changes).toEqual({
       changedServices: new Set(['ns/a']),
-      fullSyncRequired: false,
+      full: false,
+      reason: 'changed Services',
     });
     advance(FULL_SYNC_PERIOD_MS);
     await loop.syncOnce();
-    expect(dataplane.calls[2]?.changes.fullSyncRequired).toBe(true);
+    expect(dataplane.calls[2]?.changes).toMatchObject({ full: true, reason: 'full-sync period' });
   });
 
   it('after a failure, puts the changes back and syncs fully next time', async () => {
@@ -316,7 +317,10 @@ describe('SyncLoop', () => {
     expect(await loop.syncOnce()).toBe(false);
     expect(failures).toHaveLength(1);
     expect(await loop.syncOnce()).toBe(true);
-    expect(dataplane.calls[2]?.changes.fullSyncRequired).toBe(true);
+    expect(dataplane.calls[2]?.changes).toMatchObject({
+      full: true,
+      reason: 'after a failure or on request',
+    });
     expect([...(dataplane.calls[2]?.changes.changedServices ?? [])]).toEqual(['ns/b']);
   });
 
@@ -328,14 +332,14 @@ describe('SyncLoop', () => {
     tracker.apply([upsert('ServiceCIDR', rawServiceCIDR('kubernetes', ['10.96.0.0/16', 'fd00:96::/112']))]);
     advance(1000);
     await loop.syncOnce();
-    expect(dataplane.calls[1]?.changes.fullSyncRequired).toBe(true);
+    expect(dataplane.calls[1]?.changes).toMatchObject({ full: true, reason: 'ServiceCIDRs changed' });
     expect(dataplane.calls[1]?.decisions.families.map((f) => [f.family, f.serviceCIDRs])).toEqual([
       ['IPv4', ['10.96.0.0/16']],
     ]);
     tracker.apply([upsert('Service', rawService('a', 8080))]);
     advance(1000);
     await loop.syncOnce();
-    expect(dataplane.calls[2]?.changes.fullSyncRequired).toBe(false);
+    expect(dataplane.calls[2]?.changes.full).toBe(false);
     expect(dataplane.calls[2]?.decisions.families[0]?.serviceCIDRs).toEqual(['10.96.0.0/16']);
   });
 

@@ -16,7 +16,7 @@
 
 import { mapDelete, mapDeleteBatch, mapInfo, mapLookup, mapLookupBatch } from '../../../native/libbpf.js';
 import { NativeError } from '../../../native/libc.js';
-import { IPPROTO } from './kernel-store.js';
+import { IPPROTO } from './frontend-codec.js';
 import { CT_F, ct4Key, ct4Val, ct6Key, ct6Val, TCP_FLAG } from './layout.js';
 
 /** A family's conntrack key and value layout. */

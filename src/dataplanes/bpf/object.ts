@@ -34,6 +34,7 @@ import type { BpfConfig } from '../../config/types.js';
 import { ensureBpffs } from '../../host/bpffs.js';
 import { lockPinPath } from '../../host/pin-lock.js';
 import type { Logger } from '../../logger.js';
+import { verifyLayoutAgainstBtf } from './btf-check.js';
 import {
   backend4,
   backend6,
@@ -44,7 +45,6 @@ import {
   slotVal4,
   slotVal6,
   u32Codec,
-  verifyLayoutAgainstBtf,
 } from './layout.js';
 
 export type MapName = keyof typeof MAPS;

@@ -3,55 +3,25 @@
 // did); it lays the decisions out as frontends (one per address:port/protocol/scope the datapath
 // matches, each with its own service id, backend list and flags) and backends shared between
 // frontends, and gives both stable numeric ids. Deterministic: the same decisions and allocator
-// state give the same plan.
+// state give the same plan. frontend-drafts.ts says which frontends one service port asks for.
 
 import { servicePortsOf } from '../../brain/decide.js';
 import { lowerBound, patchSorted } from '../../brain/sorted.js';
-import type {
-  Endpoint,
-  FamilyDecisions,
-  ProxyDecisions,
-  ScopeVerdict,
-  ServicePortDecision,
-} from '../../brain/types.js';
-import type { BpfConfig, BpfScheduler, MaglevFrontends } from '../../config/types.js';
-import type { IPFamily, Protocol } from '../../model/types.js';
-import { cidrContains, joinHostPort, parseCIDR, parseIP } from '../../net/ip.js';
-import { IdAllocator } from './ids.js';
-
-export const SCHEDULER_ANNOTATION = 'kube-bpf-proxy.io/scheduler';
-export const SCHEDULERS: readonly BpfScheduler[] = ['random', 'rr', 'maglev'];
-
-/** The address of a NodePort frontend open on every node address (nodePortAddresses match-all). */
-export const ANY_ADDRESS: Record<IPFamily, string> = { IPv4: '0.0.0.0', IPv6: '::' };
-
-/** The families the datapath programs: both (XDP serves IPv4 only; IPv6 takes the tc path there). */
-export const DATAPATH_FAMILIES: readonly IPFamily[] = ['IPv4', 'IPv6'];
+import type { Endpoint, FamilyDecisions, ProxyDecisions, ServicePortDecision } from '../../brain/types.js';
+import type { BpfScheduler, MaglevFrontends } from '../../config/types.js';
+import type { IPFamily } from '../../model/types.js';
+import { draftFrontends, type FrontendDraft, resolveScheduler } from './frontend-drafts.js';
+import type { IdAllocator } from './ids.js';
+import {
+  ANY_ADDRESS,
+  type FrontendAction,
+  type FrontendKey,
+  type FrontendKind,
+  type PlanProblem,
+} from './types.js';
 
 /** count and slot are 16-bit in kbp_svc_val and kbp_slot_key. */
 export const MAX_BACKENDS_PER_FRONTEND = 65535;
-
-export type FrontendKind = 'ClusterIP' | 'ExternalIP' | 'LoadBalancer' | 'NodePort';
-
-/**
- * `all`: the entry every packet to the VIP matches. `internal`: a second entry, for traffic from
- * pods, present when that traffic must reach other endpoints than external traffic does
- * (eTP=Local: pods reaching an external VIP use the cluster endpoints, as kube-proxy's
- * "pod traffic for X external destinations" short-circuit does).
- */
-export type FrontendScope = 'all' | 'internal';
-
-/** forward: DNAT to a backend. reject: no endpoints anywhere (ICMP port unreachable, as kube-proxy's
- * REJECT). drop: endpoints exist but none the traffic policy allows ("has no local endpoints"). */
-export type FrontendAction = 'forward' | 'reject' | 'drop';
-
-export interface FrontendKey {
-  family: IPFamily;
-  address: string;
-  port: number;
-  protocol: Protocol;
-  scope: FrontendScope;
-}
 
 export interface PlannedFrontend {
   key: FrontendKey;
@@ -91,11 +61,6 @@ export interface PlannedBackend {
   terminating: boolean;
 }
 
-export interface PlanProblem {
-  servicePortName: string;
-  reason: string;
-}
-
 export interface PlanCapacity {
   frontends: number;
   backends: number;
@@ -127,133 +92,7 @@ export interface BpfPlan {
   backendIds: IdAllocator;
 }
 
-/** "TCP/10.96.0.10:80", with "/internal" for an internal-scope entry; "TCP/0.0.0.0:30080" for a
- * NodePort on every node address. */
-export function frontendName(key: FrontendKey): string {
-  const base = `${key.protocol}/${joinHostPort(key.address, key.port)}`;
-  return key.scope === 'internal' ? `${base}/internal` : base;
-}
-
-/**
- * The scheduler of each kind of frontend of a service port, and the problem with its annotation if
- * it has a bad one. The annotation applies to every frontend; the default `maglev` only to those
- * `maglevFrontends` names (a ClusterIP left out picks at random: its Maglev table would cost a
- * table per backend set for consistency nobody needs — its clients are on the node that picks).
- */
-export function resolveScheduler(
-  sp: Pick<ServicePortDecision, 'schedulerAnnotation' | 'servicePortName'>,
-  defaultScheduler: BpfScheduler,
-  maglevFrontends: MaglevFrontends,
-): { scheduler: (kind: FrontendKind) => BpfScheduler; problem: PlanProblem | null } {
-  const value = sp.schedulerAnnotation;
-  const wanted = value?.trim() as BpfScheduler | undefined;
-  if (wanted !== undefined && SCHEDULERS.includes(wanted)) return { scheduler: () => wanted, problem: null };
-  const byDefault = (kind: FrontendKind): BpfScheduler =>
-    defaultScheduler === 'maglev' && maglevFrontends === 'external' && kind === 'ClusterIP'
-      ? 'random'
-      : defaultScheduler;
-  if (value === null) return { scheduler: byDefault, problem: null };
-  return {
-    scheduler: byDefault,
-    problem: {
-      servicePortName: sp.servicePortName,
-      reason: `annotation ${SCHEDULER_ANNOTATION}=${JSON.stringify(value)} is not one of ${SCHEDULERS.join(', ')}; using the default scheduler ${defaultScheduler}`,
-    },
-  };
-}
-
-/** What one service port asks for, before ids: frontends with their endpoint lists. */
-interface FrontendDraft {
-  key: FrontendKey;
-  name: string;
-  kind: FrontendKind;
-  action: FrontendAction;
-  endpoints: readonly Endpoint[];
-  localOnly: boolean;
-  hasInternalScope: boolean;
-  sourceRanges: string[];
-}
-
-function sameEndpoints(a: readonly Endpoint[], b: readonly Endpoint[]): boolean {
-  return a.length === b.length && a.every((e, i) => e.endpoint === b[i]!.endpoint);
-}
-
-/** Local endpoints first; each part keeps the brain's order (sorted by endpoint). */
-function slotOrder(endpoints: readonly Endpoint[]): readonly Endpoint[] {
-  if (!endpoints.some((e) => e.isLocal)) return endpoints;
-  return [...endpoints.filter((e) => e.isLocal), ...endpoints.filter((e) => !e.isLocal)];
-}
-
-/** kube-proxy's allowFromNode: when a source range holds the node's IP, the LB IPs themselves may
- * send too (hairpin from a node whose VIP is local). */
-function lbSourceRanges(sp: ServicePortDecision, nodeIP: string): string[] {
-  if (sp.loadBalancerSourceRanges.length === 0) return [];
-  const ranges = new Set(sp.loadBalancerSourceRanges);
-  const node = parseIP(nodeIP);
-  const allowFromNode =
-    node !== null &&
-    sp.loadBalancerSourceRanges.some((c) => {
-      const cidr = parseCIDR(c);
-      return cidr !== null && cidrContains(cidr, node);
-    });
-  if (allowFromNode) {
-    const hostBits = sp.family === 'IPv4' ? 32 : 128;
-    for (const ip of sp.loadBalancerIPs) ranges.add(`${ip}/${hostBits}`);
-  }
-  return [...ranges].sort();
-}
-
-function draftFrontends(sp: ServicePortDecision, fam: FamilyDecisions): FrontendDraft[] {
-  const drafts: FrontendDraft[] = [];
-  const make = (
-    kind: FrontendKind,
-    address: string,
-    port: number,
-    scope: FrontendScope,
-    verdict: ScopeVerdict,
-    extra: Partial<FrontendDraft> = {},
-  ): FrontendDraft => {
-    const endpoints = verdict.action === 'forward' ? slotOrder(verdict.endpoints) : [];
-    const key: FrontendKey = { family: sp.family, address, port, protocol: sp.protocol, scope };
-    return {
-      key,
-      name: frontendName(key),
-      kind,
-      // A forward to an empty set has nowhere to go: the datapath drops it.
-      action: verdict.action === 'forward' && endpoints.length === 0 ? 'drop' : verdict.action,
-      endpoints,
-      localOnly: verdict.policy === 'Local',
-      hasInternalScope: false,
-      sourceRanges: [],
-      ...extra,
-    };
-  };
-
-  drafts.push(make('ClusterIP', sp.clusterIP, sp.port, 'all', sp.internal));
-
-  // Pod and node traffic to an external address gets its own entry only where its endpoints differ.
-  const fromCluster = sp.externalFromCluster;
-  const splitScopes =
-    fromCluster !== null &&
-    fromCluster.endpoints.length > 0 &&
-    !sameEndpoints(slotOrder(fromCluster.endpoints), slotOrder(sp.external.endpoints));
-  const external = (kind: FrontendKind, address: string, port: number, sourceRanges: string[]) => {
-    drafts.push(
-      make(kind, address, port, 'all', sp.external, { hasInternalScope: splitScopes, sourceRanges }),
-    );
-    if (splitScopes && fromCluster)
-      drafts.push(make(kind, address, port, 'internal', fromCluster, { sourceRanges }));
-  };
-  for (const ip of sp.loadBalancerIPs) external('LoadBalancer', ip, sp.port, lbSourceRanges(sp, fam.nodeIP));
-  for (const ip of sp.externalIPs) external('ExternalIP', ip, sp.port, []);
-  if (sp.nodePort !== 0) {
-    const addresses = fam.nodePortAddresses.matchAll ? [ANY_ADDRESS[sp.family]] : fam.nodePortAddresses.ips;
-    for (const ip of addresses) external('NodePort', ip, sp.nodePort, []);
-  }
-  return drafts;
-}
-
-function capacityProblem(
+function mapFullProblem(
   servicePortName: string,
   what: string,
   capacity: number,
@@ -409,8 +248,6 @@ function planServicePort(
 ): void {
   const key = serviceKeyOf(sp);
   const c = contributionOf(state, key);
-  const { capacity, nowMs } = options;
-  const { serviceIds, backendIds } = state;
   const problem = (p: PlanProblem) => {
     c.problems.push(p);
     state.withProblems.add(key);
@@ -420,24 +257,65 @@ function planServicePort(
     if (!c.orderDependent) state.orderDependent++;
     c.orderDependent = true;
   };
-  if (!options.families.includes(sp.family)) {
-    problem({
-      servicePortName: sp.servicePortName,
-      reason: `not programmed: the bpf data plane handles ${options.families.join(', ') || 'no family'}, not ${sp.family}`,
-    });
-    return;
-  }
-  if (sp.protocol === 'SCTP') {
-    problem({
-      servicePortName: sp.servicePortName,
-      reason: 'not programmed: the bpf data plane handles TCP and UDP, not SCTP',
-    });
+  const unsupported = unsupportedProblem(sp, options.families);
+  if (unsupported) {
+    problem(unsupported);
     return;
   }
   const resolved = resolveScheduler(sp, options.defaultScheduler, options.maglevFrontends);
   if (resolved.problem) problem(resolved.problem);
-  const { scheduler } = resolved;
+  const drafts = claimFrontends(state, sp, fam, orderDependent);
+  const slots = drafts.reduce((n, d) => n + d.endpoints.length, 0);
+  const ranges = drafts.reduce((n, d) => n + d.sourceRanges.length, 0);
+  const allocated =
+    capacityProblem(state, sp, drafts, options.capacity, { slots, ranges }) ??
+    allocateIds(state, sp, drafts, resolved.scheduler, options.nowMs);
+  if ('reason' in allocated) {
+    // The frontends are given back; ids handed out to this service port stay allocated until
+    // released as unused.
+    for (const d of drafts) state.owners.delete(d.name);
+    orderDependent(allocated);
+    return;
+  }
+  for (const f of allocated.planned) {
+    state.frontends.set(f.name, f);
+    c.frontends.push(f);
+    countAnyAddressNodePort(state, f, 1);
+  }
+  for (const { id, e } of allocated.refs) {
+    addBackendRef(state, id, sp.family, e);
+    c.refs.push(e);
+  }
+  c.slots += slots;
+  c.ranges += ranges;
+  state.slotCount += slots;
+  state.sourceRangeCount += ranges;
+}
 
+/** A service port the datapath cannot serve at all: another family, or SCTP. */
+function unsupportedProblem(sp: ServicePortDecision, families: readonly IPFamily[]): PlanProblem | null {
+  if (!families.includes(sp.family)) {
+    return {
+      servicePortName: sp.servicePortName,
+      reason: `not programmed: the bpf data plane handles ${families.join(', ') || 'no family'}, not ${sp.family}`,
+    };
+  }
+  if (sp.protocol === 'SCTP') {
+    return {
+      servicePortName: sp.servicePortName,
+      reason: 'not programmed: the bpf data plane handles TCP and UDP, not SCTP',
+    };
+  }
+  return null;
+}
+
+/** The service port's frontends that no other service port has claimed first, now claimed. */
+function claimFrontends(
+  state: PlanState,
+  sp: ServicePortDecision,
+  fam: FamilyDecisions,
+  orderDependent: (p: PlanProblem) => void,
+): FrontendDraft[] {
   const drafts: FrontendDraft[] = [];
   for (const draft of draftFrontends(sp, fam)) {
     const owner = state.owners.get(draft.name);
@@ -451,60 +329,63 @@ function planServicePort(
       });
     }
   }
+  return drafts;
+}
 
+/** The first limit the drafts would break (a frontend's slots, then each map's capacity), or null. */
+function capacityProblem(
+  state: PlanState,
+  sp: ServicePortDecision,
+  drafts: readonly FrontendDraft[],
+  capacity: PlanCapacity,
+  { slots, ranges }: { slots: number; ranges: number },
+): PlanProblem | null {
   const newBackends = new Set<string>();
   for (const d of drafts)
     for (const e of d.endpoints) if (!state.backends.has(e.endpoint)) newBackends.add(e.endpoint);
-  const slots = drafts.reduce((n, d) => n + d.endpoints.length, 0);
-  const ranges = drafts.reduce((n, d) => n + d.sourceRanges.length, 0);
   const largest = Math.max(0, ...drafts.map((d) => d.endpoints.length));
-  const full =
-    largest > MAX_BACKENDS_PER_FRONTEND
-      ? {
-          servicePortName: sp.servicePortName,
-          reason: `not programmed: ${largest} endpoints, more than the ${MAX_BACKENDS_PER_FRONTEND} a frontend can hold`,
-        }
-      : state.frontends.size + drafts.length > capacity.frontends
-        ? capacityProblem(sp.servicePortName, 'services', capacity.frontends, 'services')
-        : state.backends.size + newBackends.size > capacity.backends
-          ? capacityProblem(sp.servicePortName, 'backends', capacity.backends, 'backends')
-          : state.slotCount + slots > capacity.slots
-            ? capacityProblem(sp.servicePortName, 'backend slots', capacity.slots, 'backendSlots')
-            : state.sourceRangeCount + ranges > capacity.sourceRanges
-              ? capacityProblem(sp.servicePortName, 'source ranges', capacity.sourceRanges, 'sourceRanges')
-              : null;
-  if (full) {
-    for (const d of drafts) state.owners.delete(d.name);
-    orderDependent(full);
-    return;
-  }
+  const name = sp.servicePortName;
+  if (largest > MAX_BACKENDS_PER_FRONTEND)
+    return {
+      servicePortName: name,
+      reason: `not programmed: ${largest} endpoints, more than the ${MAX_BACKENDS_PER_FRONTEND} a frontend can hold`,
+    };
+  if (state.frontends.size + drafts.length > capacity.frontends)
+    return mapFullProblem(name, 'services', capacity.frontends, 'services');
+  if (state.backends.size + newBackends.size > capacity.backends)
+    return mapFullProblem(name, 'backends', capacity.backends, 'backends');
+  if (state.slotCount + slots > capacity.slots)
+    return mapFullProblem(name, 'backend slots', capacity.slots, 'backendSlots');
+  if (state.sourceRangeCount + ranges > capacity.sourceRanges)
+    return mapFullProblem(name, 'source ranges', capacity.sourceRanges, 'sourceRanges');
+  return null;
+}
 
+/** Service and backend ids for every draft; the problem when an allocator has none free. */
+function allocateIds(
+  state: PlanState,
+  sp: ServicePortDecision,
+  drafts: readonly FrontendDraft[],
+  scheduler: (kind: FrontendKind) => BpfScheduler,
+  nowMs: number,
+): { planned: PlannedFrontend[]; refs: { id: number; e: Endpoint }[] } | PlanProblem {
+  const { serviceIds, backendIds } = state;
+  const exhausted = (what: string, ids: IdAllocator, setting: string): PlanProblem => ({
+    servicePortName: sp.servicePortName,
+    reason: `not programmed: no free ${what} id (ids ${ids.min}-${ids.max} in use or in quarantine); raise bpf.mapSizes.${setting}`,
+  });
   const planned: PlannedFrontend[] = [];
   const refs: { id: number; e: Endpoint }[] = [];
-  let exhausted: PlanProblem | null = null;
   for (const d of drafts) {
     const serviceId = serviceIds.allocate(d.name, nowMs);
-    if (serviceId === null) {
-      exhausted = {
-        servicePortName: sp.servicePortName,
-        reason: `not programmed: no free service id (ids ${serviceIds.min}-${serviceIds.max} in use or in quarantine); raise bpf.mapSizes.services`,
-      };
-      break;
-    }
+    if (serviceId === null) return exhausted('service', serviceIds, 'services');
     const ids: number[] = [];
     for (const e of d.endpoints) {
       const id = backendIds.allocate(e.endpoint, nowMs);
-      if (id === null) {
-        exhausted = {
-          servicePortName: sp.servicePortName,
-          reason: `not programmed: no free backend id (ids ${backendIds.min}-${backendIds.max} in use or in quarantine); raise bpf.mapSizes.backends`,
-        };
-        break;
-      }
+      if (id === null) return exhausted('backend', backendIds, 'backends');
       ids.push(id);
       refs.push({ id, e });
     }
-    if (exhausted) break;
     planned.push({
       key: d.key,
       name: d.name,
@@ -524,25 +405,7 @@ function planServicePort(
       sourceRanges: d.sourceRanges,
     });
   }
-  if (exhausted) {
-    // Ids handed out to this service port stay allocated until released as unused.
-    for (const d of drafts) state.owners.delete(d.name);
-    orderDependent(exhausted);
-    return;
-  }
-  for (const f of planned) {
-    state.frontends.set(f.name, f);
-    c.frontends.push(f);
-    countAnyAddressNodePort(state, f, 1);
-  }
-  for (const { id, e } of refs) {
-    addBackendRef(state, id, sp.family, e);
-    c.refs.push(e);
-  }
-  c.slots += slots;
-  c.ranges += ranges;
-  state.slotCount += slots;
-  state.sourceRangeCount += ranges;
+  return { planned, refs };
 }
 
 const byName = (a: PlannedFrontend, b: PlannedFrontend) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
@@ -610,6 +473,16 @@ export function planBpf(
  * problem depends on the order Services are planned in (two Services on one frontend, a full map),
  * since only planning everything in order gives the same answer.
  */
+export interface PlannerResult {
+  plan: BpfPlan;
+  /** The frontend names the plan may have changed; null: any of them. */
+  scope: Set<string> | null;
+  /** Why every Service was planned though only some changed; null when none did or all were asked. */
+  widened: string | null;
+}
+
+const ORDER_DEPENDENT = 'bpf plan: two service ports claim one frontend, and the first planned keeps it';
+
 export class BpfPlanner {
   private state: PlanState | null = null;
   private last: BpfPlan | null = null;
@@ -621,13 +494,10 @@ export class BpfPlanner {
 
   /**
    * `changed`: the Service keys whose decisions changed, or null for a whole plan. Returns the plan
-   * and the frontend names it may have changed (null: any of them).
+   * and the frontend names it may have changed (null: any of them); `widened` says why it planned
+   * everything when `changed` named only some Services.
    */
-  plan(
-    decisions: ProxyDecisions,
-    options: PlanOptions,
-    changed: ReadonlySet<string> | null,
-  ): { plan: BpfPlan; scope: Set<string> | null } {
+  plan(decisions: ProxyDecisions, options: PlanOptions, changed: ReadonlySet<string> | null): PlannerResult {
     const context = JSON.stringify([
       decisions.families.map((f) => [f.family, f.nodeIP, f.nodePortAddresses]),
       { ...options, nowMs: 0 },
@@ -636,8 +506,16 @@ export class BpfPlanner {
     const sameContext = context === this.context;
     this.context = context;
     const last = this.last;
-    if (changed === null || state === null || last === null || state.orderDependent > 0 || !sameContext)
-      return this.planWhole(decisions, options);
+    if (changed === null) return this.planWhole(decisions, options, null);
+    if (state === null || last === null)
+      return this.planWhole(decisions, options, 'bpf plan: no earlier plan');
+    if (state.orderDependent > 0) return this.planWhole(decisions, options, ORDER_DEPENDENT);
+    if (!sameContext)
+      return this.planWhole(
+        decisions,
+        options,
+        'bpf plan: the node IPs, NodePort addresses or plan options changed',
+      );
     const scope = new Set<string>();
     const removed = { frontends: [] as PlannedFrontend[], backends: new Map<number, PlannedBackend>() };
     for (const key of changed) {
@@ -649,7 +527,7 @@ export class BpfPlanner {
     for (const fam of decisions.families)
       for (const key of changed)
         for (const sp of servicePortsOf(fam.servicePorts, key)) planServicePort(state, sp, fam, options);
-    if (state.orderDependent > 0) return this.planWhole(decisions, options);
+    if (state.orderDependent > 0) return this.planWhole(decisions, options, ORDER_DEPENDENT);
     const added = { frontends: [] as PlannedFrontend[], backends: new Set<string>() };
     for (const key of changed) {
       const c = state.services.get(key);
@@ -669,15 +547,15 @@ export class BpfPlanner {
       // A backend the changed Services now name may be in the last plan already (others name it).
       backends: { removed: [...removed.backends.values(), ...addedBackends], added: addedBackends },
     });
-    return { plan: this.last, scope };
+    return { plan: this.last, scope, widened: null };
   }
 
-  private planWhole(decisions: ProxyDecisions, options: PlanOptions): { plan: BpfPlan; scope: null } {
+  private planWhole(decisions: ProxyDecisions, options: PlanOptions, widened: string | null): PlannerResult {
     const state = emptyState(this.allocators);
     planAll(decisions, options, state);
     this.state = state;
     this.last = planOf(state);
-    return { plan: this.last, scope: null };
+    return { plan: this.last, scope: null, widened };
   }
 }
 
@@ -692,60 +570,4 @@ export function plannedFrontend(plan: BpfPlan, name: string): PlannedFrontend | 
 export function plannedBackend(plan: BpfPlan, id: number): PlannedBackend | undefined {
   const b = plan.backends[lowerBound(plan.backends, id, (a, x) => a.id - x)];
   return b?.id === id ? b : undefined;
-}
-
-/** "TCP/10.96.0.10:80", "*" for every node address and " (pods)" on an internal-scope entry. */
-export function frontendLabel(key: FrontendKey): string {
-  const host = key.address === ANY_ADDRESS[key.family] ? '*' : key.address;
-  return `${key.protocol}/${joinHostPort(host, key.port)}${key.scope === 'internal' ? ' (pods)' : ''}`;
-}
-
-/**
- * `render --proxy-mode bpf`: the frontends and backends a node starting from empty maps would get,
- * with the map sizes of `bpf`; the ids are those a fresh agent would allocate.
- */
-export function renderBpfText(decisions: ProxyDecisions, bpf: BpfConfig, family?: IPFamily): string {
-  const sizes = bpf.mapSizes;
-  const plan = planBpf(
-    { ...decisions, families: decisions.families.filter((f) => !family || f.family === family) },
-    {
-      defaultScheduler: bpf.scheduler,
-      maglevFrontends: bpf.maglevFrontends,
-      families: DATAPATH_FAMILIES,
-      capacity: {
-        frontends: sizes.services,
-        backends: sizes.backends - 1,
-        slots: Math.floor(sizes.backendSlots / 2),
-        sourceRanges: sizes.sourceRanges,
-      },
-      nowMs: 0,
-    },
-    {
-      serviceIds: new IdAllocator('service', 1, sizes.services, 0),
-      backendIds: new IdAllocator('backend', 1, sizes.backends - 1, 0),
-    },
-  );
-  const backends = new Map(plan.backends.map((b) => [b.id, b]));
-  const lines: string[] = [];
-  for (const f of plan.frontends) {
-    const flags = [
-      f.localOnly ? 'local-only' : '',
-      f.hasInternalScope ? 'two-scopes' : '',
-      f.affinityTimeoutSeconds > 0 ? `affinity=${f.affinityTimeoutSeconds}s` : '',
-      f.sourceRanges.length > 0 ? `source-ranges=${f.sourceRanges.join(',')}` : '',
-    ].filter(Boolean);
-    lines.push(
-      `${frontendLabel(f.key)}  ${f.kind}  ${f.servicePortName}  svc ${f.serviceId}  ${f.action}  ${f.scheduler}${flags.length > 0 ? `  [${flags.join(' ')}]` : ''}`,
-    );
-    f.backendIds.forEach((id, slot) => {
-      const b = backends.get(id);
-      const notes = [slot < f.localCount ? 'local' : '', b?.terminating ? 'terminating' : ''].filter(Boolean);
-      lines.push(
-        `  slot ${slot}  backend ${id}  ${b?.name ?? '?'}${notes.length > 0 ? `  (${notes.join(', ')})` : ''}`,
-      );
-    });
-  }
-  for (const problem of plan.problems)
-    lines.push(`not programmed: ${problem.servicePortName}: ${problem.reason}`);
-  return lines.length > 0 ? `${lines.join('\n')}\n` : '';
 }

@@ -4,7 +4,7 @@
 
 import type { BpfScheduler } from '../../config/types.js';
 import type { IPFamily } from '../../model/types.js';
-import type { FrontendAction, FrontendKey, FrontendKind } from './plan.js';
+import type { FrontendAction, FrontendKey, FrontendKind } from './types.js';
 
 export interface FrontendValue {
   serviceId: number;

@@ -16,10 +16,10 @@
 // (map full) keeps its previous state and is reported; the others are written.
 
 import { joinHostPort } from '../../net/ip.js';
+import { entriesOf, type FrontendEntries, rangeId, slotId, slotsOf } from './frontend-entries.js';
 import { buildMaglevTable, MAGLEV_HASH_SEED } from './maglev.js';
-import { EntriesByService, PairsByService, SlotsByService } from './mirror-index.js';
-import type { BpfPlan, PlannedBackend, PlannedFrontend } from './plan.js';
-import { frontendName, plannedBackend, plannedFrontend } from './plan.js';
+import type { BpfPlan, PlannedBackend } from './plan.js';
+import { plannedBackend, plannedFrontend } from './plan.js';
 import {
   type AffinityMatch,
   type BackendEntry,
@@ -28,11 +28,9 @@ import {
   type MaglevKey,
   MapFullError,
   type MapStore,
-  type SlotEntry,
-  type SlotKey,
-  type SourceRange,
-  type StoredState,
 } from './store.js';
+import { frontendName } from './types.js';
+import { type Mirror, mirrorOf, PendingDeletions } from './writer-state.js';
 
 export interface WriterOptions {
   maglevTableSize: number;
@@ -58,123 +56,9 @@ export interface ApplyResult {
   failures: ServiceFailure[];
   /** Service ports programmed without something they asked for (a Maglev table). */
   degraded: ServiceFailure[];
+  /** Why every frontend was written though a scope was given; null when none was. */
+  widened: string | null;
 }
-
-/** The Maglev tables in the maps: which one each frontend (service id) reads, and what each holds. */
-class MaglevTables {
-  /** Service id → the id of the table it reads. */
-  readonly refs = new Map<number, number>();
-  readonly tables = new Map<number, { signature: string; size: number; readers: Set<number> }>();
-  /** Signature → the table new readers of that backend set share. */
-  private readonly bySignature = new Map<string, number>();
-
-  /** The table holding `signature` that new readers share, if any. */
-  holding(signature: string): number | undefined {
-    return this.bySignature.get(signature);
-  }
-
-  table(serviceId: number) {
-    const id = this.refs.get(serviceId);
-    return id === undefined ? undefined : { id, ...this.tables.get(id)! };
-  }
-
-  /** A table the maps hold (installed now, or read back). */
-  add(id: number, signature: string, size: number): void {
-    this.tables.set(id, { signature, size, readers: new Set() });
-    if (!this.bySignature.has(signature)) this.bySignature.set(signature, id);
-  }
-
-  /** The table now holds another backend set (rewritten in place). */
-  resign(id: number, signature: string): void {
-    const t = this.tables.get(id)!;
-    if (this.bySignature.get(t.signature) === id) this.bySignature.delete(t.signature);
-    t.signature = signature;
-    if (!this.bySignature.has(signature)) this.bySignature.set(signature, id);
-  }
-
-  point(serviceId: number, tableId: number): void {
-    this.unref(serviceId);
-    this.refs.set(serviceId, tableId);
-    this.tables.get(tableId)!.readers.add(serviceId);
-  }
-
-  /** The frontend reads no table now; a table nobody reads is gone from the maps. */
-  unref(serviceId: number): void {
-    const id = this.refs.get(serviceId);
-    if (id === undefined) return;
-    this.refs.delete(serviceId);
-    const t = this.tables.get(id)!;
-    t.readers.delete(serviceId);
-    if (t.readers.size > 0) return;
-    this.tables.delete(id);
-    if (this.bySignature.get(t.signature) === id) this.bySignature.delete(t.signature);
-  }
-}
-
-/** The exact contents of the maps the writer owns. */
-interface Mirror {
-  frontends: Map<string, FrontendEntry>;
-  slots: SlotsByService;
-  backends: Map<number, BackendEntry>;
-  maglev: MaglevTables;
-  affinityMatches: PairsByService;
-  sourceRanges: EntriesByService<SourceRange, SourceRange>;
-}
-
-/** Entries to delete once their grace period is over, by entry id. An entry wanted again before
- * then stays: its deletion is cancelled, nothing waits. */
-class PendingDeletions {
-  readonly slots = new Map<string, { key: SlotKey; dueMs: number }>();
-  readonly maglev = new Map<number, { key: MaglevKey; dueMs: number }>();
-  readonly sourceRanges = new Map<string, { key: SourceRange; dueMs: number }>();
-  readonly backends = new Map<number, { key: BackendEntry; dueMs: number }>();
-
-  /** Adds entries not already waiting (an entry keeps the earlier of two due times). */
-  static schedule<I, K>(
-    into: Map<I, { key: K; dueMs: number }>,
-    keys: K[],
-    idOf: (k: K) => I,
-    dueMs: number,
-  ) {
-    for (const key of keys) {
-      const id = idOf(key);
-      if (!into.has(id)) into.set(id, { key, dueMs });
-    }
-  }
-
-  /** The entries due by `now` (all with `force`), taken out. */
-  static take<I, K>(from: Map<I, { key: K; dueMs: number }>, now: number, force: boolean): K[] {
-    const due: K[] = [];
-    for (const [id, p] of from) {
-      if (!force && p.dueMs > now) continue;
-      due.push(p.key);
-      from.delete(id);
-    }
-    return due;
-  }
-
-  nextDue(): number | null {
-    let due = Number.POSITIVE_INFINITY;
-    for (const m of [this.slots, this.maglev, this.sourceRanges, this.backends])
-      for (const p of m.values()) due = Math.min(due, p.dueMs);
-    return due === Number.POSITIVE_INFINITY ? null : due;
-  }
-}
-
-/** kbp_slot_key.gen and kbp_svc_val.gen are 8-bit. */
-const GENERATIONS = 256;
-
-const slotId = (k: SlotKey) => `${k.serviceId}/${k.gen}/${k.slot}`;
-const slotsOf = ({ planned, frontend }: FrontendEntries): SlotEntry[] =>
-  planned.backendIds.map((backendId, slot) => ({
-    serviceId: planned.serviceId,
-    slot,
-    gen: frontend.value.gen,
-    backendId,
-  }));
-const rangeId = (r: SourceRange) => `${r.serviceId}/${r.cidr}`;
-const maglevSignature = (size: number, ids: readonly number[]) =>
-  `${size}:${[...ids].sort((a, b) => a - b).join(',')}`;
 
 function sameValue(a: FrontendValue, b: FrontendValue): boolean {
   return (Object.keys(a) as (keyof FrontendValue)[]).every((k) => a[k] === b[k]);
@@ -190,17 +74,32 @@ function sameBackend(a: BackendEntry, b: BackendEntry): boolean {
   );
 }
 
-/** Everything one planned frontend puts in the maps. */
-/** What one frontend wants in the maps. Its slots (one per backend id, in the frontend's
- * generation) and its {backend, service} pairs (one per backend id) are made when written: a
- * full write of 10^5 endpoints holds no object per entry for its whole length. */
-interface FrontendEntries {
-  planned: PlannedFrontend;
-  frontend: FrontendEntry;
-  maglev: { key: MaglevKey; signature: string } | null;
-  sourceRanges: SourceRange[];
-  /** True when the mirror has no frontend with this service id yet: its counters start at zero. */
-  isNew: boolean;
+/** One write's working state, shared by its six steps. */
+interface WriteRun {
+  mirror: Mirror;
+  scope: ReadonlySet<string> | null;
+  backendOf: (id: number) => PlannedBackend | undefined;
+  /** The scoped frontends' service ids (before the write; step 6 adds the planned ones); null
+   * for a write of every frontend. */
+  scopedIds: Set<number> | null;
+  /** Service ids of the frontends that did not fit (map full): they keep their previous state. */
+  failed: Set<number>;
+  fail: (e: FrontendEntries, err: unknown) => void;
+  /** The wanted frontends that have not failed so far. */
+  live: () => FrontendEntries[];
+  result: ApplyResult;
+}
+
+/** Whether a service id's entry is wanted by nothing: `wanted` is asked of the frontend with that
+ * service id (one at most); a failed frontend keeps everything. */
+type UnusedTest = (serviceId: number, wanted: (e: FrontendEntries) => boolean) => boolean;
+
+function unusedTest(entries: readonly FrontendEntries[], failed: ReadonlySet<number>): UnusedTest {
+  const byServiceId = new Map(entries.map((e) => [e.planned.serviceId, e]));
+  return (serviceId, wanted) => {
+    const e = byServiceId.get(serviceId);
+    return !(e && wanted(e)) && !failed.has(serviceId);
+  };
 }
 
 export class MapWriter {
@@ -281,8 +180,9 @@ export class MapWriter {
    */
   async apply(plan: BpfPlan, scope: ReadonlySet<string> | null = null): Promise<ApplyResult> {
     // A mirror read back now may hold anything: only a write of every frontend brings it to the plan.
-    const whole = scope === null || !this.mirror || this.stale;
-    if (!this.mirror || this.stale) this.restore();
+    const readBack = !this.mirror || this.stale;
+    const whole = scope === null || readBack;
+    if (readBack) this.restore();
     const result: ApplyResult = {
       written: 0,
       deleted: 0,
@@ -290,6 +190,10 @@ export class MapWriter {
       maglevEntries: 0,
       failures: [],
       degraded: [],
+      widened:
+        scope !== null && readBack
+          ? 'bpf writer: the maps were read back after a failed or partial write'
+          : null,
     };
     try {
       result.deleted = this.flushDeferred();
@@ -303,8 +207,20 @@ export class MapWriter {
     return result;
   }
 
-  /** `scope`: the only frontends (by name) that may differ from the mirror; null for all of them. */
+  /** `scope`: the only frontends (by name) that may differ from the mirror; null for all of them.
+   * The six steps of the publication order (this file's opening comment), one method each. */
   private write(plan: BpfPlan, scope: ReadonlySet<string> | null, result: ApplyResult): void {
+    const run = this.startWrite(plan, scope, result);
+    this.writeBackends(run);
+    this.writeSlots(run);
+    this.writeMaglevTables(run);
+    this.writePairsAndRanges(run);
+    this.flipFrontends(run);
+    this.retireUnused(run);
+  }
+
+  /** What the write wants, with the pending deletions of anything wanted again cancelled. */
+  private startWrite(plan: BpfPlan, scope: ReadonlySet<string> | null, result: ApplyResult): WriteRun {
     const mirror = this.mirror!;
     const pending = this.pending;
     // A scoped write looks its few frontends and backends up in the plan's sorted lists.
@@ -313,7 +229,9 @@ export class MapWriter {
     const inScope = scope
       ? [...scope].sort().flatMap((name) => plannedFrontend(plan, name) ?? [])
       : plan.frontends;
-    const wanted = inScope.map((f) => this.entriesOf(f, mirror, backendOf));
+    const wanted = inScope.map((f) =>
+      entriesOf(f, mirror, pending.slots, backendOf, this.options.maglevTableSize),
+    );
     // Whatever is wanted again stays: its pending deletion is cancelled.
     if (pending.slots.size + pending.sourceRanges.size + pending.maglev.size > 0) {
       for (const e of wanted) {
@@ -338,8 +256,13 @@ export class MapWriter {
       });
     };
     const live = () => (failed.size === 0 ? wanted : wanted.filter((e) => !failed.has(e.planned.serviceId)));
-    // 1. Backends. A backend's flags (local, terminating) sum up every frontend naming it: a
-    // scoped write also refreshes those the scoped frontends stopped naming but others still do.
+    return { mirror, scope, backendOf, scopedIds, failed, fail, live, result };
+  }
+
+  /** 1. Backends. A backend's flags (local, terminating) sum up every frontend naming it: a
+   * scoped write also refreshes those the scoped frontends stopped naming but others still do. */
+  private writeBackends(run: WriteRun): void {
+    const { mirror, backendOf, scopedIds, result } = run;
     if (scopedIds) {
       const shared = [...scopedIds]
         .flatMap((id) => mirror.slots.ofService(id))
@@ -356,7 +279,7 @@ export class MapWriter {
         result.written += shared.length;
       }
     }
-    this.inBatches(live(), fail, (group) => {
+    this.inBatches(run.live(), run.fail, (group) => {
       const changed = new Map<number, BackendEntry>();
       for (const e of group) {
         for (const id of e.planned.backendIds) {
@@ -381,8 +304,10 @@ export class MapWriter {
       for (const b of entries) mirror.backends.set(b.id, b);
       result.written += entries.length;
     });
+  }
 
-    // 2. The new slot generations, all frontends in one batch.
+  /** 2. The new slot generations, all frontends in one batch. */
+  private writeSlots({ mirror, live, fail, result }: WriteRun): void {
     this.inBatches(live(), fail, (group) => {
       const entries = group.flatMap(slotsOf).filter((s) => mirror.slots.backendIdAt(s) !== s.backendId);
       if (entries.length === 0) return;
@@ -391,16 +316,20 @@ export class MapWriter {
       for (const s of entries) mirror.slots.set(s);
       result.written += entries.length;
     });
+  }
 
-    // 3. Maglev tables.
+  /** 3. Maglev tables. */
+  private writeMaglevTables({ mirror, live, backendOf, result }: WriteRun): void {
     const wantsBySvc = new Map(
       live().flatMap((e) => (e.maglev ? [[e.planned.serviceId, e.maglev.signature]] : [])),
     );
     for (const e of live()) {
       if (e.maglev) this.writeMaglev(e, e.maglev, mirror, backendOf, wantsBySvc, result);
     }
+  }
 
-    // 4. Affinity matches and source ranges that are new.
+  /** 4. Affinity matches and source ranges that are new. */
+  private writePairsAndRanges({ mirror, live, fail, result }: WriteRun): void {
     this.inBatches(live(), fail, (group) => {
       // Every service's {backend, service} pairs, not only those with affinity: the datapath
       // also asks whether a tracked flow's backend still serves its service (SYN re-selection).
@@ -416,8 +345,11 @@ export class MapWriter {
       for (const r of ranges) mirror.sourceRanges.set(r);
       result.written += matches.length + ranges.length;
     });
+  }
 
-    // 5. The flip: frontend values, then the frontends nothing plans any more.
+  /** 5. The flip: frontend values, then the frontends nothing plans any more. */
+  private flipFrontends(run: WriteRun): void {
+    const { mirror, live, fail, result } = run;
     const fresh = live()
       .filter((e) => e.isNew)
       .map((e) => e.planned.serviceId);
@@ -445,8 +377,11 @@ export class MapWriter {
       );
     flip('internal');
     flip('all');
-    const entries = live();
-    const planned = new Set(entries.map((e) => e.planned.name));
+    this.deleteGoneFrontends(run);
+  }
+
+  private deleteGoneFrontends({ mirror, scope, live, failed, result }: WriteRun): void {
+    const planned = new Set(live().map((e) => e.planned.name));
     const candidates = scope
       ? [...scope].flatMap((name): [string, FrontendEntry][] => {
           const f = mirror.frontends.get(name);
@@ -463,30 +398,23 @@ export class MapWriter {
       for (const [name] of gone) mirror.frontends.delete(name);
       result.deleted += gone.length;
     }
+  }
 
-    // 6. After the grace period, everything no frontend needs any more. A frontend that failed
-    // keeps all it had. A scoped write looks only at the entries of the scoped frontends' service
-    // ids; a backend goes when the plan (which counts every frontend's references) has dropped it.
-    // What an entry is wanted for is asked of the frontend with its service id (one at most).
-    const byServiceId = new Map(entries.map((e) => [e.planned.serviceId, e]));
-    const backendSets = new Map<number, Set<number>>();
-    const namesBackend = (e: FrontendEntries, backendId: number) => {
-      let ids = backendSets.get(e.planned.serviceId);
-      if (!ids) {
-        ids = new Set(e.planned.backendIds);
-        backendSets.set(e.planned.serviceId, ids);
-      }
-      return ids.has(backendId);
-    };
-    const unused = (serviceId: number, wanted: (e: FrontendEntries) => boolean) => {
-      const e = byServiceId.get(serviceId);
-      return !(e && wanted(e)) && !failed.has(serviceId);
-    };
+  /**
+   * 6. After the grace period, everything no frontend needs any more. A frontend that failed
+   * keeps all it had. A scoped write looks only at the entries of the scoped frontends' service
+   * ids; a backend goes when the plan (which counts every frontend's references) has dropped it.
+   * The {backend, service} pairs of backends that left go now (deleteLeftPairs).
+   */
+  private retireUnused(run: WriteRun): void {
+    const { mirror, scopedIds, failed, backendOf } = run;
+    const entries = run.live();
+    const unused = unusedTest(entries, failed);
     if (scopedIds) for (const e of entries) scopedIds.add(e.planned.serviceId);
+    const within = scopedIds ?? undefined;
+    this.deleteLeftPairs(run, unused);
     const failedBackends = new Set(
-      failed.size === 0
-        ? []
-        : mirror.slots.where((id) => failed.has(id), scopedIds ?? undefined).map((s) => s.backendId),
+      failed.size === 0 ? [] : mirror.slots.where((id) => failed.has(id), within).map((s) => s.backendId),
     );
     const fullPlanned = scopedIds ? null : new Set(entries.flatMap((e) => e.planned.backendIds));
     const isPlanned = (id: number) => (fullPlanned ? fullPlanned.has(id) : backendOf(id) !== undefined);
@@ -498,25 +426,17 @@ export class MapWriter {
     const maglevReaders = scopedIds
       ? [...scopedIds].filter((id) => mirror.maglev.refs.has(id))
       : [...mirror.maglev.refs.keys()];
-    // The pairs of backends that left a service go now, not after the grace period: from the
-    // flip on, affinity must not pick them and a SYN on their tracked flows selects again (a
-    // reader of the old generation still finds them in its slots; it needs no pair).
-    const leftMatches = mirror.affinityMatches.where(
-      (serviceId, backendId) => unused(serviceId, (e) => namesBackend(e, backendId)),
-      scopedIds ?? undefined,
-    );
-    if (leftMatches.length) {
-      this.store.deleteAffinityMatches(leftMatches);
-      for (const m of leftMatches) mirror.affinityMatches.delete(m);
-      result.deleted += leftMatches.length;
-    }
+    const ranges = scopedIds
+      ? [...scopedIds].flatMap((id) => mirror.sourceRanges.ofService(id))
+      : mirror.sourceRanges.all();
     const due = this.now() + this.options.graceMs;
+    const { pending } = this;
     PendingDeletions.schedule(
       pending.slots,
       mirror.slots.where(
         (serviceId, gen, slot) =>
           unused(serviceId, (e) => gen === e.frontend.value.gen && slot < e.planned.backendIds.length),
-        scopedIds ?? undefined,
+        within,
       ),
       slotId,
       due,
@@ -529,10 +449,7 @@ export class MapWriter {
     );
     PendingDeletions.schedule(
       pending.sourceRanges,
-      (scopedIds
-        ? [...scopedIds].flatMap((id) => mirror.sourceRanges.ofService(id))
-        : mirror.sourceRanges.all()
-      ).filter((r) => unused(r.serviceId, (e) => e.planned.sourceRanges.includes(r.cidr))),
+      ranges.filter((r) => unused(r.serviceId, (e) => e.planned.sourceRanges.includes(r.cidr))),
       rangeId,
       due,
     );
@@ -542,6 +459,30 @@ export class MapWriter {
       (b) => b.id,
       due,
     );
+  }
+
+  /** The pairs of backends that left a service go now, not after the grace period: from the
+   * flip on, affinity must not pick them and a SYN on their tracked flows selects again (a
+   * reader of the old generation still finds them in its slots; it needs no pair). */
+  private deleteLeftPairs({ mirror, scopedIds, result }: WriteRun, unused: UnusedTest): void {
+    const backendSets = new Map<number, Set<number>>();
+    const namesBackend = (e: FrontendEntries, backendId: number) => {
+      let ids = backendSets.get(e.planned.serviceId);
+      if (!ids) {
+        ids = new Set(e.planned.backendIds);
+        backendSets.set(e.planned.serviceId, ids);
+      }
+      return ids.has(backendId);
+    };
+    const leftMatches = mirror.affinityMatches.where(
+      (serviceId, backendId) => unused(serviceId, (e) => namesBackend(e, backendId)),
+      scopedIds ?? undefined,
+    );
+    if (leftMatches.length) {
+      this.store.deleteAffinityMatches(leftMatches);
+      for (const m of leftMatches) mirror.affinityMatches.delete(m);
+      result.deleted += leftMatches.length;
+    }
   }
 
   /**
@@ -629,97 +570,4 @@ export class MapWriter {
       }
     }
   }
-
-  private entriesOf(
-    planned: PlannedFrontend,
-    mirror: Mirror,
-    backendOf: (id: number) => unknown,
-  ): FrontendEntries {
-    const { serviceId, backendIds } = planned;
-    for (const id of backendIds)
-      if (backendOf(id) === undefined) throw new Error(`plan names backend ${id} it does not hold`);
-    const current = mirror.frontends.get(planned.name)?.value;
-    const sameId = current?.serviceId === serviceId;
-    const gen = this.generationFor(serviceId, backendIds, sameId ? current.gen : null, mirror);
-    const frontend: FrontendEntry = {
-      key: planned.key,
-      value: {
-        serviceId,
-        count: backendIds.length,
-        localCount: planned.localCount,
-        gen,
-        scheduler: planned.scheduler,
-        action: planned.action,
-        kind: planned.kind,
-        localOnly: planned.localOnly,
-        hasInternalScope: planned.hasInternalScope,
-        affinityTimeoutSeconds: planned.affinityTimeoutSeconds,
-        checksSourceRanges: planned.sourceRanges.length > 0,
-      },
-    };
-    return {
-      planned,
-      frontend,
-      maglev:
-        planned.scheduler === 'maglev' && backendIds.length > 0
-          ? { key: { serviceId }, signature: maglevSignature(this.options.maglevTableSize, backendIds) }
-          : null,
-      sourceRanges: planned.sourceRanges.map((cidr) => ({ serviceId, family: planned.key.family, cidr })),
-      isNew: !sameId,
-    };
-  }
-
-  /**
-   * The slot generation a frontend's list goes into: the live one when it holds the list already,
-   * else another that holds it (one waiting out its grace period after a change that was undone),
-   * else one nothing uses, so a generation readers may still see is never rewritten. Only after
-   * 255 changes of one frontend within a grace period is the generation due soonest rewritten.
-   */
-  private generationFor(
-    serviceId: number,
-    backendIds: readonly number[],
-    liveGen: number | null,
-    mirror: Mirror,
-  ): number {
-    const byGen = new Map<number, { slots: Map<number, number>; dueMs: number }>();
-    for (const s of mirror.slots.ofService(serviceId)) {
-      const g = byGen.get(s.gen) ?? { slots: new Map<number, number>(), dueMs: Number.POSITIVE_INFINITY };
-      g.slots.set(s.slot, s.backendId);
-      g.dueMs = Math.min(g.dueMs, this.pending.slots.get(slotId(s))?.dueMs ?? Number.NEGATIVE_INFINITY);
-      byGen.set(s.gen, g);
-    }
-    const holds = (gen: number) => {
-      const slots = byGen.get(gen)?.slots;
-      return (
-        (slots?.size ?? 0) === backendIds.length && backendIds.every((id, slot) => slots!.get(slot) === id)
-      );
-    };
-    if (liveGen !== null && holds(liveGen)) return liveGen;
-    for (const gen of byGen.keys()) if (gen !== liveGen && holds(gen)) return gen;
-    for (let gen = 0; gen < GENERATIONS; gen++) if (gen !== liveGen && !byGen.has(gen)) return gen;
-    let soonest = -1;
-    for (const [gen, g] of byGen)
-      if (gen !== liveGen && (soonest < 0 || g.dueMs < byGen.get(soonest)!.dueMs)) soonest = gen;
-    return soonest;
-  }
-}
-
-function maglevOf(state: StoredState, maglevTableSize: number): MaglevTables {
-  const tables = new MaglevTables();
-  // A table of another size is replaced: its signature cannot match.
-  for (const t of state.maglevTables)
-    tables.add(t.id, maglevSignature(t.size === maglevTableSize ? t.size : -1, t.backendIds), t.size);
-  for (const m of state.maglev) tables.point(m.key.serviceId, m.tableId);
-  return tables;
-}
-
-function mirrorOf(state: StoredState, maglevTableSize: number): Mirror {
-  return {
-    frontends: new Map(state.frontends.map((f) => [frontendName(f.key), f])),
-    slots: new SlotsByService(state.slots),
-    backends: new Map(state.backends.map((b) => [b.id, b])),
-    maglev: maglevOf(state, maglevTableSize),
-    affinityMatches: new PairsByService(state.affinityMatches),
-    sourceRanges: new EntriesByService((r: SourceRange) => r.cidr, state.sourceRanges),
-  };
 }

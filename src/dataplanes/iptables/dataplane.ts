@@ -3,7 +3,7 @@
 // atomic, so a failed one leaves the previous rules in place; it is counted and the next sync
 // is full.
 
-import type { ChangeSet, Dataplane, SyncResult } from '../../brain/dataplane.js';
+import { type Dataplane, escalate, type SyncResult, type SyncScope } from '../../brain/dataplane.js';
 import type { FamilyDecisions, ProxyDecisions } from '../../brain/types.js';
 import type { ProxyConfig } from '../../config/types.js';
 import { type CommandRunner, runCommand } from '../../host/command.js';
@@ -121,19 +121,19 @@ export class IptablesDataplane implements Dataplane {
     };
   }
 
-  async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
-    return syncEachFamily(decisions.families, (family) => this.syncFamily(family, changes));
+  async sync(decisions: ProxyDecisions, scope: SyncScope): Promise<SyncResult> {
+    return syncEachFamily(decisions.families, scope, (family) => this.syncFamily(family, scope));
   }
 
   async close(): Promise<void> {
     // Rules stay in the kernel after the agent stops, as kube-proxy's do; `cleanup` removes them.
   }
 
-  private async syncFamily(decisions: FamilyDecisions, changes: ChangeSet): Promise<boolean> {
+  private async syncFamily(decisions: FamilyDecisions, changes: SyncScope): Promise<SyncScope> {
     const { exec, now } = this.options;
     const state = this.families.get(decisions.family);
     const startedAt = now();
-    let full = state.partial.isFull(changes);
+    let scope = state.partial.scopeFor(changes, 'iptables');
 
     await this.ensureRouteLocalnet(decisions);
     const ruleset = buildIptablesRuleset(decisions, this.renderOptions);
@@ -151,14 +151,16 @@ export class IptablesDataplane implements Dataplane {
       if (existing) {
         scanned = true;
         // The canary vanishes when someone flushes the tables: rebuild everything, jumps included.
-        if (!existing.has(KUBE_PROXY_CANARY)) full = true;
+        if (!existing.has(KUBE_PROXY_CANARY))
+          scope = escalate(scope, 'iptables: the canary chain is gone (the tables were flushed)');
         const active = activeNatChains(ruleset);
         staleChains = [...existing].filter((chain) => isServiceChainName(chain) && !active.has(chain));
       }
     }
 
+    const { full } = scope;
     if (full) {
-      state.partial.requireFull();
+      state.partial.requireFull(scope.reason);
       await this.ensureJumpRules(decisions.family);
     }
 
@@ -176,7 +178,7 @@ export class IptablesDataplane implements Dataplane {
     if (result.code !== 0) {
       if (full) state.stats.restoreFailures++;
       else state.stats.partialRestoreFailures++;
-      state.partial.requireFull();
+      state.partial.requireFull('the last iptables-restore failed');
       throw new IptablesRestoreError(decisions.family, !full, result.stderr);
     }
 
@@ -185,7 +187,7 @@ export class IptablesDataplane implements Dataplane {
     state.stats.rulesTotal = input.rulesTotal;
     state.stats.rulesLast = input.rulesWritten;
     state.stats.noLocalEndpoints = ruleset.noLocalEndpoints;
-    return full;
+    return scope;
   }
 
   /** Every chain of the nat table as iptables-save lists it; null when it cannot be listed. */

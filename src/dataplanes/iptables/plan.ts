@@ -223,190 +223,71 @@ function filterOf(verdict: ScopeVerdict, name: string): { target: string; commen
   return { target: '', comment: '' };
 }
 
+/** One service port's names, chains and the choices every one of its rules depends on. */
+interface PortRuleInputs {
+  context: FamilyContext;
+  sp: ServicePortDecision;
+  name: string;
+  /** `-m tcp -p tcp` (likewise udp, sctp). */
+  match: string;
+  chains: ReturnType<typeof servicePortChains>;
+  hasEndpoints: boolean;
+  hasInternal: boolean;
+  hasExternal: boolean;
+  /** The chain internal traffic goes to (by the internal traffic policy). */
+  internalChain: string;
+  /** The EXT chain is needed even without external endpoints: it short-circuits pod and host traffic. */
+  usesExtChain: boolean;
+  usesFwChain: boolean;
+  internalFilter: { target: string; comment: string };
+  externalFilter: { target: string; comment: string };
+}
+
 function servicePortRules(
   context: FamilyContext,
   sp: ServicePortDecision,
   noLocalEndpoints: { internal: number; external: number },
 ): ServicePortRules {
-  const { decisions, largeClusterMode, detector } = context;
   const name = sp.servicePortName;
   const proto = sp.protocol.toLowerCase();
-  const match = `-m ${proto} -p ${proto}`;
   const chains = servicePortChains(name, sp.protocol);
   const hasEndpoints = sp.internal.action !== 'reject';
-
-  const usesClusterChain = sp.clusterEndpoints.length > 0 && sp.usesClusterEndpoints;
-  const usesLocalChain = sp.localEndpoints.length > 0 && sp.usesLocalEndpoints;
   const policyChain = (verdict: ScopeVerdict) => (verdict.policy === 'Local' ? chains.local : chains.cluster);
-  const internalChain = policyChain(sp.internal);
-  const hasInternal = sp.internal.action === 'forward';
-  const externalPolicyChain = policyChain(sp.external);
-  const hasExternal = sp.external.action === 'forward';
-  // The EXT chain is needed even without external endpoints: it short-circuits pod and host traffic.
-  const usesExtChain = hasEndpoints && sp.externallyAccessible;
   const usesFwChain = hasEndpoints && sp.loadBalancerIPs.length > 0 && sp.loadBalancerSourceRanges.length > 0;
-  const lbChain = usesFwChain ? chains.firewall : chains.external;
-
-  const internalFilter = filterOf(sp.internal, name);
-  const externalFilter = filterOf(sp.external, name);
+  const p: PortRuleInputs = {
+    context,
+    sp,
+    name,
+    match: `-m ${proto} -p ${proto}`,
+    chains,
+    hasEndpoints,
+    hasInternal: sp.internal.action === 'forward',
+    hasExternal: sp.external.action === 'forward',
+    internalChain: policyChain(sp.internal),
+    usesExtChain: hasEndpoints && sp.externallyAccessible,
+    usesFwChain,
+    internalFilter: filterOf(sp.internal, name),
+    externalFilter: filterOf(sp.external, name),
+  };
   if (sp.internal.action === 'drop') noLocalEndpoints.internal++;
   if (sp.external.action === 'drop') noLocalEndpoints.external++;
-
   const filterRules: string[] = [];
   const natDispatchRules: string[] = [];
-
-  if (hasInternal) {
-    natDispatchRules.push(
-      `-A ${KUBE_SERVICES} -m comment --comment "${name} cluster IP" ${match} -d ${sp.clusterIP} --dport ${sp.port} -j ${internalChain}`,
-    );
-  } else {
-    filterRules.push(
-      `-A ${KUBE_SERVICES} -m comment --comment ${internalFilter.comment} ${match} -d ${sp.clusterIP} --dport ${sp.port} -j ${internalFilter.target}`,
-    );
-  }
-
-  for (const ip of sp.externalIPs) {
-    if (hasEndpoints) {
-      natDispatchRules.push(
-        `-A ${KUBE_SERVICES} -m comment --comment "${name} external IP" ${match} -d ${ip} --dport ${sp.port} -j ${chains.external}`,
-      );
-    }
-    if (!hasExternal) {
-      filterRules.push(
-        `-A ${KUBE_EXTERNAL_SERVICES} -m comment --comment ${externalFilter.comment} ${match} -d ${ip} --dport ${sp.port} -j ${externalFilter.target}`,
-      );
-    }
-  }
-
-  for (const ip of sp.loadBalancerIPs) {
-    if (hasEndpoints) {
-      natDispatchRules.push(
-        `-A ${KUBE_SERVICES} -m comment --comment "${name} loadbalancer IP" ${match} -d ${ip} --dport ${sp.port} -j ${lbChain}`,
-      );
-    }
-    if (usesFwChain) {
-      filterRules.push(
-        `-A ${KUBE_PROXY_FIREWALL} -m comment --comment "${name} traffic not accepted by ${chains.firewall}" ${match} -d ${ip} --dport ${sp.port} -j DROP`,
-      );
-    }
-  }
-  if (!hasExternal) {
-    for (const ip of sp.loadBalancerIPs) {
-      filterRules.push(
-        `-A ${KUBE_EXTERNAL_SERVICES} -m comment --comment ${externalFilter.comment} ${match} -d ${ip} --dport ${sp.port} -j ${externalFilter.target}`,
-      );
-    }
-  }
-
-  if (sp.nodePort !== 0) {
-    if (hasEndpoints) {
-      if (context.localhostNodePortCounter) {
-        natDispatchRules.push(
-          `-A ${KUBE_NODEPORTS} -m comment --comment ${name} ${match} -d 127.0.0.0/8 --dport ${sp.nodePort} -m nfacct --nfacct-name ${NFACCT_LOCALHOST_NODEPORTS_ACCEPTED} -j ${chains.external}`,
-        );
-      }
-      // NodePorts are not subject to loadBalancerSourceRanges (upstream cannot change that).
-      natDispatchRules.push(
-        `-A ${KUBE_NODEPORTS} -m comment --comment ${name} ${match} --dport ${sp.nodePort} -j ${chains.external}`,
-      );
-    }
-    if (!hasExternal) {
-      filterRules.push(
-        `-A ${KUBE_EXTERNAL_SERVICES} -m comment --comment ${externalFilter.comment} -m addrtype --dst-type LOCAL ${match} --dport ${sp.nodePort} -j ${externalFilter.target}`,
-      );
-    }
-  }
-
+  clusterIPDispatch(p, filterRules, natDispatchRules);
+  externalIPDispatch(p, filterRules, natDispatchRules);
+  loadBalancerDispatch(p, filterRules, natDispatchRules);
+  nodePortDispatch(p, filterRules, natDispatchRules);
   if (sp.healthCheckNodePort !== 0) {
     filterRules.push(
       `-A ${KUBE_NODEPORTS} -m comment --comment "${name} health check node port" -m tcp -p tcp --dport ${sp.healthCheckNodePort} -j ACCEPT`,
     );
   }
-
   const blockChains: string[] = [];
   const rules: string[] = [];
-  // An endpoint's chain name is a sha256; it is needed in up to three rules, so hash it once.
-  const sepChains = new Map<string, string>();
-  const sepChain = (ep: Endpoint) => {
-    let chain = sepChains.get(ep.endpoint);
-    if (chain === undefined) {
-      chain = endpointChain(name, sp.protocol, ep.endpoint);
-      sepChains.set(ep.endpoint, chain);
-    }
-    return chain;
-  };
-
-  if (hasInternal) {
-    const clusterIPMatch = `-m comment --comment "${name} cluster IP" ${match} -d ${sp.clusterIP} --dport ${sp.port}`;
-    if (decisions.masqueradeAll) {
-      rules.push(`-A ${internalChain} ${clusterIPMatch} -j ${KUBE_MARK_MASQ}`);
-    } else if (detector) {
-      // Off-cluster sources reaching a ClusterIP (a static route to the service range) may be
-      // forwarded to another node, so they are masqueraded.
-      rules.push(`-A ${internalChain} ${clusterIPMatch} ${detector.ifNotLocal} -j ${KUBE_MARK_MASQ}`);
-    }
-  }
-
-  if (usesExtChain) {
-    blockChains.push(chains.external);
-    if (sp.externalFromCluster === null) {
-      rules.push(
-        `-A ${chains.external} -m comment --comment "masquerade traffic for ${name} external destinations" -j ${KUBE_MARK_MASQ}`,
-      );
-    } else {
-      if (detector) {
-        // Pod traffic to an external destination ignores the policy, as if it had gone out to
-        // the load balancer and come back.
-        rules.push(
-          `-A ${chains.external} -m comment --comment "pod traffic for ${name} external destinations" ${detector.ifLocal} -j ${chains.cluster}`,
-        );
-      }
-      rules.push(
-        `-A ${chains.external} -m comment --comment "masquerade LOCAL traffic for ${name} external destinations" -m addrtype --src-type LOCAL -j ${KUBE_MARK_MASQ}`,
-        `-A ${chains.external} -m comment --comment "route LOCAL traffic for ${name} external destinations" -m addrtype --src-type LOCAL -j ${chains.cluster}`,
-      );
-    }
-    if (hasExternal) rules.push(`-A ${chains.external} -j ${externalPolicyChain}`);
-  }
-
-  if (usesFwChain) {
-    blockChains.push(chains.firewall);
-    const head = `-A ${chains.firewall} -m comment --comment "${name} loadbalancer IP"`;
-    let allowFromNode = false;
-    for (const cidrText of sp.loadBalancerSourceRanges) {
-      rules.push(`${head} -s ${cidrText} -j ${chains.external}`);
-      const cidr = parseCIDR(cidrText);
-      if (cidr && context.nodeIP && cidrContains(cidr, context.nodeIP)) allowFromNode = true;
-    }
-    // A VIP-like load balancer's address is often local to the node, so a request from the node
-    // to the VIP loops back with the VIP as its source.
-    if (allowFromNode) {
-      for (const ip of sp.loadBalancerIPs) rules.push(`${head} -s ${ip} -j ${chains.external}`);
-    }
-    rules.push(
-      `-A ${chains.firewall} -m comment --comment "other traffic to ${name} will be dropped by ${KUBE_PROXY_FIREWALL}"`,
-    );
-  }
-
-  if (usesClusterChain) {
-    blockChains.push(chains.cluster);
-    serviceToEndpointRules(rules, sp, chains.cluster, sp.clusterEndpoints, sepChain, largeClusterMode);
-  }
-  if (usesLocalChain) {
-    blockChains.push(chains.local);
-    serviceToEndpointRules(rules, sp, chains.local, sp.localEndpoints, sepChain, largeClusterMode);
-  }
-
-  const endpointComment = largeClusterMode ? '' : ` -m comment --comment ${name}`;
-  for (const ep of sp.allReachableEndpoints) {
-    const chain = sepChain(ep);
-    blockChains.push(chain);
-    // Hairpin: a pod reaching itself through the service is SNATed.
-    rules.push(`-A ${chain}${endpointComment} -s ${ep.ip} -j ${KUBE_MARK_MASQ}`);
-    const affinity = sp.sessionAffinityTimeoutSeconds > 0 ? ` -m recent --name ${chain} --set` : '';
-    rules.push(`-A ${chain}${endpointComment}${affinity} ${match} -j DNAT --to-destination ${ep.endpoint}`);
-  }
-
+  clusterIPMasquerade(p, rules);
+  if (p.usesExtChain) externalChain(p, blockChains, rules, policyChain(sp.external));
+  if (usesFwChain) firewallChain(p, blockChains, rules);
+  endpointChains(p, blockChains, rules);
   return {
     filterRules,
     natDispatchRules,
@@ -417,6 +298,171 @@ function servicePortRules(
       rules,
     },
   };
+}
+
+function clusterIPDispatch(p: PortRuleInputs, filterRules: string[], natDispatchRules: string[]): void {
+  const { sp, name, match } = p;
+  if (p.hasInternal) {
+    natDispatchRules.push(
+      `-A ${KUBE_SERVICES} -m comment --comment "${name} cluster IP" ${match} -d ${sp.clusterIP} --dport ${sp.port} -j ${p.internalChain}`,
+    );
+  } else {
+    filterRules.push(
+      `-A ${KUBE_SERVICES} -m comment --comment ${p.internalFilter.comment} ${match} -d ${sp.clusterIP} --dport ${sp.port} -j ${p.internalFilter.target}`,
+    );
+  }
+}
+
+function externalIPDispatch(p: PortRuleInputs, filterRules: string[], natDispatchRules: string[]): void {
+  const { sp, name, match, externalFilter } = p;
+  for (const ip of sp.externalIPs) {
+    if (p.hasEndpoints) {
+      natDispatchRules.push(
+        `-A ${KUBE_SERVICES} -m comment --comment "${name} external IP" ${match} -d ${ip} --dport ${sp.port} -j ${p.chains.external}`,
+      );
+    }
+    if (!p.hasExternal) {
+      filterRules.push(
+        `-A ${KUBE_EXTERNAL_SERVICES} -m comment --comment ${externalFilter.comment} ${match} -d ${ip} --dport ${sp.port} -j ${externalFilter.target}`,
+      );
+    }
+  }
+}
+
+function loadBalancerDispatch(p: PortRuleInputs, filterRules: string[], natDispatchRules: string[]): void {
+  const { sp, name, match, chains, externalFilter } = p;
+  const lbChain = p.usesFwChain ? chains.firewall : chains.external;
+  for (const ip of sp.loadBalancerIPs) {
+    if (p.hasEndpoints) {
+      natDispatchRules.push(
+        `-A ${KUBE_SERVICES} -m comment --comment "${name} loadbalancer IP" ${match} -d ${ip} --dport ${sp.port} -j ${lbChain}`,
+      );
+    }
+    if (p.usesFwChain) {
+      filterRules.push(
+        `-A ${KUBE_PROXY_FIREWALL} -m comment --comment "${name} traffic not accepted by ${chains.firewall}" ${match} -d ${ip} --dport ${sp.port} -j DROP`,
+      );
+    }
+  }
+  if (!p.hasExternal) {
+    for (const ip of sp.loadBalancerIPs) {
+      filterRules.push(
+        `-A ${KUBE_EXTERNAL_SERVICES} -m comment --comment ${externalFilter.comment} ${match} -d ${ip} --dport ${sp.port} -j ${externalFilter.target}`,
+      );
+    }
+  }
+}
+
+function nodePortDispatch(p: PortRuleInputs, filterRules: string[], natDispatchRules: string[]): void {
+  const { sp, name, match, externalFilter } = p;
+  if (sp.nodePort === 0) return;
+  if (p.hasEndpoints) {
+    if (p.context.localhostNodePortCounter) {
+      natDispatchRules.push(
+        `-A ${KUBE_NODEPORTS} -m comment --comment ${name} ${match} -d 127.0.0.0/8 --dport ${sp.nodePort} -m nfacct --nfacct-name ${NFACCT_LOCALHOST_NODEPORTS_ACCEPTED} -j ${p.chains.external}`,
+      );
+    }
+    // NodePorts are not subject to loadBalancerSourceRanges (upstream cannot change that).
+    natDispatchRules.push(
+      `-A ${KUBE_NODEPORTS} -m comment --comment ${name} ${match} --dport ${sp.nodePort} -j ${p.chains.external}`,
+    );
+  }
+  if (!p.hasExternal) {
+    filterRules.push(
+      `-A ${KUBE_EXTERNAL_SERVICES} -m comment --comment ${externalFilter.comment} -m addrtype --dst-type LOCAL ${match} --dport ${sp.nodePort} -j ${externalFilter.target}`,
+    );
+  }
+}
+
+function clusterIPMasquerade(p: PortRuleInputs, rules: string[]): void {
+  const { sp, name, match, internalChain } = p;
+  const { decisions, detector } = p.context;
+  if (!p.hasInternal) return;
+  const clusterIPMatch = `-m comment --comment "${name} cluster IP" ${match} -d ${sp.clusterIP} --dport ${sp.port}`;
+  if (decisions.masqueradeAll) {
+    rules.push(`-A ${internalChain} ${clusterIPMatch} -j ${KUBE_MARK_MASQ}`);
+  } else if (detector) {
+    // Off-cluster sources reaching a ClusterIP (a static route to the service range) may be
+    // forwarded to another node, so they are masqueraded.
+    rules.push(`-A ${internalChain} ${clusterIPMatch} ${detector.ifNotLocal} -j ${KUBE_MARK_MASQ}`);
+  }
+}
+
+function externalChain(p: PortRuleInputs, blockChains: string[], rules: string[], policyChain: string): void {
+  const { sp, name, chains } = p;
+  const { detector } = p.context;
+  blockChains.push(chains.external);
+  if (sp.externalFromCluster === null) {
+    rules.push(
+      `-A ${chains.external} -m comment --comment "masquerade traffic for ${name} external destinations" -j ${KUBE_MARK_MASQ}`,
+    );
+  } else {
+    if (detector) {
+      // Pod traffic to an external destination ignores the policy, as if it had gone out to
+      // the load balancer and come back.
+      rules.push(
+        `-A ${chains.external} -m comment --comment "pod traffic for ${name} external destinations" ${detector.ifLocal} -j ${chains.cluster}`,
+      );
+    }
+    rules.push(
+      `-A ${chains.external} -m comment --comment "masquerade LOCAL traffic for ${name} external destinations" -m addrtype --src-type LOCAL -j ${KUBE_MARK_MASQ}`,
+      `-A ${chains.external} -m comment --comment "route LOCAL traffic for ${name} external destinations" -m addrtype --src-type LOCAL -j ${chains.cluster}`,
+    );
+  }
+  if (p.hasExternal) rules.push(`-A ${chains.external} -j ${policyChain}`);
+}
+
+function firewallChain(p: PortRuleInputs, blockChains: string[], rules: string[]): void {
+  const { sp, name, chains, context } = p;
+  blockChains.push(chains.firewall);
+  const head = `-A ${chains.firewall} -m comment --comment "${name} loadbalancer IP"`;
+  let allowFromNode = false;
+  for (const cidrText of sp.loadBalancerSourceRanges) {
+    rules.push(`${head} -s ${cidrText} -j ${chains.external}`);
+    const cidr = parseCIDR(cidrText);
+    if (cidr && context.nodeIP && cidrContains(cidr, context.nodeIP)) allowFromNode = true;
+  }
+  // A VIP-like load balancer's address is often local to the node, so a request from the node
+  // to the VIP loops back with the VIP as its source.
+  if (allowFromNode) {
+    for (const ip of sp.loadBalancerIPs) rules.push(`${head} -s ${ip} -j ${chains.external}`);
+  }
+  rules.push(
+    `-A ${chains.firewall} -m comment --comment "other traffic to ${name} will be dropped by ${KUBE_PROXY_FIREWALL}"`,
+  );
+}
+
+/** The SVC and SVL chains' jumps to the endpoints, and each endpoint's SEP chain. */
+function endpointChains(p: PortRuleInputs, blockChains: string[], rules: string[]): void {
+  const { sp, name, match, chains } = p;
+  const { largeClusterMode } = p.context;
+  // An endpoint's chain name is a sha256; it is needed in up to three rules, so hash it once.
+  const sepChains = new Map<string, string>();
+  const sepChain = (ep: Endpoint) => {
+    let chain = sepChains.get(ep.endpoint);
+    if (chain === undefined) {
+      chain = endpointChain(name, sp.protocol, ep.endpoint);
+      sepChains.set(ep.endpoint, chain);
+    }
+    return chain;
+  };
+  if (sp.clusterEndpoints.length > 0 && sp.usesClusterEndpoints) {
+    blockChains.push(chains.cluster);
+    serviceToEndpointRules(rules, sp, chains.cluster, sp.clusterEndpoints, sepChain, largeClusterMode);
+  }
+  if (sp.localEndpoints.length > 0 && sp.usesLocalEndpoints) {
+    blockChains.push(chains.local);
+    serviceToEndpointRules(rules, sp, chains.local, sp.localEndpoints, sepChain, largeClusterMode);
+  }
+  const endpointComment = largeClusterMode ? '' : ` -m comment --comment ${name}`;
+  for (const ep of sp.allReachableEndpoints) {
+    const chain = sepChain(ep);
+    blockChains.push(chain);
+    // Hairpin: a pod reaching itself through the service is SNATed.
+    rules.push(`-A ${chain}${endpointComment} -s ${ep.ip} -j ${KUBE_MARK_MASQ}`);
+    const affinity = sp.sessionAffinityTimeoutSeconds > 0 ? ` -m recent --name ${chain} --set` : '';
+    rules.push(`-A ${chain}${endpointComment}${affinity} ${match} -j DNAT --to-destination ${ep.endpoint}`);
+  }
 }
 
 function serviceToEndpointRules(

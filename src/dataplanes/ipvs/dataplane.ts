@@ -6,7 +6,7 @@
 // iptables-restore runs are counted per family, the one rule-mode metric kube-proxy 1.37's ipvs
 // proxier sets (kubeproxy_sync_proxy_rules_iptables_restore_failures_total).
 
-import type { ChangeSet, Dataplane, SyncResult } from '../../brain/dataplane.js';
+import { type Dataplane, escalate, type SyncResult, type SyncScope } from '../../brain/dataplane.js';
 import type { FamilyDecisions, ProxyDecisions } from '../../brain/types.js';
 import type { ProxyConfig } from '../../config/types.js';
 import { type CommandRunner, runCommand } from '../../host/command.js';
@@ -84,24 +84,26 @@ export class IpvsDataplane implements Dataplane {
     return [...this.draining.keys()].sort();
   }
 
-  async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
+  async sync(decisions: ProxyDecisions, scope: SyncScope): Promise<SyncResult> {
     if (!this.prepared) {
       await this.prepareNode();
       this.prepared = true;
     }
-    if (changes.fullSyncRequired) this.jumpsEnsured.clear();
+    if (scope.full) this.jumpsEnsured.clear();
     const interfaces = await this.interfaces();
-    await syncEachFamily(decisions.families, async (family) => {
+    // Every sync writes every virtual server, as kube-proxy's ipvs mode does.
+    const full = escalate(scope, 'ipvs: every sync is a full one');
+    const result = await syncEachFamily(decisions.families, full, async (family) => {
       try {
         await this.syncFamily(family, interfaces);
       } catch (err) {
         this.jumpsEnsured.delete(family.family);
         throw err;
       }
-      return true;
+      return full;
     });
     this.scheduleDrainCheck();
-    return { full: true };
+    return result;
   }
 
   async close(): Promise<void> {

@@ -157,28 +157,68 @@ interface NoNodeAccess {
 }
 
 /** The whole state of one family, as one sync of the ipvs proxier computes it. */
+/** What buildIpvsState gathers over the service ports of one family. */
+interface IpvsBuild {
+  family: IPFamily;
+  scheduler: string;
+  /** ipset name → its entries. */
+  members: Map<string, Set<string>>;
+  virtualServers: VirtualServer[];
+  /** Addresses bound to the dummy device. */
+  bound: Set<string>;
+  noNodeAccess: NoNodeAccess[];
+  /** Addresses already on the node's interfaces. */
+  nodeAddresses: ReadonlySet<string>;
+  nodeIP: ReturnType<typeof parseIP>;
+  /** Where NodePorts listen; empty when there are none. */
+  nodeIPs: string[];
+}
+
+const addEntry = (b: IpvsBuild, set: string, entry: string) => b.members.get(set)?.add(entry);
+
 export function buildIpvsState(decisions: FamilyDecisions, options: IpvsRenderOptions): IpvsFamilyState {
   const family = decisions.family;
-  const scheduler = options.scheduler === '' ? DEFAULT_SCHEDULER : options.scheduler;
-  const members = new Map<string, Set<string>>(IPSETS.map((set) => [set.name, new Set<string>()]));
-  const add = (set: string, entry: string) => members.get(set)?.add(entry);
-  const nodeAddresses = new Set(options.nodeAddresses);
-  const nodeIP = parseIP(ruleModeNodeIP(decisions));
-  const virtualServers: VirtualServer[] = [];
-  const bound = new Set<string>();
-  const noNodeAccess: NoNodeAccess[] = [];
   const hasNodePort = decisions.servicePorts.some((sp) => sp.nodePort !== 0);
-  const nodeIPs = hasNodePort ? nodePortIPs(decisions, options.nodeAddresses) : [];
+  const b: IpvsBuild = {
+    family,
+    scheduler: options.scheduler === '' ? DEFAULT_SCHEDULER : options.scheduler,
+    members: new Map<string, Set<string>>(IPSETS.map((set) => [set.name, new Set<string>()])),
+    virtualServers: [],
+    bound: new Set<string>(),
+    noNodeAccess: [],
+    nodeAddresses: new Set(options.nodeAddresses),
+    nodeIP: parseIP(ruleModeNodeIP(decisions)),
+    nodeIPs: hasNodePort ? nodePortIPs(decisions, options.nodeAddresses) : [],
+  };
+  for (const sp of decisions.servicePorts) addServicePort(b, sp);
+  for (const ip of b.bound) addEntry(b, KUBE_IPVS_IPS, ip);
+  const ipsets = IPSETS.map((set) => ({
+    name: ipsetName(set.name, family),
+    type: set.type,
+    family,
+    comment: set.comment,
+    entries: [...(b.members.get(set.name) ?? [])].sort(),
+  }));
+  return {
+    family,
+    virtualServers: b.virtualServers,
+    boundAddresses: [...b.bound].sort(),
+    ipsets,
+    iptablesRestore: companionRules(decisions, ipsets, b.noNodeAccess, options.randomFully),
+  };
+}
 
-  for (const sp of decisions.servicePorts) {
-    const proto = sp.protocol.toLowerCase();
-    const virtualServer = (address: string, port: number, verdict: ScopeVerdict): VirtualServer => ({
+/** One service port's virtual servers, set entries and bound addresses. */
+function addServicePort(b: IpvsBuild, sp: ServicePortDecision): void {
+  const proto = sp.protocol.toLowerCase();
+  const virtualServer = (address: string, port: number, verdict: ScopeVerdict) =>
+    b.virtualServers.push({
       protocol: sp.protocol,
       address,
       port,
-      scheduler,
+      scheduler: b.scheduler,
       persistenceTimeout: sp.sessionAffinityTimeoutSeconds,
-      sourceHash: scheduler === 'mh',
+      sourceHash: b.scheduler === 'mh',
       realServers: realServerEndpoints(sp, verdict).map((ep) => ({
         address: ep.ip,
         port: ep.port,
@@ -186,79 +226,64 @@ export function buildIpvsState(decisions: FamilyDecisions, options: IpvsRenderOp
       })),
       servicePortName: sp.servicePortName,
     });
-
-    // The Local sets tell the companion iptables rules which VIPs keep the client's source.
-    const externalLocal = sp.external.policy === 'Local';
-
-    // Hairpin: a local endpoint reaching itself through a VIP is masqueraded.
-    for (const ep of sp.endpoints) {
-      if (ep.isLocal) add(KUBE_LOOP_BACK, `${ipPort(ep.ip, proto, ep.port)},${ep.ip}`);
-    }
-
-    add(KUBE_CLUSTER_IP, ipPort(sp.clusterIP, proto, sp.port));
-    virtualServers.push(virtualServer(sp.clusterIP, sp.port, sp.internal));
-    bound.add(sp.clusterIP);
-
-    for (const ip of sp.externalIPs) {
-      add(externalLocal ? KUBE_EXTERNAL_IP_LOCAL : KUBE_EXTERNAL_IP, ipPort(ip, proto, sp.port));
-      virtualServers.push(virtualServer(ip, sp.port, sp.external));
-      // An address already on another interface must not also go on the dummy device.
-      if (!nodeAddresses.has(ip)) bound.add(ip);
-    }
-
-    for (const ip of sp.loadBalancerIPs) {
-      const entry = ipPort(ip, proto, sp.port);
-      add(KUBE_LOAD_BALANCER, entry);
-      if (externalLocal) add(KUBE_LOAD_BALANCER_LOCAL, entry);
-      if (sp.loadBalancerSourceRanges.length > 0) {
-        add(KUBE_LOAD_BALANCER_FW, entry);
-        let allowFromNode = false;
-        for (const cidrText of sp.loadBalancerSourceRanges) {
-          const cidr = parseCIDR(cidrText);
-          // ipset lists a host-sized net as the bare address.
-          const hostSized = cidr !== null && cidr.prefixLength === (family === 'IPv4' ? 32 : 128);
-          add(KUBE_LOAD_BALANCER_SOURCE_CIDR, `${entry},${hostSized ? cidrText.split('/')[0] : cidrText}`);
-          if (cidr && nodeIP && cidrContains(cidr, nodeIP)) allowFromNode = true;
-        }
-        // Requests from the node to a VIP that is local loop back with the VIP as their source.
-        if (allowFromNode) add(KUBE_LOAD_BALANCER_SOURCE_IP, `${entry},${ip}`);
-        else noNodeAccess.push({ ip, protocol: proto, port: sp.port });
-      }
-      virtualServers.push(virtualServer(ip, sp.port, sp.external));
-      if (!nodeAddresses.has(ip)) bound.add(ip);
-    }
-
-    // Upstream skips NodePorts altogether when it found no node IP to put them on.
-    if (sp.nodePort !== 0 && nodeIPs.length > 0) {
-      const sets = nodePortSets(sp.protocol);
-      // TCP and UDP NodePorts are bitmap:port sets; SCTP ones are per node IP (hash:ip,port).
-      const entries =
-        sp.protocol === 'SCTP' ? nodeIPs.map((ip) => ipPort(ip, proto, sp.nodePort)) : [String(sp.nodePort)];
-      for (const entry of entries) {
-        add(sets.all, entry);
-        if (externalLocal) add(sets.local, entry);
-      }
-      for (const ip of nodeIPs) virtualServers.push(virtualServer(ip, sp.nodePort, sp.external));
-    }
-
-    if (sp.healthCheckNodePort !== 0) add(KUBE_HEALTH_CHECK_NODE_PORT, String(sp.healthCheckNodePort));
+  // The Local sets tell the companion iptables rules which VIPs keep the client's source.
+  const externalLocal = sp.external.policy === 'Local';
+  // Hairpin: a local endpoint reaching itself through a VIP is masqueraded.
+  for (const ep of sp.endpoints) {
+    if (ep.isLocal) addEntry(b, KUBE_LOOP_BACK, `${ipPort(ep.ip, proto, ep.port)},${ep.ip}`);
   }
-  for (const ip of bound) add(KUBE_IPVS_IPS, ip);
+  addEntry(b, KUBE_CLUSTER_IP, ipPort(sp.clusterIP, proto, sp.port));
+  virtualServer(sp.clusterIP, sp.port, sp.internal);
+  b.bound.add(sp.clusterIP);
+  for (const ip of sp.externalIPs) {
+    addEntry(b, externalLocal ? KUBE_EXTERNAL_IP_LOCAL : KUBE_EXTERNAL_IP, ipPort(ip, proto, sp.port));
+    virtualServer(ip, sp.port, sp.external);
+    // An address already on another interface must not also go on the dummy device.
+    if (!b.nodeAddresses.has(ip)) b.bound.add(ip);
+  }
+  for (const ip of sp.loadBalancerIPs) {
+    addLoadBalancerEntries(b, sp, ipPort(ip, proto, sp.port), ip, externalLocal);
+    virtualServer(ip, sp.port, sp.external);
+    if (!b.nodeAddresses.has(ip)) b.bound.add(ip);
+  }
+  // Upstream skips NodePorts altogether when it found no node IP to put them on.
+  if (sp.nodePort !== 0 && b.nodeIPs.length > 0) {
+    const sets = nodePortSets(sp.protocol);
+    // TCP and UDP NodePorts are bitmap:port sets; SCTP ones are per node IP (hash:ip,port).
+    const entries =
+      sp.protocol === 'SCTP' ? b.nodeIPs.map((ip) => ipPort(ip, proto, sp.nodePort)) : [String(sp.nodePort)];
+    for (const entry of entries) {
+      addEntry(b, sets.all, entry);
+      if (externalLocal) addEntry(b, sets.local, entry);
+    }
+    for (const ip of b.nodeIPs) virtualServer(ip, sp.nodePort, sp.external);
+  }
+  if (sp.healthCheckNodePort !== 0) addEntry(b, KUBE_HEALTH_CHECK_NODE_PORT, String(sp.healthCheckNodePort));
+}
 
-  const ipsets = IPSETS.map((set) => ({
-    name: ipsetName(set.name, family),
-    type: set.type,
-    family,
-    comment: set.comment,
-    entries: [...(members.get(set.name) ?? [])].sort(),
-  }));
-  return {
-    family,
-    virtualServers,
-    boundAddresses: [...bound].sort(),
-    ipsets,
-    iptablesRestore: companionRules(decisions, ipsets, noNodeAccess, options.randomFully),
-  };
+/** A LoadBalancer IP's set entries, with its source ranges and whether the node may reach it. */
+function addLoadBalancerEntries(
+  b: IpvsBuild,
+  sp: ServicePortDecision,
+  entry: string,
+  ip: string,
+  externalLocal: boolean,
+): void {
+  addEntry(b, KUBE_LOAD_BALANCER, entry);
+  if (externalLocal) addEntry(b, KUBE_LOAD_BALANCER_LOCAL, entry);
+  if (sp.loadBalancerSourceRanges.length === 0) return;
+  addEntry(b, KUBE_LOAD_BALANCER_FW, entry);
+  let allowFromNode = false;
+  for (const cidrText of sp.loadBalancerSourceRanges) {
+    const cidr = parseCIDR(cidrText);
+    // ipset lists a host-sized net as the bare address.
+    const hostSized = cidr !== null && cidr.prefixLength === (b.family === 'IPv4' ? 32 : 128);
+    addEntry(b, KUBE_LOAD_BALANCER_SOURCE_CIDR, `${entry},${hostSized ? cidrText.split('/')[0] : cidrText}`);
+    if (cidr && b.nodeIP && cidrContains(cidr, b.nodeIP)) allowFromNode = true;
+  }
+  // Requests from the node to a VIP that is local loop back with the VIP as their source.
+  if (allowFromNode) addEntry(b, KUBE_LOAD_BALANCER_SOURCE_IP, `${entry},${ip}`);
+  else b.noNodeAccess.push({ ip, protocol: sp.protocol.toLowerCase(), port: sp.port });
 }
 
 function nodePortSets(protocol: Protocol): { all: string; local: string } {

@@ -6,23 +6,21 @@
 // afterwards: before Linux 6.2 the kernel may still see a just-deleted map element pointing at
 // a chain and refuse to delete the chain (EBUSY).
 
-import type { ChangeSet, Dataplane, SyncResult } from '../../brain/dataplane.js';
+import type { Dataplane, SyncResult, SyncScope } from '../../brain/dataplane.js';
 import type { FamilyDecisions, ProxyDecisions } from '../../brain/types.js';
 import { type CommandRunner, runCommand } from '../../host/command.js';
 import type { IPFamily } from '../../model/types.js';
 import { PartialSyncState } from '../partial-sync.js';
 import { PerFamily, syncEachFamily } from '../types.js';
 import { isAffinitySetName, isServiceChainName, LEGACY_CHAINS, nftFamily, TABLE } from './names.js';
+import { buildNftRuleset, type NftElement, type NftServicePortBlock } from './plan.js';
 import {
   activeObjects,
   assembleTransaction,
-  buildNftRuleset,
   deleteChainsTransaction,
   desiredElements,
   diffElements,
-  type NftElement,
-  type NftServicePortBlock,
-} from './plan.js';
+} from './transaction.js';
 
 /** How long a flushed chain waits before it is deleted. */
 export const STALE_CHAIN_DELAY_MS = 1000;
@@ -106,22 +104,24 @@ export class NftablesDataplane implements Dataplane {
     return [...(this.families.peek(family)?.staleChains.keys() ?? [])];
   }
 
-  async sync(decisions: ProxyDecisions, changes: ChangeSet): Promise<SyncResult> {
-    return syncEachFamily(decisions.families, (family) => this.syncFamily(family, changes));
+  async sync(decisions: ProxyDecisions, scope: SyncScope): Promise<SyncResult> {
+    return syncEachFamily(decisions.families, scope, (family) => this.syncFamily(family, scope));
   }
 
   async close(): Promise<void> {
     // The ruleset stays in the kernel after the agent stops, as kube-proxy's does; `cleanup` removes it.
   }
 
-  private async syncFamily(decisions: FamilyDecisions, changes: ChangeSet): Promise<boolean> {
+  private async syncFamily(decisions: FamilyDecisions, changes: SyncScope): Promise<SyncScope> {
     const state = this.families.get(decisions.family);
     const startedAt = this.now();
     await this.deleteStaleChains(decisions.family, state, startedAt);
     // cluster-ips-check is written by full syncs only: other ServiceCIDRs make this one full.
     const serviceCIDRs = decisions.serviceCIDRs.join(',');
-    if (state.initialized && serviceCIDRs !== state.serviceCIDRs) state.partial.requireFull();
-    const full = state.partial.isFull(changes);
+    if (state.initialized && serviceCIDRs !== state.serviceCIDRs)
+      state.partial.requireFull('the ServiceCIDRs changed (cluster-ips-check is written by full syncs)');
+    const scope = state.partial.scopeFor(changes, 'nftables');
+    const { full } = scope;
 
     const ruleset = buildNftRuleset(decisions);
     const active = activeObjects(ruleset);
@@ -151,7 +151,7 @@ export class NftablesDataplane implements Dataplane {
       const result = await this.exec('nft', ['-f', '-'], { input: tx.text, allowFailure: true });
       if (result.code !== 0) {
         state.stats.nftablesSyncFailures++;
-        state.partial.requireFull();
+        state.partial.requireFull('the last transaction failed');
         throw new NftablesSyncError(decisions.family, !full, result.stderr);
       }
     }
@@ -166,7 +166,7 @@ export class NftablesDataplane implements Dataplane {
     state.affinitySets = active.affinitySets;
     state.stats.noLocalEndpoints = ruleset.noLocalEndpoints;
     state.stats.lastWritten = { blocks: tx.blocksWritten, elements: tx.elementsWritten };
-    return full;
+    return scope;
   }
 
   /** Deletes the chains flushed at least STALE_CHAIN_DELAY_MS ago, in a transaction of their own. */
@@ -186,7 +186,7 @@ export class NftablesDataplane implements Dataplane {
     });
     if (result.code !== 0) {
       state.stats.nftablesCleanupFailures++;
-      state.partial.requireFull();
+      state.partial.requireFull('deleting stale chains failed');
     }
   }
 

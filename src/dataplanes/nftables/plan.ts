@@ -1,7 +1,8 @@
 // The nft transaction kube-proxy's nftables proxier (v1.37.2) writes, built from the brain's
 // decisions (pkg/proxy/nftables/proxier.go), in the syntax knftables prints and `nft -f`
 // reads. Pure: the applier decides which per-service blocks a partial sync writes, which map
-// elements changed and which chains went stale, and assembles the text with assembleTransaction.
+// elements changed and which chains went stale, and assembles the text with assembleTransaction
+// (transaction.ts).
 
 import type {
   Endpoint,
@@ -18,13 +19,11 @@ import {
   BASE_CHAINS,
   CLUSTER_IPS,
   CLUSTER_IPS_CHECK,
-  ELEMENT_CONTAINERS,
   type ElementContainer,
   endpointObjectNames,
   FIREWALL_CHECK,
   FIREWALL_IPS,
   HAIRPIN_CONNECTIONS,
-  isSetContainer,
   JUMP_CHAINS,
   MASQUERADING,
   type NftFamily,
@@ -42,6 +41,7 @@ import {
   TABLE,
   TABLE_COMMENT,
 } from './names.js';
+import { assembleTransaction, elementLine, quote } from './transaction.js';
 
 /** One element of a set (value null) or verdict map. */
 export interface NftElement {
@@ -110,24 +110,6 @@ class Writer {
     this.lines.push(`${verb} ${this.object(kind, name)}`);
   }
 }
-
-/** Go's %q for the plain ASCII our comments hold. */
-const quote = (text: string) => JSON.stringify(text);
-
-function elementLine(family: NftFamily, verb: 'add' | 'delete', element: NftElement): string {
-  let body = element.key.join(' . ');
-  if (verb === 'add') {
-    if (element.comment !== null) body += ` comment ${quote(element.comment)}`;
-    if (element.value !== null) body += ` : ${element.value.join(' . ')}`;
-  }
-  return `${verb} element ${family} ${TABLE} ${element.container} { ${body} }`;
-}
-
-/** Identity of an element within the table: container and key. */
-export const elementId = (element: NftElement) => `${element.container} ${element.key.join(' . ')}`;
-/** What must match for an existing element to stay: value and comment. */
-const elementSignature = (element: NftElement) =>
-  `${element.value?.join(' . ') ?? ''}|${element.comment ?? ''}`;
 
 interface DetectorNft {
   ifLocal: string;
@@ -318,55 +300,91 @@ function nftVerdictOf(verdict: ScopeVerdict): string {
   return verdict.action === 'drop' ? 'drop' : '';
 }
 
+/** One service port's names, chains and the choices every one of its objects depends on. */
+interface NftPortInputs {
+  context: FamilyContext;
+  sp: ServicePortDecision;
+  w: Writer;
+  proto: string;
+  chainNames: ReturnType<typeof servicePortChainNames>;
+  hasEndpoints: boolean;
+  hasInternal: boolean;
+  hasExternal: boolean;
+  /** Endpoint chains (and their affinity sets) exist only for ClientIP affinity. */
+  affinity: boolean;
+  usesClusterChain: boolean;
+  usesLocalChain: boolean;
+  /** Needed even without external endpoints: it short-circuits pod and host traffic. */
+  usesExternalChain: boolean;
+  /** A filter of its own (before DNAT), so unlike iptables it does not depend on endpoints. */
+  usesFirewallChain: boolean;
+  /** Hashed once per endpoint: the service chains and the endpoint's own rules all name them. */
+  epNames: (ep: Endpoint) => ReturnType<typeof endpointObjectNames>;
+}
+
 function servicePortBlock(
   context: FamilyContext,
   sp: ServicePortDecision,
   noLocalEndpoints: { internal: number; external: number },
 ): NftServicePortBlock {
-  const { decisions, family, detector } = context;
-  const masqueradeRule = `mark set mark or ${decisions.masqueradeMark}`;
-  const w = new Writer(family);
-  const proto = sp.protocol.toLowerCase();
-  const chainNames = servicePortChainNames(sp);
   const hasEndpoints = sp.internal.action !== 'reject';
-  // Endpoint chains (and their affinity sets) exist only for ClientIP affinity.
-  const affinity = sp.sessionAffinityTimeoutSeconds > 0;
-
-  const chains: string[] = [];
-  const ensure = (chain: string) => {
-    chains.push(chain);
-    w.ensureChain(chain);
-  };
-
-  // Hashed once per endpoint: the service chains and the endpoint's own rules all name them.
   const endpointNames = new Map(
     sp.allReachableEndpoints.map((ep) => [ep.endpoint, endpointObjectNames(sp, ep)]),
   );
-  const epNames = (ep: Endpoint) => endpointNames.get(ep.endpoint) ?? endpointObjectNames(sp, ep);
-  if (affinity) for (const ep of sp.allReachableEndpoints) ensure(epNames(ep).chain);
-  const usesClusterChain = sp.clusterEndpoints.length > 0 && sp.usesClusterEndpoints;
-  if (usesClusterChain) ensure(chainNames.cluster);
-  const usesLocalChain = sp.localEndpoints.length > 0 && sp.usesLocalEndpoints;
-  if (usesLocalChain) ensure(chainNames.local);
-
-  const policyChain = (verdict: ScopeVerdict) =>
-    verdict.policy === 'Local' ? chainNames.local : chainNames.cluster;
-  const internalChain = policyChain(sp.internal);
-  const hasInternal = sp.internal.action === 'forward';
-  const externalPolicyChain = policyChain(sp.external);
-  const hasExternal = sp.external.action === 'forward';
-  // Needed even without external endpoints: it short-circuits pod and host traffic.
-  const usesExternalChain = hasEndpoints && sp.externallyAccessible;
-  if (usesExternalChain) ensure(chainNames.external);
-  // A filter of its own (before DNAT), so unlike iptables it does not depend on endpoints.
-  const usesFirewallChain = sp.loadBalancerIPs.length > 0 && sp.loadBalancerSourceRanges.length > 0;
-  if (usesFirewallChain) ensure(chainNames.firewall);
-
-  const internalVerdict = nftVerdictOf(sp.internal);
-  const externalVerdict = nftVerdictOf(sp.external);
+  const p: NftPortInputs = {
+    context,
+    sp,
+    w: new Writer(context.family),
+    proto: sp.protocol.toLowerCase(),
+    chainNames: servicePortChainNames(sp),
+    hasEndpoints,
+    hasInternal: sp.internal.action === 'forward',
+    hasExternal: sp.external.action === 'forward',
+    affinity: sp.sessionAffinityTimeoutSeconds > 0,
+    usesClusterChain: sp.clusterEndpoints.length > 0 && sp.usesClusterEndpoints,
+    usesLocalChain: sp.localEndpoints.length > 0 && sp.usesLocalEndpoints,
+    usesExternalChain: hasEndpoints && sp.externallyAccessible,
+    usesFirewallChain: sp.loadBalancerIPs.length > 0 && sp.loadBalancerSourceRanges.length > 0,
+    epNames: (ep) => endpointNames.get(ep.endpoint) ?? endpointObjectNames(sp, ep),
+  };
+  const chains = declareChains(p);
   if (sp.internal.action === 'drop') noLocalEndpoints.internal++;
   if (sp.external.action === 'drop') noLocalEndpoints.external++;
+  const elements = dispatchElements(p);
+  if (p.usesFirewallChain) firewallRule(p);
+  // Sets are declared before the rules that test or update them.
+  const affinitySets = p.affinity ? declareAffinitySets(p) : [];
+  if (p.usesExternalChain) externalChainRules(p);
+  endpointRules(p);
+  return {
+    service: serviceKey(sp.namespace, sp.name),
+    key: `${sp.servicePortName}/${sp.protocol}`,
+    chains,
+    affinitySets,
+    lines: p.w.lines,
+    elements,
+  };
+}
 
+/** The service port's chains, in the order they are created. */
+function declareChains(p: NftPortInputs): string[] {
+  const { sp, chainNames } = p;
+  const chains: string[] = [];
+  const ensure = (chain: string) => {
+    chains.push(chain);
+    p.w.ensureChain(chain);
+  };
+  if (p.affinity) for (const ep of sp.allReachableEndpoints) ensure(p.epNames(ep).chain);
+  if (p.usesClusterChain) ensure(chainNames.cluster);
+  if (p.usesLocalChain) ensure(chainNames.local);
+  if (p.usesExternalChain) ensure(chainNames.external);
+  if (p.usesFirewallChain) ensure(chainNames.firewall);
+  return chains;
+}
+
+/** The elements of the shared maps and sets that send the service's traffic to its chains. */
+function dispatchElements(p: NftPortInputs): NftElement[] {
+  const { sp, proto, chainNames, hasEndpoints, hasExternal } = p;
   const elements: NftElement[] = [];
   const element = (
     container: ElementContainer,
@@ -376,110 +394,108 @@ function servicePortBlock(
   ) => elements.push({ container, key, value, comment });
   const port = String(sp.port);
   const name = sp.servicePortName;
-
+  const externalVerdict = nftVerdictOf(sp.external);
+  const toExternal = [`goto ${chainNames.external}`];
   // A local endpoint reaching itself through the service is masqueraded (the masquerading chain).
   for (const ep of sp.allReachableEndpoints) {
     if (ep.isLocal) element(HAIRPIN_CONNECTIONS, [ep.ip, ep.ip, proto, String(ep.port)], null, null);
   }
   element(CLUSTER_IPS, [sp.clusterIP], null, null);
-  if (hasInternal) element(SERVICE_IPS, [sp.clusterIP, proto, port], [`goto ${internalChain}`], null);
-  else element(NO_ENDPOINT_SERVICES, [sp.clusterIP, proto, port], [internalVerdict], name);
-
+  if (p.hasInternal) {
+    const internalChain = sp.internal.policy === 'Local' ? chainNames.local : chainNames.cluster;
+    element(SERVICE_IPS, [sp.clusterIP, proto, port], [`goto ${internalChain}`], null);
+  } else element(NO_ENDPOINT_SERVICES, [sp.clusterIP, proto, port], [nftVerdictOf(sp.internal)], name);
   for (const ip of sp.externalIPs) {
-    if (hasEndpoints) element(SERVICE_IPS, [ip, proto, port], [`goto ${chainNames.external}`], null);
+    if (hasEndpoints) element(SERVICE_IPS, [ip, proto, port], toExternal, null);
     // No endpoints at all (reject), or none for external traffic (drop what the external chain did not short-circuit).
     if (!hasExternal) element(NO_ENDPOINT_SERVICES, [ip, proto, port], [externalVerdict], name);
   }
-
-  if (usesFirewallChain) {
-    const sources: string[] = [];
-    let allowFromNode = false;
-    for (const cidrText of sp.loadBalancerSourceRanges) {
-      sources.push(cidrText);
-      const cidr = parseCIDR(cidrText);
-      if (cidr && context.nodeIP && cidrContains(cidr, context.nodeIP)) allowFromNode = true;
-    }
-    // A VIP-like load balancer's address is often local to the node, so a request from the node
-    // to the VIP loops back with the VIP as its source.
-    if (allowFromNode) sources.push(...sp.loadBalancerIPs);
-    w.rule(chainNames.firewall, `${family} saddr != { ${sources.join(' , ')} } drop`);
-  }
-
   for (const ip of sp.loadBalancerIPs) {
-    if (hasEndpoints) element(SERVICE_IPS, [ip, proto, port], [`goto ${chainNames.external}`], null);
-    if (usesFirewallChain) element(FIREWALL_IPS, [ip, proto, port], [`goto ${chainNames.firewall}`], null);
+    if (hasEndpoints) element(SERVICE_IPS, [ip, proto, port], toExternal, null);
+    if (p.usesFirewallChain) element(FIREWALL_IPS, [ip, proto, port], [`goto ${chainNames.firewall}`], null);
   }
   if (!hasExternal) {
     for (const ip of sp.loadBalancerIPs)
       element(NO_ENDPOINT_SERVICES, [ip, proto, port], [externalVerdict], name);
   }
-
   if (sp.nodePort !== 0) {
     const nodePort = String(sp.nodePort);
     // NodePorts are not subject to loadBalancerSourceRanges (upstream cannot change that).
-    if (hasEndpoints) element(SERVICE_NODEPORTS, [proto, nodePort], [`goto ${chainNames.external}`], null);
+    if (hasEndpoints) element(SERVICE_NODEPORTS, [proto, nodePort], toExternal, null);
     if (!hasExternal) element(NO_ENDPOINT_NODEPORTS, [proto, nodePort], [externalVerdict], name);
   }
+  return elements;
+}
 
-  // Sets are declared before the rules that test or update them.
-  const affinitySets: string[] = [];
-  if (affinity) {
-    const addrType = decisions.family === 'IPv4' ? 'ipv4_addr' : 'ipv6_addr';
-    for (const ep of sp.allReachableEndpoints) {
-      const set = epNames(ep).affinitySet;
-      affinitySets.push(set);
-      // "dynamic" too: some kernels add it on their own, and a later add without it would conflict.
-      w.set(set, `type ${addrType} ; flags dynamic,timeout ; timeout ${sp.sessionAffinityTimeoutSeconds}s ;`);
-    }
+function firewallRule({ sp, context, w, chainNames }: NftPortInputs): void {
+  const sources: string[] = [];
+  let allowFromNode = false;
+  for (const cidrText of sp.loadBalancerSourceRanges) {
+    sources.push(cidrText);
+    const cidr = parseCIDR(cidrText);
+    if (cidr && context.nodeIP && cidrContains(cidr, context.nodeIP)) allowFromNode = true;
   }
+  // A VIP-like load balancer's address is often local to the node, so a request from the node
+  // to the VIP loops back with the VIP as its source.
+  if (allowFromNode) sources.push(...sp.loadBalancerIPs);
+  w.rule(chainNames.firewall, `${context.family} saddr != { ${sources.join(' , ')} } drop`);
+}
 
-  if (usesExternalChain) {
-    if (sp.externalFromCluster === null) {
-      // Endpoints may be on other nodes: masquerade so replies come back through this one.
-      w.rule(chainNames.external, masqueradeRule, 'masquerade');
-    } else {
-      if (detector) {
-        // Pod traffic to an external destination ignores the policy, as if it had gone out to
-        // the load balancer and come back.
-        w.rule(
-          chainNames.external,
-          `${detector.ifLocal} goto ${chainNames.cluster}`,
-          'short-circuit pod traffic',
-        );
-      }
-      // The host's own traffic has a local source (often the VIP itself): masquerade and route it
-      // to any endpoint.
-      w.rule(chainNames.external, `fib saddr type local ${masqueradeRule}`, 'masquerade local traffic');
+function declareAffinitySets({ sp, context, w, epNames }: NftPortInputs): string[] {
+  const addrType = context.decisions.family === 'IPv4' ? 'ipv4_addr' : 'ipv6_addr';
+  return sp.allReachableEndpoints.map((ep) => {
+    const set = epNames(ep).affinitySet;
+    // "dynamic" too: some kernels add it on their own, and a later add without it would conflict.
+    w.set(set, `type ${addrType} ; flags dynamic,timeout ; timeout ${sp.sessionAffinityTimeoutSeconds}s ;`);
+    return set;
+  });
+}
+
+function externalChainRules({ sp, context, w, chainNames, hasExternal }: NftPortInputs): void {
+  const { detector } = context;
+  const masqueradeRule = `mark set mark or ${context.decisions.masqueradeMark}`;
+  if (sp.externalFromCluster === null) {
+    // Endpoints may be on other nodes: masquerade so replies come back through this one.
+    w.rule(chainNames.external, masqueradeRule, 'masquerade');
+  } else {
+    if (detector) {
+      // Pod traffic to an external destination ignores the policy, as if it had gone out to
+      // the load balancer and come back.
       w.rule(
         chainNames.external,
-        `fib saddr type local goto ${chainNames.cluster}`,
-        'short-circuit local traffic',
+        `${detector.ifLocal} goto ${chainNames.cluster}`,
+        'short-circuit pod traffic',
       );
     }
-    if (hasExternal) w.rule(chainNames.external, `goto ${externalPolicyChain}`);
+    // The host's own traffic has a local source (often the VIP itself): masquerade and route it
+    // to any endpoint.
+    w.rule(chainNames.external, `fib saddr type local ${masqueradeRule}`, 'masquerade local traffic');
+    w.rule(
+      chainNames.external,
+      `fib saddr type local goto ${chainNames.cluster}`,
+      'short-circuit local traffic',
+    );
   }
+  const externalPolicyChain = sp.external.policy === 'Local' ? chainNames.local : chainNames.cluster;
+  if (hasExternal) w.rule(chainNames.external, `goto ${externalPolicyChain}`);
+}
 
-  if (!affinity) {
-    if (usesClusterChain) serviceToEndpointDNATs(w, sp, chainNames.cluster, sp.clusterEndpoints);
-    if (usesLocalChain) serviceToEndpointDNATs(w, sp, chainNames.local, sp.localEndpoints);
-  } else {
-    if (usesClusterChain) serviceToEndpointJumps(w, sp, chainNames.cluster, sp.clusterEndpoints, epNames);
-    if (usesLocalChain) serviceToEndpointJumps(w, sp, chainNames.local, sp.localEndpoints, epNames);
-    for (const ep of sp.allReachableEndpoints) {
-      const { chain, affinitySet } = epNames(ep);
-      w.rule(chain, `update @${affinitySet} { ${family} saddr }`);
-      w.rule(chain, `meta l4proto ${proto} dnat to ${ep.endpoint}`);
-    }
+/** The policy chains' way to the endpoints: DNAT there, or (with affinity) jumps to each
+ * endpoint's chain, which remembers the client and DNATs. */
+function endpointRules(p: NftPortInputs): void {
+  const { sp, w, chainNames, epNames } = p;
+  if (!p.affinity) {
+    if (p.usesClusterChain) serviceToEndpointDNATs(w, sp, chainNames.cluster, sp.clusterEndpoints);
+    if (p.usesLocalChain) serviceToEndpointDNATs(w, sp, chainNames.local, sp.localEndpoints);
+    return;
   }
-
-  return {
-    service: serviceKey(sp.namespace, sp.name),
-    key: `${name}/${sp.protocol}`,
-    chains,
-    affinitySets,
-    lines: w.lines,
-    elements,
-  };
+  if (p.usesClusterChain) serviceToEndpointJumps(w, sp, chainNames.cluster, sp.clusterEndpoints, epNames);
+  if (p.usesLocalChain) serviceToEndpointJumps(w, sp, chainNames.local, sp.localEndpoints, epNames);
+  for (const ep of sp.allReachableEndpoints) {
+    const { chain, affinitySet } = epNames(ep);
+    w.rule(chain, `update @${affinitySet} { ${p.context.family} saddr }`);
+    w.rule(chain, `meta l4proto ${p.proto} dnat to ${ep.endpoint}`);
+  }
 }
 
 /**
@@ -524,116 +540,6 @@ function serviceToEndpointJumps(
 }
 
 /** Every chain and affinity set a sync of this ruleset keeps (written or skipped). */
-export function activeObjects(ruleset: NftRuleset): { chains: Set<string>; affinitySets: Set<string> } {
-  const chains = new Set<string>();
-  const affinitySets = new Set<string>();
-  for (const block of ruleset.servicePorts) {
-    for (const chain of block.chains) chains.add(chain);
-    for (const set of block.affinitySets) affinitySets.add(set);
-  }
-  return { chains, affinitySets };
-}
-
-/** Every element of the ruleset by its identity (duplicates, e.g. a ClusterIP of several ports, once). */
-export function desiredElements(ruleset: NftRuleset): Map<string, NftElement> {
-  const elements = new Map<string, NftElement>();
-  for (const block of ruleset.servicePorts) {
-    for (const element of block.elements) {
-      const id = elementId(element);
-      if (!elements.has(id)) elements.set(id, element);
-    }
-  }
-  return elements;
-}
-
-export interface ElementChanges {
-  remove: NftElement[];
-  add: NftElement[];
-}
-
-/** What turns the applied elements into the desired ones; a changed value is a delete and an add. */
-export function diffElements(
-  applied: ReadonlyMap<string, NftElement>,
-  desired: ReadonlyMap<string, NftElement>,
-): ElementChanges {
-  const remove: NftElement[] = [];
-  const add: NftElement[] = [];
-  for (const [id, element] of applied) {
-    const wanted = desired.get(id);
-    if (!wanted || elementSignature(wanted) !== elementSignature(element)) remove.push(element);
-  }
-  for (const [id, element] of desired) {
-    const had = applied.get(id);
-    if (!had || elementSignature(had) !== elementSignature(element)) add.push(element);
-  }
-  return { remove, add };
-}
-
-export interface TransactionPlan {
-  /** Table setup and fixed chains rewritten, every element container flushed and refilled. */
-  full: boolean;
-  /** The first sync of this process: base chains are re-created. */
-  recreateBaseChains: boolean;
-  /** Whether a service port's block is written; a partial sync leaves unchanged services out. */
-  writeBlock: (block: NftServicePortBlock) => boolean;
-  /** Partial syncs only: the element changes (full syncs write every element). */
-  elementChanges: ElementChanges;
-  /** Chains no longer used: flushed now, deleted by a later transaction. */
-  staleChains: string[];
-  /** Affinity sets no longer used: deleted now (nothing references them after the flushes). */
-  staleAffinitySets: string[];
-  /** Fixed chains of an older layout (mark-for-masquerade): deleted last, once nothing jumps to them. */
-  legacyChains?: string[];
-}
-
-export interface NftTransaction {
-  text: string;
-  /** Service port blocks written. */
-  blocksWritten: number;
-  /** Element lines written (adds and deletes). */
-  elementsWritten: number;
-}
-
-/** One `nft -f` transaction of one family. */
-export function assembleTransaction(ruleset: NftRuleset, plan: TransactionPlan): NftTransaction {
-  const family = nftFamily(ruleset.family);
-  const lines: string[] = [];
-  let elementsWritten = 0;
-  if (plan.full) {
-    lines.push(ruleset.tableLine);
-    if (plan.recreateBaseChains) lines.push(...ruleset.recreateBaseChainLines);
-    lines.push(...ruleset.setupLines);
-    for (const container of ELEMENT_CONTAINERS) {
-      lines.push(`flush ${isSetContainer(container) ? 'set' : 'map'} ${family} ${TABLE} ${container}`);
-    }
-  }
-  let blocksWritten = 0;
-  for (const block of ruleset.servicePorts) {
-    if (!plan.full && !plan.writeBlock(block)) continue;
-    lines.push(...block.lines);
-    blocksWritten++;
-  }
-  if (plan.full) {
-    for (const element of desiredElements(ruleset).values()) lines.push(elementLine(family, 'add', element));
-    elementsWritten = lines.length;
-  } else {
-    const before = lines.length;
-    for (const element of plan.elementChanges.remove) lines.push(elementLine(family, 'delete', element));
-    for (const element of plan.elementChanges.add) lines.push(elementLine(family, 'add', element));
-    elementsWritten = lines.length - before;
-  }
-  for (const chain of plan.staleChains) lines.push(`flush chain ${family} ${TABLE} ${chain}`);
-  for (const set of plan.staleAffinitySets) lines.push(`delete set ${family} ${TABLE} ${set}`);
-  for (const chain of plan.legacyChains ?? []) lines.push(`delete chain ${family} ${TABLE} ${chain}`);
-  return { text: lines.length > 0 ? `${lines.join('\n')}\n` : '', blocksWritten, elementsWritten };
-}
-
-/** A transaction deleting chains flushed by an earlier one (kernels before 6.2 need the pause). */
-export function deleteChainsTransaction(family: IPFamily, chains: string[]): string {
-  return chains.map((chain) => `delete chain ${nftFamily(family)} ${TABLE} ${chain}\n`).join('');
-}
-
-/** A full sync's transaction for one family, as kube-proxy's first sync writes it. */
 export function renderFamily(decisions: FamilyDecisions): string {
   const ruleset = buildNftRuleset(decisions);
   return assembleTransaction(ruleset, {
