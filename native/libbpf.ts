@@ -27,6 +27,9 @@ const f = {
     'bpf_program *bpf_object__find_program_by_name(const bpf_object *obj, const char *name)',
   ),
   prog_fd: lib.func('int bpf_program__fd(const bpf_program *prog)'),
+  next_prog: lib.func('bpf_program *bpf_object__next_program(const bpf_object *obj, bpf_program *prog)'),
+  prog_name: lib.func('const char *bpf_program__name(const bpf_program *prog)'),
+  prog_set_autoload: lib.func('int bpf_program__set_autoload(bpf_program *prog, bool autoload)'),
   object_btf: lib.func('btf *bpf_object__btf(const bpf_object *obj)'),
   btf_find: lib.func('int32_t btf__find_by_name_kind(const btf *btf, const char *name, uint32_t kind)'),
   btf_type: lib.func('const void *btf__type_by_id(const btf *btf, uint32_t id)'),
@@ -165,6 +168,19 @@ export function reuseMapFd(map: BpfMap, fd: number): void {
 /** Before loadObject: the contents of a global data map (".rodata", ".data", ".bss"). */
 export function setMapInitialValue(map: BpfMap, data: Buffer): void {
   check('bpf_map__set_initial_value', f.map_set_initial_value(map, data, data.length) as number);
+}
+
+/** The names of the object's programs, in the order of its ELF sections. */
+export function programNames(obj: BpfObject): string[] {
+  const names: string[] = [];
+  for (let prog = f.next_prog(obj, null); prog; prog = f.next_prog(obj, prog)) names.push(f.prog_name(prog));
+  return names;
+}
+
+/** Before loadObject: whether loading verifies and loads this program (libbpf's default: yes). */
+export function setProgramAutoload(obj: BpfObject, name: string, autoload: boolean): void {
+  const prog = nonNull('bpf_object__find_program_by_name', f.find_prog(obj, name) as bigint | null, name);
+  check('bpf_program__set_autoload', f.prog_set_autoload(prog, autoload) as number, name);
 }
 
 export function programFd(obj: BpfObject, name: string): number {

@@ -241,6 +241,10 @@ describeRoot('attaching the programs to the interfaces found', () => {
         'tc-ingress@vethbr kbp_tc_pod',
         'tc-ingress@vethptp kbp_tc_pod',
       ]);
+      // The start verified the programs every node uses; tun0 had its L3 variants loaded for it.
+      expect(logged.filter((l) => l.msg === 'bpf programs loaded for new interfaces')).toEqual([
+        expect.objectContaining({ programs: ['kbp_tc_ext_l3', 'kbp_tc_egress_l3'] }),
+      ]);
       expect(
         dumpMap(dp.lb.fd.nodeAddrs4, 4, 4)
           .keys.map((k) => ip4Codec.decode(k))

@@ -1,10 +1,13 @@
 import { existsSync, rmSync } from 'node:fs';
 import { afterAll, expect, it } from 'vitest';
-import { createMap, mapLookup, mapUpdate, pinObject } from '../../native/libbpf.js';
+import { createMap, dumpMap, mapLookup, mapUpdate, pinObject } from '../../native/libbpf.js';
 import { closeFd } from '../../native/libc.js';
 import {
   backend4,
   backend6,
+  ct4Key,
+  ct4Val,
+  PROGRAMS,
   slotKey,
   slotVal4,
   slotVal6,
@@ -12,7 +15,9 @@ import {
 } from '../../src/dataplanes/bpf/layout.js';
 import { type LoadedObject, loadPinnedObject, mapPinPath } from '../../src/dataplanes/bpf/object.js';
 import { silentLogger } from '../../src/logger.js';
+import { buildPacket, IPPROTO_TCP, parsePacket, TCP } from '../../src/net/packets.js';
 import { bpfConfig } from '../support/bpf-fixtures.js';
+import { type LoadedLb, run, writeConfig, writeFrontend } from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
 
 const pinPath = `/sys/fs/bpf/kbp-test-object-load-${process.pid}`;
@@ -89,6 +94,60 @@ describeRoot('loading the data plane object', () => {
     expect(read(3)).toBeNull();
     expect(existsSync(v1Pin)).toBe(false);
     expect(existsSync(v2Pin)).toBe(true);
+  });
+
+  // The agent verifies at start only what its node's interfaces use (programsAtStart); an
+  // interface that needs another program gets it from a second copy of the object on the same maps.
+  it('verifies only the programs asked for, and loads another on first use, on the same maps', async () => {
+    const lazyPin = `${pinPath}-lazy`;
+    const lazy = await loadPinnedObject({
+      pinPath: lazyPin,
+      mapSizes: { ...bpfConfig().mapSizes, conntrack: 1024, affinity: 1024 },
+      programs: [PROGRAMS.tcFromExternal],
+      log: silentLogger,
+    });
+    try {
+      expect(lazy.prog(PROGRAMS.tcFromExternal)).toBeGreaterThan(0);
+      expect(() => lazy.prog(PROGRAMS.tcFromPod)).toThrow(/kbp_tc_pod is not loaded/);
+      const asLb = {
+        ...lazy,
+        constants: { coarseClock: true, sockSetRetval: false, hostRouting: false },
+      } as LoadedLb;
+      writeConfig(asLb);
+      writeFrontend(asLb, {
+        svcId: 1,
+        addr: '10.96.0.11',
+        port: 80,
+        proto: IPPROTO_TCP,
+        backends: [{ id: 1, addr: '10.244.2.11', port: 8080 }],
+      });
+      const [first, again] = await Promise.all([
+        lazy.loadPrograms([PROGRAMS.tcFromExternal, PROGRAMS.tcFromPod]),
+        lazy.loadPrograms([PROGRAMS.tcFromPod]),
+      ]);
+      expect(first).toEqual([PROGRAMS.tcFromPod]);
+      expect(again).toEqual([]);
+      // The late program reads the Service the first object's map fds wrote, and its conntrack
+      // entry lands in the map those fds read.
+      const syn = buildPacket({
+        saddr: '10.244.1.10',
+        daddr: '10.96.0.11',
+        proto: IPPROTO_TCP,
+        sport: 40000,
+        dport: 80,
+        tcpFlags: TCP.SYN,
+      });
+      expect(parsePacket(run(asLb, PROGRAMS.tcFromPod, syn).dataOut)).toMatchObject({
+        daddr: '10.244.2.11',
+        dport: 8080,
+      });
+      const tracked = dumpMap(lazy.fd.ct4Tcp, ct4Key.size, ct4Val.size).keys.map((k) => ct4Key.decode(k));
+      expect(tracked).toContainEqual(expect.objectContaining({ sport: 40000 }));
+      await expect(lazy.loadPrograms(['kbp_no_such_program'])).rejects.toThrow(/no such bpf program/);
+    } finally {
+      lazy.close();
+      rmSync(lazyPin, { recursive: true, force: true });
+    }
   });
 
   it('reports a load failure as an error naming bpf_object__load', async () => {

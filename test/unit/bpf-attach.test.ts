@@ -5,9 +5,13 @@ import {
   parseLinkName,
   pinFileName,
   plannedAttachments,
+  programsAtStart,
+  SOCK_HOOKS,
+  sockHooksFor,
 } from '../../src/dataplanes/bpf/attach.js';
 import type { DiscoveredInterface } from '../../src/dataplanes/bpf/discover.js';
 import { interfaceAddresses, nodeAddresses } from '../../src/dataplanes/bpf/interface-follower.js';
+import { PROGRAMS } from '../../src/dataplanes/bpf/layout.js';
 import { MonotonicCounters } from '../../src/dataplanes/bpf/stats-read.js';
 
 const iface = (
@@ -130,5 +134,45 @@ describe('metrics helpers', () => {
       [2, 'fd00:1::4'],
       [3, 'fd00:3::3'],
     ]);
+  });
+});
+
+describe('which programs the kernel verifies when the agent starts', () => {
+  const tc = [PROGRAMS.tcFromPod, PROGRAMS.tcFromExternal, PROGRAMS.tcEgress];
+  const sock4 = SOCK_HOOKS.filter((h) => h.hook.endsWith('4')).map((h) => h.program);
+
+  it('those of pod-facing and Ethernet external interfaces and the socket hooks; not the L3 or XDP variants, nor the benchmark baseline', () => {
+    const programs = programsAtStart({ xdpMode: 'off', socketLB: 'host' }, true);
+    expect(programs).toEqual([...tc, ...SOCK_HOOKS.map((h) => h.program)]);
+    for (const later of [
+      PROGRAMS.tcFromExternalL3,
+      PROGRAMS.tcEgressL3,
+      PROGRAMS.xdpFromExternal,
+      PROGRAMS.xdpTx,
+    ])
+      expect(programs).not.toContain(later);
+  });
+
+  it("XDP's when bpf.xdpMode asks for it, no socket hooks with bpf.socketLB off, no IPv6 ones without IPv6 sockets", () => {
+    expect(programsAtStart({ xdpMode: 'native', socketLB: 'off' }, true)).toEqual([
+      ...tc,
+      PROGRAMS.xdpFromExternal,
+    ]);
+    expect(programsAtStart({ xdpMode: 'off', socketLB: 'all' }, false)).toEqual([...tc, ...sock4]);
+    expect(sockHooksFor(false).map((h) => h.program)).toEqual(sock4);
+  });
+
+  it('an L3 interface and XDP ask the follower for the programs the start left out', () => {
+    const planned = plannedAttachments(
+      [
+        iface('veth1', 5, {}),
+        iface('eth0', 2, { role: 'external' }),
+        iface('wg0', 3, { role: 'external', l3: true }),
+      ],
+      'native',
+    ).map((a) => a.program);
+    expect(new Set(planned)).toEqual(
+      new Set([...tc, PROGRAMS.tcFromExternalL3, PROGRAMS.tcEgressL3, PROGRAMS.xdpFromExternal]),
+    );
   });
 });

@@ -131,6 +131,32 @@ export function plannedAttachments(
   return out;
 }
 
+/** Can this kernel make AF_INET6 sockets (not booted with ipv6.disable=1)? Such a socket can
+ * reach an IPv4 service through its IPv4-mapped address, so net.ipv6.conf.all.disable_ipv6, which
+ * only takes the addresses away, does not make the IPv6 socket hooks useless. */
+export const kernelHasIPv6Sockets = () => existsSync('/proc/net/if_inet6');
+
+/** The socket hooks a node takes: the IPv6 ones only where IPv6 sockets exist. */
+export function sockHooksFor(ipv6Sockets: boolean): (typeof SOCK_HOOKS)[number][] {
+  return SOCK_HOOKS.filter((h) => ipv6Sockets || !h.hook.endsWith('6'));
+}
+
+/**
+ * The programs verified when the agent starts: those of pod-facing and Ethernet external
+ * interfaces, which nearly every node has, XDP's when bpf.xdpMode asks for it, and the socket
+ * hooks' when bpf.socketLB is on. The L3 variants wait for an interface without an Ethernet header
+ * (plannedAttachments asks the follower for them); the benchmark's baseline never loads here.
+ */
+export function programsAtStart(
+  bpf: Pick<BpfConfig, 'xdpMode' | 'socketLB'>,
+  ipv6Sockets: boolean,
+): string[] {
+  const programs: string[] = [PROGRAMS.tcFromPod, PROGRAMS.tcFromExternal, PROGRAMS.tcEgress];
+  if (bpf.xdpMode !== 'off') programs.push(PROGRAMS.xdpFromExternal);
+  if (bpf.socketLB !== 'off') programs.push(...sockHooksFor(ipv6Sockets).map((h) => h.program));
+  return programs;
+}
+
 /** `<hook>@<interface>`: how an attachment is named in reports, logs and (encoded) pins. */
 export const linkName = (a: { hook: Hook; ifname: string }) => `${a.hook}@${a.ifname}`;
 
@@ -273,12 +299,14 @@ export interface SockAttachReport {
 /**
  * Brings the socket hooks' links under <pinDir>/links to `cgroupPath`: a pinned link on that
  * cgroup gets the new program (bpf_link_update, atomic), one on another cgroup is replaced, and
- * with cgroupPath null (bpf.socketLB off) they are all released.
+ * with cgroupPath null (bpf.socketLB off) they are all released, as are those of hooks not in
+ * `hooks` (sockHooksFor).
  */
 export function syncSockHooks(
   pinDir: string,
   prog: (name: string) => number,
   cgroupPath: string | null,
+  hooks: readonly (typeof SOCK_HOOKS)[number][] = SOCK_HOOKS,
 ): SockAttachReport {
   const report: SockAttachReport = { attached: [], replaced: [], detached: [] };
   const linkDir = `${pinDir}/links`;
@@ -287,7 +315,7 @@ export function syncSockHooks(
   if (cgroupId !== null) mkdirSync(linkDir, { recursive: true });
   for (const h of SOCK_HOOKS) {
     const path = `${linkDir}/${sockLinkName(h.hook)}`;
-    if (cgroupPath === null || cgroupId === null) {
+    if (cgroupPath === null || cgroupId === null || !hooks.includes(h)) {
       if (existsSync(path)) {
         unpinLink(path);
         report.detached.push(h.hook);

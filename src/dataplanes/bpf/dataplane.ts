@@ -13,7 +13,7 @@ import type { PortReservation } from '../../host/reserved-ports.js';
 import type { Logger } from '../../logger.js';
 import type { IPFamily } from '../../model/types.js';
 import type { BpfStats, BpfStatsProvider } from '../stats.js';
-import { Attacher, type AttachReport } from './attach.js';
+import { Attacher, type AttachReport, kernelHasIPv6Sockets, programsAtStart } from './attach.js';
 import { bpfConntrackTimeouts, type ConntrackGcStats } from './conntrack-gc.js';
 import { ConntrackWork } from './conntrack-work.js';
 import { hostRoutingDecision, kernelHasHostRoutingHelpers, readNetfilterChains } from './host-route.js';
@@ -73,7 +73,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     hostRouting: boolean,
   ) {
     this.conntrack = new ConntrackWork(lb.fd, bpfConntrackTimeouts(config.conntrack), log);
-    this.interfaces = new InterfaceFollower(attacher, store, config.bpf, hostRouting, log);
+    this.interfaces = new InterfaceFollower(attacher, lb.loadPrograms, store, config.bpf, hostRouting, log);
     this.names = new NamesFile(options.namesFile ?? namesFilePath(config.bpf.pinPath), log);
     // A released id is not reused before every conntrack entry that could name it has expired.
     const quarantineMs = this.conntrack.timeouts.tcpEstablishedSeconds * 1000;
@@ -108,11 +108,13 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     if (!hostRouting)
       throw new Error('bpf.hostRouting: bpf needs bpf_redirect_peer and bpf_redirect_neigh (kernel 5.10+)');
     log.info({ setting: bpf.hostRouting, bpf: hostRouting.bpf, reason: hostRouting.reason }, 'host routing');
+    const ipv6Sockets = kernelHasIPv6Sockets();
     const lb = await loadPinnedObject({
       pinPath: bpf.pinPath,
       mapSizes: bpf.mapSizes,
       objectPath: options.objectPath,
       hostRouting: hostRouting.bpf,
+      programs: programsAtStart(bpf, ipv6Sockets),
       log,
     });
     for (const r of lb.reused) {
@@ -132,7 +134,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const dp = new BpfDataplane(lb, store, writer, attacher, config, log, options, hostRouting.bpf);
     dp.restoreIds();
     dp.reservation = reserveSnatPorts(dp.names.path, log);
-    attachSocketLB(lb, store, bpf, log);
+    attachSocketLB(lb, store, bpf, ipv6Sockets, log);
     log.info(
       {
         pinDir: lb.pinDir,

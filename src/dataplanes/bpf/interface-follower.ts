@@ -9,7 +9,7 @@ import { LinkWatch } from '../../host/link-watch.js';
 import type { Logger } from '../../logger.js';
 import type { IPFamily } from '../../model/types.js';
 import { canonicalIP, isLoopback, parseIP } from '../../net/ip.js';
-import type { Attacher, AttachReport } from './attach.js';
+import { type Attacher, type AttachReport, plannedAttachments } from './attach.js';
 import { type DiscoveredInterface, discoverInterfaces, type IpLink, probeHostNetwork } from './discover.js';
 import { hostRouteInterfaces } from './host-route.js';
 import type { KernelStore } from './kernel-store.js';
@@ -73,6 +73,8 @@ export class InterfaceFollower {
 
   constructor(
     private readonly attacher: Attacher,
+    /** Verifies the programs an interface needs that the start did not load (LoadedObject). */
+    private readonly loadPrograms: (names: Iterable<string>) => Promise<string[]>,
     private readonly store: KernelStore,
     private readonly bpf: BpfConfig,
     /** Host routing loaded (hostRoutingDecision): the pods' devices go into kbp_hostif_v1. */
@@ -124,6 +126,7 @@ export class InterfaceFollower {
     const host = await probeHostNetwork();
     if (this.closed) return { attached: [], replaced: [], detached: [], errors: [] };
     const interfaces = discoverInterfaces(host, this.nodeIPs, this.bpf);
+    await this.loadProgramsFor(interfaces);
     const report = this.attacher.sync(interfaces);
     this.logReport(report, interfaces);
     this.store.setNodeAddresses(nodeAddresses(host.links));
@@ -132,6 +135,18 @@ export class InterfaceFollower {
       this.hostRouting ? hostRouteInterfaces(host.links, interfaces) : new Map(),
     );
     return report;
+  }
+
+  /** A program that fails to load is logged here; its attachments then fail in the attacher, which
+   * reports them and retries at the next pass. */
+  private async loadProgramsFor(interfaces: readonly DiscoveredInterface[]): Promise<void> {
+    const programs = plannedAttachments(interfaces, this.bpf.xdpMode).map((a) => a.program);
+    try {
+      const loaded = await this.loadPrograms(programs);
+      if (loaded.length > 0) this.log.info({ programs: loaded }, 'bpf programs loaded for new interfaces');
+    } catch (err) {
+      this.log.error({ err, programs }, 'loading bpf programs failed');
+    }
   }
 
   private logReport(report: AttachReport, interfaces: readonly DiscoveredInterface[]): void {

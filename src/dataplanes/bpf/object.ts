@@ -25,9 +25,11 @@ import {
   openObject,
   pinObject,
   programFd,
+  programNames,
   reuseMapFd,
   setMapInitialValue,
   setMapMaxEntries,
+  setProgramAutoload,
 } from '../../../native/libbpf.js';
 import { closeFd } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
@@ -174,7 +176,10 @@ export interface LoadedObject {
   capacity: Record<MapName, number>;
   /** Maps found pinned and reused, with the config size they ignored when it differs. */
   reused: { name: MapName; capacity: number; configured: number | null }[];
+  /** The fd of a loaded program; throws for one not loaded yet (see loadPrograms). */
   prog(name: string): number;
+  /** Verifies and loads those of `names` not loaded yet, on this object's maps; returns them. */
+  loadPrograms(names: Iterable<string>): Promise<string[]>;
   close(): void;
 }
 
@@ -231,8 +236,78 @@ export interface LoadOptions {
   objectPath?: string;
   /** Host routing in the programs (kbp_host_routing; hostRoutingDecision); off by default. */
   hostRouting?: boolean;
+  /** The programs verified at start (default: every one); the others load on first use
+   * (LoadedObject.loadPrograms). The kernel verifies each program it loads, the largest cost of a
+   * start, so a node loads only what its interfaces and settings use. */
+  programs?: readonly string[];
   /** Says so when bpffs had to be mounted for the pins. */
   log: Logger;
+}
+
+/** Before loading: only `wanted` of the object's programs load (every one when null). */
+function autoloadOnly(obj: BpfObject, wanted: readonly string[] | null): string[] {
+  const all = programNames(obj);
+  const unknown = wanted?.filter((name) => !all.includes(name)) ?? [];
+  if (unknown.length > 0) throw new Error(`no such bpf program: ${unknown.join(', ')}`);
+  for (const name of all) setProgramAutoload(obj, name, wanted === null || wanted.includes(name));
+  return wanted === null ? all : [...wanted];
+}
+
+/**
+ * The programs of one loaded object file, each verified when first asked for: the ones loaded
+ * later come from another copy of the same object that reuses every map of the first (all of the
+ * object's maps are in MAPS) and gets the same .rodata, so they read and write the same state.
+ */
+class ProgramLoader {
+  private readonly owner = new Map<string, BpfObject>();
+  private readonly later: BpfObject[] = [];
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(
+    private readonly path: string,
+    private readonly rodataValue: Buffer,
+    private readonly fd: Record<MapName, number>,
+    first: BpfObject,
+    loaded: readonly string[],
+  ) {
+    for (const name of loaded) this.owner.set(name, first);
+  }
+
+  fdOf(name: string): number {
+    const obj = this.owner.get(name);
+    if (!obj) throw new Error(`bpf program ${name} is not loaded`);
+    return programFd(obj, name);
+  }
+
+  /** One load at a time: two callers asking for the same program load it once. */
+  load(names: Iterable<string>): Promise<string[]> {
+    const wanted = [...new Set(names)];
+    const next = this.queue.then(() => this.loadMissing(wanted.filter((name) => !this.owner.has(name))));
+    this.queue = next.catch(() => {});
+    return next;
+  }
+
+  close(): void {
+    for (const obj of this.later) closeObject(obj);
+  }
+
+  private async loadMissing(missing: string[]): Promise<string[]> {
+    if (missing.length === 0) return [];
+    const obj = openObject(this.path);
+    try {
+      setMapInitialValue(findMap(obj, RODATA_MAP), this.rodataValue);
+      autoloadOnly(obj, missing);
+      for (const name of Object.keys(MAPS) as MapName[])
+        reuseMapFd(findMap(obj, MAPS[name].name), this.fd[name]);
+      await loadObjectOffThread(obj);
+    } catch (err) {
+      closeObject(obj);
+      throw err;
+    }
+    this.later.push(obj);
+    for (const name of missing) this.owner.set(name, obj);
+    return missing;
+  }
 }
 
 export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObject> {
@@ -241,9 +316,10 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
   mkdirSync(`${pinDir}/maps`, { recursive: true });
   // Before anything reads or writes a pinned map: a second agent on this pin path stops here.
   const lock = lockPinPath(options.pinPath);
+  const objectPath = options.objectPath ?? defaultObjectPath();
   let obj: BpfObject;
   try {
-    obj = openObject(options.objectPath ?? defaultObjectPath());
+    obj = openObject(objectPath);
   } catch (err) {
     lock.release();
     throw err;
@@ -252,14 +328,13 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
   const reused: LoadedObject['reused'] = [];
   try {
     // bpf_ktime_get_coarse_ns arrived in 5.11; on 5.10 the programs read the precise clock.
-    setMapInitialValue(
-      findMap(obj, RODATA_MAP),
-      rodata.encode({
-        coarseClock: kernelAtLeast(5, 11),
-        sockSetRetval: helperSupported(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_FUNC_SET_RETVAL),
-        hostRouting: options.hostRouting ?? false,
-      }),
-    );
+    const rodataValue = rodata.encode({
+      coarseClock: kernelAtLeast(5, 11),
+      sockSetRetval: helperSupported(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_FUNC_SET_RETVAL),
+      hostRouting: options.hostRouting ?? false,
+    });
+    setMapInitialValue(findMap(obj, RODATA_MAP), rodataValue);
+    const loaded = autoloadOnly(obj, options.programs ?? null);
     for (const name of Object.keys(MAPS) as MapName[]) {
       const map = findMap(obj, MAPS[name].name);
       const path = mapPinPath(pinDir, name);
@@ -292,14 +367,17 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
       const migrated = migrateSlotsV1(pinDir, fd);
       if (migrated > 0) options.log.info({ slots: migrated }, 'slots of kbp_slot_v1 copied into kbp_slot_v2');
     }
+    const programs = new ProgramLoader(objectPath, rodataValue, fd, obj, loaded);
     return {
       obj,
       pinDir,
       fd,
       capacity,
       reused,
-      prog: (name) => programFd(obj, name),
+      prog: (name) => programs.fdOf(name),
+      loadPrograms: (names) => programs.load(names),
       close: () => {
+        programs.close();
         closeObject(obj);
         lock.release();
       },

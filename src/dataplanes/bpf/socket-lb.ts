@@ -13,7 +13,7 @@ import {
   uncoveredProcessWarning,
 } from '../../host/cgroup.js';
 import type { Logger } from '../../logger.js';
-import { syncSockHooks } from './attach.js';
+import { sockHooksFor, syncSockHooks } from './attach.js';
 import type { KernelStore } from './kernel-store.js';
 import { SOCK_SCOPE } from './layout.js';
 import type { LoadedObject } from './object.js';
@@ -27,12 +27,13 @@ export function attachSocketLB(
   lb: LoadedObject,
   store: KernelStore,
   bpf: Pick<BpfConfig, 'socketLB' | 'cgroupPath'>,
+  ipv6Sockets: boolean,
   log: Logger,
 ): void {
   const cgroup = socketLBCgroup(store, bpf, log);
   let report: ReturnType<typeof syncSockHooks>;
   try {
-    report = syncSockHooks(lb.pinDir, lb.prog, cgroup);
+    report = syncSockHooks(lb.pinDir, lb.prog, cgroup, sockHooksFor(ipv6Sockets));
   } catch (err) {
     log.error({ err, cgroup }, 'attaching the socket hooks failed');
     return;
