@@ -36,6 +36,7 @@ import {
   readConntrack,
 } from './conntrack-gc.js';
 import { discoverInterfaces, type IpLink, probeHostNetwork } from './discover.js';
+import { FragmentSweep } from './fragment-gc.js';
 import {
   hostRouteInterfaces,
   hostRoutingDecision,
@@ -175,6 +176,8 @@ export function nodeAddresses(interfaces: readonly Pick<IpLink, 'ifname' | 'addr
 
 /** The conntrack maps GC walks, both families. */
 const CONNTRACK_MAPS = ['ct4Tcp', 'ct4Any', 'ct6Tcp', 'ct6Any'] as const;
+/** The fragment maps GC sweeps, both families. */
+const FRAGMENT_MAPS = ['fragments4', 'fragments6'] as const;
 
 export class BpfDataplane implements Dataplane, BpfStatsProvider {
   readonly mode = 'bpf' as const;
@@ -194,8 +197,10 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     scanned: 0,
     deleted: 0,
     seconds: 0,
-    entries: { ct4Tcp: 0, ct4Any: 0, ct6Tcp: 0, ct6Any: 0 },
+    entries: { ct4Tcp: 0, ct4Any: 0, ct6Tcp: 0, ct6Any: 0, fragments4: 0, fragments6: 0 },
   };
+  /** The fragment maps' sweeps (fragment-gc.ts), one pass with each conntrack GC pass. */
+  private readonly fragmentSweeps: Record<(typeof FRAGMENT_MAPS)[number], FragmentSweep>;
   private closed = false;
   /** What the names file holds, by frontend name; null until it is written. */
   private namesWritten: Map<string, string> | null = null;
@@ -238,6 +243,10 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       ),
     };
     this.planner = new BpfPlanner(this.ids);
+    this.fragmentSweeps = {
+      fragments4: new FragmentSweep(lb.fd.fragments4),
+      fragments6: new FragmentSweep(lb.fd.fragments6),
+    };
   }
 
   static async open(
@@ -677,7 +686,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     return report;
   }
 
-  /** One GC pass over both conntrack maps, after any pass already under way. */
+  /** One GC pass over both conntrack maps and the fragment maps, after any pass already under way. */
   collectConntrack(): Promise<ConntrackGcStats[]> {
     return this.gcQueue.run(async () => {
       const passes: ConntrackGcStats[] = [];
@@ -687,6 +696,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
         this.gc.entries[map] = pass.scanned - pass.deletedEntries;
         passes.push(pass);
       }
+      for (const map of FRAGMENT_MAPS) this.gc.entries[map] = this.fragmentSweeps[map].sweep().left;
       return passes;
     });
   }
