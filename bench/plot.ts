@@ -1,6 +1,10 @@
 // Line charts as SVG, written by hand (no plotting library): log-scale x (the number of
-// services), linear or log y, one line per series, a legend. PNGs are made from the SVGs with
+// services) or linear x (time, for the soak), linear or log y, one line per series, a legend. PNGs are made from the SVGs with
 // rsvg-convert (librsvg2-bin).
+
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { runCommand } from '../src/host/command.js';
 
 export interface Series {
   name: string;
@@ -14,6 +18,8 @@ export interface Chart {
   xLabel: string;
   yLabel: string;
   series: Series[];
+  /** Default log: the benchmark's service counts; linear for time. */
+  xScale?: 'log' | 'linear';
 }
 
 export const MODE_COLORS: Record<string, string> = {
@@ -73,15 +79,27 @@ function logTicks(lo: number, hi: number): number[] {
   return ticks;
 }
 
+/** The x axis: its ticks and where a value sits on it, from 0 (left) to 1 (right). */
+function xAxis(scale: 'log' | 'linear', xs: number[]): { ticks: number[]; at: (x: number) => number } {
+  if (scale === 'linear') {
+    const ticks = linearTicks(Math.min(0, ...xs), Math.max(1, ...xs));
+    const lo = ticks[0] ?? 0;
+    const hi = ticks.at(-1) ?? 1;
+    return { ticks, at: (x) => (x - lo) / (hi - lo || 1) };
+  }
+  const ticks = logTicks(Math.min(...xs, 1), Math.max(...xs, 10));
+  const lo = Math.log10(ticks[0] ?? 1);
+  const hi = Math.max(Math.log10(ticks.at(-1) ?? 10), lo + 1);
+  return { ticks, at: (x) => (Math.log10(x) - lo) / (hi - lo) };
+}
+
 export function chartSvg(chart: Chart): string {
-  const points = chart.series.flatMap((s) => s.points).filter((p) => Number.isFinite(p.y) && p.x > 0);
+  const scale = chart.xScale ?? 'log';
+  const onAxis = (p: { x: number; y: number }) => Number.isFinite(p.y) && (scale === 'linear' || p.x > 0);
+  const points = chart.series.flatMap((s) => s.points).filter(onAxis);
   const xs = points.map((p) => p.x);
   const ys = points.map((p) => p.y);
-  const xLo = Math.min(...xs, 1);
-  const xHi = Math.max(...xs, 10);
-  const xTicks = logTicks(xLo, xHi);
-  const xMin = Math.log10(xTicks[0] ?? 1);
-  const xMax = Math.max(Math.log10(xTicks.at(-1) ?? 10), xMin + 1);
+  const { ticks: xTicks, at: xAt } = xAxis(scale, xs);
   const yPositive = ys.length > 0 && Math.min(...ys) > 0;
   const logY = yPositive && Math.max(...ys) / Math.min(...ys) > 30;
   const yTicks = logY
@@ -92,7 +110,7 @@ export function chartSvg(chart: Chart): string {
   const width = chartWidth(chart.series.map((s) => s.name));
   const plotW = PLOT_WIDTH;
   const plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
-  const px = (x: number) => MARGIN.left + ((Math.log10(x) - xMin) / (xMax - xMin)) * plotW;
+  const px = (x: number) => MARGIN.left + xAt(x) * plotW;
   const py = (y: number) =>
     MARGIN.top + plotH - (((logY ? Math.log10(y) : y) - yLo) / (yHi - yLo || 1)) * plotH;
 
@@ -121,7 +139,7 @@ export function chartSvg(chart: Chart): string {
     )}</text>`,
   );
   chart.series.forEach((series, i) => {
-    const valid = series.points.filter((p) => Number.isFinite(p.y) && p.x > 0).sort((a, b) => a.x - b.x);
+    const valid = series.points.filter(onAxis).sort((a, b) => a.x - b.x);
     const dash = series.dashed ? ' stroke-dasharray="6 4"' : '';
     if (valid.length > 1) {
       const d = valid
@@ -145,4 +163,11 @@ export function chartSvg(chart: Chart): string {
   });
   out.push('</svg>');
   return `${out.join('\n')}\n`;
+}
+
+/** Writes the chart as an SVG and a PNG, named `name`, in the plots folder of `dir`. */
+export async function writePlot(dir: string, name: string, svg: string): Promise<void> {
+  const svgPath = join(dir, 'plots', `${name}.svg`);
+  writeFileSync(svgPath, svg);
+  await runCommand('rsvg-convert', ['-o', join(dir, 'plots', `${name}.png`), svgPath]);
 }
