@@ -2,7 +2,7 @@
 // events and pods, and the nodes' samples. Each check passes or fails with one line saying why.
 
 import type { ChurnEvent, ChurnKind, Incarnation } from './churn.js';
-import type { CountedMap, NodeSample } from './metrics.js';
+import { FLOW_MAPS, type NodeSample, PLANNED_MAPS } from './metrics.js';
 import type { BackendSeen, Failure, Stream } from './traffic.js';
 
 export interface CheckResult {
@@ -136,24 +136,6 @@ export function checkProgramming(
   };
 }
 
-/** Maps whose entries at the end are exactly what the agent's plan holds. */
-const PLANNED: readonly CountedMap[] = ['svc4', 'svc6', 'slots', 'backends4', 'backends6'];
-/**
- * Maps of flows and datagrams: empty once traffic has stopped and their timeouts have passed. Not
- * the socket hooks' reverse maps (kbp_sockrev*): LRU maps keyed by socket cookie, which the
- * datapath writes at connect and nothing deletes at close (the report shows their counts).
- */
-export const FLOW_MAPS: readonly CountedMap[] = [
-  'ct4Tcp',
-  'ct4Any',
-  'ct6Tcp',
-  'ct6Any',
-  'affinity4',
-  'affinity6',
-  'fragments4',
-  'fragments6',
-];
-
 /**
  * What is wrong with a node's maps at the end: each planned map as planned, the {service, backend}
  * pairs one per slot (writer.ts writes a pair for each planned slot), flows gone, Maglev as at the
@@ -162,7 +144,7 @@ export const FLOW_MAPS: readonly CountedMap[] = [
 export function mapProblems(baseline: NodeSample, final: NodeSample): string[] {
   const problems: string[] = [];
   const kernel = final.kernel ?? {};
-  for (const key of PLANNED) {
+  for (const key of PLANNED_MAPS) {
     if (kernel[key] !== final.plan?.[key]) problems.push(`${key} ${kernel[key]} (plan ${final.plan?.[key]})`);
   }
   if (kernel.affinityMatch !== kernel.slots)
@@ -181,7 +163,7 @@ export function checkMaps(baselines: readonly NodeSample[], finals: readonly Nod
       : [`${final.node}: no baseline`];
   });
   const summary = finals
-    .map((f) => `${f.node} ${PLANNED.map((k) => `${k} ${f.kernel?.[k]}`).join(', ')}`)
+    .map((f) => `${f.node} ${PLANNED_MAPS.map((k) => `${k} ${f.kernel?.[k]}`).join(', ')}`)
     .join('; ');
   return {
     name: 'BPF map occupancy returns to what the final state needs',

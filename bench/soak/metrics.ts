@@ -3,25 +3,31 @@
 
 import { MAPS } from '../../src/dataplanes/bpf/layout.js';
 
-/** The maps whose occupancy the soak follows (arrays and per-CPU counters have fixed sizes). */
-export const COUNTED_MAPS = [
-  'svc4',
-  'svc6',
-  'slots',
-  'backends4',
-  'backends6',
-  'maglev',
+/** Maps the agent's plan sizes: at the end they hold exactly what its plan says. */
+export const PLANNED_MAPS = ['svc4', 'svc6', 'slots', 'backends4', 'backends6'] as const;
+/**
+ * Maps of flows and datagrams: empty once traffic has stopped and their timeouts have passed. Not
+ * the socket hooks' reverse maps (kbp_sockrev*): LRU maps keyed by socket cookie, which the
+ * datapath writes at connect and nothing deletes at close (the report shows their counts).
+ */
+export const FLOW_MAPS = [
   'ct4Tcp',
   'ct4Any',
   'ct6Tcp',
   'ct6Any',
   'affinity4',
   'affinity6',
-  'affinityMatch',
-  'sockRev4',
-  'sockRev6',
   'fragments4',
   'fragments6',
+] as const;
+/** The maps whose occupancy the soak follows (arrays and per-CPU counters have fixed sizes). */
+export const COUNTED_MAPS = [
+  ...PLANNED_MAPS,
+  'maglev',
+  'affinityMatch',
+  ...FLOW_MAPS,
+  'sockRev4',
+  'sockRev6',
 ] as const satisfies readonly (keyof typeof MAPS)[];
 export type CountedMap = (typeof COUNTED_MAPS)[number];
 

@@ -16,7 +16,14 @@ import { join } from 'node:path';
 import type { ProxyMode } from '../../src/config/types.js';
 import { ensureBpffs } from '../../src/host/bpffs.js';
 import { ControlPlane } from '../../src/lab/control-plane.js';
-import { create, createNode, createPod, mergePatch, type PodFacts } from '../../src/lab/kube-objects.js';
+import {
+  create,
+  createNamespace,
+  createNode,
+  createPod,
+  mergePatch,
+  type PodFacts,
+} from '../../src/lab/kube-objects.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
 import { ipv6Of, REAL_NODES, RealNodeLab } from '../../src/lab/real-node.js';
 import { createLogger } from '../../src/logger.js';
@@ -111,12 +118,7 @@ export class SoakWorld {
 
   private async createObjects(): Promise<void> {
     const cp = this.controlPlane;
-    await create(cp, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NAMESPACE } });
-    await create(cp, {
-      apiVersion: 'v1',
-      kind: 'ServiceAccount',
-      metadata: { name: 'default', namespace: NAMESPACE },
-    });
+    await createNamespace(cp, NAMESPACE);
     for (const node of REAL_NODES) await createNode(cp, node);
     for (const pod of STABLE_PODS) await createPod(cp, this.podFacts(pod.name, { app: 'stable' }));
     await this.createService('stable', 'LoadBalancer', { app: 'stable' }, [

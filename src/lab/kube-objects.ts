@@ -35,6 +35,16 @@ export async function mergePatch(cp: ControlPlane, path: string, patch: unknown)
   return cp.api<K8sObject>('PATCH', path, patch, { contentType: 'application/merge-patch+json' });
 }
 
+/** A namespace, and the default ServiceAccount its pods need (the serviceaccount controller's job, not running here). */
+export async function createNamespace(cp: ControlPlane, name: string): Promise<void> {
+  await create(cp, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+  await create(cp, {
+    apiVersion: 'v1',
+    kind: 'ServiceAccount',
+    metadata: { name: 'default', namespace: name },
+  });
+}
+
 export interface NodeFacts {
   name: string;
   ip: string;
