@@ -47,7 +47,10 @@ export interface NodeSample {
   /** The agent's metrics answered. */
   up: boolean;
   rssBytes?: number;
+  /** nodejs_eventloop_lag_p50_seconds / _p99_: between two scrapes, with prom-client's 10 ms
+   * timer resolution included (an idle loop reads about 10.1 ms). */
   lagP50Seconds?: number;
+  lagP99Seconds?: number;
   timers?: number;
   plan?: Partial<Record<CountedMap, number>>;
   gcRuns?: number;
@@ -97,6 +100,7 @@ export function readAgentMetrics(text: string): Omit<NodeSample, 't' | 'node' | 
   return {
     rssBytes: one('process_resident_memory_bytes'),
     lagP50Seconds: one('nodejs_eventloop_lag_p50_seconds'),
+    lagP99Seconds: one('nodejs_eventloop_lag_p99_seconds'),
     timers: one('nodejs_active_resources', { type: 'Timeout' }) ?? 0,
     plan,
     ...(gcRuns !== undefined ? { gcRuns } : {}),

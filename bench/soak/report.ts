@@ -73,13 +73,21 @@ function charts(report: SoakReport): Record<string, string> {
       series: nodeSeries(report, '', (s) => (s.rssBytes === undefined ? undefined : s.rssBytes / 2 ** 20)),
     }),
     lag: chartSvg({
-      title: 'Agent event-loop lag (p50 between scrapes)',
+      title: 'Agent event-loop lag between scrapes (10 ms timer included)',
       xLabel: time,
       yLabel: 'ms',
       xScale: 'linear',
-      series: nodeSeries(report, '', (s) =>
-        s.lagP50Seconds === undefined ? undefined : s.lagP50Seconds * 1000,
-      ),
+      series: [
+        ...nodeSeries(report, ' p50', (s) =>
+          s.lagP50Seconds === undefined ? undefined : s.lagP50Seconds * 1000,
+        ),
+        ...nodeSeries(
+          report,
+          ' p99',
+          (s) => (s.lagP99Seconds === undefined ? undefined : s.lagP99Seconds * 1000),
+          2,
+        ),
+      ],
     }),
     traffic: chartSvg({
       title: 'Requests per second (5 s windows)',

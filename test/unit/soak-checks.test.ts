@@ -116,6 +116,7 @@ describe("the agent's metrics", () => {
       '# HELP process_resident_memory_bytes Resident memory size in bytes.',
       'process_resident_memory_bytes 73400320',
       'nodejs_eventloop_lag_p50_seconds 0.010125',
+      'nodejs_eventloop_lag_p99_seconds 0.0125',
       'nodejs_active_resources{type="Timeout"} 7',
       'nodejs_active_resources{type="TCPSocketWrap"} 3',
       'kube_bpf_proxy_map_entries{map="kbp_svc4_v1"} 12',
@@ -129,6 +130,7 @@ describe("the agent's metrics", () => {
     expect(readAgentMetrics(text)).toEqual({
       rssBytes: 73400320,
       lagP50Seconds: 0.010125,
+      lagP99Seconds: 0.0125,
       timers: 7,
       plan: { svc4: 12, slots: 40 },
       gcRuns: 6,
