@@ -17,6 +17,9 @@ export const FLAT_TOLERANCE = 0.05;
 export const WARM_UP_MS = 30_000;
 /** Slack for file descriptors and timers in flight at the moment of a sample (sockets, a request's timer). */
 const FD_SLACK = 8;
+/** The client stamps an answer when it arrives, and the soak a deletion once the API server has
+ * answered: an answer from a pod killed at the end of its grace period may read this much later. */
+const STAMP_SLACK_MS = 500;
 const TIMER_SLACK = 5;
 
 const median = (values: number[]): number => {
@@ -78,7 +81,7 @@ export function checkLateAnswers(
     if (inc.removedAt === null || !seen || seen.last < inc.removedAt) continue;
     const after = seen.last - inc.removedAt;
     latest = Math.max(latest, after);
-    if (after > graceMs) late.push(`${inc.name} ${(after / 1000).toFixed(1)} s after`);
+    if (after > graceMs + STAMP_SLACK_MS) late.push(`${inc.name} ${(after / 1000).toFixed(1)} s after`);
   }
   const removed = incarnations.filter((i) => i.removedAt !== null).length;
   return {
