@@ -7,7 +7,9 @@
 //     the data plane shows it;
 //   - disruptions, one at a time: the agent SIGKILLed and started again, the agent stopped
 //     gracefully and started again, the API server restarted, and a relist forced by a 410 (the
-//     agent frozen while the API server restarts and etcd is compacted past what it saw).
+//     agent frozen while the API server restarts and etcd is compacted past what it saw). The
+//     agent disruptions hit one node (`disrupted`); the other's agent lives through the soak, so
+//     its memory and event loop show a trend that restarts would hide.
 // Conntrack GC runs throughout inside the agents (every 10 s, world.ts). Every action lands in the
 // event log; an action the API server refused while it restarts is logged as failed and not retried.
 
@@ -77,6 +79,8 @@ export class Churn {
 
   constructor(
     private readonly world: SoakWorld,
+    /** The node whose agent the disruptions kill, stop and freeze. */
+    private readonly disrupted: string,
     /** Called before an agent is killed or stopped, to read its metrics one last time. */
     private readonly beforeAgentStops: (node: string) => Promise<void>,
   ) {}
@@ -258,7 +262,7 @@ export class Churn {
 
   /** One disruption of `kind`; returns how long until the agent (or the API server) served again. */
   private async disrupt(kind: ChurnKind): Promise<void> {
-    const node = pick(REAL_NODES)!.name;
+    const node = this.disrupted;
     const { nodes } = this.world;
     const cp = this.world.controlPlane;
     const restart = async (stop: () => Promise<void>) => {

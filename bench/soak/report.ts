@@ -11,6 +11,8 @@ import type { NodeSample } from './metrics.js';
 export interface SoakReport {
   mode: string;
   minutes: number;
+  /** The node whose agent lived through the soak (the other's was disrupted). */
+  steady: string;
   startedAt: number;
   trafficEndedAt: number;
   /** From the end of traffic until every map had drained (or the limit). */
@@ -127,7 +129,7 @@ function markdown(report: SoakReport, plots: string[]): string {
   const lines = [
     `# Soak: ${report.minutes} minutes, ${report.mode} mode`,
     '',
-    `Started ${new Date(report.startedAt).toISOString()}; traffic and churn for ${report.minutes} minutes, then ${(report.settleMs / 1000).toFixed(0)} s until the maps had drained. Made by \`scripts/soak.sh\`.`,
+    `Started ${new Date(report.startedAt).toISOString()}; traffic and churn for ${report.minutes} minutes, then ${(report.settleMs / 1000).toFixed(0)} s until the maps had drained. ${report.steady}'s agent lived through the soak (its RSS and event-loop lag are the ones checked for flatness); the other node's was killed, stopped and frozen. Made by \`scripts/soak.sh\`.`,
     '',
     '| | check | what was seen |',
     '| - | ----- | ------------- |',
