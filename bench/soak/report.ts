@@ -40,8 +40,9 @@ function nodeSeries(
   return nodes.map((node, i) => ({
     name: `${node}${label}`,
     color: PALETTE[(i + colorOffset) % PALETTE.length]!,
+    // From the start on: the samples taken before it are the checks' baselines.
     points: report.samples
-      .filter((s) => s.node === node)
+      .filter((s) => s.node === node && s.t >= report.startedAt)
       .flatMap((s) => {
         const y = value(s);
         return y === undefined ? [] : [{ x: minutes(report, s.t), y }];
