@@ -21,6 +21,7 @@ import { GRACE_SECONDS, HTTP_PORT, NAMESPACE, POOL, type SoakWorld, UDP_PORT } f
 export type ChurnKind =
   | 'scale-up'
   | 'scale-down'
+  | 'move'
   | 'service-create'
   | 'service-change'
   | 'service-delete'
@@ -29,12 +30,8 @@ export type ChurnKind =
   | 'apiserver-restart'
   | 'relist-410';
 
-export const DISRUPTIONS: readonly ChurnKind[] = [
-  'agent-sigkill',
-  'agent-stop',
-  'apiserver-restart',
-  'relist-410',
-];
+export const DISRUPTIONS = ['agent-sigkill', 'agent-stop', 'apiserver-restart', 'relist-410'] as const;
+type Disruption = (typeof DISRUPTIONS)[number];
 
 export interface ChurnEvent {
   at: number;
@@ -113,28 +110,35 @@ export class Churn {
     });
   }
 
-  private async logged(kind: ChurnKind, detail: string, action: () => Promise<number | undefined>) {
+  /** Runs and logs an action; true when it succeeded. */
+  private async logged(
+    kind: ChurnKind,
+    detail: string,
+    action: () => Promise<number | undefined>,
+  ): Promise<boolean> {
     const started = Date.now();
     try {
       const ms = await action();
       this.log(kind, detail, started, ms === undefined ? {} : { ms });
+      return true;
     } catch (error) {
       this.log(kind, detail, started, { error });
+      return false;
     }
   }
 
   /** A new pod in a free slot (on `node` when given): its container listens, then it turns Ready. */
-  private async scaleUp(slot?: string, node?: string): Promise<void> {
+  private async scaleUp(slot?: string, node?: string): Promise<boolean> {
     const free = [...this.slots].filter(
       ([s, inc]) => inc === null && (!node || POOL.find((p) => p.slot === s)?.node === node),
     );
     const chosen = slot ?? pick(free)?.[0];
-    if (!chosen) return;
+    if (!chosen) return false;
     const name = `${chosen}-${++this.generation}`;
     const pool = POOL.find((p) => p.slot === chosen)!;
     const incarnation: Incarnation = { name, slot: chosen, node: pool.node, readyAt: 0, removedAt: null };
     this.slots.set(chosen, incarnation);
-    await this.logged('scale-up', `${name} on ${pool.node}`, async () => {
+    return this.logged('scale-up', `${name} on ${pool.node}`, async () => {
       try {
         const child = await this.world.lab.startBackend(this.world.nodes.podNs(chosen), {
           name,
@@ -155,14 +159,14 @@ export class Churn {
   }
 
   /** Deletes a Ready pod (on `node` when given) as the kubelet does, in the background. */
-  private async scaleDown(node?: string): Promise<void> {
+  private async scaleDown(node?: string): Promise<boolean> {
     const ready = [...this.slots.values()].filter(
       (i): i is Incarnation => i !== null && i.removedAt === null,
     );
-    if (ready.length <= MIN_READY) return;
+    if (ready.length <= MIN_READY) return false;
     const victim = pick(ready.filter((i) => !node || i.node === node));
-    if (!victim) return;
-    await this.logged('scale-down', `${victim.name} on ${victim.node}`, async () => {
+    if (!victim) return false;
+    return this.logged('scale-down', `${victim.name} on ${victim.node}`, async () => {
       await deletePod(this.world.controlPlane, NAMESPACE, victim.name, GRACE_SECONDS);
       victim.removedAt = Date.now();
       const child = this.backend(victim.slot);
@@ -198,7 +202,9 @@ export class Churn {
     else if (roll < 0.75) await this.scaleDown();
     else {
       const [from, to] = Math.random() < 0.5 ? REAL_NODES : [...REAL_NODES].reverse();
-      await Promise.all([this.scaleDown(from?.name), this.scaleUp(undefined, to?.name)]);
+      const started = Date.now();
+      const moved = await Promise.all([this.scaleDown(from?.name), this.scaleUp(undefined, to?.name)]);
+      if (moved.every(Boolean)) this.log('move', `${from?.name} → ${to?.name}`, started, {});
     }
   }
 
@@ -260,8 +266,8 @@ export class Churn {
     return this.probe(port, this.clusterIP(name), false);
   }
 
-  /** One disruption of `kind`; returns how long until the agent (or the API server) served again. */
-  private async disrupt(kind: ChurnKind): Promise<void> {
+  /** One disruption of `kind`, logged with how long until the agent (or the API server) served again. */
+  private async disrupt(kind: Disruption): Promise<boolean> {
     const node = this.disrupted;
     const { nodes } = this.world;
     const cp = this.world.controlPlane;

@@ -148,6 +148,7 @@ async function soak(world: SoakWorld, minutes: number, reportDir: string): Promi
   const kinds: ChurnKind[] = [
     'scale-up',
     'scale-down',
+    'move',
     'service-create',
     'service-change',
     'service-delete',
