@@ -29,7 +29,7 @@ import { Churn, type ChurnKind, DISRUPTIONS } from './churn.js';
 import type { NodeSample } from './metrics.js';
 import { writeReport } from './report.js';
 import { Sampler } from './sampler.js';
-import { planStreams, startTraffic, TrafficLedger } from './traffic.js';
+import { planStreams, type Stream, startTraffic, TrafficLedger } from './traffic.js';
 import { GRACE_SECONDS, SoakWorld } from './world.js';
 
 const MODES: readonly ProxyMode[] = ['bpf', 'iptables', 'nftables'];
@@ -89,7 +89,41 @@ function processBaseline(samples: readonly NodeSample[], final: NodeSample): Nod
   return samples.find((s) => s.node === final.node && s.pid === final.pid && s.up) ?? final;
 }
 
-async function soak(world: SoakWorld, minutes: number, reportDir: string): Promise<CheckResult[]> {
+/** Until both churned and stable Services answer a pod: the start line. */
+async function servicesAnswer(world: SoakWorld): Promise<void> {
+  for (const name of ['stable', 'churn']) {
+    const target = `${world.services.get(name)?.clusterIPs.IPv4}:80`;
+    const answered = async () => {
+      const [result] = await world.lab.requests(world.nodes.podNs('ca'), target, {
+        proto: 'tcp',
+        count: 1,
+        timeoutMs: 500,
+      });
+      return result?.error === null;
+    };
+    await until(`${target} answers`, answered, 60_000);
+  }
+}
+
+/** What a soak recorded, for the checks and the report. */
+interface Recorded {
+  steady: string;
+  startedAt: number;
+  churnEnds: number;
+  trafficEndedAt: number;
+  settleMs: number;
+  streams: Stream[];
+  ledger: TrafficLedger;
+  churn: Churn;
+  sampler: Sampler;
+  /** Each node's sample before the traffic, and after the drain. */
+  start: NodeSample[];
+  finals: NodeSample[];
+  netns: { before: number; after: number };
+}
+
+/** Traffic, churn and samples for `minutes`, then the drain. */
+async function record(world: SoakWorld, minutes: number): Promise<Recorded> {
   const sampler = new Sampler(world);
   // One node's agent lives through the soak (its RSS and lag are the trend), the other's is disrupted.
   const [steady, disrupted] = Math.random() < 0.5 ? NODES : [...NODES].reverse();
@@ -98,22 +132,7 @@ async function soak(world: SoakWorld, minutes: number, reportDir: string): Promi
     await sampler.sample(node);
   });
   await churn.init();
-  const stableIP = world.services.get('stable')?.clusterIPs.IPv4;
-  const churnIP = world.services.get('churn')?.clusterIPs.IPv4;
-  for (const target of [`${stableIP}:80`, `${churnIP}:80`]) {
-    await until(
-      `${target} answers`,
-      async () =>
-        (
-          await world.lab.requests(world.nodes.podNs('ca'), target, {
-            proto: 'tcp',
-            count: 1,
-            timeoutMs: 500,
-          })
-        )[0]?.error === null,
-      60_000,
-    );
-  }
+  await servicesAnswer(world);
   const netnsBefore = await labNamespaces(world.lab.prefix);
   const start = await Promise.all(NODES.map((n) => sampler.sample(n)));
   const startedAt = Date.now();
@@ -127,8 +146,7 @@ async function soak(world: SoakWorld, minutes: number, reportDir: string): Promi
   const streams = planStreams(world, clientDeadline);
   const ledger = new TrafficLedger(streams, startedAt);
   const traffic = startTraffic(world, streams, clientDeadline, ledger);
-  const slotMs = Math.max(20_000, Math.min(60_000, (minutes * 60_000) / 8));
-  await churn.run(churnEnds, slotMs);
+  await churn.run(churnEnds, Math.max(20_000, Math.min(60_000, (minutes * 60_000) / 8)));
   await churn.finish();
   traffic.stop();
   await traffic.done;
@@ -137,55 +155,81 @@ async function soak(world: SoakWorld, minutes: number, reportDir: string): Promi
   await sampling.stop();
   if (world.mode === 'bpf') await settle(sampler, start);
   const finals = await Promise.all(NODES.map((n) => sampler.sample(n)));
+  const netns = { before: netnsBefore, after: await labNamespaces(world.lab.prefix) };
   const settleMs = Date.now() - trafficEndedAt;
+  return {
+    steady,
+    startedAt,
+    churnEnds,
+    trafficEndedAt,
+    settleMs,
+    streams,
+    ledger,
+    churn,
+    sampler,
+    start,
+    finals,
+    netns,
+  };
+}
+
+const CHURN_KINDS: readonly ChurnKind[] = [
+  'scale-up',
+  'scale-down',
+  'move',
+  'service-create',
+  'service-change',
+  'service-delete',
+  ...DISRUPTIONS,
+];
+
+function judge(r: Recorded, bpf: boolean): CheckResult[] {
+  const { ledger, churn, sampler, finals } = r;
+  // Pins, the port reservation and Maglev as at the start; fds and timers as when the last agent started.
   const baselines = finals.map((final) => {
+    const atStart = r.start.find((s) => s.node === final.node);
     const first = processBaseline(sampler.samples, final);
-    const atStart = start.find((s) => s.node === final.node);
     return { ...first, pins: atStart?.pins, reservedPorts: atStart?.reservedPorts, kernel: atStart?.kernel };
   });
-  const bpf = world.mode === 'bpf';
-  const steadySamples = sampler.samples.filter((s) => s.node === steady);
-  const kinds: ChurnKind[] = [
-    'scale-up',
-    'scale-down',
-    'move',
-    'service-create',
-    'service-change',
-    'service-delete',
-    ...DISRUPTIONS,
-  ];
-  const checks = [
-    checkFailedRequests(streams, ledger.requests, ledger.failures, churn.incarnations),
+  const steadySamples = sampler.samples.filter((s) => s.node === r.steady);
+  return [
+    checkFailedRequests(r.streams, ledger.requests, ledger.failures, churn.incarnations),
     checkLateAnswers(ledger.backends, churn.incarnations, GRACE_SECONDS * 1000),
     checkProgramming(churn.events, sampler.samples, PROGRAMMING_BOUND_S),
     ...(bpf
       ? [
           checkMaps(baselines, finals),
-          checkConntrackGC(sampler.samples, churnEnds - startedAt, GC_INTERVAL_S),
+          checkConntrackGC(sampler.samples, r.churnEnds - r.startedAt, GC_INTERVAL_S),
         ]
       : []),
-    checkLeaks(baselines, finals, bpf, { before: netnsBefore, after: await labNamespaces(world.lab.prefix) }),
-    checkFlat(steadySamples, 'rssBytes', startedAt, churnEnds),
-    checkFlat(steadySamples, 'lagP50Seconds', startedAt, churnEnds),
-    checkChurn(churn.events, kinds),
+    checkLeaks(baselines, finals, bpf, r.netns),
+    checkFlat(steadySamples, 'rssBytes', r.startedAt, r.churnEnds),
+    checkFlat(steadySamples, 'lagP50Seconds', r.startedAt, r.churnEnds),
+    checkChurn(churn.events, CHURN_KINDS),
   ];
+}
+
+async function soak(world: SoakWorld, minutes: number, reportDir: string): Promise<CheckResult[]> {
+  const r = await record(world, minutes);
+  const checks = judge(r, world.mode === 'bpf');
+  const { ledger } = r;
   await writeReport(reportDir, {
     mode: world.mode,
     minutes,
-    steady,
-    startedAt,
-    trafficEndedAt,
-    settleMs,
+    steady: r.steady,
+    startedAt: r.startedAt,
+    trafficEndedAt: r.trafficEndedAt,
+    settleMs: r.settleMs,
     checks,
-    streams: streams.map((s, i) => ({
+    streams: r.streams.map((s, i) => ({
       name: s.name,
       requests: ledger.requests[i] ?? 0,
       failures: ledger.failures.filter((f) => f.stream === i).length,
     })),
     perSecond: [...ledger.perSecond].sort((a, b) => a[0] - b[0]).map(([t, [ok, failed]]) => [t, ok, failed]),
-    events: churn.events,
-    samples: sampler.samples,
-    sampleErrors: sampler.errors,
+    events: r.churn.events,
+    samples: r.sampler.samples,
+    sampleErrors: r.sampler.errors,
   });
   return checks;
 }
