@@ -11,7 +11,6 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { BPFFS_ROOT, ensureBpffs } from '../src/host/bpffs.js';
 import { findCgroup2Root } from '../src/host/cgroup.js';
-import { runCommand } from '../src/host/command.js';
 import { deleteStaleNamespaces, Lab } from '../src/lab/netns.js';
 import { createLogger } from '../src/logger.js';
 import type { IPFamily } from '../src/net/ip.js';
@@ -22,7 +21,7 @@ import { createLoadCgroups, placement, removeLoadCgroups } from './cpu.js';
 import { type BenchMode, isKubeProxyMode, kernelMode } from './kernel-probe.js';
 import { type MachineInfo, machineInfo } from './machine.js';
 import { type BpfCostSample, type CellFailure, MEASURE_IDS, MEASURES, type Sample } from './measures.js';
-import { chartSvg, stackedSvg } from './plot.js';
+import { chartSvg, stackedSvg, writePlot } from './plot.js';
 import { aggregate, aggregateBpfCost, familiesOf, markdownReport, type ReportInput } from './report.js';
 import { measureCharts } from './run-plots.js';
 import { manifestFiles, type Scenario, scenarioFamily } from './scenario.js';
@@ -490,10 +489,4 @@ export async function writeReport(dir: string, results: BenchResults): Promise<v
       })),
     }),
   );
-}
-
-async function writePlot(dir: string, name: string, svg: string): Promise<void> {
-  const svgPath = join(dir, 'plots', `${name}.svg`);
-  writeFileSync(svgPath, svg);
-  await runCommand('rsvg-convert', ['-o', join(dir, 'plots', `${name}.png`), svgPath]);
 }

@@ -1,7 +1,11 @@
-// Line charts as SVG, written by hand (no plotting library): log-scale x (the number of
-// services), linear or log y, one line per series with its spread as whiskers, an optional
+// Line charts as SVG, written by hand (no plotting library): log-scale x (the number of services)
+// or linear x (time, for the soak), linear or log y, one line per series with its spread as whiskers, an optional
 // reference line (1× in a ratio chart), a legend; charts stack into one picture. PNGs are made from
 // the SVGs with rsvg-convert (librsvg2-bin).
+
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { runCommand } from '../src/host/command.js';
 
 export interface Series {
   name: string;
@@ -19,6 +23,8 @@ export interface Chart {
   series: Series[];
   /** A y value drawn as a grey dashed line across the plot, kept inside the range (1 in a ratio). */
   reference?: number;
+  /** Default log: the benchmark's service counts; linear for time (the soak). */
+  xScale?: 'log' | 'linear';
 }
 
 export const MODE_COLORS: Record<string, string> = {
@@ -88,20 +94,32 @@ export function stackedSvg(charts: readonly Chart[]): string {
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">\n<rect width="${width}" height="${height}" fill="#ffffff"/>\n${nested.join('')}</svg>\n`;
 }
 
+/** The x axis: its ticks and where a value sits on it, from 0 (left) to 1 (right). */
+function xAxis(scale: 'log' | 'linear', xs: number[]): { ticks: number[]; at: (x: number) => number } {
+  if (scale === 'linear') {
+    const ticks = linearTicks(Math.min(0, ...xs), Math.max(1, ...xs));
+    const lo = ticks[0] ?? 0;
+    const hi = ticks.at(-1) ?? 1;
+    return { ticks, at: (x) => (x - lo) / (hi - lo || 1) };
+  }
+  const ticks = logTicks(Math.min(...xs, 1), Math.max(...xs, 10));
+  const lo = Math.log10(ticks[0] ?? 1);
+  const hi = Math.max(Math.log10(ticks.at(-1) ?? 10), lo + 1);
+  return { ticks, at: (x) => (Math.log10(x) - lo) / (hi - lo) };
+}
+
 export function chartSvg(chart: Chart): string {
-  const points = chart.series.flatMap((s) => s.points).filter((p) => Number.isFinite(p.y) && p.x > 0);
-  const spreads = chart.series.flatMap((s) => s.spread ?? []).filter((p) => p.x > 0);
+  const scale = chart.xScale ?? 'log';
+  const onAxis = (p: { x: number }) => scale === 'linear' || p.x > 0;
+  const points = chart.series.flatMap((s) => s.points).filter((p) => Number.isFinite(p.y) && onAxis(p));
+  const spreads = chart.series.flatMap((s) => s.spread ?? []).filter(onAxis);
   const xs = points.map((p) => p.x);
   const ys = [
     ...points.map((p) => p.y),
     ...spreads.flatMap((p) => [p.lo, p.hi]).filter(Number.isFinite),
     ...(chart.reference === undefined ? [] : [chart.reference]),
   ];
-  const xLo = Math.min(...xs, 1);
-  const xHi = Math.max(...xs, 10);
-  const xTicks = logTicks(xLo, xHi);
-  const xMin = Math.log10(xTicks[0] ?? 1);
-  const xMax = Math.max(Math.log10(xTicks.at(-1) ?? 10), xMin + 1);
+  const { ticks: xTicks, at: xAt } = xAxis(scale, xs);
   const yPositive = ys.length > 0 && Math.min(...ys) > 0;
   const logY = yPositive && Math.max(...ys) / Math.min(...ys) > 30;
   const yTicks = logY
@@ -112,7 +130,7 @@ export function chartSvg(chart: Chart): string {
   const width = chartWidth(chart.series.map((s) => s.name));
   const plotW = PLOT_WIDTH;
   const plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
-  const px = (x: number) => MARGIN.left + ((Math.log10(x) - xMin) / (xMax - xMin)) * plotW;
+  const px = (x: number) => MARGIN.left + xAt(x) * plotW;
   const py = (y: number) =>
     MARGIN.top + plotH - (((logY ? Math.log10(y) : y) - yLo) / (yHi - yLo || 1)) * plotH;
 
@@ -151,14 +169,14 @@ export function chartSvg(chart: Chart): string {
   const dodge = (series: Series) => (whiskered.indexOf(series) - (whiskered.length - 1) / 2) * 4;
   chart.series.forEach((series, i) => {
     for (const s of series.spread ?? []) {
-      if (!(s.x > 0) || !Number.isFinite(s.lo) || !Number.isFinite(s.hi)) continue;
+      if (!onAxis(s) || !Number.isFinite(s.lo) || !Number.isFinite(s.hi)) continue;
       const x = px(s.x) + dodge(series);
       const [top, bottom] = [py(s.hi).toFixed(1), py(s.lo).toFixed(1)];
       out.push(
         `<path d="M${(x - 5).toFixed(1)},${top} H${(x + 5).toFixed(1)} M${x.toFixed(1)},${top} V${bottom} M${(x - 5).toFixed(1)},${bottom} H${(x + 5).toFixed(1)}" stroke="${series.color}" stroke-width="1.5" fill="none"/>`,
       );
     }
-    const valid = series.points.filter((p) => Number.isFinite(p.y) && p.x > 0).sort((a, b) => a.x - b.x);
+    const valid = series.points.filter((p) => Number.isFinite(p.y) && onAxis(p)).sort((a, b) => a.x - b.x);
     const dash = series.dashed ? ' stroke-dasharray="6 4"' : '';
     if (valid.length > 1) {
       const d = valid
@@ -182,4 +200,11 @@ export function chartSvg(chart: Chart): string {
   });
   out.push('</svg>');
   return `${out.join('\n')}\n`;
+}
+
+/** Writes the chart as an SVG and a PNG, named `name`, in the plots folder of `dir`. */
+export async function writePlot(dir: string, name: string, svg: string): Promise<void> {
+  const svgPath = join(dir, 'plots', `${name}.svg`);
+  writeFileSync(svgPath, svg);
+  await runCommand('rsvg-convert', ['-o', join(dir, 'plots', `${name}.png`), svgPath]);
 }

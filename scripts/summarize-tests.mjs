@@ -1,8 +1,9 @@
 // Prints a closing line CI reads, "LABEL: N passed, N failed, N skipped", from one or more of
-// vitest's JSON reports, plus the number of failed checks (build, lint, format, an install step)
-// given with --checks-failed, each counted as a failure. A report that is missing or unreadable
-// (its tier crashed before writing it) counts as one failure. Exits 1 when anything failed or
-// nothing ran at all (every test skipped is not a failure: a root tier run without root).
+// vitest's JSON reports or the soak's report.json (scripts/soak.sh: each check counts as a test),
+// plus the number of failed checks (build, lint, format, an install step) given with
+// --checks-failed, each counted as a failure. A report that is missing or unreadable (its tier
+// crashed before writing it) counts as one failure. Exits 1 when anything failed or nothing ran at
+// all (every test skipped is not a failure: a root tier run without root).
 //
 //   node scripts/summarize-tests.mjs [--label LABEL] [--checks-failed N] REPORT.json...
 import { existsSync, readFileSync } from 'node:fs';
@@ -30,6 +31,13 @@ for (const path of positionals) {
   }
   try {
     const report = JSON.parse(readFileSync(path, 'utf8'));
+    if (Array.isArray(report.checks)) {
+      const passed = report.checks.filter((check) => check.passed).length;
+      totals.passed += passed;
+      totals.failed += report.checks.length - passed;
+      totals.skipped += report.skipped ?? 0;
+      continue;
+    }
     totals.passed += report.numPassedTests;
     totals.failed += report.numFailedTests + filesFailedWithoutATest(report);
     totals.skipped += report.numPendingTests + report.numTodoTests;

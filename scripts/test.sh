@@ -6,8 +6,10 @@
 #   bash scripts/test.sh unit               the pure tests: no root, nothing built beyond `npm ci`
 #   bash scripts/test.sh kernel             BPF_PROG_TEST_RUN, attach and map tests (root)
 #   bash scripts/test.sh e2e                network namespaces, the real control plane, the images (root)
+#   bash scripts/test.sh soak [--minutes M] scripts/soak.sh in bpf mode, 5 minutes unless told (root)
 #
-# A tier given by name takes further vitest arguments (e.g. a file filter). Each tier ends with its
+# A tier given by name takes further vitest arguments (e.g. a file filter); the soak takes the
+# soak's own (scripts/soak.sh), each check counting as a test. Each tier ends with its
 # own "<tier>: N passed, N failed, N skipped" line; the full run ends with a "total:" line that
 # also counts every failed check (build, type check, lint, C format, an install step) as a failure.
 # Outside CI, the kernel and e2e tiers skip (and say so) when not root; in CI they must run.
@@ -73,6 +75,20 @@ build_images() {
     printf '%s\n%s\n' "$image" "$next" >"$results/images"
 }
 
+# The soak tier: scripts/soak.sh's driver, built beforehand; CI's run is 5 minutes of bpf mode.
+# Without root it is skipped, and says so, as the kernel and e2e tiers are.
+run_soak() {
+  echo "== the soak tier"
+  mkdir -p "$results/soak"
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "the soak needs root: skipped"
+    echo '{"checks": [], "skipped": 1}' >"$results/soak/report.json"
+  else
+    node dist/bench/soak/main.js --minutes 5 --mode bpf --report-dir "$results/soak" "$@"
+  fi
+  node scripts/summarize-tests.mjs --label soak "$results/soak/report.json"
+}
+
 read_images() {
   [[ -s $results/images ]] || return 0
   KBP_IMAGE=$(sed -n 1p "$results/images")
@@ -104,11 +120,13 @@ full_run() {
   [[ -z ${job_pids[images]:-} ]] || wait_job images
   read_images
   run_tier e2e "$@"
-  node scripts/summarize-tests.mjs --label total --checks-failed "$checks_failed" "$results"/{unit,kernel,e2e}.json
+  run_soak
+  node scripts/summarize-tests.mjs --label total --checks-failed "$checks_failed" \
+    "$results"/{unit,kernel,e2e}.json "$results/soak/report.json"
 }
 
 tier=all
-case ${1:-} in unit | kernel | e2e) tier=$1 && shift ;; esac
+case ${1:-} in unit | kernel | e2e | soak) tier=$1 && shift ;; esac
 
 case $tier in
 unit)
@@ -127,6 +145,11 @@ e2e)
   [[ $(id -u) -ne 0 || -n ${KBP_IMAGE:-} ]] || build_images || exit 1
   read_images
   run_tier e2e "$@"
+  ;;
+soak)
+  bash scripts/install-deps.sh run test-tools helm cni control-plane || exit 1
+  npm run --silent build || exit 1
+  run_soak "$@"
   ;;
 all) full_run "$@" ;;
 esac

@@ -16,9 +16,14 @@ export interface AgentStartOptions {
    * that mounts it, without sharing pins with the host or the other lab nodes. Private mount
    * namespaces also get their own /run/kube-bpf-proxy, as every real node has, with the host's
    * cgroup2 root bound read-only at /run/kube-bpf-proxy/cgroupv2, where the Helm chart mounts it
-   * (the chart's bpf.cgroupPath); the host's mounts are never touched.
+   * (the chart's bpf.cgroupPath); the host's mounts are never touched. "node": a private mount
+   * namespace whose /sys/fs/bpf is `nodeBpffs`, a directory of the host's bpffs bound there, so
+   * pins outlive the process as on a node whose bpffs the chart mounts from the host (an agent
+   * killed and started again finds its maps), without sharing pins with the other lab nodes.
    */
-  bpffs?: 'host' | 'absent' | 'own';
+  bpffs?: 'host' | 'absent' | 'own' | 'node';
+  /** bpffs "node": the directory of the host's bpffs that is this node's /sys/fs/bpf. */
+  nodeBpffs?: string;
   /**
    * The words that start the CLI in place of `node CLI`: e.g. the image's entry point
    * (scripts/image-entrypoint.sh) inside a memory cgroup, as bench/agent-memory.ts runs it.
@@ -26,17 +31,20 @@ export interface AgentStartOptions {
   launcher?: string[];
 }
 
-// Run by `sh -ec SCRIPT sh MODE CGROUP2_ROOT AGENT...` inside the private mount namespace. bpffs
-// can be mounted several times over the same point, hence the loop.
+// Run by `sh -ec SCRIPT sh MODE CGROUP2_ROOT NODE_BPFFS AGENT...` inside the private mount
+// namespace. bpffs can be mounted several times over the same point, hence the loop; "node" binds
+// its directory over the host's mount (resolved before it is covered) instead.
 const PRIVATE_MOUNTS = [
-  'while mountpoint -q /sys/fs/bpf; do umount /sys/fs/bpf; done',
+  'if [ "$1" = node ]; then mount --bind "$3" /sys/fs/bpf; else',
+  '  while mountpoint -q /sys/fs/bpf; do umount /sys/fs/bpf; done',
+  'fi',
   'if [ "$1" = own ]; then mount -t bpf bpffs /sys/fs/bpf; fi',
   'mkdir -p /run/kube-bpf-proxy',
   'mount -t tmpfs kbp-lab-run /run/kube-bpf-proxy',
   'mkdir /run/kube-bpf-proxy/cgroupv2',
   'mount --bind "$2" /run/kube-bpf-proxy/cgroupv2',
   'mount -o remount,bind,ro /run/kube-bpf-proxy/cgroupv2',
-  'shift 2',
+  'shift 3',
   'exec "$@"',
 ].join('\n');
 
@@ -84,6 +92,7 @@ export class LabAgent {
             'sh',
             bpffs,
             findCgroup2Root(),
+            opts.nodeBpffs ?? '-',
             ...agent,
           ]);
     return new LabAgent(child, startedAt);
@@ -96,6 +105,19 @@ export class LabAgent {
 
   tail(): string {
     return this.log.tail();
+  }
+
+  /** The agent's process id: nsenter, unshare and the shell each exec the next, none forks. */
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** SIGKILL, as the OOM killer or a node's crash ends it; resolves once the process is gone. */
+  async kill(): Promise<void> {
+    if (this.log.exitCode !== undefined) return;
+    const closed = new Promise<void>((resolve) => this.child.once('close', () => resolve()));
+    this.child.kill('SIGKILL');
+    await closed;
   }
 
   /** The kernel state stays; the caller cleans it up. */

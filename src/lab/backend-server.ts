@@ -5,6 +5,9 @@
 // that exercise segmentation offloads and MTUs, which one-line answers never do. A UDP datagram
 // that starts with ECHO comes back whole after the answer line (the JSON, then "\n"), so a client
 // can check that a datagram larger than the MTU (fragments) made it intact both ways.
+// A client that asks for keep-alive keeps its connection; after SIGTERM the server drains as a
+// well-behaved pod does in its termination grace period: it still answers every request, new
+// connections too, but closes each connection after its answer, so keep-alive clients move on.
 // Usage: node backend-server.js --name be1 [--tcp 8080[,9100...]] [--udp 5353[,...]]
 
 import { createSocket } from 'node:dgram';
@@ -18,6 +21,12 @@ const name = values.name ?? 'backend';
 const pending: Promise<void>[] = [];
 // Dual-stack sockets report IPv4 peers as ::ffff:a.b.c.d; clients compare plain IPv4.
 const plain = (address: string | undefined) => (address ?? '').replace(/^::ffff:/, '');
+
+/** SIGTERM seen: answers close their connections (the kubelet's SIGKILL ends the process). */
+let draining = false;
+process.on('SIGTERM', () => {
+  draining = true;
+});
 
 const CHUNK = Buffer.alloc(64 * 1024, 0x6b);
 const ECHO = Buffer.from('ECHO');
@@ -57,7 +66,11 @@ for (const port of ports(values.tcp)) {
       return;
     }
     const body = JSON.stringify({ backend: name, client });
-    res.writeHead(200, { 'content-type': 'application/json', connection: 'close' });
+    const keepAlive = !draining && req.headers.connection?.toLowerCase() === 'keep-alive';
+    res.writeHead(200, {
+      'content-type': 'application/json',
+      connection: keepAlive ? 'keep-alive' : 'close',
+    });
     res.end(body);
   });
   server.keepAliveTimeout = 5000;

@@ -35,11 +35,24 @@ export async function mergePatch(cp: ControlPlane, path: string, patch: unknown)
   return cp.api<K8sObject>('PATCH', path, patch, { contentType: 'application/merge-patch+json' });
 }
 
+/** A namespace, and the default ServiceAccount its pods need (the serviceaccount controller's job, not running here). */
+export async function createNamespace(cp: ControlPlane, name: string): Promise<void> {
+  await create(cp, { apiVersion: 'v1', kind: 'Namespace', metadata: { name } });
+  await create(cp, {
+    apiVersion: 'v1',
+    kind: 'ServiceAccount',
+    metadata: { name: 'default', namespace: name },
+  });
+}
+
 export interface NodeFacts {
   name: string;
   ip: string;
   podCIDR: string;
   zone?: string;
+  /** A dual-stack node's IPv6 address and IPv6 pod CIDR. */
+  ip6?: string;
+  podCIDR6?: string;
 }
 
 /** A Node as the kubelet registers it, Ready, with an InternalIP and 4 CPUs allocatable. */
@@ -55,7 +68,7 @@ export async function createNode(cp: ControlPlane, node: NodeFacts): Promise<voi
         ...(node.zone ? { 'topology.kubernetes.io/zone': node.zone } : {}),
       },
     },
-    spec: { podCIDR: node.podCIDR, podCIDRs: [node.podCIDR] },
+    spec: { podCIDR: node.podCIDR, podCIDRs: [node.podCIDR, ...(node.podCIDR6 ? [node.podCIDR6] : [])] },
   });
   const resources = { cpu: '4', memory: '8Gi', pods: '250' };
   const now = new Date().toISOString();
@@ -63,6 +76,7 @@ export async function createNode(cp: ControlPlane, node: NodeFacts): Promise<voi
     status: {
       addresses: [
         { type: 'InternalIP', address: node.ip },
+        ...(node.ip6 ? [{ type: 'InternalIP', address: node.ip6 }] : []),
         { type: 'Hostname', address: node.name },
       ],
       capacity: resources,
@@ -87,7 +101,12 @@ export interface PodFacts {
   node: string;
   nodeIP: string;
   ip: string;
+  /** A dual-stack pod's IPv6 address (and its node's). */
+  ip6?: string;
+  nodeIP6?: string;
   labels: Record<string, string>;
+  /** spec.terminationGracePeriodSeconds (default 600). */
+  graceSeconds?: number;
 }
 
 /** Creates a pod bound to its node, then reports it Running with its IP, ready or not. */
@@ -98,7 +117,7 @@ export async function createPod(cp: ControlPlane, pod: PodFacts, ready = true): 
     metadata: { name: pod.name, namespace: pod.namespace, labels: pod.labels },
     spec: {
       nodeName: pod.node,
-      terminationGracePeriodSeconds: 600,
+      terminationGracePeriodSeconds: pod.graceSeconds ?? 600,
       automountServiceAccountToken: false,
       containers: [
         { name: 'app', image: 'registry.invalid/lab-backend:1', ports: [{ containerPort: 8080 }] },
@@ -120,9 +139,9 @@ export async function setPodStatus(cp: ControlPlane, pod: PodFacts, ready: boole
     status: {
       phase: 'Running',
       hostIP: pod.nodeIP,
-      hostIPs: [{ ip: pod.nodeIP }],
+      hostIPs: [pod.nodeIP, ...(pod.nodeIP6 ? [pod.nodeIP6] : [])].map((ip) => ({ ip })),
       podIP: pod.ip,
-      podIPs: [{ ip: pod.ip }],
+      podIPs: [pod.ip, ...(pod.ip6 ? [pod.ip6] : [])].map((ip) => ({ ip })),
       startTime: now,
       conditions: [
         condition('PodScheduled', true),

@@ -12,7 +12,7 @@
 // RequireDualStack with an EndpointSlice per address type. ipv6Of() gives each IPv4 address of the
 // lab its IPv6 counterpart.
 
-import { execFile } from 'node:child_process';
+import { type ChildProcess, execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -221,7 +221,11 @@ export interface ChartPodRun {
 
 export class RealNodeLab {
   readonly pods = new Map<string, PodInfo>();
+  /** Each pod's backend process, by pod name: a caller may stop it and start another. */
+  readonly backends = new Map<string, ChildProcess>();
   readonly agents = new Map<string, NodeAgent>();
+  /** What startAgents() started the agents with, for restartAgent(). */
+  private agentLaunch: { rendered: RenderedAgent; opts: AgentStartOptions; source: string[] } | null = null;
   /** The chart's pods, when startPods() runs the agents in containers. */
   readonly chartPods = new Map<string, ChartPod>();
   private podman: Podman | null = null;
@@ -433,7 +437,10 @@ export class RealNodeLab {
     this.pods.set(pod.name, { name: pod.name, node: pod.node, ip, ip6, hostInterface });
     await this.enableOffloads(nodeNs(pod.node), hostInterface);
     await this.enableOffloads(ns, 'eth0');
-    await this.lab.startBackend(ns, { name: pod.name, tcpPorts: pod.tcpPorts, udpPorts: pod.udpPorts });
+    this.backends.set(
+      pod.name,
+      await this.lab.startBackend(ns, { name: pod.name, tcpPorts: pod.tcpPorts, udpPorts: pod.udpPorts }),
+    );
   }
 
   /**
@@ -451,33 +458,53 @@ export class RealNodeLab {
   /**
    * Starts one agent per node with what the chart renders for `mode` (default values otherwise):
    * the ConfigMap's config.conf and the DaemonSet's container args, with the API server replaced by
-   * --manifests; `set` adds --set values (e.g. bpf.hostRouting=stack). Waits for each agent's
-   * first sync.
+   * `source` (default --manifests; e.g. --kubeconfig FILE for a real API server); `set` adds --set
+   * values (e.g. bpf.hostRouting=stack). With bpffs "node", each node's bpffs is the directory
+   * named after it under opts.nodeBpffs. Waits for each agent's first sync.
    */
   async startAgents(
     mode: ProxyMode,
     opts: AgentStartOptions = { bpffs: 'absent' },
     set: string[] = [],
+    source: string[] = ['--manifests', this.manifestsDir],
   ): Promise<void> {
-    const rendered = await renderChart(mode, this.workDir, set);
-    for (const node of REAL_NODES) {
-      const configDir = join(this.workDir, 'agent', node.name);
-      mkdirSync(configDir, { recursive: true });
-      writeFileSync(join(configDir, 'config.conf'), rendered.config);
-      const [command, ...args] = rendered.args.map((arg) =>
-        arg.replaceAll('$(NODE_NAME)', node.name).replace(rendered.configMountPath, configDir),
-      );
-      if (command !== 'run') throw new Error(`the chart's agent runs "${command}", not run`);
-      const agent = LabAgent.start(
-        this.lab,
-        nodeNs(node.name),
-        mainScript,
-        [...args, '--manifests', this.manifestsDir],
-        opts,
-      );
-      this.agents.set(node.name, agent);
-    }
+    this.agentLaunch = { rendered: await renderChart(mode, this.workDir, set), opts, source };
+    for (const node of REAL_NODES) this.launchAgent(node.name);
     for (const agent of this.agents.values()) await agent.waitForSync(1, 60_000);
+  }
+
+  /** Starts a node's agent again as startAgents() did (once it has stopped); waits for its first sync. */
+  async restartAgent(node: string): Promise<LabAgent> {
+    const agent = this.launchAgent(node);
+    await agent.waitForSync(1, 60_000);
+    return agent;
+  }
+
+  /** A node's agent when it runs as a process (startAgents()), not as the chart's pod. */
+  labAgent(node: string): LabAgent {
+    const agent = this.agents.get(node);
+    if (!(agent instanceof LabAgent)) throw new Error(`no agent process on ${node}`);
+    return agent;
+  }
+
+  private launchAgent(node: string): LabAgent {
+    if (!this.agentLaunch) throw new Error('startAgents() has not run');
+    const { rendered, opts, source } = this.agentLaunch;
+    const configDir = join(this.workDir, 'agent', node);
+    mkdirSync(configDir, { recursive: true });
+    writeFileSync(join(configDir, 'config.conf'), rendered.config);
+    const [command, ...args] = rendered.args.map((arg) =>
+      arg.replaceAll('$(NODE_NAME)', node).replace(rendered.configMountPath, configDir),
+    );
+    if (command !== 'run') throw new Error(`the chart's agent runs "${command}", not run`);
+    const nodeBpffs = opts.bpffs === 'node' ? join(opts.nodeBpffs ?? '', node) : undefined;
+    if (nodeBpffs) mkdirSync(nodeBpffs, { recursive: true });
+    const agent = LabAgent.start(this.lab, nodeNs(node), mainScript, [...args, ...source], {
+      ...opts,
+      ...(nodeBpffs ? { nodeBpffs } : {}),
+    });
+    this.agents.set(node, agent);
+    return agent;
   }
 
   /**

@@ -102,7 +102,16 @@ export class ChangeTracker implements SliceIndex {
   /** Every change ever applied, for the *_changes_total counters. */
   readonly totals = { serviceChanges: 0, endpointChanges: 0 };
 
-  constructor(private readonly nodeName: string) {}
+  /**
+   * startedAt (ms since epoch): trigger times before it are not the tracker's to measure. A slice
+   * listed at the start (or after an agent restart) carries the time of its last change, maybe
+   * hours ago; kube-proxy records only trigger times after its tracker started
+   * (`pkg/proxy/endpointschangetracker.go` at v1.37.2, trackerStartTime).
+   */
+  constructor(
+    private readonly nodeName: string,
+    private readonly startedAt = Date.now(),
+  ) {}
 
   /** Applies a batch; returns the problems it raised that were not already current, to log once. */
   apply(events: readonly SourceEvent[]): ObjectProblem[] {
@@ -231,7 +240,7 @@ export class ChangeTracker implements SliceIndex {
     if (triggerText && serviceKey) {
       const time = Date.parse(triggerText);
       const known = this.pending.triggerTimes.get(serviceKey);
-      if (Number.isFinite(time) && (known === undefined || time < known))
+      if (Number.isFinite(time) && time > this.startedAt && (known === undefined || time < known))
         this.pending.triggerTimes.set(serviceKey, time);
     }
   }

@@ -23,6 +23,7 @@ import { ControlPlane } from '../../src/lab/control-plane.js';
 import { CHART, helm } from '../../src/lab/helm.js';
 import {
   create,
+  createNamespace,
   createNode,
   createPod,
   deletePod,
@@ -183,13 +184,7 @@ describeControlPlane(
       kubeconfigPath = join(cp.workDir, 'agent.kubeconfig');
       writeFileSync(kubeconfigPath, cp.kubeconfig(token));
 
-      await create(cp, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS } });
-      // The serviceaccount controller's job (not running here): pods need their namespace's default account.
-      await create(cp, {
-        apiVersion: 'v1',
-        kind: 'ServiceAccount',
-        metadata: { name: 'default', namespace: NS },
-      });
+      await createNamespace(cp, NS);
       for (const node of NODES) await createNode(cp, node);
       for (const pod of PODS) await createPod(cp, podFacts(pod.name));
       const services = [

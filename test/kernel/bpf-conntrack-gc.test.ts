@@ -1,9 +1,10 @@
 // Conntrack GC stays off the sync path: a pass over a conntrack map of 1,000,000 entries runs in
 // slices (the walk, the judgement, the re-reads and the deletes alike), and syncs asked for while it
-// is under way run between its slices instead of after it.
+// is under way run between its slices instead of after it. The same passes empty the fragment maps
+// of the records of finished datagrams (src/dataplanes/bpf/fragment-gc.ts).
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { mapUpdateBatch } from '../../native/libbpf.js';
+import { mapLookup, mapUpdate, mapUpdateBatch } from '../../native/libbpf.js';
 import { loadConfig } from '../../src/config/load.js';
 import {
   collectConntrack,
@@ -11,7 +12,7 @@ import {
   yieldToEventLoop,
 } from '../../src/dataplanes/bpf/conntrack-gc.js';
 import { BpfDataplane } from '../../src/dataplanes/bpf/dataplane.js';
-import { ct4Key, ct4Val } from '../../src/dataplanes/bpf/layout.js';
+import { ct4Key, ct4Val, frag4Key, frag4Val, frag6Key, frag6Val } from '../../src/dataplanes/bpf/layout.js';
 import { silentLogger } from '../../src/logger.js';
 import { IPPROTO_TCP } from '../../src/net/packets.js';
 import { decisions, ep, servicePort } from '../support/bpf-fixtures.js';
@@ -137,5 +138,31 @@ describeRoot('conntrack GC beside syncs', () => {
     expect(stats).toMatchObject({ scanned: FLOWS, deletedEntries: FLOWS });
     // The walk, the judgement, the re-reads and the deletes: each in slices of SLICE entries.
     expect(pauses).toBeGreaterThanOrEqual(4 * Math.floor(FLOWS / SLICE));
+  });
+
+  it('GC passes delete the fragment records a pass before them saw unchanged, and keep a rewritten one', async () => {
+    const { fragments4, fragments6 } = dp!.lb.fd;
+    const key4 = (id: number) => frag4Key.encode({ saddr: '192.0.2.100', daddr: '10.10.0.1', id, proto: 17 });
+    const key6 = frag6Key.encode({ saddr: 'fd00:192::2:100', daddr: 'fd00:10:10::0:1', id: 7 });
+    const ports = (sport: number) => frag4Val.encode({ sport, dport: 30053 });
+    for (const id of [1, 2, 3]) mapUpdate(fragments4, key4(id), ports(40000));
+    mapUpdate(fragments6, key6, frag6Val.encode({ sport: 40000, dport: 30053, proto: 17 }));
+    const present = (fd: number, key: Buffer, size: number) => mapLookup(fd, key, Buffer.alloc(size));
+    // The first pass only notes them: a datagram may be between its fragments.
+    await dp!.collectConntrack();
+    expect([1, 2, 3].map((id) => present(fragments4, key4(id), frag4Val.size))).toEqual([true, true, true]);
+    // A new datagram reuses IP id 2 before the next pass: its record stays for the pass after.
+    mapUpdate(fragments4, key4(2), ports(40001));
+    mapUpdate(fragments4, key4(4), ports(40000));
+    await dp!.collectConntrack();
+    expect([1, 2, 3, 4].map((id) => present(fragments4, key4(id), frag4Val.size))).toEqual([
+      false,
+      true,
+      false,
+      true,
+    ]);
+    expect(present(fragments6, key6, frag6Val.size)).toBe(false);
+    await dp!.collectConntrack();
+    expect([2, 4].map((id) => present(fragments4, key4(id), frag4Val.size))).toEqual([false, false]);
   });
 });

@@ -7,6 +7,7 @@ import {
   expiredFlows,
   flowState,
 } from '../../src/dataplanes/bpf/conntrack-gc.js';
+import { agedRecords } from '../../src/dataplanes/bpf/fragment-gc.js';
 import { CT_F, type Ct4Key, type Ct4Val, ct4Key, ct4Val, TCP_FLAG } from '../../src/dataplanes/bpf/layout.js';
 
 interface CtEntry {
@@ -172,5 +173,23 @@ describe('bpfConntrackTimeouts', () => {
   });
   it('0 leaves the default, as it leaves netfilter’s value', () => {
     expect(bpfConntrackTimeouts({ tcpEstablishedTimeoutSeconds: 0 })).toEqual(DEFAULT_CONNTRACK_TIMEOUTS);
+  });
+});
+
+describe('fragment records GC deletes', () => {
+  it('are those the previous pass saw with the same value', () => {
+    const previous = new Map([
+      ['a', 'ports 1'],
+      ['b', 'ports 1'],
+      ['c', 'ports 1'],
+    ]);
+    // b was rewritten by a later datagram with the same IP id, d is new, c is gone already.
+    const current = new Map([
+      ['a', 'ports 1'],
+      ['b', 'ports 2'],
+      ['d', 'ports 1'],
+    ]);
+    expect(agedRecords(previous, current)).toEqual(['a']);
+    expect(agedRecords(new Map(), current)).toEqual([]);
   });
 });

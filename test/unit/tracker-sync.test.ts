@@ -146,12 +146,23 @@ describe('ChangeTracker', () => {
   });
 
   it('keeps the earliest trigger time per service', () => {
-    const tracker = new ChangeTracker('test-node');
+    const tracker = new ChangeTracker('test-node', Date.parse('2026-01-01T00:00:00Z'));
     tracker.apply([
       upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.1'], '2026-01-01T00:00:10Z')),
       upsert('EndpointSlice', rawSlice('a-2', 'a', ['10.0.0.2'], '2026-01-01T00:00:05Z')),
     ]);
     expect(tracker.takePending().triggerTimes.get('ns/a')).toBe(Date.parse('2026-01-01T00:00:05Z'));
+  });
+
+  it('ignores trigger times from before it started, as the slices of its first list carry (the soak saw a restarted agent report them as latency)', () => {
+    const tracker = new ChangeTracker('test-node', Date.parse('2026-01-01T00:00:07Z'));
+    tracker.apply([
+      upsert('EndpointSlice', rawSlice('a-1', 'a', ['10.0.0.1'], '2026-01-01T00:00:05Z')),
+      upsert('EndpointSlice', rawSlice('b-1', 'b', ['10.0.0.2'], '2026-01-01T00:00:09Z')),
+    ]);
+    const pending = tracker.takePending();
+    expect([...pending.changedServices].sort()).toEqual(['ns/a', 'ns/b']);
+    expect([...pending.triggerTimes]).toEqual([['ns/b', Date.parse('2026-01-01T00:00:09Z')]]);
   });
 
   it("names the IP families a change touches, as kube-proxy's per-family proxiers each receive it", () => {
@@ -270,7 +281,8 @@ class RecordingDataplane implements Dataplane {
 describe('SyncLoop', () => {
   function setup() {
     let now = 1_000_000;
-    const tracker = new ChangeTracker('test-node');
+    // Started before the fake clock's first reading, so the trigger times of its changes count.
+    const tracker = new ChangeTracker('test-node', 0);
     const dataplane = new RecordingDataplane();
     const reports: SyncReport[] = [];
     const failures: unknown[] = [];

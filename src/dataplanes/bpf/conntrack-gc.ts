@@ -291,13 +291,22 @@ export async function collectConntrack(
 }
 
 function deleteEntries(fd: number, records: readonly CtRecord[], keySize: number): void {
-  if (records.length === 0) return;
-  const keys = Buffer.from(records.map((r) => r.key).join(''), 'latin1');
+  deleteKeys(
+    fd,
+    records.map((r) => r.key),
+    keySize,
+  );
+}
+
+/** Deletes the keys (latin1 strings of `keySize` bytes) of an LRU map, those evicted meanwhile too. */
+export function deleteKeys(fd: number, keys: readonly string[], keySize: number): void {
+  if (keys.length === 0) return;
+  const packed = Buffer.from(keys.join(''), 'latin1');
   try {
-    mapDeleteBatch(fd, keys, records.length);
+    mapDeleteBatch(fd, packed, keys.length);
   } catch (err) {
     // The batch stops at an entry the LRU already evicted: finish one by one.
     if (!(err instanceof NativeError)) throw err;
-    for (let i = 0; i < records.length; i++) mapDelete(fd, keys.subarray(i * keySize, (i + 1) * keySize));
+    for (let i = 0; i < keys.length; i++) mapDelete(fd, packed.subarray(i * keySize, (i + 1) * keySize));
   }
 }

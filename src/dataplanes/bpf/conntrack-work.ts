@@ -9,6 +9,7 @@ import {
   collectConntrack,
   readConntrack,
 } from './conntrack-gc.js';
+import { FragmentSweep } from './fragment-gc.js';
 import { IPPROTO } from './frontend-codec.js';
 import type { IdAllocator } from './ids.js';
 import type { MapName } from './object.js';
@@ -18,6 +19,9 @@ import { SerialQueue } from './serial-queue.js';
 /** The conntrack maps GC walks, both families. */
 export const CONNTRACK_MAPS = ['ct4Tcp', 'ct4Any', 'ct6Tcp', 'ct6Any'] as const;
 type ConntrackMap = (typeof CONNTRACK_MAPS)[number];
+/** The fragment maps GC sweeps, both families. */
+const FRAGMENT_MAPS = ['fragments4', 'fragments6'] as const;
+type FragmentMap = (typeof FRAGMENT_MAPS)[number];
 
 /** What the GC passes so far did, and each map's entries after its last pass. */
 export interface ConntrackGcTotals {
@@ -25,7 +29,7 @@ export interface ConntrackGcTotals {
   scanned: number;
   deleted: number;
   seconds: number;
-  entries: Record<ConntrackMap, number>;
+  entries: Record<ConntrackMap | FragmentMap, number>;
 }
 
 export class ConntrackWork {
@@ -34,8 +38,10 @@ export class ConntrackWork {
     scanned: 0,
     deleted: 0,
     seconds: 0,
-    entries: { ct4Tcp: 0, ct4Any: 0, ct6Tcp: 0, ct6Any: 0 },
+    entries: { ct4Tcp: 0, ct4Any: 0, ct6Tcp: 0, ct6Any: 0, fragments4: 0, fragments6: 0 },
   };
+  /** The fragment maps' sweeps (fragment-gc.ts), one pass with each conntrack GC pass. */
+  private readonly fragmentSweeps: Record<FragmentMap, FragmentSweep>;
   /** The UDP frontends' "serviceId/backendId" pairs, in all and by frontend name. */
   private readonly udpPairs = new Set<string>();
   private readonly udpPairsOf = new Map<string, string[]>();
@@ -46,7 +52,12 @@ export class ConntrackWork {
     /** The GC's timeouts: the defaults with conntrack.tcpEstablishedTimeout (bpfConntrackTimeouts). */
     readonly timeouts: ConntrackTimeouts,
     private readonly log: Logger,
-  ) {}
+  ) {
+    this.fragmentSweeps = {
+      fragments4: new FragmentSweep(fd.fragments4),
+      fragments6: new FragmentSweep(fd.fragments6),
+    };
+  }
 
   /** Ids released by the previous run are unknown now, but tracked flows may still name them:
    * none is reused before those flows could have expired. */
@@ -60,7 +71,7 @@ export class ConntrackWork {
     }
   }
 
-  /** One GC pass over both families' conntrack maps, after any pass already under way. */
+  /** One GC pass over both families' conntrack and fragment maps, after any pass already under way. */
   collect(): Promise<ConntrackGcStats[]> {
     return this.queue.run(async () => {
       const passes: ConntrackGcStats[] = [];
@@ -70,6 +81,7 @@ export class ConntrackWork {
         this.totals.entries[map] = pass.scanned - pass.deletedEntries;
         passes.push(pass);
       }
+      for (const map of FRAGMENT_MAPS) this.totals.entries[map] = this.fragmentSweeps[map].sweep().left;
       return passes;
     });
   }

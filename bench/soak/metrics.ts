@@ -1,0 +1,109 @@
+// What the soak's samples of a node hold, and how the agent's /metrics text is read into one: the
+// Prometheus text format's samples, and the few series a sample keeps.
+
+import { MAPS } from '../../src/dataplanes/bpf/layout.js';
+
+/** Maps the agent's plan sizes: at the end they hold exactly what its plan says. */
+export const PLANNED_MAPS = ['svc4', 'svc6', 'slots', 'backends4', 'backends6'] as const;
+/**
+ * Maps of flows and datagrams: empty once traffic has stopped and their timeouts have passed. Not
+ * the socket hooks' reverse maps (kbp_sockrev*): LRU maps keyed by socket cookie, which the
+ * datapath writes at connect and nothing deletes at close (the report shows their counts).
+ */
+export const FLOW_MAPS = [
+  'ct4Tcp',
+  'ct4Any',
+  'ct6Tcp',
+  'ct6Any',
+  'affinity4',
+  'affinity6',
+  'fragments4',
+  'fragments6',
+] as const;
+/** The maps whose occupancy the soak follows (arrays and per-CPU counters have fixed sizes). */
+export const COUNTED_MAPS = [
+  ...PLANNED_MAPS,
+  'maglev',
+  'affinityMatch',
+  ...FLOW_MAPS,
+  'sockRev4',
+  'sockRev6',
+] as const satisfies readonly (keyof typeof MAPS)[];
+export type CountedMap = (typeof COUNTED_MAPS)[number];
+
+export interface FdCounts {
+  total: number;
+  bpfMaps: number;
+  bpfProgs: number;
+  bpfLinks: number;
+  sockets: number;
+}
+
+export interface NodeSample {
+  /** Date.now() */
+  t: number;
+  node: string;
+  pid: number | null;
+  /** The agent's metrics answered. */
+  up: boolean;
+  rssBytes?: number;
+  /** nodejs_eventloop_lag_p50_seconds / _p99_: between two scrapes, with prom-client's 10 ms
+   * timer resolution included (an idle loop reads about 10.1 ms). */
+  lagP50Seconds?: number;
+  lagP99Seconds?: number;
+  timers?: number;
+  plan?: Partial<Record<CountedMap, number>>;
+  gcRuns?: number;
+  /** kubeproxy_network_programming_duration_seconds: cumulative count per upper bound, and +Inf. */
+  programming?: { le: number; count: number }[];
+  fds?: FdCounts;
+  kernel?: Partial<Record<CountedMap, number>>;
+  pins?: number;
+  reservedPorts?: string;
+}
+
+interface MetricLine {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+
+/** The samples of a Prometheus text exposition (comments skipped). */
+export function parseMetrics(text: string): MetricLine[] {
+  const out: MetricLine[] = [];
+  for (const line of text.split('\n')) {
+    const m = /^([a-zA-Z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)/.exec(line);
+    if (!m) continue;
+    const labels: Record<string, string> = {};
+    for (const l of (m[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!;
+    out.push({ name: m[1]!, labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+/** The facts a sample takes from the agent's metrics. */
+export function readAgentMetrics(text: string): Omit<NodeSample, 't' | 'node' | 'pid' | 'up'> {
+  const lines = parseMetrics(text);
+  const one = (name: string, labels: Record<string, string> = {}) =>
+    lines.find((l) => l.name === name && Object.entries(labels).every(([k, v]) => l.labels[k] === v))?.value;
+  const plan: Partial<Record<CountedMap, number>> = {};
+  for (const key of COUNTED_MAPS) {
+    const value = one('kube_bpf_proxy_map_entries', { map: MAPS[key].name });
+    if (value !== undefined) plan[key] = value;
+  }
+  const buckets = new Map<number, number>();
+  for (const l of lines.filter((x) => x.name === 'kubeproxy_network_programming_duration_seconds_bucket')) {
+    const le = l.labels.le === '+Inf' ? Number.POSITIVE_INFINITY : Number(l.labels.le);
+    buckets.set(le, (buckets.get(le) ?? 0) + l.value);
+  }
+  const gcRuns = one('kube_bpf_proxy_conntrack_gc_runs_total');
+  return {
+    rssBytes: one('process_resident_memory_bytes'),
+    lagP50Seconds: one('nodejs_eventloop_lag_p50_seconds'),
+    lagP99Seconds: one('nodejs_eventloop_lag_p99_seconds'),
+    timers: one('nodejs_active_resources', { type: 'Timeout' }) ?? 0,
+    plan,
+    ...(gcRuns !== undefined ? { gcRuns } : {}),
+    programming: [...buckets].sort((a, b) => a[0] - b[0]).map(([le, count]) => ({ le, count })),
+  };
+}

@@ -1,0 +1,197 @@
+// The soak's verdicts (bench/soak/checks.ts) and its reading of the agent's metrics
+// (bench/soak/metrics.ts), on recorded data: what passes, what fails, and what is excused.
+
+import { describe, expect, it } from 'vitest';
+import {
+  checkFailedRequests,
+  checkFlat,
+  checkLateAnswers,
+  excused,
+  leakProblems,
+  mapProblems,
+  programmingOverBound,
+  WARM_UP_MS,
+} from '../../bench/soak/checks.js';
+import type { Incarnation } from '../../bench/soak/churn.js';
+import { type NodeSample, readAgentMetrics } from '../../bench/soak/metrics.js';
+import type { Failure, Stream } from '../../bench/soak/traffic.js';
+
+const stream = (kind: Stream['kind'], service: Stream['service'] = 'churn'): Stream => ({
+  ns: 'p-ca',
+  name: `pod ca → ClusterIP ${service} ${kind}`,
+  service,
+  family: 'IPv4',
+  target: '10.96.0.20:80',
+  kind,
+  intervalMs: 300,
+  timeoutMs: 3000,
+  count: 100,
+});
+
+const incarnation = (name: string, removedAt: number | null): Incarnation => ({
+  name,
+  slot: name.split('-')[0]!,
+  node: 'node-a',
+  readyAt: 0,
+  removedAt,
+});
+
+const sample = (over: Partial<NodeSample>): NodeSample => ({
+  t: 0,
+  node: 'node-a',
+  pid: 10,
+  up: true,
+  ...over,
+});
+
+describe('failed requests', () => {
+  const removed = new Map([['wa1-3', 1000]]);
+  const failure = (at: number, lastBackend: string | null): Failure => ({
+    stream: 0,
+    at,
+    error: 'ECONNRESET',
+    lastBackend,
+  });
+
+  it('excuses a long-lived flow whose pod was deleted before it failed, nothing else', () => {
+    expect(excused(failure(1500, 'wa1-3'), stream('keepalive'), removed)).toBe(true);
+    expect(excused(failure(1500, 'wa1-3'), stream('udp-stream'), removed)).toBe(true);
+    // Before the deletion, or on a new connection, or after a backend that stayed: counted.
+    expect(excused(failure(900, 'wa1-3'), stream('keepalive'), removed)).toBe(false);
+    expect(excused(failure(1500, 'wa1-3'), stream('new'), removed)).toBe(false);
+    expect(excused(failure(1500, 'sa'), stream('keepalive'), removed)).toBe(false);
+  });
+
+  it('passes with every failure excused, fails on one that is not', () => {
+    const streams = [stream('keepalive'), stream('new', 'stable')];
+    const incarnations = [incarnation('wa1-3', 1000)];
+    const excusedOnly = [failure(1500, 'wa1-3')];
+    expect(checkFailedRequests(streams, [50, 50], excusedOnly, incarnations).passed).toBe(true);
+    const counted = [...excusedOnly, { stream: 1, at: 2000, error: 'timeout', lastBackend: 'sa' }];
+    const result = checkFailedRequests(streams, [50, 50], counted, incarnations);
+    expect(result.passed).toBe(false);
+    expect(result.detail).toMatch(/^1 of 100 requests failed \(1 more/);
+    expect(result.detail).toContain('stable new: timeout');
+  });
+
+  it('fails when no request was made at all', () => {
+    expect(checkFailedRequests([stream('new')], [0], [], []).passed).toBe(false);
+  });
+});
+
+describe('answers after a deletion', () => {
+  it('fails on an answer later than the grace period, passes within it', () => {
+    const incarnations = [incarnation('wa1-3', 10_000), incarnation('wb2-4', null)];
+    const within = new Map([
+      ['wa1-3', { first: 0, last: 25_000, requests: 9 }],
+      ['wb2-4', { first: 0, last: 90_000, requests: 9 }],
+    ]);
+    expect(checkLateAnswers(within, incarnations, 20_000).passed).toBe(true);
+    const late = new Map([['wa1-3', { first: 0, last: 31_000, requests: 9 }]]);
+    const result = checkLateAnswers(late, incarnations, 20_000);
+    expect(result.passed).toBe(false);
+    expect(result.detail).toContain('wa1-3 21.0 s after');
+  });
+});
+
+describe('network programming', () => {
+  it('adds up the last reading of each agent process, over the bound', () => {
+    const histogram = (within: number, all: number) => [
+      { le: 30, count: within },
+      { le: Number.POSITIVE_INFINITY, count: all },
+    ];
+    const samples = [
+      sample({ pid: 10, programming: histogram(3, 3) }),
+      sample({ pid: 10, programming: histogram(8, 9) }),
+      sample({ pid: 11, programming: histogram(4, 4) }),
+      sample({ node: 'node-b', pid: 10, programming: histogram(5, 5) }),
+    ];
+    expect(programmingOverBound(samples, 30)).toEqual({ total: 18, over: 1 });
+  });
+});
+
+describe("the agent's metrics", () => {
+  it('reads RSS, lag, timers, planned map entries, GC passes and the programming histogram', () => {
+    const text = [
+      '# HELP process_resident_memory_bytes Resident memory size in bytes.',
+      'process_resident_memory_bytes 73400320',
+      'nodejs_eventloop_lag_p50_seconds 0.010125',
+      'nodejs_eventloop_lag_p99_seconds 0.0125',
+      'nodejs_active_resources{type="Timeout"} 7',
+      'nodejs_active_resources{type="TCPSocketWrap"} 3',
+      'kube_bpf_proxy_map_entries{map="kbp_svc4_v1"} 12',
+      'kube_bpf_proxy_map_entries{map="kbp_slot_v2"} 40',
+      'kube_bpf_proxy_conntrack_gc_runs_total 6',
+      'kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="30"} 4',
+      'kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv6",le="30"} 3',
+      'kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="+Inf"} 5',
+      'kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv6",le="+Inf"} 3',
+    ].join('\n');
+    expect(readAgentMetrics(text)).toEqual({
+      rssBytes: 73400320,
+      lagP50Seconds: 0.010125,
+      lagP99Seconds: 0.0125,
+      timers: 7,
+      plan: { svc4: 12, slots: 40 },
+      gcRuns: 6,
+      programming: [
+        { le: 30, count: 7 },
+        { le: Number.POSITIVE_INFINITY, count: 8 },
+      ],
+    });
+  });
+});
+
+describe('what the end must look like', () => {
+  const planned = { svc4: 10, svc6: 10, slots: 30, backends4: 6, backends6: 6 };
+
+  it('maps: planned ones as planned, a pair per slot, flow maps empty, Maglev as at the start', () => {
+    const start = sample({ kernel: { ...planned, maglev: 4 } });
+    // The socket hooks' reverse entries are not flows: nothing deletes them (checks.ts).
+    const end = { ...planned, affinityMatch: 30, maglev: 4, sockRev4: 9 };
+    expect(mapProblems(start, sample({ plan: planned, kernel: { ...end, ct4Tcp: 0 } }))).toEqual([]);
+    expect(
+      mapProblems(start, sample({ plan: planned, kernel: { ...end, slots: 31, maglev: 5, ct6Any: 2 } })),
+    ).toEqual(['slots 31 (plan 30)', 'affinityMatch 30 (slots 31)', 'ct6Any 2', 'maglev 5 (at the start 4)']);
+  });
+
+  it('leaks: BPF fds exactly, other fds and timers within slack, pins and the port reservation exactly', () => {
+    const fds = { total: 40, bpfMaps: 30, bpfProgs: 4, bpfLinks: 3, sockets: 2 };
+    const start = sample({ fds, timers: 6, pins: 50, reservedPorts: '30000-32767' });
+    expect(
+      leakProblems(
+        start,
+        sample({ fds: { ...fds, total: 45 }, timers: 9, pins: 50, reservedPorts: '30000-32767' }),
+        true,
+      ),
+    ).toEqual([]);
+    expect(
+      leakProblems(
+        start,
+        sample({ fds: { ...fds, total: 60, bpfLinks: 4 }, timers: 20, pins: 51, reservedPorts: '' }),
+        true,
+      ),
+    ).toEqual([
+      'bpfLinks fds 3 → 4',
+      'fds 40 → 60',
+      'timers 6 → 20',
+      'pinned objects 50 → 51',
+      'ip_local_reserved_ports "30000-32767" → ""',
+    ]);
+  });
+});
+
+describe('flat over time', () => {
+  const MiB = 2 ** 20;
+  const series = (values: number[], pid = 10) =>
+    values.map((v, i) => sample({ t: WARM_UP_MS + i * 10_000, pid, rssBytes: v * MiB }));
+
+  it('compares the medians of the halves, leaving out each process warm-up', () => {
+    const flat = [sample({ t: 0, rssBytes: 10 * MiB }), ...series([70, 71, 70, 72, 71, 71])];
+    expect(checkFlat(flat, 'rssBytes', WARM_UP_MS - 10_000, WARM_UP_MS + 60_000).passed).toBe(true);
+    const growing = [sample({ t: 0, rssBytes: 10 * MiB }), ...series([70, 71, 72, 80, 82, 84])];
+    const result = checkFlat(growing, 'rssBytes', WARM_UP_MS - 10_000, WARM_UP_MS + 60_000);
+    expect(result.passed).toBe(false);
+    expect(result.detail).toBe('node-a: 71.0 MiB → 82.0 MiB (15.5%)');
+  });
+});
