@@ -18,7 +18,7 @@ import {
   firstUncoveredProcess,
   pidsInCgroupTree,
   processesInOwnNetns,
-  resolveCgroup2Dir,
+  socketHookCgroupDir,
   uncoveredProcessWarning,
 } from '../../host/cgroup.js';
 import { LinkWatch } from '../../host/link-watch.js';
@@ -342,7 +342,8 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   }
 
   /**
-   * The socket hooks of bpf.socketLB on the configured cgroup (the cgroup2 root by default), or
+   * The socket hooks of bpf.socketLB on the configured cgroup (the node's: the cgroup2 root by
+   * default, narrowed to the node's cgroup where the kubelet's pods live below one), or
    * none when it is off. Scope "host" needs this namespace's cookie (SO_NETNS_COOKIE, kernel
    * 5.14+): without it the hooks stay off and host clients keep only what tc gives them.
    */
@@ -355,7 +356,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
           hostNetnsCookie: socketLB === 'host' ? netnsCookie() : 0n,
           scope: SOCK_SCOPE[socketLB],
         });
-        cgroup = resolveCgroup2Dir(cgroupPath || findCgroup2Root());
+        cgroup = socketHookCgroupDir(cgroupPath || findCgroup2Root());
       } catch (err) {
         this.log.warn(
           { err, socketLB },
