@@ -80,12 +80,10 @@ build_node() {
 # containerd's own module builds with `go install`; without cgo and without the snapshotters that
 # need it (btrfs, devmapper, zfs), as containerd's static release builds do.
 build_containerd() {
-  local b
-  for b in "${containerd_bins[@]}"; do
-    GOBIN=$PWD/out CGO_ENABLED=0 GOFLAGS=-tags=no_btrfs,no_devmapper,no_zfs "${nice_cmd[@]}" go install -trimpath \
-      -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd_version" \
-      "github.com/containerd/containerd/v2/cmd/$b@$containerd_version"
-  done
+  local pkgs=() b
+  for b in "${containerd_bins[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/$b@$containerd_version"); done
+  GOBIN=$PWD/out CGO_ENABLED=0 GOFLAGS=-tags=no_btrfs,no_devmapper,no_zfs "${nice_cmd[@]}" go install -trimpath \
+    -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd_version" "${pkgs[@]}"
 }
 
 build_coredns() {
@@ -96,12 +94,9 @@ build_coredns() {
 # e2e.test is the test binary of k8s.io/kubernetes/test/e2e; agnhost is in the same module.
 build_e2e() {
   k8s_wrapper_module "$k8s_version" -t k8s.io/kubernetes/test/e2e k8s.io/kubernetes/test/images/agnhost
-  local ldflags
-  ldflags=$(k8s_version_ldflags "$k8s_version")
-  GOFLAGS=-mod=mod CGO_ENABLED=0 "${nice_cmd[@]}" go build -trimpath -ldflags "$ldflags" -o out/agnhost \
-    k8s.io/kubernetes/test/images/agnhost
-  GOFLAGS=-mod=mod CGO_ENABLED=0 "${nice_cmd[@]}" go test -c -trimpath -ldflags "$ldflags" -o out/e2e.test \
-    k8s.io/kubernetes/test/e2e
+  build_agnhost out/agnhost
+  GOFLAGS=-mod=mod CGO_ENABLED=0 "${nice_cmd[@]}" go test -c -trimpath -ldflags "$(k8s_version_ldflags "$k8s_version")" \
+    -o out/e2e.test k8s.io/kubernetes/test/e2e
 }
 
 # --- The images
@@ -168,11 +163,23 @@ agnhost_base() {
   rm base-full.tar
 }
 
+# build_agnhost OUT, in a wrapper module that has it: agnhost, saying the version of its VERSION file,
+# which must be the image manifest's tag (upstream's image build sets main.Version the same way).
+build_agnhost() {
+  local version
+  version=$(cat "$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/VERSION")
+  if [[ $version != "${agnhost_image##*:}" ]]; then
+    echo "install-cluster: agnhost of $k8s_version is $version, not ${agnhost_image##*:}" >&2
+    return 1
+  fi
+  GOFLAGS=-mod=mod CGO_ENABLED=0 "${nice_cmd[@]}" go build -trimpath \
+    -ldflags "$(k8s_version_ldflags "$k8s_version") -X main.Version=$version" -o "$1" k8s.io/kubernetes/test/images/agnhost
+}
+
 build_agnhost_image() {
   mkdir -p agnhost-module agnhost
   (cd agnhost-module && k8s_wrapper_module "$k8s_version" k8s.io/kubernetes/test/images/agnhost &&
-    GOFLAGS=-mod=mod CGO_ENABLED=0 "${nice_cmd[@]}" go build -trimpath -ldflags "$(k8s_version_ldflags "$k8s_version")" \
-      -o ../agnhost/agnhost k8s.io/kubernetes/test/images/agnhost)
+    build_agnhost ../agnhost/agnhost)
   agnhost_base
   image_archive out/agnhost.tar "$agnhost_image" "base.tar=Debian $SUITE (${AGNHOST_PACKAGES[*]})" \
     "agnhost=agnhost from k8s.io/kubernetes/test/images/agnhost $k8s_version" -- \
@@ -221,7 +228,9 @@ main() {
   # Debian's containerd and runc run a node; clang, libc6-dev and mmdebstrap build the images.
   install_debs "the real cluster" containerd runc clang libc6-dev mmdebstrap
   have_all "$containerd_dir" "${containerd_bins[@]}" || in_build_dir containerd "$containerd_dir" build_containerd
+  local started=$SECONDS
   bash scripts/install-deps.sh cni
+  echo "install-cluster: CNI plugins ready in $((SECONDS - started)) s: $cni_dir"
   have_all "$coredns_dir" coredns || in_build_dir coredns "$coredns_dir" build_coredns
   have_all "$images_dir" "${image_archives[@]}" || in_build_dir cluster-images "$images_dir" build_images
   have_all "$e2e_dir" "${e2e_bins[@]}" || in_build_dir e2e "$e2e_dir" build_e2e
