@@ -88,9 +88,10 @@ static_checks() {
 
 full_run() {
   run_check bash scripts/install-deps.sh run test-tools
-  # Helm first (the unit tier's chart tests need it), then the real-node lab's CNI plugins and
-  # the control plane, in one chain so the Go builds do not fight over two cores.
-  start_job go-tools bash scripts/install-deps.sh helm cni control-plane
+  # Helm first (the unit tier's chart tests need it), then the real-node lab's CNI plugins, the
+  # control plane and the real cluster's parts, in one chain so the Go builds do not fight over two
+  # cores.
+  start_job go-tools bash scripts/install-deps.sh helm cni control-plane cluster
   # The images are built after the checkout's own build: build-image.sh compiles the BPF objects
   # in the checkout too.
   run_check npm run --silent build
