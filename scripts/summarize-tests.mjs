@@ -1,6 +1,7 @@
 // Prints a closing line CI reads, "LABEL: N passed, N failed, N skipped", from one or more of
-// vitest's JSON reports, plus the number of failed checks (build, lint, format, an install step)
-// given with --checks-failed, each counted as a failure. A report that is missing or unreadable
+// vitest's JSON reports and the conformance tier's summary.json (its counts of upstream e2e
+// specs), plus the number of failed checks (build, lint, format, an install step) given with
+// --checks-failed, each counted as a failure. A report that is missing or unreadable
 // (its tier crashed before writing it) counts as one failure. Exits 1 when anything failed or
 // nothing ran at all (every test skipped is not a failure: a root tier run without root).
 //
@@ -21,9 +22,16 @@ for (const path of positionals) {
   }
   try {
     const report = JSON.parse(readFileSync(path, 'utf8'));
-    totals.passed += report.numPassedTests;
-    totals.failed += report.numFailedTests + (report.numFailedTestSuites ?? 0);
-    totals.skipped += report.numPendingTests + report.numTodoTests;
+    if (typeof report.numPassedTests === 'number') {
+      totals.passed += report.numPassedTests;
+      totals.failed += report.numFailedTests + (report.numFailedTestSuites ?? 0);
+      totals.skipped += report.numPendingTests + report.numTodoTests;
+    } else {
+      // The conformance tier's summary.json (src/lab/real-cluster/main.ts): upstream e2e specs.
+      totals.passed += report.passed;
+      totals.failed += report.failed;
+      totals.skipped += report.skipped;
+    }
   } catch (err) {
     console.log(`could not read ${path}: ${err.message}`);
     totals.failed += 1;

@@ -6,8 +6,11 @@
 #   bash scripts/test.sh unit               the pure tests: no root, nothing built beyond `npm ci`
 #   bash scripts/test.sh kernel             BPF_PROG_TEST_RUN, attach and map tests (root)
 #   bash scripts/test.sh e2e                network namespaces, the real control plane, the images (root)
+#   bash scripts/test.sh conformance        the upstream [Conformance] Services e2e specs on a real
+#                                           two-node cluster, kube-bpf-proxy in bpf mode (root;
+#                                           scripts/conformance.sh, docs/conformance.md)
 #
-# A tier given by name takes further vitest arguments (e.g. a file filter). Each tier ends with its
+# A vitest tier given by name takes further vitest arguments (e.g. a file filter). Each tier ends with its
 # own "<tier>: N passed, N failed, N skipped" line; the full run ends with a "total:" line that
 # also counts every failed check (build, type check, lint, C format, an install step) as a failure.
 # Outside CI, the kernel and e2e tiers skip (and say so) when not root; in CI they must run.
@@ -80,6 +83,22 @@ read_images() {
   export KBP_IMAGE KBP_IMAGE_NEXT
 }
 
+# The conformance tier: scripts/conformance.sh in bpf mode with the [Conformance] focus; its
+# summary.json counts the specs. Outside CI it skips without root, as the root tiers do.
+run_conformance() {
+  echo "== the conformance tier"
+  local dir=$results/conformance
+  mkdir -p "$dir"
+  if [[ $(id -u) -ne 0 && ${CI:-} != true ]]; then
+    echo "conformance: skipped (needs root: network namespaces and kubelets)"
+    # The tier counts as one skipped test.
+    echo '{"passed":0,"failed":0,"skipped":1}' >"$dir/summary.json"
+  else
+    bash scripts/conformance.sh --mode bpf --focus '\[Conformance\]' --report-dir "$dir"
+  fi
+  node scripts/summarize-tests.mjs --label conformance "$dir/summary.json"
+}
+
 static_checks() {
   run_check npx tsc -p tsconfig.test.json
   run_check npx biome check .
@@ -105,11 +124,15 @@ full_run() {
   [[ -z ${job_pids[images]:-} ]] || wait_job images
   read_images
   run_tier e2e "$@"
-  node scripts/summarize-tests.mjs --label total --checks-failed "$checks_failed" "$results"/{unit,kernel,e2e}.json
+  # Everything conformance.sh would install or build is there by now.
+  export KBP_SKIP_BUILD=1
+  run_conformance
+  node scripts/summarize-tests.mjs --label total --checks-failed "$checks_failed" \
+    "$results"/{unit,kernel,e2e}.json "$results/conformance/summary.json"
 }
 
 tier=all
-case ${1:-} in unit | kernel | e2e) tier=$1 && shift ;; esac
+case ${1:-} in unit | kernel | e2e | conformance) tier=$1 && shift ;; esac
 
 case $tier in
 unit)
@@ -128,6 +151,11 @@ e2e)
   [[ $(id -u) -ne 0 || -n ${KBP_IMAGE:-} ]] || build_images || exit 1
   read_images
   run_tier e2e "$@"
+  ;;
+conformance)
+  [[ $(id -u) -ne 0 || -n ${KBP_IMAGE:-} ]] || build_images || exit 1
+  read_images
+  run_conformance
   ;;
 all) full_run "$@" ;;
 esac
