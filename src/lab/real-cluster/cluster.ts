@@ -8,7 +8,16 @@
 // the harness, kubectl and helm use. down() removes all of it; removeStale() what a killed run left.
 
 import { randomBytes } from 'node:crypto';
-import { copyFileSync, cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ControlPlane, type StaticToken } from '../control-plane.js';
@@ -193,8 +202,11 @@ export class RealCluster {
   /** Copies every component's log into dir. */
   saveLogs(dir: string): void {
     mkdirSync(dir, { recursive: true });
-    for (const node of this.nodes)
+    for (const node of this.nodes) {
       cpSync(node.logDir, join(dir, node.spec.name), { recursive: true, force: true });
+      if (existsSync(node.podLogDir))
+        cpSync(node.podLogDir, join(dir, node.spec.name, 'pods'), { recursive: true, force: true });
+    }
     if (this.cp)
       for (const file of readdirSync(this.cp.workDir).filter((f) => f.endsWith('.log')))
         copyFileSync(join(this.cp.workDir, file), join(dir, file));

@@ -153,9 +153,14 @@ export class ClusterNode {
     writeFileSync(join(cniConfDir(this.spec), '10-kbpc.conflist'), cniConfig(podCIDR));
   }
 
-  /** The node's log files (containerd's, the kubelet's), for the report. */
+  /** The node's log files (containerd's, the kubelet's, kube-proxy's), for the report. */
   get logDir(): string {
     return this.path('logs');
+  }
+
+  /** The node's pods' container logs (the kubelet's /var/log/pods). */
+  get podLogDir(): string {
+    return this.path('var-log', 'pods');
   }
 
   logTail(name: 'kubelet' | 'containerd', lines = 40): string {
