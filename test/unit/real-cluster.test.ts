@@ -3,7 +3,13 @@
 
 import { describe, expect, it } from 'vitest';
 import { cgroupHierarchies } from '../../src/lab/real-cluster/cgroups.js';
-import { countResults, DEFAULT_SKIP, narrowFocus, SERVICES_FOCUS } from '../../src/lab/real-cluster/e2e.js';
+import {
+  countResults,
+  DEFAULT_SKIP,
+  narrowFocus,
+  parseJunit,
+  SERVICES_FOCUS,
+} from '../../src/lab/real-cluster/e2e.js';
 import { deadRunPid } from '../../src/lab/real-cluster/stale.js';
 
 const SPECS = [
@@ -35,6 +41,49 @@ describe('the specs the harness selects', () => {
     ]);
     expect(selected(narrowFocus(SERVICES_FOCUS, 'headless|pod-Service'))).toEqual([SPECS[3], SPECS[4]]);
     expect(narrowFocus(SERVICES_FOCUS, undefined)).toBe(SERVICES_FOCUS);
+  });
+});
+
+describe("e2e.test's junit report", () => {
+  // Test cases as ginkgo v2 writes them for e2e.test v1.37.2 (reporters/junit_report.go): a pass,
+  // a spec left out by the focus (bare "skipped"), one that skipped itself (with its reason), a
+  // failure, and the suite's setup nodes.
+  const xml = `<testsuites><testsuite name="Kubernetes e2e suite">
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="0.1"></testcase>
+    <testcase name="[It] [sig-network] Services should be able to change the type from ClusterIP to ExternalName [Conformance]" classname="Kubernetes e2e suite" status="passed" time="4.401102528"></testcase>
+    <testcase name="[It] [sig-api-machinery] API Streaming (aka. WatchList) reflector doesn&#39;t support receiving resources as Tables [Beta]" classname="Kubernetes e2e suite" status="skipped" time="0">
+      <skipped message="skipped"></skipped>
+    </testcase>
+    <testcase name="[It] [sig-network] Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes" classname="Kubernetes e2e suite" status="skipped" time="2.5">
+      <skipped message="skipped - Requires at least 3 nodes (not 2)"></skipped>
+    </testcase>
+    <testcase name="[It] [sig-network] Services should serve endpoints on same port &amp; different protocols" classname="Kubernetes e2e suite" status="failed" time="61">
+      <failure message="service is not reachable within 2m0s timeout on endpoint 10.96.4.2:80 over TCP protocol" type="failed">[FAILED] ...</failure>
+    </testcase>
+    <testcase name="[ReportAfterSuite] Kubernetes e2e suite report" classname="Kubernetes e2e suite" status="passed" time="0.2"></testcase>
+  </testsuite></testsuites>`;
+
+  it('lists the specs that ran, not those the focus left out nor the setup nodes', () => {
+    expect(parseJunit(xml)).toEqual([
+      {
+        name: '[sig-network] Services should be able to change the type from ClusterIP to ExternalName [Conformance]',
+        status: 'passed',
+        message: '',
+        seconds: 4.401102528,
+      },
+      {
+        name: '[sig-network] Services should implement NodePort and HealthCheckNodePort correctly when ExternalTrafficPolicy changes',
+        status: 'skipped',
+        message: 'skipped - Requires at least 3 nodes (not 2)',
+        seconds: 2.5,
+      },
+      {
+        name: '[sig-network] Services should serve endpoints on same port & different protocols',
+        status: 'failed',
+        message: 'service is not reachable within 2m0s timeout on endpoint 10.96.4.2:80 over TCP protocol',
+        seconds: 61,
+      },
+    ]);
   });
 });
 
