@@ -3,9 +3,9 @@
 //
 //   node dist/src/lab/real-cluster/main.js --mode MODE --agent-image ARCHIVE --report-dir DIR [--focus REGEX]
 //
-// Writes DIR/junit_01.xml (e2e.test's), DIR/summary.json (every spec that ran, with its result)
-// and, when something failed, DIR/logs; ends with "N passed, N failed, N skipped" and exits 1
-// when a spec failed or none ran.
+// Writes e2e.test's junit_01.xml, a summary.json (every spec that ran, with its result) and, when
+// something failed, the components' logs into the report directory; ends with "N passed,
+// N failed, N skipped" and exits 1 when a spec failed or none ran.
 
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
