@@ -74,16 +74,7 @@ BASE_EPOCH=1764547200
 # Where the sources are: KBP_IMAGE_SOURCE, else the checkout's origin remote (no URL is invented).
 source_url=${KBP_IMAGE_SOURCE:-$(git config --get remote.origin.url 2>/dev/null || echo "unknown (a checkout without a remote)")}
 
-if [[ -n ${KBP_DEBIAN_SNAPSHOT:-} ]]; then
-  mirror=http://snapshot.debian.org/archive/debian/$KBP_DEBIAN_SNAPSHOT
-  security=http://snapshot.debian.org/archive/debian-security/$KBP_DEBIAN_SNAPSHOT
-else
-  mirror=${KBP_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-  security=${KBP_DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
-fi
-aptopts=()
-[[ -z ${KBP_DEBIAN_SNAPSHOT:-} ]] || aptopts+=(--aptopt='Acquire::Check-Valid-Until "false"')
-sources=("deb $mirror $SUITE main" "deb $mirror $SUITE-updates main" "deb $security $SUITE-security main")
+source scripts/lib/debian-sources.sh
 
 # Cache keys (--cache-dir). The base layer's: the Debian and Node inputs, the mirror's content
 # named by the InRelease files of the three suites (a point release or a security update changes

@@ -8,14 +8,14 @@
 # A directory is keyed by version and only appears once its build finished, so a binary that is
 # there is never rebuilt. Go's own module and build caches stay where Go keeps them.
 #
-# kubernetes' go.mod replaces its staging modules with ./staging/src/..., so `go install` refuses it:
-# a small wrapper module requires k8s.io/kubernetes and maps every one of those replace lines to the
-# published k8s.io/<name> v0.<minor>.<patch> instead (see docs/real-control-plane.md).
+# kubernetes' go.mod replaces its staging modules, so `go install` refuses it: the binaries build in
+# a wrapper module (scripts/lib/k8s-wrapper.sh, shared with scripts/install-cluster.sh).
 #
 # Prints the two directories on its last two lines as KBP_K8S_BIN=... and KBP_ETCD_BIN=....
 # With --locate it builds nothing: it prints them, and exits 1 when a binary is missing (the test
 # helper src/lab/control-plane.ts finds the binaries this way).
 set -euo pipefail
+source "$(dirname "$0")/lib/k8s-wrapper.sh"
 locate_only=0
 [[ ${1:-} == --locate ]] && locate_only=1
 
@@ -60,36 +60,13 @@ build_k8s() {
   work=$(mktemp -d "$cache_root/.k8s-build.XXXXXX")
   trap 'rm -rf "$work"' RETURN
   local started=$SECONDS
-  local minor_patch=${k8s_version#v1.}
-  local staging_version=v0.$minor_patch
-  local major=1 minor=${minor_patch%%.*}
+  local pkgs=() b
+  for b in "${k8s_bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
   (
     cd "$work"
-    go mod init kube-bpf-proxy.local/k8s-wrapper >/dev/null 2>&1
-    # kubernetes' own replace block names the staging modules: read it from its go.mod.
-    local gomod
-    gomod=$(go mod download -json "k8s.io/kubernetes@$k8s_version" | sed -n 's/^\s*"GoMod": "\(.*\)",$/\1/p')
-    local edits=(-require="k8s.io/kubernetes@$k8s_version")
-    local mod
-    while read -r mod; do
-      edits+=(-replace="$mod=$mod@$staging_version")
-    done < <(sed -n '/^replace (/,/^)/p' "$gomod" | awk '$2 == "=>" && $3 ~ /^\.\/staging\// {print $1}')
-    if ((${#edits[@]} < 10)); then
-      echo "install-control-plane: found no staging replace lines in $gomod" >&2
-      exit 1
-    fi
-    go mod edit "${edits[@]}"
-    local tools=()
-    local b
-    for b in "${k8s_bins[@]}"; do tools+=("k8s.io/kubernetes/cmd/$b@$k8s_version"); done
-    GOFLAGS=-mod=mod go get -tool "${tools[@]}" >/dev/null 2>&1
-    local pkgs=()
-    for b in "${k8s_bins[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+    k8s_wrapper_module "$k8s_version" "${pkgs[@]}"
     mkdir -p out
-    local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$k8s_version"
-    ldflags+=" -X k8s.io/component-base/version.gitMajor=$major -X k8s.io/component-base/version.gitMinor=$minor"
-    ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
-    GOFLAGS=-mod=mod CGO_ENABLED=0 "${nice_cmd[@]}" go build -trimpath -ldflags "$ldflags" -o out/ "${pkgs[@]}"
+    GOFLAGS=-mod=mod CGO_ENABLED=0 "${nice_cmd[@]}" go build -trimpath -ldflags "$(k8s_version_ldflags "$k8s_version")" -o out/ "${pkgs[@]}"
   )
   rm -rf "$k8s_dir"
   mv "$work/out" "$k8s_dir"

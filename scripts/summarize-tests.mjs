@@ -1,9 +1,10 @@
 // Prints a closing line CI reads, "LABEL: N passed, N failed, N skipped", from one or more of
-// vitest's JSON reports or the soak's report.json (scripts/soak.sh: each check counts as a test),
-// plus the number of failed checks (build, lint, format, an install step) given with
-// --checks-failed, each counted as a failure. A report that is missing or unreadable (its tier
-// crashed before writing it) counts as one failure. Exits 1 when anything failed or nothing ran at
-// all (every test skipped is not a failure: a root tier run without root).
+// vitest's JSON reports, the soak's report.json (scripts/soak.sh: each check counts as a test) and
+// the conformance tier's summary.json (its counts of upstream e2e specs), plus the number of failed
+// checks (build, lint, format, an install step) given with --checks-failed, each counted as a
+// failure. A report that is missing or unreadable (its tier crashed before writing it) counts as
+// one failure. Exits 1 when anything failed or nothing ran at all (every test skipped is not a
+// failure: a root tier run without root).
 //
 //   node scripts/summarize-tests.mjs [--label LABEL] [--checks-failed N] REPORT.json...
 import { existsSync, readFileSync } from 'node:fs';
@@ -36,11 +37,16 @@ for (const path of positionals) {
       totals.passed += passed;
       totals.failed += report.checks.length - passed;
       totals.skipped += report.skipped ?? 0;
-      continue;
+    } else if (typeof report.numPassedTests === 'number') {
+      totals.passed += report.numPassedTests;
+      totals.failed += report.numFailedTests + filesFailedWithoutATest(report);
+      totals.skipped += report.numPendingTests + report.numTodoTests;
+    } else {
+      // The conformance tier's summary.json (src/lab/real-cluster/main.ts): upstream e2e specs.
+      totals.passed += report.passed;
+      totals.failed += report.failed;
+      totals.skipped += report.skipped;
     }
-    totals.passed += report.numPassedTests;
-    totals.failed += report.numFailedTests + filesFailedWithoutATest(report);
-    totals.skipped += report.numPendingTests + report.numTodoTests;
   } catch (err) {
     console.log(`could not read ${path}: ${err.message}`);
     totals.failed += 1;

@@ -7,9 +7,12 @@
 #   bash scripts/test.sh kernel             BPF_PROG_TEST_RUN, attach and map tests (root)
 #   bash scripts/test.sh e2e                network namespaces, the real control plane, the images (root)
 #   bash scripts/test.sh soak [--minutes M] scripts/soak.sh in bpf mode, 5 minutes unless told (root)
+#   bash scripts/test.sh conformance        the upstream [Conformance] Services e2e specs on a real
+#                                           two-node cluster, kube-bpf-proxy in bpf mode (root;
+#                                           scripts/conformance.sh, docs/conformance.md)
 #
-# A tier given by name takes further vitest arguments (e.g. a file filter); the soak takes the
-# soak's own (scripts/soak.sh), each check counting as a test. Each tier ends with its
+# A vitest tier given by name takes further vitest arguments (e.g. a file filter); the soak takes
+# the soak's own (scripts/soak.sh), each check counting as a test. Each tier ends with its
 # own "<tier>: N passed, N failed, N skipped" line; the full run ends with a "total:" line that
 # also counts every failed check (build, type check, lint, C format, an install step) as a failure.
 # Outside CI, the kernel and e2e tiers skip (and say so) when not root; in CI they must run.
@@ -96,6 +99,22 @@ read_images() {
   export KBP_IMAGE KBP_IMAGE_NEXT
 }
 
+# The conformance tier: scripts/conformance.sh in bpf mode with the [Conformance] focus; its
+# summary.json counts the specs. Outside CI it skips without root, as the root tiers do.
+run_conformance() {
+  echo "== the conformance tier"
+  local dir=$results/conformance
+  mkdir -p "$dir"
+  if [[ $(id -u) -ne 0 && ${CI:-} != true ]]; then
+    echo "conformance: skipped (needs root: network namespaces and kubelets)"
+    # The tier counts as one skipped test.
+    echo '{"passed":0,"failed":0,"skipped":1}' >"$dir/summary.json"
+  else
+    bash scripts/conformance.sh --mode bpf --focus '\[Conformance\]' --report-dir "$dir"
+  fi
+  node scripts/summarize-tests.mjs --label conformance "$dir/summary.json"
+}
+
 static_checks() {
   run_check npx tsc -p tsconfig.test.json
   run_check npx biome check .
@@ -104,9 +123,10 @@ static_checks() {
 
 full_run() {
   run_check bash scripts/install-deps.sh run test-tools
-  # Helm first (the unit tier's chart tests need it), then the real-node lab's CNI plugins and
-  # the control plane, in one chain so the Go builds do not fight over two cores.
-  start_job go-tools bash scripts/install-deps.sh helm cni control-plane
+  # Helm first (the unit tier's chart tests need it), then the real-node lab's CNI plugins, the
+  # control plane and the real cluster's parts, in one chain so the Go builds do not fight over two
+  # cores.
+  start_job go-tools bash scripts/install-deps.sh helm cni control-plane cluster
   # The images are built after the checkout's own build: build-image.sh compiles the BPF objects
   # in the checkout too.
   run_check npm run --silent build
@@ -121,12 +141,15 @@ full_run() {
   read_images
   run_tier e2e "$@"
   run_soak
+  # Everything conformance.sh would install or build is there by now.
+  export KBP_SKIP_BUILD=1
+  run_conformance
   node scripts/summarize-tests.mjs --label total --checks-failed "$checks_failed" \
-    "$results"/{unit,kernel,e2e}.json "$results/soak/report.json"
+    "$results"/{unit,kernel,e2e}.json "$results/soak/report.json" "$results/conformance/summary.json"
 }
 
 tier=all
-case ${1:-} in unit | kernel | e2e | soak) tier=$1 && shift ;; esac
+case ${1:-} in unit | kernel | e2e | soak | conformance) tier=$1 && shift ;; esac
 
 case $tier in
 unit)
@@ -150,6 +173,11 @@ soak)
   bash scripts/install-deps.sh run test-tools helm cni control-plane || exit 1
   npm run --silent build || exit 1
   run_soak "$@"
+  ;;
+conformance)
+  [[ $(id -u) -ne 0 || -n ${KBP_IMAGE:-} ]] || build_images || exit 1
+  read_images
+  run_conformance
   ;;
 all) full_run "$@" ;;
 esac

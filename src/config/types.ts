@@ -36,7 +36,8 @@ export interface BpfConfig {
    * (hostRoutingDecision). */
   hostRouting: 'auto' | 'bpf' | 'stack';
   /** The cgroup v2 directory the socket hooks attach to; "" is the cgroup2 root (found in
-   * /proc/self/mountinfo). */
+   * /proc/self/mountinfo). A hierarchy's root narrows to the node's cgroup, the parent of the
+   * kubelet's kubepods, when the agent runs in a pod (socketHookCgroupDir). */
   cgroupPath: string;
   mapSizes: {
     services: number;

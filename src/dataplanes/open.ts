@@ -36,7 +36,7 @@ const OPENERS: Record<ProxyMode, Opener> = {
   },
   iptables: async (config, log) => {
     const { openIptablesDataplane } = await import('./iptables/dataplane.js');
-    const dataplane = await openIptablesDataplane({ config });
+    const dataplane = await openIptablesDataplane({ config, log });
     log.info({ backend: dataplane.backend, ...dataplane.capabilities }, 'iptables backend chosen');
     return { dataplane: reconciled(dataplane, log), iptables: dataplane.capabilities, ruleStats: dataplane };
   },

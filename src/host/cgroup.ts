@@ -1,6 +1,6 @@
 // The cgroup v2 hierarchy the socket-hook programs attach to.
 
-import { type Dirent, readdirSync, readFileSync, statfsSync, statSync } from 'node:fs';
+import { type Dirent, existsSync, readdirSync, readFileSync, statfsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 
 /** statfs(2) f_type of cgroup2 (linux/magic.h CGROUP2_SUPER_MAGIC). */
@@ -57,6 +57,75 @@ export function resolveCgroup2Dir(
   }
   if (unifiedType === CGROUP2_SUPER_MAGIC) return unified;
   throw new Error(`${path} is not a cgroup v2 directory, nor is ${unified}: set bpf.cgroupPath to one`);
+}
+
+/** The kubelet's cgroup of every pod: kubepods (cgroupfs driver) or kubepods.slice (systemd driver). */
+const KUBEPODS = /^kubepods(\.slice)?$/;
+
+/**
+ * The node's cgroup on a pod's cgroup path (pure): the parent of the kubelet's kubepods cgroup.
+ * On a usual node kubepods sits at the root, so this is "/"; a kubelet run with cgroupRoot /node1
+ * (several nodes sharing one machine's hierarchy) puts its pods under /node1/kubepods, and the
+ * node's cgroup is /node1. Null for a path outside kubepods: not a kubelet's pod.
+ */
+export function nodeCgroupOf(cgroupPath: string): string | null {
+  const parts = cgroupPath.split('/').filter((p) => p !== '');
+  const at = parts.findIndex((p) => KUBEPODS.test(p));
+  return at < 0 ? null : `/${parts.slice(0, at).join('/')}`;
+}
+
+/** The cgroup2 path in /proc/self/cgroup text (its "0::" line), pure; null without one. */
+export function cgroup2PathOf(procCgroup: string): string | null {
+  const line = procCgroup.split('\n').find((l) => l.startsWith('0::'));
+  return line === undefined ? null : line.slice(3);
+}
+
+const holdsPid = (dir: string, pid: number) => {
+  try {
+    return readFileSync(join(dir, 'cgroup.procs'), 'utf8').split('\n').includes(String(pid));
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * The directory under a cgroup2 hierarchy root that holds pid, as a path relative to the root:
+ * the hint (this process's /proc/self/cgroup path) when it does, else found by walking the tree:
+ * in a cgroup namespace /proc/self/cgroup is relative to the namespace, not to the mounted host
+ * hierarchy. Null when no directory holds it.
+ */
+export function cgroupOfPid(root: string, pid: number, hint: string | null): string | null {
+  if (hint !== null && holdsPid(join(root, hint), pid)) return hint;
+  const walk = (rel: string): string | null => {
+    if (holdsPid(join(root, rel), pid)) return rel;
+    let entries: Dirent[];
+    try {
+      entries = readdirSync(join(root, rel), { withFileTypes: true });
+    } catch {
+      return null; // Removed while walked.
+    }
+    for (const e of entries) {
+      const found = e.isDirectory() ? walk(`${rel === '/' ? '' : rel}/${e.name}`) : null;
+      if (found !== null) return found;
+    }
+    return null;
+  };
+  return walk('/');
+}
+
+/**
+ * The cgroup2 directory the socket hooks attach to for a configured path (resolveCgroup2Dir's).
+ * A hierarchy's root (it has no cgroup.type file) narrows to the node's cgroup when this process
+ * runs in a kubelet's pod: the parent of kubepods, which is the root again on a usual node, but
+ * the node's own directory where nodes share a machine's hierarchy, whose root would hold every
+ * node's processes. A configured directory below the root is taken as it is.
+ */
+export function socketHookCgroupDir(configured: string): string {
+  const dir = resolveCgroup2Dir(configured);
+  if (existsSync(join(dir, 'cgroup.type'))) return dir;
+  const own = cgroupOfPid(dir, process.pid, cgroup2PathOf(readFileSync('/proc/self/cgroup', 'utf8')));
+  const node = own === null ? null : nodeCgroupOf(own);
+  return node === null || node === '/' ? dir : join(dir, node);
 }
 
 /** A process as the cgroup coverage check names it. */

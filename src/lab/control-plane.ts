@@ -46,6 +46,8 @@ const API_PORT = 6443;
 /** The API server's readiness bound: natively it is ready in 2-3 s. */
 export const API_SERVER_READY_TIMEOUT_MS = 90_000;
 const ETCD = 'http://127.0.0.1:2379';
+/** The components start() runs, in the order stop() ends them. */
+const CORE_COMPONENTS = ['kube-controller-manager', 'kube-apiserver', 'etcd'];
 
 export interface ControlPlaneBinaries {
   k8s: string;
@@ -84,6 +86,24 @@ export interface ControlPlaneOptions {
    * Under the IPVS lab's emulation it takes about 80 s: the lab's bench raises it.
    */
   readyTimeoutMs?: number;
+  /** --authorization-mode. Default RBAC; a cluster with kubelets adds Node (Node,RBAC, as kubeadm). */
+  authorizationModes?: string;
+  /** More static tokens (users such as system:node:<name> in group system:nodes). */
+  tokens?: readonly StaticToken[];
+  /**
+   * kube-controller-manager's --controllers and its extra flags. Default: only the EndpointSlice
+   * controllers, which is all a harness playing the kubelet needs; a cluster with real nodes runs
+   * them all ("*") and allocates pod CIDRs.
+   */
+  controllers?: string;
+  controllerManagerArgs?: readonly string[];
+}
+
+/** One line of the API server's --token-auth-file. */
+export interface StaticToken {
+  token: string;
+  user: string;
+  groups: readonly string[];
 }
 
 export interface ApiAnswer<T = unknown> {
@@ -225,7 +245,14 @@ export class ControlPlane {
     );
     ssl('genrsa', '-out', 'sa.key', '2048');
     ssl('rsa', '-in', 'sa.key', '-pubout', '-out', 'sa.pub');
-    this.file('tokens.csv', `${this.adminToken},admin,admin-uid,system:masters\n`);
+    const tokens = [
+      { token: this.adminToken, user: 'admin', groups: ['system:masters'] },
+      ...(this.opts.tokens ?? []),
+    ];
+    this.file(
+      'tokens.csv',
+      tokens.map((t) => `${t.token},${t.user},${t.user}-uid,"${t.groups.join(',')}"\n`).join(''),
+    );
     return readFileSync(this.file('ca.crt'), 'utf8');
   }
 
@@ -284,7 +311,7 @@ export class ControlPlane {
       `--client-ca-file=${this.file('ca.crt')}`,
       `--service-cluster-ip-range=${(this.opts.serviceCIDRs ?? EXAMPLE_SERVICE_CIDRS).join(',')}`,
       '--service-node-port-range=30000-32767',
-      '--authorization-mode=RBAC',
+      `--authorization-mode=${this.opts.authorizationModes ?? 'RBAC'}`,
       `--token-auth-file=${this.file('tokens.csv')}`,
       '--service-account-issuer=https://kubernetes.default.svc.cluster.local',
       `--service-account-key-file=${this.file('sa.pub')}`,
@@ -325,13 +352,14 @@ export class ControlPlane {
       `--kubeconfig=${kubeconfig}`,
       `--authentication-kubeconfig=${kubeconfig}`,
       `--authorization-kubeconfig=${kubeconfig}`,
-      '--controllers=endpointslice,endpointslicemirroring',
+      `--controllers=${this.opts.controllers ?? 'endpointslice,endpointslicemirroring'}`,
       '--use-service-account-credentials=false',
       '--leader-elect=false',
       '--bind-address=127.0.0.1',
       '--secure-port=10257',
       `--cert-dir=${join(this.workDir, 'kcm-certs')}`,
       '--concurrent-service-endpoint-syncs=5',
+      ...(this.opts.controllerManagerArgs ?? []),
     ]);
     // Nothing to wait for but that it stays up through its start.
     const early = await Promise.race([
@@ -489,9 +517,20 @@ export class ControlPlane {
     clearTimeout(timer);
   }
 
-  /** Stops the controller manager, the API server, then etcd; removes the namespace and the files. */
+  /**
+   * Starts one more component in the control plane's namespace (e.g. kube-scheduler), logging to
+   * its own file; stop() ends it before the core components.
+   */
+  startComponent(name: string, binary: string, args: string[]): void {
+    if (CORE_COMPONENTS.includes(name) || this.components.has(name))
+      throw new Error(`startComponent: ${name} is already a component`);
+    this.spawn(name, binary, args);
+  }
+
+  /** Stops the added components, the controller manager, the API server, then etcd; removes the files. */
   async stop(): Promise<void> {
-    for (const name of ['kube-controller-manager', 'kube-apiserver', 'etcd']) await this.stopComponent(name);
+    const added = [...this.components.keys()].filter((name) => !CORE_COMPONENTS.includes(name));
+    for (const name of [...added, ...CORE_COMPONENTS]) await this.stopComponent(name);
     await ipOnHost(['link', 'del', this.hostIf], true);
     rmSync(this.workDir, { recursive: true, force: true });
   }
@@ -508,7 +547,8 @@ export class ControlPlane {
   }
 
   printLogs(): void {
-    for (const name of ['etcd', 'kube-apiserver', 'kube-controller-manager']) {
+    const added = [...this.components.keys()].filter((name) => !CORE_COMPONENTS.includes(name));
+    for (const name of [...CORE_COMPONENTS].reverse().concat(added)) {
       console.log(`----- ${name} (last lines) -----\n${this.logTail(name)}`);
     }
   }

@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { ServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor';
 import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
@@ -21,8 +21,11 @@ import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { parse, parseAllDocuments, stringify } from 'yaml';
 import { buildProgram } from '../../src/cli/program.js';
+import { DEFAULT_BPF_CONFIG } from '../../src/config/defaults.js';
 import { type ConfigFlags, readConfigFlags } from '../../src/config/flags.js';
 import { formatProblems, loadConfigFile } from '../../src/config/load.js';
+import { namesFilePath } from '../../src/dataplanes/bpf/names-file.js';
+import { reservedPortsStatePath } from '../../src/dataplanes/bpf/snat-ports.js';
 
 const root = resolve(import.meta.dirname, '../..');
 const chartDir = join(root, 'charts/kube-bpf-proxy');
@@ -411,6 +414,17 @@ describeHelm('defaults', () => {
       type: 'FileOrCreate',
     });
     expect(mountOf(container, 'xtables-lock')?.mountPath).toBe('/run/xtables.lock');
+  });
+
+  // Issue 27: on the real cluster the agent could not write them (the root filesystem is
+  // read-only), so `list` and `trace` in the pod had no Service names.
+  it("gives the agent a writable directory for the frontends' names and the reserved ports' state", () => {
+    const names = namesFilePath(DEFAULT_BPF_CONFIG.pinPath);
+    const mount = mountOf(agent(objects), 'run');
+    expect(mount?.mountPath).toBe(dirname(names));
+    expect(mount?.readOnly).toBeFalsy();
+    expect(dirname(reservedPortsStatePath(names))).toBe(mount?.mountPath);
+    expect(volumeOf(objects, 'run')?.emptyDir).toEqual({ medium: 'Memory', sizeLimit: '16Mi' });
   });
 
   it('grants what the agent watches and the events it records, and nothing to write objects', () => {

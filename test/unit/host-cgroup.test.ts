@@ -1,8 +1,14 @@
-import { describe, expect, it } from 'vitest';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 import {
   CGROUP2_SUPER_MAGIC,
   cgroup2MountPoint,
+  cgroup2PathOf,
+  cgroupOfPid,
   firstUncoveredProcess,
+  nodeCgroupOf,
   resolveCgroup2Dir,
   uncoveredProcessWarning,
 } from '../../src/host/cgroup.js';
@@ -96,5 +102,52 @@ describe('which processes the socket hooks on bpf.cgroupPath cannot see', () => 
     expect(text).toContain('(pid 300, sshd)');
     expect(text).toContain('no service translation at the socket hooks');
     expect(uncoveredProcessWarning('/x', { ...agent, isAgent: true })).toContain('the agent itself (pid 100');
+  });
+});
+
+// Issue 27: on the real cluster's nodes (src/lab/real-cluster/), which share this machine's cgroup2
+// hierarchy, the chart's agent attached its socket hooks at the hierarchy's root, where they saw
+// every node's processes. It now narrows a root to its node's cgroup, the parent of kubepods.
+describe("the node's cgroup for the socket hooks", () => {
+  it('is the parent of kubepods: the root on a usual node, the kubelet cgroupRoot on a nested one', () => {
+    expect(nodeCgroupOf('/kubepods/besteffort/pod1234/abcd')).toBe('/');
+    expect(
+      nodeCgroupOf('/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-x.scope'),
+    ).toBe('/');
+    expect(nodeCgroupOf('/kbpc77-node1/kubepods/burstable/pod9/ctr')).toBe('/kbpc77-node1');
+    expect(nodeCgroupOf('/system.slice/kube-bpf-proxy.service')).toBeNull();
+    expect(nodeCgroupOf('/')).toBeNull();
+  });
+
+  it("reads the cgroup2 path of /proc/self/cgroup beside a hybrid host's v1 lines", () => {
+    expect(cgroup2PathOf('12:pids:/node1/kubepods/pod1/c\n0::/node1/kubepods/pod1/c\n')).toBe(
+      '/node1/kubepods/pod1/c',
+    );
+    expect(cgroup2PathOf('4:memory:/x\n')).toBeNull();
+  });
+
+  describe('finds the cgroup holding a pid in a hierarchy', () => {
+    const root = mkdtempSync(join(tmpdir(), 'kbp-cgroup-'));
+    const cgroup = (rel: string, pids: number[]) => {
+      mkdirSync(join(root, rel), { recursive: true });
+      writeFileSync(join(root, rel, 'cgroup.procs'), pids.map((p) => `${p}\n`).join(''));
+    };
+    cgroup('/', [1]);
+    cgroup('/node1/system', [10, 11]);
+    cgroup('/node1/kubepods/besteffort/pod1/agent', [42]);
+    cgroup('/node2/kubepods/besteffort/pod2/agent', [43]);
+    afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+    it('takes the hint when it holds the pid', () => {
+      expect(cgroupOfPid(root, 42, '/node1/kubepods/besteffort/pod1/agent')).toBe(
+        '/node1/kubepods/besteffort/pod1/agent',
+      );
+    });
+
+    it('walks the tree when the hint is relative to a cgroup namespace ("/"), or wrong', () => {
+      expect(cgroupOfPid(root, 43, '/')).toBe('/node2/kubepods/besteffort/pod2/agent');
+      expect(cgroupOfPid(root, 11, '/elsewhere')).toBe('/node1/system');
+      expect(cgroupOfPid(root, 99, null)).toBeNull();
+    });
   });
 });

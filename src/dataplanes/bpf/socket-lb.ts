@@ -9,7 +9,7 @@ import {
   firstUncoveredProcess,
   pidsInCgroupTree,
   processesInOwnNetns,
-  resolveCgroup2Dir,
+  socketHookCgroupDir,
   uncoveredProcessWarning,
 } from '../../host/cgroup.js';
 import type { Logger } from '../../logger.js';
@@ -19,8 +19,9 @@ import { SOCK_SCOPE } from './layout.js';
 import type { LoadedObject } from './object.js';
 
 /**
- * The socket hooks of bpf.socketLB on the configured cgroup (the cgroup2 root by default), or
- * none when it is off. Scope "host" needs this namespace's cookie (SO_NETNS_COOKIE, kernel
+ * The socket hooks of bpf.socketLB on the configured cgroup (the node's: the cgroup2 root by
+ * default, narrowed to the node's cgroup where the kubelet's pods live below one), or none when it
+ * is off. Scope "host" needs this namespace's cookie (SO_NETNS_COOKIE, kernel
  * 5.14+): without it the hooks stay off and host clients keep only what tc gives them.
  */
 export function attachSocketLB(
@@ -56,7 +57,7 @@ function socketLBCgroup(
       hostNetnsCookie: socketLB === 'host' ? netnsCookie() : 0n,
       scope: SOCK_SCOPE[socketLB],
     });
-    return resolveCgroup2Dir(cgroupPath || findCgroup2Root());
+    return socketHookCgroupDir(cgroupPath || findCgroup2Root());
   } catch (err) {
     log.warn(
       { err, socketLB },

@@ -7,6 +7,8 @@ import { type Dataplane, escalate, type SyncResult, type SyncScope } from '../..
 import type { FamilyDecisions, ProxyDecisions } from '../../brain/types.js';
 import type { ProxyConfig } from '../../config/types.js';
 import { type CommandRunner, runCommand } from '../../host/command.js';
+import { ensureSysctl } from '../../host/sysctl.js';
+import type { Logger } from '../../logger.js';
 import type { IPFamily } from '../../model/types.js';
 import { PartialSyncState } from '../partial-sync.js';
 import type { NfacctPackets } from '../stats.js';
@@ -69,6 +71,7 @@ export interface IptablesDataplaneOptions {
   /** Default: probed (NodeEnv.iptables carries the same facts for `render`). */
   capabilities?: IptablesCapabilities;
   now?: () => number;
+  log?: Logger;
 }
 
 const blockText = (block: ServicePortNatBlock) => `${block.chains.join(' ')}\n${block.rules.join('\n')}`;
@@ -97,7 +100,7 @@ export class IptablesDataplane implements Dataplane {
     },
   }));
   private readonly renderOptions: IptablesRenderOptions;
-  private routeLocalnetSet = false;
+  private routeLocalnetTried = false;
 
   constructor(
     readonly backend: IptablesBackend,
@@ -209,11 +212,23 @@ export class IptablesDataplane implements Dataplane {
     await ensureJumps(this.options.exec, this.backend, family, JUMP_RULES, canaries);
   }
 
-  /** kube-proxy sets route_localnet when NodePorts answer on 127.0.0.0/8 (guarded by KUBE-FIREWALL). */
+  /**
+   * kube-proxy sets route_localnet when NodePorts answer on 127.0.0.0/8 (guarded by KUBE-FIREWALL),
+   * and refuses to start when it cannot. Where it cannot be written (the chart's pod is not
+   * privileged: its /proc/sys is read-only), the agent warns once and serves every Service but
+   * those NodePorts: failing the syncs over it left the node with no Service rules at all.
+   */
   private async ensureRouteLocalnet(decisions: FamilyDecisions): Promise<void> {
-    if (this.routeLocalnetSet || !nodePortsOnLoopback(decisions)) return;
-    await this.options.exec('sysctl', ['-qw', 'net.ipv4.conf.all.route_localnet=1']);
-    this.routeLocalnetSet = true;
+    if (this.routeLocalnetTried || !nodePortsOnLoopback(decisions)) return;
+    this.routeLocalnetTried = true;
+    try {
+      await ensureSysctl(this.options.exec, 'net.ipv4.conf.all.route_localnet', '1');
+    } catch (err) {
+      this.options.log?.warn(
+        { err: String(err) },
+        'cannot set net.ipv4.conf.all.route_localnet=1: NodePorts do not answer on 127.0.0.1 (set config.localhostNodePorts=false, or run the agent privileged)',
+      );
+    }
   }
 }
 

@@ -1,0 +1,223 @@
+// A real two-node Kubernetes v1.37.2 cluster on this machine, as kubeadm would leave it but with no
+// kube-proxy: the project's control plane (etcd, kube-apiserver, kube-controller-manager with every
+// controller and pod CIDR allocation) plus kube-scheduler in one network namespace; two nodes
+// (node.ts), node1 on Debian's containerd 1.6 and node2 on containerd 2.4, on one wire (a bridge in
+// a namespace of its own) with routes to each other's pod CIDR; the pause, agnhost and CoreDNS
+// images and the agent's imported into each node's containerd. Nothing is set up in the root
+// network namespace but the control plane's management link (src/lab/control-plane.ts), which
+// the harness, kubectl and helm use. down() removes all of it; removeStale() what a killed run left.
+
+import { randomBytes } from 'node:crypto';
+import {
+  copyFileSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ControlPlane, type StaticToken } from '../control-plane.js';
+import { Lab } from '../netns.js';
+import { until } from '../until.js';
+import { ClusterNode } from './node.js';
+import type { NodeSpec, Runtime } from './node-config.js';
+import type { ClusterParts } from './parts.js';
+
+export const CLUSTER_CIDR = '10.244.0.0/16';
+export const SERVICE_CIDR = '10.96.0.0/16';
+export const CLUSTER_DNS = '10.96.0.10';
+/** The wire between the nodes: the control plane at .1, node N at .(N+1). */
+export const API_SERVER_IP = '10.250.0.1';
+const WIRE_PREFIX = 24;
+const RUNTIMES: Runtime[] = ['containerd-1.6', 'containerd-2.4'];
+/** Names of the run's namespaces, cgroups and state directories start with this, then the pid. */
+export const RUN_PREFIX = 'kbpc';
+
+interface NodeObject {
+  metadata: { name: string };
+  spec: { podCIDR?: string };
+  status?: { conditions?: { type: string; status: string }[] };
+}
+
+export class RealCluster {
+  readonly lab: Lab;
+  readonly stateDir: string;
+  readonly nodes: ClusterNode[];
+  /** kube-proxy's static token (user system:kube-proxy, which kubeadm's RBAC binds to system:node-proxier). */
+  readonly kubeProxyToken = randomBytes(16).toString('hex');
+  private readonly nodeTokens: StaticToken[];
+  cp: ControlPlane | null = null;
+
+  constructor(readonly parts: ClusterParts) {
+    this.lab = new Lab(`${RUN_PREFIX}${process.pid}`);
+    this.stateDir = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}${process.pid}-`));
+    const specs: NodeSpec[] = RUNTIMES.map((runtime, i) => ({
+      name: `node${i + 1}`,
+      ip: `10.250.0.${i + 2}`,
+      runtime,
+      stateDir: join(this.stateDir, `node${i + 1}`),
+      cgroupRoot: `/${RUN_PREFIX}${process.pid}-node${i + 1}`,
+    }));
+    this.nodes = specs.map((spec) => new ClusterNode(spec, this.lab, parts));
+    this.nodeTokens = specs.map((spec) => ({
+      token: randomBytes(16).toString('hex'),
+      user: `system:node:${spec.name}`,
+      groups: ['system:nodes'],
+    }));
+  }
+
+  get controlPlane(): ControlPlane {
+    if (!this.cp) throw new Error('the control plane is not running');
+    return this.cp;
+  }
+
+  /** An admin kubeconfig file for this process (server: the management link) or the wire's side. */
+  adminKubeconfig(side: 'host' | 'wire'): string {
+    const cp = this.controlPlane;
+    const path = join(this.stateDir, `admin-${side}.kubeconfig`);
+    writeFileSync(path, cp.kubeconfig(cp.adminToken, side === 'host' ? cp.url : cp.nodeUrl));
+    return path;
+  }
+
+  /** Everything up to Ready nodes whose containerd holds the images. */
+  async up(images: string[]): Promise<void> {
+    await this.wire();
+    await this.startControlPlane();
+    for (const [i, node] of this.nodes.entries()) {
+      await this.joinWire(node);
+      const cp = this.controlPlane;
+      node.prepare(cp.kubeconfig(this.nodeTokens[i]?.token ?? '', cp.nodeUrl), CLUSTER_DNS);
+      node.start();
+    }
+    await Promise.all(
+      this.nodes.map(async (node) => {
+        await node.waitForRuntime();
+        for (const image of images) await node.importImage(image);
+      }),
+    );
+    await this.podNetwork();
+    await this.waitForReadyNodes();
+  }
+
+  private async wire(): Promise<void> {
+    await this.lab.addNamespace('wire');
+    await this.lab.exec('wire', 'ip', ['link', 'add', 'br0', 'type', 'bridge']);
+    await this.lab.exec('wire', 'ip', ['link', 'set', 'br0', 'up']);
+  }
+
+  private async startControlPlane(): Promise<void> {
+    this.cp = await ControlPlane.start(this.lab, {
+      wire: { ns: 'wire', bridge: 'br0', address: `${API_SERVER_IP}/${WIRE_PREFIX}` },
+      serviceCIDRs: [SERVICE_CIDR],
+      // As kubeadm: the API server reaches kubelets (logs, exec) at the node's address, not by a
+      // host name nothing here resolves.
+      apiServerArgs: ['--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname'],
+      authorizationModes: 'Node,RBAC',
+      tokens: [...this.nodeTokens, { token: this.kubeProxyToken, user: 'system:kube-proxy', groups: [] }],
+      controllers: '*',
+      controllerManagerArgs: [
+        '--allocate-node-cidrs=true',
+        `--cluster-cidr=${CLUSTER_CIDR}`,
+        '--node-cidr-mask-size=24',
+        `--service-cluster-ip-range=${SERVICE_CIDR}`,
+      ],
+    });
+    const kubeconfig = join(this.stateDir, 'scheduler.kubeconfig');
+    writeFileSync(kubeconfig, this.cp.kubeconfig(this.cp.adminToken, 'https://127.0.0.1:6443'));
+    this.cp.startComponent('kube-scheduler', join(this.parts.dirs.node, 'kube-scheduler'), [
+      `--kubeconfig=${kubeconfig}`,
+      `--authentication-kubeconfig=${kubeconfig}`,
+      `--authorization-kubeconfig=${kubeconfig}`,
+      '--leader-elect=false',
+      '--bind-address=127.0.0.1',
+      '--secure-port=10259',
+    ]);
+  }
+
+  /**
+   * The node's link to the wire, its address, a default route via the control plane's address (a
+   * node has one; kube-proxy's iptables rules need a route to a ClusterIP before they rewrite
+   * it), and the sysctls kubeadm's preflight asks for.
+   */
+  private async joinWire(node: ClusterNode): Promise<void> {
+    const { name, ip } = node.spec;
+    await this.lab.addNamespace(name);
+    await this.lab.link(name, 'eth0', 'wire', `w-${name}`);
+    await this.lab.exec('wire', 'ip', ['link', 'set', `w-${name}`, 'master', 'br0']);
+    await this.lab.addAddress(name, 'eth0', `${ip}/${WIRE_PREFIX}`);
+    await this.lab.addRoute(name, 'default', 'via', API_SERVER_IP);
+    await this.lab.sysctl(name, 'net.ipv4.ip_forward', '1');
+    await this.lab.sysctl(name, 'net.bridge.bridge-nf-call-iptables', '1');
+  }
+
+  private async nodeObjects(): Promise<NodeObject[]> {
+    const list = await this.controlPlane.api<{ items: NodeObject[] }>('GET', '/api/v1/nodes');
+    return list.items;
+  }
+
+  /**
+   * Once the controller manager has given every node its pod CIDR: each node's CNI network, and
+   * routes to each pod CIDR on the other nodes and on the control plane's side (where the API
+   * server answers pods, and the e2e tests run).
+   */
+  private async podNetwork(): Promise<void> {
+    const cidrs = new Map<string, string>();
+    await until(
+      'every node registered with a pod CIDR',
+      async () => {
+        for (const node of await this.nodeObjects().catch(() => []))
+          if (node.spec.podCIDR) cidrs.set(node.metadata.name, node.spec.podCIDR);
+        const exited = this.nodes.find((node) => !node.running);
+        if (exited) throw new Error(`${exited.spec.name} exited:\n${exited.logTail('kubelet')}`);
+        return this.nodes.every((node) => cidrs.has(node.spec.name));
+      },
+      90_000,
+    );
+    for (const node of this.nodes) {
+      const cidr = cidrs.get(node.spec.name) as string;
+      node.writeCniConfig(cidr);
+      for (const other of ['cp', ...this.nodes.filter((n) => n !== node).map((n) => n.ns)])
+        await this.lab.addRoute(other, cidr, 'via', node.spec.ip);
+    }
+  }
+
+  private async waitForReadyNodes(): Promise<void> {
+    await until(
+      'every node Ready',
+      async () => {
+        const nodes = await this.nodeObjects().catch(() => []);
+        const ready = nodes.filter((n) =>
+          n.status?.conditions?.some((c) => c.type === 'Ready' && c.status === 'True'),
+        );
+        return ready.length === this.nodes.length;
+      },
+      120_000,
+    );
+  }
+
+  /** Copies every component's log into dir. */
+  saveLogs(dir: string): void {
+    mkdirSync(dir, { recursive: true });
+    for (const node of this.nodes) {
+      cpSync(node.logDir, join(dir, node.spec.name), { recursive: true, force: true });
+      if (existsSync(node.podLogDir))
+        cpSync(node.podLogDir, join(dir, node.spec.name, 'pods'), { recursive: true, force: true });
+    }
+    if (this.cp)
+      for (const file of readdirSync(this.cp.workDir).filter((f) => f.endsWith('.log')))
+        copyFileSync(join(this.cp.workDir, file), join(dir, file));
+  }
+
+  /** Stops the nodes, then the control plane; removes the namespaces and the state. */
+  async down(): Promise<void> {
+    for (const node of this.nodes) await node.stop().catch((e) => console.error(`${node.spec.name}: ${e}`));
+    await this.cp?.stop();
+    this.cp = null;
+    await this.lab.destroy();
+    rmSync(this.stateDir, { recursive: true, force: true });
+  }
+}
