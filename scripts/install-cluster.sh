@@ -55,17 +55,20 @@ have_all() {
 }
 
 # in_build_dir NAME DEST FUNCTION...: runs FUNCTION... in a fresh directory under the cache, then
-# moves the out/ it made to DEST, so DEST appears only complete.
+# moves the out/ it made to DEST, so DEST appears only complete. The directory goes on exit too.
+building=
+trap '[[ -z $building ]] || rm -rf "$building"' EXIT
 in_build_dir() {
   local name=$1 dest=$2
   shift 2
-  local work started=$SECONDS
-  work=$(mktemp -d "$cache_root/.$name-build.XXXXXX")
-  trap 'rm -rf "$work"' RETURN
-  mkdir "$work/out"
-  (cd "$work" && "$@")
+  local started=$SECONDS
+  building=$(mktemp -d "$cache_root/.$name-build.XXXXXX")
+  mkdir "$building/out"
+  (cd "$building" && "$@")
   rm -rf "$dest"
-  mv "$work/out" "$dest"
+  mv "$building/out" "$dest"
+  rm -rf "$building"
+  building=
   echo "install-cluster: built $name in $((SECONDS - started)) s: $dest"
 }
 
@@ -158,7 +161,7 @@ agnhost_base() {
     --dpkgopt='path-exclude=/usr/share/locale/*' "${aptopts[@]}" \
     --customize-hook='rm -f "$1/etc/resolv.conf" "$1/etc/hostname"' \
     --customize-hook='ln -sf bash "$1/usr/bin/sh"' --customize-hook="$applets" \
-    "$SUITE" base-full.tar "${sources[@]}"
+    "$SUITE" base-full.tar "${sources[@]}" >mmdebstrap.log 2>&1 || { cat mmdebstrap.log >&2 && return 1; }
   mmtarfilter --path-exclude='/dev/*' <base-full.tar >base.tar
   rm base-full.tar
 }
@@ -178,8 +181,11 @@ build_agnhost() {
 
 build_agnhost_image() {
   mkdir -p agnhost-module agnhost
-  (cd agnhost-module && k8s_wrapper_module "$k8s_version" k8s.io/kubernetes/test/images/agnhost &&
-    build_agnhost ../agnhost/agnhost)
+  (
+    cd agnhost-module
+    k8s_wrapper_module "$k8s_version" k8s.io/kubernetes/test/images/agnhost
+    build_agnhost ../agnhost/agnhost
+  )
   agnhost_base
   image_archive out/agnhost.tar "$agnhost_image" "base.tar=Debian $SUITE (${AGNHOST_PACKAGES[*]})" \
     "agnhost=agnhost from k8s.io/kubernetes/test/images/agnhost $k8s_version" -- \
@@ -232,7 +238,11 @@ main() {
   bash scripts/install-deps.sh cni
   echo "install-cluster: CNI plugins ready in $((SECONDS - started)) s: $cni_dir"
   have_all "$coredns_dir" coredns || in_build_dir coredns "$coredns_dir" build_coredns
-  have_all "$images_dir" "${image_archives[@]}" || in_build_dir cluster-images "$images_dir" build_images
+  if ! have_all "$images_dir" "${image_archives[@]}"; then
+    in_build_dir cluster-images "$images_dir" build_images
+    # A bounded cache: the three newest image sets (other checkouts may want an older one).
+    ls -dt "$cache_root"/cluster-images-* | tail -n +4 | xargs -r rm -rf
+  fi
   have_all "$e2e_dir" "${e2e_bins[@]}" || in_build_dir e2e "$e2e_dir" build_e2e
   locate
 }
