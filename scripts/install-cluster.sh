@@ -82,8 +82,9 @@ build_e2e() {
 # --- The images
 # The images the cluster's pods run, built without a registry: what a node's containerd imports
 # under the names the kubelet (pause), kubeadm (CoreDNS) and the e2e image manifest (agnhost) of
-# Kubernetes $k8s_version ask for. The key hashes this section, the pause source and the archive
-# writer; the Debian packages are the mirror's of the day of the build (test images, not shipped).
+# Kubernetes $k8s_version ask for. The key hashes this section, the pause source, the archive writer
+# and the apt sources (scripts/lib/debian-sources.sh: KBP_DEBIAN_SNAPSHOT pins the packages); from a
+# moving mirror the packages are those of the day of the build (test images, not shipped).
 IMAGES_EPOCH=1764547200
 # test/utils/image/manifest.go (Pause, Agnhost) and cmd/kubeadm/app/constants/constants.go
 # (CoreDNSImageName, CoreDNSVersion; cmd/kubeadm/app/images/images.go adds the coredns/ path) at
@@ -98,7 +99,7 @@ AGNHOST_PACKAGES=(bash curl netcat-openbsd iproute2 socat wget bind9-dnsutils bu
 
 images_key() {
   {
-    echo "$k8s_version $coredns_version $SUITE"
+    printf '%s\n' "$k8s_version $coredns_version" "${sources[@]}"
     sed -n '/^# --- The images/,/^# --- end of the images/p' scripts/install-cluster.sh
     cat scripts/images/pause.c scripts/oci-archive.mjs
   } | sha256sum | cut -c1-16
