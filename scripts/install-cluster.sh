@@ -18,9 +18,9 @@
 #   bash scripts/install-cluster.sh --locate   builds nothing, prints them, exits 1 if one is missing
 #
 # The pieces build in the order a cluster harness can use them, each moved into place when done.
-# Measured on 2 busy cores (docs/conformance.md has each piece, and what each image holds): the
-# first build on a machine whose Go build cache has none of it, about 19 minutes; with our cache
-# empty but Go's warm, about 2 minutes (mostly the images' mmdebstrap); cached 0.3 s, --locate 0.1 s.
+# Measured on 2 busy cores (docs/conformance.md has each piece, and what each image holds): with an
+# empty Go build cache (after the control plane's), 16 minutes; with our cache empty but Go's warm,
+# about 2 minutes (mostly the images' mmdebstrap); cached 0.3 s, --locate 0.1 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
