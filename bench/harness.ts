@@ -184,6 +184,160 @@ export function unavailableModes(
   });
 }
 
+/** What runCells runs the matrix with. */
+interface CellRun {
+  options: BenchOptions;
+  modes: readonly BenchMode[];
+  lab: Lab;
+  topology: Awaited<ReturnType<typeof buildTopology>>;
+  tools: Awaited<ReturnType<typeof compileTools>>;
+  cli: string;
+  workDir: string;
+  api: ApiCluster | undefined;
+  say: (line: string) => void;
+  /** performance.now() at the run's start, for the elapsed time. */
+  started: number;
+}
+
+/** Every cell of the matrix in its interleaved order, with progress and an ETA; what they measure
+ * goes into `into` (a mode the agent refuses becomes unavailable; a failed cell is recorded). */
+async function runCells(
+  run: CellRun,
+  into: { samples: Sample[]; failures: CellFailure[]; unavailable: BenchResults['unavailable'] },
+): Promise<void> {
+  const { options, modes, api, workDir, say, started, lab, topology, tools, cli } = run;
+  const { samples, failures, unavailable } = into;
+  const cells = benchCells(benchMatrix(options, modes), options.reps);
+  const cellTimes = new Map<number, number[]>();
+  const eta = (remaining: readonly { services: number }[]) => {
+    const all = [...cellTimes.values()].flat();
+    const mean = (times: number[]) => times.reduce((s, t) => s + t, 0) / times.length;
+    if (all.length === 0) return '?';
+    const ms = remaining.reduce((sum, c) => sum + mean(cellTimes.get(c.services) ?? all), 0);
+    return formatDuration(ms);
+  };
+  // The API server holds one scenario (N, family) at a time, written before its first cell; each
+  // scenario's manifest files are written once.
+  const feeds = new Map<string, ClusterFeed>();
+  let inApi = '';
+  for (const [index, { services, family, rep, mode, dataPlane }] of cells.entries()) {
+    const scenario: Scenario = { services, endpoints: options.endpoints, family };
+    const key = `${services}|${family}`;
+    // A control-plane cell reads manifests: its N need not fit the API server's service range.
+    const cellApi = dataPlane ? api : undefined;
+    if (cellApi && inApi !== key) {
+      await prepareFeed(cellApi, scenario, workDir, say);
+      inApi = key;
+    }
+    const feed: ClusterFeed = cellApi
+      ? { kind: 'apiserver', api: cellApi }
+      : (feeds.get(key) ?? (await prepareFeed(undefined, scenario, workDir, say)));
+    feeds.set(key, feed);
+    if (unavailable.some((u) => u.mode === mode)) continue;
+    const label = `[${index + 1}/${cells.length}] N=${services.toLocaleString('en')} · rep ${rep + 1}/${options.reps} · ${family} · ${mode}`;
+    say(`${label} · elapsed ${formatDuration(performance.now() - started)} · ETA ${eta(cells.slice(index))}`);
+    const cellStart = performance.now();
+    try {
+      samples.push(
+        ...(await runCell(
+          {
+            lab,
+            topology,
+            tools,
+            cli,
+            workDir,
+            feed,
+            settings: options.cell,
+            step: (text) => say(`    ${label}: ${text}`),
+          },
+          mode,
+          scenario,
+          rep,
+          dataPlane,
+        )),
+      );
+    } catch (err) {
+      const message = (err as Error).message;
+      if (/not implemented yet/.test(message)) {
+        const reason = /proxy mode "[^"]+" is not implemented yet[^\n]*/.exec(message)?.[0] ?? message;
+        unavailable.push({ mode, reason: `the agent refuses it: ${reason}` });
+        say(`${mode}: not measured: ${reason}`);
+      } else {
+        failures.push({ mode, family, services, rep, error: message.slice(0, 4000) });
+        say(`    ${label}: FAILED: ${message.split('\n')[0]}`);
+      }
+    }
+    const times = cellTimes.get(services) ?? [];
+    times.push(performance.now() - cellStart);
+    cellTimes.set(services, times);
+  }
+}
+
+/** The BPF per-packet cost; a failure is recorded and the run goes on. */
+async function bpfCostOrFailure(
+  options: BenchOptions,
+  pinPath: string,
+  log: ReturnType<typeof createLogger>,
+  say: (line: string) => void,
+  failures: CellFailure[],
+): Promise<BpfCostSample[]> {
+  say('BPF per-packet cost (BPF_PROG_TEST_RUN)');
+  try {
+    return await measureBpfCost({
+      serviceCounts: options.bpfCost.services,
+      rounds: options.bpfCost.rounds,
+      repeat: options.bpfCost.repeat,
+      families: options.families,
+      pinPath,
+      log,
+      onStep: (text) => say(`    ${text}`),
+    });
+  } catch (err) {
+    failures.push({
+      mode: 'bpf',
+      services: 0,
+      rep: 0,
+      error: `BPF_PROG_TEST_RUN: ${(err as Error).message}`,
+    });
+    say(`    BPF_PROG_TEST_RUN FAILED: ${(err as Error).message}`);
+  }
+  return [];
+}
+
+/** A run's results, as results.json holds them: the modes that produced samples, the aggregates. */
+function benchResults(
+  options: BenchOptions,
+  run: Pick<
+    BenchResults,
+    'machine' | 'source' | 'unavailable' | 'samples' | 'bpfCostSamples' | 'failures'
+  > & {
+    startedAt: Date;
+    modes: readonly BenchMode[];
+  },
+): BenchResults {
+  const { startedAt, machine, source, modes, unavailable, samples, bpfCostSamples, failures } = run;
+  const measured = modes.filter((m) => samples.some((s) => s.mode === m));
+  const { progress: _progress, out: _out, ...settings } = options;
+  return {
+    version: 1,
+    startedAt: startedAt.toISOString(),
+    finishedAt: new Date().toISOString(),
+    quick: options.quick,
+    machine,
+    settings,
+    source,
+    modes: measured,
+    unavailable,
+    methodology: METHODOLOGY,
+    measures: MEASURES,
+    samples,
+    aggregates: aggregate(samples),
+    bpfCostSamples,
+    bpfCost: aggregateBpfCost(bpfCostSamples),
+    failures,
+  };
+}
+
 export async function runBench(options: BenchOptions): Promise<{ dir: string; results: BenchResults }> {
   const startedAt = new Date();
   const started = performance.now();
@@ -244,93 +398,15 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     }
     source = api ? 'apiserver' : 'manifests';
 
-    const cells = benchCells(benchMatrix(options, modes), options.reps);
-    const cellTimes = new Map<number, number[]>();
-    const eta = (remaining: readonly { services: number }[]) => {
-      const all = [...cellTimes.values()].flat();
-      const mean = (times: number[]) => times.reduce((s, t) => s + t, 0) / times.length;
-      if (all.length === 0) return '?';
-      const ms = remaining.reduce((sum, c) => sum + mean(cellTimes.get(c.services) ?? all), 0);
-      return formatDuration(ms);
-    };
-    // The API server holds one scenario (N, family) at a time, written before its first cell; each
-    // scenario's manifest files are written once.
-    const feeds = new Map<string, ClusterFeed>();
-    let inApi = '';
-    for (const [index, { services, family, rep, mode, dataPlane }] of cells.entries()) {
-      const scenario: Scenario = { services, endpoints: options.endpoints, family };
-      const key = `${services}|${family}`;
-      // A control-plane cell reads manifests: its N need not fit the API server's service range.
-      const cellApi = dataPlane ? api : undefined;
-      if (cellApi && inApi !== key) {
-        await prepareFeed(cellApi, scenario, workDir, say);
-        inApi = key;
-      }
-      const feed: ClusterFeed = cellApi
-        ? { kind: 'apiserver', api: cellApi }
-        : (feeds.get(key) ?? (await prepareFeed(undefined, scenario, workDir, say)));
-      feeds.set(key, feed);
-      if (unavailable.some((u) => u.mode === mode)) continue;
-      const label = `[${index + 1}/${cells.length}] N=${services.toLocaleString('en')} · rep ${rep + 1}/${options.reps} · ${family} · ${mode}`;
-      say(
-        `${label} · elapsed ${formatDuration(performance.now() - started)} · ETA ${eta(cells.slice(index))}`,
-      );
-      const cellStart = performance.now();
-      try {
-        samples.push(
-          ...(await runCell(
-            {
-              lab,
-              topology,
-              tools,
-              cli,
-              workDir,
-              feed,
-              settings: options.cell,
-              step: (text) => say(`    ${label}: ${text}`),
-            },
-            mode,
-            scenario,
-            rep,
-            dataPlane,
-          )),
-        );
-      } catch (err) {
-        const message = (err as Error).message;
-        if (/not implemented yet/.test(message)) {
-          const reason = /proxy mode "[^"]+" is not implemented yet[^\n]*/.exec(message)?.[0] ?? message;
-          unavailable.push({ mode, reason: `the agent refuses it: ${reason}` });
-          say(`${mode}: not measured: ${reason}`);
-        } else {
-          failures.push({ mode, family, services, rep, error: message.slice(0, 4000) });
-          say(`    ${label}: FAILED: ${message.split('\n')[0]}`);
-        }
-      }
-      const times = cellTimes.get(services) ?? [];
-      times.push(performance.now() - cellStart);
-      cellTimes.set(services, times);
-    }
-
-    say('BPF per-packet cost (BPF_PROG_TEST_RUN)');
-    try {
-      bpfCostSamples = await measureBpfCost({
-        serviceCounts: options.bpfCost.services,
-        rounds: options.bpfCost.rounds,
-        repeat: options.bpfCost.repeat,
-        families: options.families,
-        pinPath: `${BPFFS_ROOT}/${prefix}-cost`,
-        log,
-        onStep: (text) => say(`    ${text}`),
-      });
-    } catch (err) {
-      failures.push({
-        mode: 'bpf',
-        services: 0,
-        rep: 0,
-        error: `BPF_PROG_TEST_RUN: ${(err as Error).message}`,
-      });
-      say(`    BPF_PROG_TEST_RUN FAILED: ${(err as Error).message}`);
-    }
+    await runCells(
+      { options, modes, lab, topology, tools, cli, workDir, api, say, started },
+      {
+        samples,
+        failures,
+        unavailable,
+      },
+    );
+    bpfCostSamples = await bpfCostOrFailure(options, `${BPFFS_ROOT}/${prefix}-cost`, log, say, failures);
   } finally {
     process.off('SIGINT', onSignal);
     process.off('SIGTERM', onSignal);
@@ -340,26 +416,16 @@ export async function runBench(options: BenchOptions): Promise<{ dir: string; re
     rmSync(workDir, { recursive: true, force: true });
   }
 
-  const measured = modes.filter((m) => samples.some((s) => s.mode === m));
-  const { progress: _progress, out: _out, ...settings } = options;
-  const results: BenchResults = {
-    version: 1,
-    startedAt: startedAt.toISOString(),
-    finishedAt: new Date().toISOString(),
-    quick: options.quick,
+  const results = benchResults(options, {
+    startedAt,
     machine,
-    settings,
     source,
-    modes: measured,
+    modes,
     unavailable,
-    methodology: METHODOLOGY,
-    measures: MEASURES,
     samples,
-    aggregates: aggregate(samples),
     bpfCostSamples,
-    bpfCost: aggregateBpfCost(bpfCostSamples),
     failures,
-  };
+  });
   const dir = await writeResults(options.out, results);
   say(
     `results: ${dir} (and ${join(resolve(options.out), 'latest')}) in ${formatDuration(performance.now() - started)}`,

@@ -127,6 +127,85 @@ export interface DemoReport {
   list: string;
 }
 
+/** What the demo sends, from where, and what each step should show (the example manifests). */
+function demoSteps(cluster: DemoCluster['cluster'], mode: ProxyMode): DemoStep[] {
+  const podOnA = cluster.podNs('pod-10.244.1.30');
+  return [
+    {
+      title: 'ClusterIP demo/web from a pod on node-a',
+      from: podOnA,
+      target: '10.96.0.10:80',
+      proto: 'tcp',
+      count: 12,
+      expect: 'ready endpoints of zone-a (topology hints): web-1, web-2',
+    },
+    {
+      // demo/web is PreferDualStack: its IPv6 ClusterIP has the pods' IPv6 endpoints.
+      title: 'ClusterIP demo/web over IPv6 from a pod on node-a',
+      from: podOnA,
+      target: '[fd00:96::a]:80',
+      proto: 'tcp',
+      count: 12,
+      expect: 'the same pods over IPv6 (zone-a hints of the IPv6 slice): web-1, web-2; client IPv6 kept',
+    },
+    {
+      title: 'ClusterIP demo/dns (UDP) from a pod',
+      from: podOnA,
+      target: '10.96.0.53:53',
+      proto: 'udp',
+      count: 8,
+      expect: 'both dns pods',
+    },
+    {
+      title: 'NodePort 30080 on node-a from outside',
+      from: cluster.clientNs('allowed'),
+      target: '10.10.0.1:30080',
+      proto: 'tcp',
+      count: 12,
+      // kube-proxy masquerades all eTP=Cluster traffic from outside; bpf SNATs only what it sends
+      // to another node, so replies come back through node-a, and local backends see the client.
+      expect:
+        mode === 'bpf'
+          ? "ready endpoints on both nodes; node-b's backend sees node-a (SNAT), node-a's see the client"
+          : 'ready endpoints on both nodes; backends see node-a (masquerade)',
+    },
+    {
+      title: 'LB IP 198.51.100.10 (eTP=Local) from an allowed source',
+      from: cluster.clientNs('allowed'),
+      target: '198.51.100.10:80',
+      proto: 'tcp',
+      count: 8,
+      expect: "node-a's local endpoints; client IP kept",
+    },
+    {
+      title: 'LB IP 198.51.100.10 from a source outside loadBalancerSourceRanges',
+      from: cluster.clientNs('blocked'),
+      target: '198.51.100.10:80',
+      proto: 'tcp',
+      count: 2,
+      expect: 'dropped (timeout)',
+    },
+    {
+      title: 'ClientIP affinity demo/sticky',
+      from: podOnA,
+      target: '10.96.0.30:80',
+      proto: 'tcp',
+      count: 8,
+      expect: 'one backend every time',
+    },
+    {
+      title: 'demo/empty (no endpoints)',
+      from: podOnA,
+      target: '10.96.0.60:80',
+      proto: 'tcp',
+      count: 2,
+      // The kernel's ICMP errors are rate-limited host-wide: leave room for a SYN retry.
+      timeoutMs: 4000,
+      expect: 'rejected (connection refused)',
+    },
+  ];
+}
+
 export async function runDemo(opts: {
   mode: ProxyMode;
   manifests: string;
@@ -159,82 +238,7 @@ export async function runDemo(opts: {
     });
     out(`agents on ${DEMO_NODES.map((n) => n.name).join(' and ')}: ${opts.mode} mode, first sync done`);
 
-    const podOnA = cluster.podNs('pod-10.244.1.30');
-    const steps: DemoStep[] = [
-      {
-        title: 'ClusterIP demo/web from a pod on node-a',
-        from: podOnA,
-        target: '10.96.0.10:80',
-        proto: 'tcp',
-        count: 12,
-        expect: 'ready endpoints of zone-a (topology hints): web-1, web-2',
-      },
-      {
-        // demo/web is PreferDualStack: its IPv6 ClusterIP has the pods' IPv6 endpoints.
-        title: 'ClusterIP demo/web over IPv6 from a pod on node-a',
-        from: podOnA,
-        target: '[fd00:96::a]:80',
-        proto: 'tcp',
-        count: 12,
-        expect: 'the same pods over IPv6 (zone-a hints of the IPv6 slice): web-1, web-2; client IPv6 kept',
-      },
-      {
-        title: 'ClusterIP demo/dns (UDP) from a pod',
-        from: podOnA,
-        target: '10.96.0.53:53',
-        proto: 'udp',
-        count: 8,
-        expect: 'both dns pods',
-      },
-      {
-        title: 'NodePort 30080 on node-a from outside',
-        from: cluster.clientNs('allowed'),
-        target: '10.10.0.1:30080',
-        proto: 'tcp',
-        count: 12,
-        // kube-proxy masquerades all eTP=Cluster traffic from outside; bpf SNATs only what it sends
-        // to another node, so replies come back through node-a, and local backends see the client.
-        expect:
-          opts.mode === 'bpf'
-            ? "ready endpoints on both nodes; node-b's backend sees node-a (SNAT), node-a's see the client"
-            : 'ready endpoints on both nodes; backends see node-a (masquerade)',
-      },
-      {
-        title: 'LB IP 198.51.100.10 (eTP=Local) from an allowed source',
-        from: cluster.clientNs('allowed'),
-        target: '198.51.100.10:80',
-        proto: 'tcp',
-        count: 8,
-        expect: "node-a's local endpoints; client IP kept",
-      },
-      {
-        title: 'LB IP 198.51.100.10 from a source outside loadBalancerSourceRanges',
-        from: cluster.clientNs('blocked'),
-        target: '198.51.100.10:80',
-        proto: 'tcp',
-        count: 2,
-        expect: 'dropped (timeout)',
-      },
-      {
-        title: 'ClientIP affinity demo/sticky',
-        from: podOnA,
-        target: '10.96.0.30:80',
-        proto: 'tcp',
-        count: 8,
-        expect: 'one backend every time',
-      },
-      {
-        title: 'demo/empty (no endpoints)',
-        from: podOnA,
-        target: '10.96.0.60:80',
-        proto: 'tcp',
-        count: 2,
-        // The kernel's ICMP errors are rate-limited host-wide: leave room for a SYN retry.
-        timeoutMs: 4000,
-        expect: 'rejected (connection refused)',
-      },
-    ];
-    for (const step of steps) {
+    for (const step of demoSteps(cluster, opts.mode)) {
       const results = await lab.requests(step.from, step.target, {
         proto: step.proto,
         count: step.count,

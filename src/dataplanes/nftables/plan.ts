@@ -42,6 +42,7 @@ import {
   TABLE_COMMENT,
 } from './names.js';
 import { assembleTransaction, elementLine, quote } from './transaction.js';
+import { Writer } from './writer.js';
 
 /** One element of a set (value null) or verdict map. */
 export interface NftElement {
@@ -78,39 +79,6 @@ export interface NftRuleset {
   noLocalEndpoints: { internal: number; external: number };
 }
 
-/** Writes objects of one family's kube-proxy table, as knftables prints them. */
-class Writer {
-  readonly lines: string[] = [];
-  constructor(private readonly family: NftFamily) {}
-
-  private object(kind: string, name: string): string {
-    return `${kind} ${this.family} ${TABLE} ${name}`;
-  }
-
-  chain(name: string, spec = ''): void {
-    this.lines.push(`add ${this.object('chain', name)}${spec === '' ? '' : ` { ${spec} }`}`);
-  }
-  /** add + flush: the chain exists and is empty, whether or not it existed before. */
-  ensureChain(name: string): void {
-    this.chain(name);
-    this.lines.push(`flush ${this.object('chain', name)}`);
-  }
-  rule(chain: string, rule: string, comment?: string): void {
-    this.lines.push(
-      `add ${this.object('rule', chain)} ${rule}${comment ? ` comment ${quote(comment)}` : ''}`,
-    );
-  }
-  set(name: string, spec: string): void {
-    this.lines.push(`add ${this.object('set', name)} { ${spec} }`);
-  }
-  map(name: string, spec: string): void {
-    this.lines.push(`add ${this.object('map', name)} { ${spec} }`);
-  }
-  raw(verb: string, kind: string, name: string): void {
-    this.lines.push(`${verb} ${this.object(kind, name)}`);
-  }
-}
-
 interface DetectorNft {
   ifLocal: string;
   ifNotLocal: string;
@@ -138,31 +106,60 @@ function detectorNft(detector: LocalDetector, ipX: NftFamily): DetectorNft | nul
   }
 }
 
-/** setupNFTables: everything outside the per-service chains and the service elements. */
+/** What each part of the table's setup writes with. */
+interface Setup {
+  decisions: FamilyDecisions;
+  family: NftFamily;
+  addrType: string;
+  /** Destinations other than localhost, which the nftables mode never serves NodePorts on. */
+  noLocalhost: string;
+  mark: string;
+  w: Writer;
+  /** Creates a chain once. */
+  ensure: (chain: string) => void;
+}
+
+/** setupNFTables: everything outside the per-service chains and the service elements, in its order. */
 function setupLines(decisions: FamilyDecisions): string[] {
   const family = nftFamily(decisions.family);
-  const addrType = decisions.family === 'IPv4' ? 'ipv4_addr' : 'ipv6_addr';
-  const noLocalhost = decisions.family === 'IPv4' ? 'ip daddr != 127.0.0.0/8' : 'ip6 daddr != ::1';
-  const mark = decisions.masqueradeMark;
   const w = new Writer(family);
+  const created = new Set<string>();
+  const setup: Setup = {
+    decisions,
+    family,
+    addrType: decisions.family === 'IPv4' ? 'ipv4_addr' : 'ipv6_addr',
+    noLocalhost: decisions.family === 'IPv4' ? 'ip daddr != 127.0.0.0/8' : 'ip6 daddr != ::1',
+    mark: decisions.masqueradeMark,
+    w,
+    ensure: (chain) => {
+      if (created.has(chain)) return;
+      created.add(chain);
+      w.ensureChain(chain);
+    },
+  };
+  setupChains(setup);
+  setupMasquerading(setup);
+  setupClusterIPs(setup);
+  const nodePortDestinations = setupNodePorts(setup);
+  setupDispatch(setup, nodePortDestinations);
+  return w.lines;
+}
 
+/** The base chains with their hooks, and the jumps to ours. */
+function setupChains({ w, ensure }: Setup): void {
   for (const chain of BASE_CHAINS) {
     w.chain(chain.name, `type ${chain.type} hook ${chain.hook} priority ${chain.priority} ;`);
     w.raw('flush', 'chain', chain.name);
   }
 
-  const created = new Set<string>();
-  const ensure = (chain: string) => {
-    if (created.has(chain)) return;
-    created.add(chain);
-    w.ensureChain(chain);
-  };
   for (const jump of JUMP_CHAINS) {
     ensure(jump.to);
     w.rule(jump.from, jump.match === '' ? `jump ${jump.to}` : `${jump.match} jump ${jump.to}`);
   }
   for (const chain of [SERVICES, CLUSTER_IPS_CHECK, MASQUERADING]) ensure(chain);
+}
 
+function setupMasquerading({ w, family, addrType, mark }: Setup): void {
   w.set(
     HAIRPIN_CONNECTIONS,
     `type ${addrType} . ${addrType} . inet_proto . inet_service ; comment ${quote('service hairpin connections')} ;`,
@@ -174,7 +171,9 @@ function setupLines(decisions: FamilyDecisions): string[] {
     MASQUERADING,
     `ct status dnat ${family} saddr . ${family} daddr . meta l4proto . th dport @${HAIRPIN_CONNECTIONS} masquerade fully-random`,
   );
+}
 
+function setupClusterIPs({ w, family, addrType, decisions }: Setup): void {
   w.set(CLUSTER_IPS, `type ${addrType} ; comment ${quote('Active ClusterIPs')} ;`);
   w.rule(
     CLUSTER_IPS_CHECK,
@@ -189,7 +188,10 @@ function setupLines(decisions: FamilyDecisions): string[] {
       'Drop traffic to unallocated ClusterIPs',
     );
   }
+}
 
+/** The NodePort addresses; returns the match for a NodePort's destination. */
+function setupNodePorts({ w, family, addrType, decisions, noLocalhost }: Setup): string {
   // add + delete ensures the set is gone without failing when it never existed.
   w.set(NODEPORT_IPS, `type ${addrType} ; comment ${quote('IPs that accept NodePort traffic')} ;`);
   const matchAll = decisions.nodePortAddresses.matchAll;
@@ -224,7 +226,14 @@ function setupLines(decisions: FamilyDecisions): string[] {
     NODEPORT_ENDPOINTS_CHECK,
     `${matchAll ? noLocalhost : `${family} daddr @${NODEPORT_IPS}`} meta l4proto . th dport vmap @${NO_ENDPOINT_NODEPORTS}`,
   );
+  return nodePortDestinations;
+}
 
+/** The verdict maps the service elements go into, and the rules that consult them. */
+function setupDispatch(
+  { w, family, addrType, decisions, ensure, mark }: Setup,
+  nodePortDestinations: string,
+): void {
   w.map(
     FIREWALL_IPS,
     `type ${addrType} . inet_proto . inet_service : verdict ; comment ${quote('destinations that are subject to LoadBalancerSourceRanges')} ;`,
@@ -259,7 +268,6 @@ function setupLines(decisions: FamilyDecisions): string[] {
   w.chain(REJECT_CHAIN, `comment ${quote('helper for @no-endpoint-services / @no-endpoint-nodeports')} ;`);
   w.raw('flush', 'chain', REJECT_CHAIN);
   w.rule(REJECT_CHAIN, 'reject');
-  return w.lines;
 }
 
 interface FamilyContext {
