@@ -9,9 +9,10 @@
 #
 #   bash scripts/soak.sh --minutes M [--mode bpf|iptables|nftables] [--report-dir DIR]
 #
-# Needs root. Installs the parts it uses (scripts/install-deps.sh) and builds. It does not take
-# the lab lock itself: on a machine shared with other lab runs, wrap it in
-# `flock /tmp/kbp-lab.lock`.
+# Runs shorter than 4 minutes fail by design (docs/soak.md): not every disruption comes, and
+# nothing is past the agents' warm-up to judge RSS and event-loop lag by. Needs root. Installs
+# the parts it uses (scripts/install-deps.sh) and builds. It does not take the lab lock itself:
+# on a machine shared with other lab runs, wrap it in `flock /tmp/kbp-lab.lock`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $(id -u) -ne 0 ]]; then

@@ -266,7 +266,10 @@ export function checkFlat(
         ? 'RSS flat (medians of the halves within 5%)'
         : 'event-loop lag flat (p50, medians of the halves within 5%)',
     passed: nodes.length > 0 && problems.length === 0,
-    detail: figures.join('; ') + (problems.some((p) => p.includes(':')) ? `; ${problems.join('; ')}` : ''),
+    detail:
+      nodes.length === 0
+        ? `no samples past an agent's first ${WARM_UP_MS / 60_000} minutes: too short a run to judge`
+        : figures.join('; ') + (problems.some((p) => p.includes(':')) ? `; ${problems.join('; ')}` : ''),
   };
 }
 

@@ -194,4 +194,10 @@ describe('flat over time', () => {
     expect(result.passed).toBe(false);
     expect(result.detail).toBe('node-a: 71.0 MiB → 82.0 MiB (15.5%)');
   });
+
+  it('fails, saying why, when no sample is past the warm-up', () => {
+    const young = series([70, 71, 72]).map((s) => ({ ...s, t: s.t - WARM_UP_MS }));
+    const result = checkFlat(young, 'rssBytes', 0, 60_000);
+    expect(result).toMatchObject({ passed: false, detail: expect.stringContaining('too short a run') });
+  });
 });
