@@ -7,8 +7,8 @@
 #                               [--focus REGEX] [--report-dir DIR]
 #
 # The specs are `[sig-network] Services` and `[sig-network] Networking Granular Checks: Services`
-# without [Serial], [Disruptive], [Feature:...] and the cloud load balancer specs; --focus narrows
-# them to the ones that also match REGEX (e.g. '\[Conformance\]'). The bpf, iptables and nftables
+# without [Serial], [Disruptive] and [Feature:...] (a spec that needs a cloud load balancer skips
+# itself, saying why); --focus narrows them to the ones that also match REGEX (e.g. '\[Conformance\]'). The bpf, iptables and nftables
 # modes are kube-bpf-proxy from its chart, with the image scripts/build-image.sh builds (KBP_IMAGE,
 # when set, is that archive); the kube-proxy-* modes are the real kube-proxy v1.37.2.
 # Builds what is missing first (the cluster's parts, the control plane, helm, the image: all cached

@@ -63,6 +63,7 @@ export class RealCluster {
       cgroupRoot: `/${RUN_PREFIX}${process.pid}-node${i + 1}`,
     }));
     this.nodes = specs.map((spec) => new ClusterNode(spec, this.lab, parts));
+    // The kubelet's identity as the Node authorizer knows it.
     this.nodeTokens = specs.map((spec) => ({
       token: randomBytes(16).toString('hex'),
       user: `system:node:${spec.name}`,
@@ -87,10 +88,13 @@ export class RealCluster {
   async up(images: string[]): Promise<void> {
     await this.wire();
     await this.startControlPlane();
-    for (const [i, node] of this.nodes.entries()) {
+    const cp = this.controlPlane;
+    for (const node of this.nodes) {
       await this.joinWire(node);
-      const cp = this.controlPlane;
-      node.prepare(cp.kubeconfig(this.nodeTokens[i]?.token ?? '', cp.nodeUrl), CLUSTER_DNS);
+      const { token } = this.nodeTokens.find(
+        (t) => t.user === `system:node:${node.spec.name}`,
+      ) as StaticToken;
+      node.prepare(cp.kubeconfig(token, cp.nodeUrl), CLUSTER_DNS);
       node.start();
     }
     await Promise.all(
