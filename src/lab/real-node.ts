@@ -110,7 +110,7 @@ export const REAL_NODES: RealNode[] = [
 
 export interface RealNodeSpec {
   /** Pods by name, each on a node, serving HTTP on tcpPorts and UDP echo on udpPorts. */
-  pods: { name: string; node: string; tcpPorts: number[]; udpPorts: number[] }[];
+  pods: { name: string; node: string; tcpPorts: number[]; udpPorts: number[]; streamPorts?: number[] }[];
   /** Servers in the nodes' own network namespaces (host network), e.g. an API server on 6443. */
   hostServers: { name: string; node: string; port: number }[];
   /** LoadBalancer IPs and the node the router sends each to (as a BGP or L2 announcement would). */
@@ -433,7 +433,8 @@ export class RealNodeLab {
     this.pods.set(pod.name, { name: pod.name, node: pod.node, ip, ip6, hostInterface });
     await this.enableOffloads(nodeNs(pod.node), hostInterface);
     await this.enableOffloads(ns, 'eth0');
-    await this.lab.startBackend(ns, { name: pod.name, tcpPorts: pod.tcpPorts, udpPorts: pod.udpPorts });
+    const { tcpPorts, udpPorts, streamPorts } = pod;
+    await this.lab.startBackend(ns, { name: pod.name, tcpPorts, udpPorts, streamPorts });
   }
 
   /**
@@ -451,12 +452,12 @@ export class RealNodeLab {
   /**
    * Starts one agent per node with what the chart renders for `mode` (default values otherwise):
    * the ConfigMap's config.conf and the DaemonSet's container args, with the API server replaced by
-   * --manifests; `set` adds --set values (e.g. bpf.hostRouting=stack). Waits for each agent's
-   * first sync.
+   * --manifests; `set` adds --set values (e.g. bpf.hostRouting=stack); `opts` may differ by node.
+   * Waits for each agent's first sync.
    */
   async startAgents(
     mode: ProxyMode,
-    opts: AgentStartOptions = { bpffs: 'absent' },
+    opts: AgentStartOptions | ((node: string) => AgentStartOptions) = { bpffs: 'absent' },
     set: string[] = [],
   ): Promise<void> {
     const rendered = await renderChart(mode, this.workDir, set);
@@ -473,7 +474,7 @@ export class RealNodeLab {
         nodeNs(node.name),
         mainScript,
         [...args, '--manifests', this.manifestsDir],
-        opts,
+        typeof opts === 'function' ? opts(node.name) : opts,
       );
       this.agents.set(node.name, agent);
     }
