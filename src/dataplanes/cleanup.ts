@@ -7,6 +7,8 @@ import { rm, stat } from 'node:fs/promises';
 import { notOnBpffs } from '../host/bpffs.js';
 import { type CommandRunner, runCommand } from '../host/command.js';
 import { detachBpf } from './bpf/attach.js';
+import { handBackToNetfilter } from './bpf/conntrack-handoff.js';
+import { PIN_LAYOUT_VERSION } from './bpf/object.js';
 import { cleanupIptables } from './iptables/cleanup.js';
 import { IPVS_DUMMY_DEVICE } from './ipvs/names.js';
 import { cleanupNftables } from './nftables/cleanup.js';
@@ -71,6 +73,11 @@ export async function cleanupNode(opts: CleanupOptions): Promise<CleanupReport> 
       report.errors.push(`bpf pins ${opts.pinPath}: left alone, ${notPins}`);
       return report;
     }
+    // Open flows of the programs go on in the kernel's conntrack once they detach.
+    const handback = await handBackToNetfilter(`${opts.pinPath}/${PIN_LAYOUT_VERSION}`, exec);
+    if (handback.flows > 0)
+      report.removed.push(`bpf conntrack: ${handback.flows} open flows handed to netfilter`);
+    report.errors.push(...handback.errors);
     if (opts.detachBpf ?? true) {
       try {
         for (const name of await detachBpf(opts.pinPath)) report.removed.push(`bpf attachment ${name}`);
