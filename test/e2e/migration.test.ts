@@ -163,6 +163,9 @@ describeControlPlane('live migration between the real kube-proxy and kube-bpf-pr
     for (const kubeProxy of kubeProxies.splice(0)) await kubeProxy.stop();
   }
 
+  /** What `cleanup` said on stderr (its failures), by node. */
+  const cleanupErrors: string[] = [];
+
   /** `kube-bpf-proxy cleanup` on every node, in the node's mounts (its pins, if any). */
   async function cleanupNodes(): Promise<string[]> {
     const out: string[] = [];
@@ -175,7 +178,7 @@ describeControlPlane('live migration between the real kube-proxy and kube-bpf-pr
         { allowFailure: true },
       );
       out.push(`${node.name}: ${result.stdout.trim()} ${result.stderr.trim()}`);
-      expect(result.stderr.trim()).toBe('');
+      if (result.stderr.trim() !== '') cleanupErrors.push(`${node.name}: ${result.stderr.trim()}`);
     }
     return out;
   }
@@ -283,10 +286,11 @@ describeControlPlane('live migration between the real kube-proxy and kube-bpf-pr
           `${mode} kube-proxy → bpf → kube-proxy (the first flows): ${both.broken.length}/${both.total}`,
         );
 
-        expect({ toBpf: toBpf.broken, back: back.broken, both: both.broken }).toEqual({
+        expect({ toBpf: toBpf.broken, back: back.broken, both: both.broken, cleanupErrors }).toEqual({
           toBpf: [],
           back: [],
           both: [],
+          cleanupErrors: [],
         });
       } finally {
         await resetNodes();
