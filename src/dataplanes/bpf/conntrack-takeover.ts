@@ -24,6 +24,9 @@ import { CT_F, TCP_FLAG } from './layout.js';
 import type { BpfPlan } from './plan.js';
 import { ANY_ADDRESS } from './types.js';
 
+/** What the takeover reads of a plan. */
+export type PlanFrontends = Pick<BpfPlan, 'frontends' | 'backends'>;
+
 /** One direction's addresses and ports of a connection. */
 export interface Tuple {
   src: string;
@@ -96,7 +99,13 @@ export interface BpfCtEntry {
 
 /** The frontend of the plan a packet to `dst` (tcp/udp) reaches: its address, else a NodePort on
  * every node address; null when none forwards. */
-function frontendFor(plan: BpfPlan, family: IPFamily, protocol: 'tcp' | 'udp', dst: string, dport: number) {
+function frontendFor(
+  plan: PlanFrontends,
+  family: IPFamily,
+  protocol: 'tcp' | 'udp',
+  dst: string,
+  dport: number,
+) {
   const candidates = plan.frontends.filter(
     (f) =>
       f.key.family === family &&
@@ -120,7 +129,7 @@ function frontendFor(plan: BpfPlan, family: IPFamily, protocol: 'tcp' | 'udp', d
  */
 export function stackEntries(
   flows: readonly NetfilterFlow[],
-  plan: BpfPlan,
+  plan: PlanFrontends,
   family: IPFamily,
   nowNs: bigint,
 ): BpfCtEntry[] {
