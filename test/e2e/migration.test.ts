@@ -18,17 +18,17 @@
 // Needs `npm run build`, the CNI plugins of scripts/install-deps.sh and the control plane of
 // scripts/install-control-plane.sh (kube-proxy and the API server it watches).
 
+import type { ChildProcess } from 'node:child_process';
 import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { ChildProcess } from 'node:child_process';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { nodeMounts } from '../../src/lab/agent.js';
 import { ControlPlane } from '../../src/lab/control-plane.js';
 import { collectionPath, createNode, type K8sObject } from '../../src/lab/kube-objects.js';
 import { iptablesBackendDir, KubeProxyProcess, kubeProxyConfig } from '../../src/lab/kube-proxy.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
-import { CLIENT_IP, CNI_BIN, type LabService, REAL_NODES, RealNodeLab } from '../../src/lab/real-node.js';
+import { CNI_BIN, type LabService, REAL_NODES, RealNodeLab } from '../../src/lab/real-node.js';
 import { type FlowReport, type FlowSpec, LabStreams } from '../../src/lab/streams.js';
 import { describeControlPlane } from '../support/control-plane.js';
 

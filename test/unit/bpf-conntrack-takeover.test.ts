@@ -17,7 +17,6 @@ import {
   stackEntries,
 } from '../../src/dataplanes/bpf/conntrack-takeover.js';
 import { CT_F, ct4Key, ct4Val, TCP_FLAG } from '../../src/dataplanes/bpf/layout.js';
-import type { PlannedBackend, PlannedFrontend } from '../../src/dataplanes/bpf/plan.js';
 
 const LIST = `tcp      6 431999 ESTABLISHED src=10.244.1.2 dst=10.96.1.3 sport=40000 dport=80 src=10.244.2.3 dst=10.244.1.2 sport=7000 dport=40000 [ASSURED] mark=0 use=1
 tcp      6 119 TIME_WAIT src=10.244.1.2 dst=10.96.1.3 sport=40001 dport=80 src=10.244.2.3 dst=10.244.1.2 sport=7000 dport=40001 [ASSURED] mark=0 use=1
@@ -28,47 +27,25 @@ sctp     132 10 CLOSED src=10.244.1.2 dst=10.96.1.3 sport=1 dport=2 src=10.244.2
 conntrack v1.4.7 (conntrack-tools): 6 flow entries have been shown.
 `;
 
-const frontend = (
-  over: Partial<PlannedFrontend> & Pick<PlannedFrontend, 'key' | 'serviceId'>,
-): PlannedFrontend => ({
-  name: '',
-  kind: 'ClusterIP',
-  servicePortName: 'default/web:stream',
-  namespace: 'default',
-  serviceName: 'web',
-  portName: 'stream',
-  scheduler: 'random',
-  action: 'forward',
-  backendIds: [],
-  localCount: 0,
-  localOnly: false,
-  hasInternalScope: false,
-  affinityTimeoutSeconds: 0,
-  sourceRanges: [],
-  ...over,
-});
-
-const backend = (id: number, address: string, port: number): PlannedBackend => ({
+const backend = (id: number, address: string, port: number) => ({
   id,
-  family: 'IPv4',
+  family: 'IPv4' as const,
   address,
   port,
-  name: `${address}:${port}`,
-  isLocal: false,
-  terminating: false,
 });
 
 const PLAN: PlanFrontends = {
   frontends: [
-    frontend({
+    {
       key: { family: 'IPv4', address: '10.96.1.3', port: 80, protocol: 'TCP', scope: 'all' },
       serviceId: 7,
-    }),
-    frontend({
+      action: 'forward',
+    },
+    {
       key: { family: 'IPv4', address: '0.0.0.0', port: 30053, protocol: 'UDP', scope: 'all' },
       serviceId: 8,
-      kind: 'NodePort',
-    }),
+      action: 'forward',
+    },
   ],
   backends: [backend(3, '10.244.2.3', 7000), backend(4, '10.244.2.3', 5353)],
 };

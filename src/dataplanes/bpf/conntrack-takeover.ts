@@ -21,11 +21,14 @@ import type { IPFamily } from '../../model/types.js';
 import { canonicalIP } from '../../net/ip.js';
 import { IPPROTO } from './frontend-codec.js';
 import { CT_F, TCP_FLAG } from './layout.js';
-import type { BpfPlan } from './plan.js';
+import type { PlannedBackend, PlannedFrontend } from './plan.js';
 import { ANY_ADDRESS } from './types.js';
 
-/** What the takeover reads of a plan. */
-export type PlanFrontends = Pick<BpfPlan, 'frontends' | 'backends'>;
+/** What the takeover reads of a plan (BpfPlan). */
+export interface PlanFrontends {
+  frontends: readonly Pick<PlannedFrontend, 'key' | 'serviceId' | 'action'>[];
+  backends: readonly Pick<PlannedBackend, 'id' | 'family' | 'address' | 'port'>[];
+}
 
 /** One direction's addresses and ports of a connection. */
 export interface Tuple {
