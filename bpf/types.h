@@ -145,10 +145,10 @@ enum __attribute__((packed)) kbp_ct_flags {
 	 * tc redirects, XDP only transmits back out of the same interface, else leaves it to tc).
 	 * Replies of all other flows are translated by the egress program. */
 	KBP_CT_F_ROUTE = 1 << 4,
-	/* The kernel's conntrack translates the flow (it was open through kube-proxy's rules when
-	 * the agent took the node over, src/dataplanes/bpf/conntrack-takeover.ts): the programs
-	 * pass its packets untouched until it ends. A new SYN on its tuple starts a flow of ours.
-	 */
+	/* The kernel's conntrack translates the flow: kube-proxy's rules opened it before the agent
+	 * took the node over, or `cleanup` handed it to netfilter, as
+	 * src/dataplanes/bpf/conntrack-takeover.ts decides. The programs pass its packets untouched
+	 * until it ends; a new SYN on its tuple starts a flow of ours. */
 	KBP_CT_F_STACK = 1 << 5,
 	/* The flow is being handed to the kernel's conntrack (`cleanup`): its forward packets are
 	 * dropped for the milliseconds until netfilter has its entry (then KBP_CT_F_STACK). Passed

@@ -14,8 +14,8 @@
 // already translated (client → backend). Once the programs detach, its packets would meet
 // kube-proxy's rules as a new flow. So, before detaching, `cleanup` writes each flow as a netfilter
 // entry with the same NAT (client → service, DNAT to the backend, SNAT to the address and port the
-// programs chose), after deleting the entry of the translated tuple that would clash with it, and
-// marks the BPF entries KBP_CT_F_STACK so the programs pass the flow to that entry at once.
+// programs chose), after deleting the entries that would clash with it; the programs hold the
+// flow's forward packets meanwhile (KBP_CT_F_HOLD), then pass them to that entry (KBP_CT_F_STACK).
 
 import type { IPFamily } from '../../model/types.js';
 import { canonicalIP } from '../../net/ip.js';
