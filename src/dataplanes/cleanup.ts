@@ -73,12 +73,15 @@ export async function cleanupNode(opts: CleanupOptions): Promise<CleanupReport> 
       report.errors.push(`bpf pins ${opts.pinPath}: left alone, ${notPins}`);
       return report;
     }
-    // Open flows of the programs go on in the kernel's conntrack once they detach.
-    const handback = await handBackToNetfilter(`${opts.pinPath}/${PIN_LAYOUT_VERSION}`, exec);
-    if (handback.flows > 0)
-      report.removed.push(`bpf conntrack: ${handback.flows} open flows handed to netfilter`);
-    report.errors.push(...handback.errors);
     if (opts.detachBpf ?? true) {
+      // Open flows of the programs go on in the kernel's conntrack once they detach (netlink works
+      // in this process's network namespace, as detaching does).
+      const handback = await handBackToNetfilter(`${opts.pinPath}/${PIN_LAYOUT_VERSION}`, exec);
+      if (handback.flows > 0)
+        report.removed.push(
+          `bpf conntrack: ${handback.flows} open flows handed to netfilter (held ${handback.heldMs} ms)`,
+        );
+      report.errors.push(...handback.errors);
       try {
         for (const name of await detachBpf(opts.pinPath)) report.removed.push(`bpf attachment ${name}`);
       } catch (err) {

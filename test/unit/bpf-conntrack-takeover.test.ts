@@ -8,7 +8,8 @@ import { ctRecord } from '../../src/dataplanes/bpf/conntrack-gc.js';
 import {
   type BpfCtEntry,
   HANDBACK_TIMEOUT_SECONDS,
-  handbackLines,
+  handbackDeletes,
+  handbackInsertLine,
   handbacks,
   missingHandbacks,
   type NetfilterFlow,
@@ -200,18 +201,20 @@ describe('handbacks (bpf → kube-proxy)', () => {
     expect(handbacks(programFlow().slice(1))).toEqual([]);
   });
 
-  it('writes conntrack -R lines: the clashing entries out, the flow in with its NAT', () => {
+  it('deletes the entries that would clash, by exact tuple, and inserts the flow with its NAT', () => {
     const [pod] = handbacks(programFlow());
-    expect(handbackLines(pod!)).toEqual([
-      '-D -p tcp -s 10.244.1.2 -d 10.244.2.3 --sport 40000 --dport 7000',
-      '-D -p tcp -s 10.244.2.3 -d 10.244.1.2 --sport 7000 --dport 40000',
-      '-D -p tcp -s 10.244.1.2 -d 10.96.1.3 --sport 40000 --dport 80',
-      `-I -p tcp -s 10.244.1.2 -d 10.96.1.3 --sport 40000 --dport 80 --dst-nat 10.244.2.3:7000 --state ESTABLISHED --status SEEN_REPLY,ASSURED --timeout ${HANDBACK_TIMEOUT_SECONDS.tcp}`,
+    expect(handbackDeletes(pod!)).toEqual([
+      { protocol: 'tcp', src: '10.244.1.2', dst: '10.244.2.3', sport: 40000, dport: 7000 },
+      { protocol: 'tcp', src: '10.244.2.3', dst: '10.244.1.2', sport: 7000, dport: 40000 },
+      { protocol: 'tcp', src: '10.244.1.2', dst: '10.96.1.3', sport: 40000, dport: 80 },
     ]);
+    expect(handbackInsertLine(pod!)).toBe(
+      `-I -p tcp -s 10.244.1.2 -d 10.96.1.3 --sport 40000 --dport 80 --dst-nat 10.244.2.3:7000 --state ESTABLISHED --status SEEN_REPLY,ASSURED --timeout ${HANDBACK_TIMEOUT_SECONDS.tcp}`,
+    );
     const [routed] = handbacks(programFlow({ snat: true }));
-    expect(handbackLines(routed!)[3]).toContain('--dst-nat 10.244.2.3:7000 --src-nat 10.244.1.0:61001 ');
+    expect(handbackInsertLine(routed!)).toContain('--dst-nat 10.244.2.3:7000 --src-nat 10.244.1.0:61001 ');
     const udp = { ...routed!, protocol: 'udp' as const };
-    expect(handbackLines(udp)[3]).toMatch(
+    expect(handbackInsertLine(udp)).toMatch(
       /--src-nat 10\.244\.1\.0:61001 --status SEEN_REPLY,ASSURED --timeout 120$/,
     );
   });
@@ -223,7 +226,7 @@ describe('handbacks (bpf → kube-proxy)', () => {
       translated: { src: 'fd00::2', dst: 'fd00::3', sport: 1, dport: 7000 },
       forwardKey: { saddr: 'fd00::2', daddr: 'fd00:10:96::1:3', sport: 1, dport: 80, proto: 6 },
     };
-    expect(handbackLines(h)[3]).toContain('--dst-nat [fd00::3]:7000 ');
+    expect(handbackInsertLine(h)).toContain('--dst-nat [fd00::3]:7000 ');
   });
 
   it('finds the flows netfilter does not carry as asked, and the takeover would leave them to netfilter', () => {

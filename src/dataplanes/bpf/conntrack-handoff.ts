@@ -9,13 +9,15 @@ import { join } from 'node:path';
 import { getPinned, mapLookup, mapUpdate } from '../../../native/libbpf.js';
 import { closeFd } from '../../../native/libc.js';
 import { type CommandRunner, runCommand } from '../../host/command.js';
+import { deleteConntrackEntries } from '../../host/ctnetlink.js';
 import type { Logger } from '../../logger.js';
 import type { IPFamily } from '../../model/types.js';
 import { monotonicNs, readConntrack } from './conntrack-gc.js';
 import {
   type BpfCtEntry,
   type Handback,
-  handbackLines,
+  handbackDeletes,
+  handbackInsertLine,
   handbacks,
   missingHandbacks,
   parseNetfilterFlows,
@@ -88,6 +90,8 @@ export async function takeOverNetfilterFlows(
 export interface HandbackReport {
   /** Flows written to the kernel's conntrack. */
   flows: number;
+  /** The longest time a family's flows were held (their forward packets dropped), in ms. */
+  heldMs: number;
   errors: string[];
 }
 
@@ -118,17 +122,17 @@ function setFlags(fds: CtFds, family: IPFamily, entryKey: BpfCtEntry['key'], set
   mapUpdate(fd, keyBuf, value.encode({ ...decoded, flags: (decoded.flags & ~clear) | set }));
 }
 
-/** Batches of one family's handbacks: a clash stops `conntrack -R` at its line, and the next
- * batch takes the flows left. */
-const HANDBACK_BATCHES = 3;
+/** Rounds of one family's handbacks: a clash stops `conntrack -R` at its line, and the next round
+ * takes the flows left. */
+const HANDBACK_ROUNDS = 3;
 
-/** One `conntrack -R` of the handbacks' lines, from a file: conntrack opens -R's argument by name,
- * and a pipe's /dev/stdin (a socket) fails to open. Returns its stderr. */
-async function conntrackBatch(hs: readonly Handback[], exec: CommandRunner): Promise<string> {
+/** The handbacks' inserts in one `conntrack -R`, from a file: conntrack opens -R's argument by
+ * name, and a pipe's /dev/stdin (a socket) fails to open. Returns its stderr. */
+async function insertBatch(hs: readonly Handback[], exec: CommandRunner): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'kbp-handback-'));
   try {
     const file = join(dir, 'batch');
-    writeFileSync(file, `${hs.flatMap(handbackLines).join('\n')}\n`);
+    writeFileSync(file, `${hs.map(handbackInsertLine).join('\n')}\n`);
     return (await exec('conntrack', ['-R', file], { allowFailure: true })).stderr.trim();
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -137,45 +141,52 @@ async function conntrackBatch(hs: readonly Handback[], exec: CommandRunner): Pro
 
 /**
  * One family's flows into the kernel's conntrack. The programs hold the flows' forward packets
- * (KBP_CT_F_HOLD: dropped) while the batches run, then pass them (KBP_CT_F_STACK): a packet passed
+ * (KBP_CT_F_HOLD: dropped) while the rounds run, then pass them (KBP_CT_F_STACK): a packet passed
  * untranslated before netfilter has the flow's entry would go on without NAT (to a NodePort, no
  * socket: a reset), and one translated after it would meet the entry as a second flow with the same
  * reply tuple, which netfilter's source NAT moves to another port, and the backend resets. A held
  * packet is lost, which TCP retransmits. The replies go on being translated (by the programs while
  * the stack's entry of the translated tuple lasts, then by netfilter's new entry, after which no
- * reply entry of the programs matches them). Returns the flows netfilter does not carry after the
- * last batch; the programs translate those again.
+ * reply entry of the programs matches them). Each round deletes the entries in the way by their
+ * exact tuples (ctnetlink.ts: a hash lookup each, so the hold lasts milliseconds), inserts the
+ * flows with one `conntrack -R`, and checks with `conntrack -L`. Counts the flows netfilter carries
+ * after the last round; the programs translate the others again.
  */
 async function handBackFamily(
   fds: CtFds,
   family: IPFamily,
   hs: Handback[],
   exec: CommandRunner,
-): Promise<string[]> {
+): Promise<{ carried: number; errors: string[] }> {
   for (const h of hs) setFlags(fds, family, h.forwardKey, CT_F.HOLD);
   let missing = hs;
+  const errors: string[] = [];
   let stderr = '';
-  let listError: string | null = null;
-  for (let batch = 0; batch < HANDBACK_BATCHES && missing.length > 0 && listError === null; batch++) {
-    stderr = await conntrackBatch(missing, exec);
+  for (let round = 0; round < HANDBACK_ROUNDS && missing.length > 0; round++) {
+    errors.push(...deleteConntrackEntries(missing.flatMap(handbackDeletes)).errors);
+    stderr = await insertBatch(missing, exec);
     const list = await exec('conntrack', ['-L', '-f', familyArg(family)], { allowFailure: true });
-    if (list.code === 0) missing = missingHandbacks(missing, parseNetfilterFlows(list.stdout));
-    else listError = `conntrack -L -f ${familyArg(family)} (${list.code}): ${list.stderr.trim()}`;
+    if (list.code !== 0) {
+      errors.push(`conntrack -L -f ${familyArg(family)} (${list.code}): ${list.stderr.trim()}`);
+      break;
+    }
+    missing = missingHandbacks(missing, parseNetfilterFlows(list.stdout));
   }
   for (const h of hs) setFlags(fds, family, h.forwardKey, missing.includes(h) ? 0 : CT_F.STACK, CT_F.HOLD);
-  const errors = missing.map(
+  const lost = missing.map(
     (h) =>
       `${h.protocol} ${h.orig.src}:${h.orig.sport} -> ${h.orig.dst}:${h.orig.dport} not in netfilter's conntrack (conntrack -R: ${stderr})`,
   );
-  return listError === null ? errors : [listError, ...errors];
+  return { carried: hs.length - missing.length, errors: [...errors, ...lost] };
 }
 
 /**
  * bpf → kube-proxy: each open flow of the pinned BPF conntrack under `pinDir` written to the
- * kernel's conntrack with its NAT (handBackFamily). Before the programs detach.
+ * kernel's conntrack of this process's network namespace, with its NAT (handBackFamily); `exec`
+ * must run `conntrack` there too. Before the programs detach.
  */
 export async function handBackToNetfilter(pinDir: string, exec: CommandRunner): Promise<HandbackReport> {
-  const report: HandbackReport = { flows: 0, errors: [] };
+  const report: HandbackReport = { flows: 0, heldMs: 0, errors: [] };
   // A pin path the agent never loaded into (or an older layout's) has no flows to hand back.
   if (!existsSync(mapPinPath(pinDir, 'ct4Tcp'))) return report;
   const fds = {} as CtFds;
@@ -191,9 +202,11 @@ export async function handBackToNetfilter(pinDir: string, exec: CommandRunner): 
     for (const family of ['IPv4', 'IPv6'] as const) {
       const hs = handbacks(readFamily(fds, family));
       if (hs.length === 0) continue;
-      const missing = await handBackFamily(fds, family, hs, exec);
-      report.errors.push(...missing);
-      report.flows += hs.length - missing.length;
+      const started = performance.now();
+      const { carried, errors } = await handBackFamily(fds, family, hs, exec);
+      report.heldMs = Math.max(report.heldMs, Math.round(performance.now() - started));
+      report.errors.push(...errors);
+      report.flows += carried;
     }
   } finally {
     for (const fd of Object.values(fds)) closeFd(fd);

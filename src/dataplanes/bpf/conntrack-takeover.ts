@@ -17,6 +17,7 @@
 // programs chose), after deleting the entries that would clash with it; the programs hold the
 // flow's forward packets meanwhile (KBP_CT_F_HOLD), then pass them to that entry (KBP_CT_F_STACK).
 
+import type { ConntrackTuple } from '../../host/ctnetlink.js';
 import type { IPFamily } from '../../model/types.js';
 import { canonicalIP } from '../../net/ip.js';
 import { IPPROTO } from './frontend-codec.js';
@@ -254,22 +255,29 @@ const tupleArgs = (t: Tuple) => [
 export const HANDBACK_TIMEOUT_SECONDS = { tcp: 432_000, udp: 120 } as const;
 
 /**
- * One flow for `conntrack -R` (one command a line, no family: it follows from the addresses):
- *   - the entry of its translated tuple out: the stack saw the flow after the programs translated
- *     it, and that entry's reply tuple is the one the flow's entry needs;
- *   - the entry of the translated tuple reversed out: a reply that reached netfilter between that
+ * The netfilter entries to delete before a flow goes in (their original tuples):
+ *   - the entry of its translated tuple: the stack saw the flow after the programs translated it,
+ *     and that entry's reply tuple is the one the flow's entry needs;
+ *   - the entry of the translated tuple reversed: a reply that reached netfilter between that
  *     delete and the insert made one, whose tuple is the insert's reply tuple;
- *   - the entry of its own tuple out: a packet that reached netfilter untranslated between the
- *     programs' letting go (KBP_CT_F_STACK) and this line made one, without NAT;
- *   - the flow in, with the programs' NAT: DNAT to the backend, and SNAT when the programs changed
- *     the source. Established (TCP) and assured, so that neither kube-proxy's rules (they match new
- *     connections only) nor early drop touch it.
- * A delete that finds nothing does not stop the batch.
+ *   - the entry of its own tuple: a packet that reached netfilter untranslated made one, without
+ *     NAT (before the programs held the flow, or in a batch that failed).
  */
-export function handbackLines(h: Handback): string[] {
+export function handbackDeletes(h: Handback): ConntrackTuple[] {
+  const t = h.translated;
+  return [t, reversed(t), h.orig].map((tuple) => ({ protocol: h.protocol, ...tuple }));
+}
+
+/**
+ * The flow's line for `conntrack -R` (one command a line; no family, it follows from the
+ * addresses): the flow in, with the programs' NAT: DNAT to the backend, and SNAT when the programs
+ * changed the source. Established (TCP) and assured, so that neither kube-proxy's rules (they match
+ * new connections only) nor early drop touch it.
+ */
+export function handbackInsertLine(h: Handback): string {
   const { orig, translated: t } = h;
   const snat = t.src !== orig.src || t.sport !== orig.sport;
-  const insert = [
+  return [
     '-I',
     '-p',
     h.protocol,
@@ -282,9 +290,7 @@ export function handbackLines(h: Handback): string[] {
     'SEEN_REPLY,ASSURED',
     '--timeout',
     String(HANDBACK_TIMEOUT_SECONDS[h.protocol]),
-  ];
-  const deletes = [t, reversed(t), orig].map((tuple) => ['-D', '-p', h.protocol, ...tupleArgs(tuple)]);
-  return [...deletes, insert].map((args) => args.join(' '));
+  ].join(' ');
 }
 
 /** The handbacks netfilter does not carry as asked (`flows`: its entries after the batch). */
