@@ -3,9 +3,8 @@
 // passes both ways untouched, whatever the plan's backends; a new SYN on its tuple is a flow of
 // ours; a flow being handed to netfilter (KBP_CT_F_HOLD) has its forward packets dropped, counted.
 
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mapLookup, mapUpdate, possibleCpus } from '../../native/libbpf.js';
-import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { mapLookup, mapUpdate } from '../../native/libbpf.js';
 import { stackEntries } from '../../src/dataplanes/bpf/conntrack-takeover.js';
 import {
   BE_F,
@@ -15,22 +14,18 @@ import {
   ct6Key,
   ct6Val,
   DROP_REASON,
-  dropStats,
   PROGRAMS,
-  u32Codec,
 } from '../../src/dataplanes/bpf/layout.js';
 import { Lab } from '../../src/lab/netns.js';
 import { buildPacket, IPPROTO_TCP, parsePacket, replyTo, TCP } from '../../src/net/packets.js';
 import { FAMILY_CASES } from '../support/families.js';
-import { buildRoutingNamespace } from '../support/fib-lab.js';
-import { enterNetns } from '../support/in-netns.js';
 import {
+  dropCount,
   type LoadedLb,
-  loadLb,
+  lbInRoutingNamespace,
   run,
   TC_ACT_SHOT,
   TC_ACT_UNSPEC,
-  writeConfig,
   writeFrontend,
 } from '../support/lb-object.js';
 import { describeRoot } from '../support/privileges.js';
@@ -38,28 +33,11 @@ import { describeRoot } from '../support/privileges.js';
 const { tcFromPod: TC_POD, tcEgress: TC_EGRESS } = PROGRAMS;
 
 describeRoot('bpf/lb.o with flows the kernel conntrack translates (BPF_PROG_TEST_RUN)', () => {
-  const lab = new Lab(`kbpsf${process.pid}`);
-  let leave: (() => void) | null = null;
   let lb: LoadedLb;
+  lbInRoutingNamespace(new Lab(`kbpsf${process.pid}`), (loaded) => {
+    lb = loaded;
+  });
   let nextSport = 30000;
-
-  beforeAll(async () => {
-    await buildRoutingNamespace(lab);
-    leave = enterNetns(lab.ns('fib'));
-    lb = loadLb();
-    writeConfig(lb);
-  });
-  afterAll(async () => {
-    lb?.close();
-    leave?.();
-    await lab.destroy();
-  });
-
-  const handoffDrops = () => {
-    const buf = Buffer.alloc(perCpuValueSize(dropStats.size, possibleCpus()));
-    mapLookup(lb.fd.drops, u32Codec.encode(DROP_REASON.handoff), buf);
-    return sumPerCpu(dropStats, buf, possibleCpus()).packets;
-  };
 
   describe.each(FAMILY_CASES)('$family', ({ A, v4, family }) => {
     const CLIENT = A('10.244.1.10');
@@ -144,9 +122,9 @@ describeRoot('bpf/lb.o with flows the kernel conntrack translates (BPF_PROG_TEST
       mapLookup(ctTcp(), key, value);
       const entry = codecs.value.decode(value);
       mapUpdate(ctTcp(), key, codecs.value.encode({ ...entry, flags: CT_F.HOLD }));
-      const before = handoffDrops();
+      const before = dropCount(lb, DROP_REASON.handoff);
       expect(run(lb, TC_POD, packet(src, TCP.ACK)).retval).toBe(TC_ACT_SHOT);
-      expect(handoffDrops() - before).toBe(1n);
+      expect(dropCount(lb, DROP_REASON.handoff) - before).toBe(1n);
     });
   });
 });
