@@ -20,6 +20,7 @@ import {
   handbackInsertLine,
   handbacks,
   missingHandbacks,
+  type NetfilterFlow,
   parseNetfilterFlows,
   stackEntries,
 } from './conntrack-takeover.js';
@@ -43,6 +44,17 @@ function mapOf(fds: CtFds, family: IPFamily, proto: number): number {
   return fds[proto === IPPROTO.TCP ? maps.tcp : maps.any];
 }
 
+/**
+ * The family's netfilter entries with destination NAT (`conntrack -L --dst-nat`: a node's table
+ * holds few of them), or why they could not be listed.
+ */
+async function dnatFlows(exec: CommandRunner, family: IPFamily): Promise<NetfilterFlow[] | string> {
+  const args = ['-L', '-f', familyArg(family), '--dst-nat'];
+  const list = await exec('conntrack', args, { allowFailure: true });
+  if (list.code !== 0) return `conntrack ${args.join(' ')} (${list.code}): ${list.stderr.trim()}`;
+  return parseNetfilterFlows(list.stdout);
+}
+
 export interface TakeoverReport {
   /** Flows the kernel's conntrack goes on translating (pairs of entries written). */
   flows: number;
@@ -62,12 +74,12 @@ export async function takeOverNetfilterFlows(
 ): Promise<TakeoverReport> {
   const report: TakeoverReport = { flows: 0, errors: [] };
   for (const family of families) {
-    const list = await exec('conntrack', ['-L', '-f', familyArg(family)], { allowFailure: true });
-    if (list.code !== 0) {
-      report.errors.push(`conntrack -L -f ${familyArg(family)} (${list.code}): ${list.stderr.trim()}`);
+    const flows = await dnatFlows(exec, family);
+    if (typeof flows === 'string') {
+      report.errors.push(flows);
       continue;
     }
-    const entries = stackEntries(parseNetfilterFlows(list.stdout), plan, family, monotonicNs());
+    const entries = stackEntries(flows, plan, family, monotonicNs());
     const { key, value } = CT_MAPS[family];
     for (const entry of entries) {
       try {
@@ -165,12 +177,12 @@ async function handBackFamily(
   for (let round = 0; round < HANDBACK_ROUNDS && missing.length > 0; round++) {
     errors.push(...deleteConntrackEntries(missing.flatMap(handbackDeletes)).errors);
     stderr = await insertBatch(missing, exec);
-    const list = await exec('conntrack', ['-L', '-f', familyArg(family)], { allowFailure: true });
-    if (list.code !== 0) {
-      errors.push(`conntrack -L -f ${familyArg(family)} (${list.code}): ${list.stderr.trim()}`);
+    const flows = await dnatFlows(exec, family);
+    if (typeof flows === 'string') {
+      errors.push(flows);
       break;
     }
-    missing = missingHandbacks(missing, parseNetfilterFlows(list.stdout));
+    missing = missingHandbacks(missing, flows);
   }
   for (const h of hs) setFlags(fds, family, h.forwardKey, missing.includes(h) ? 0 : CT_F.STACK, CT_F.HOLD);
   const lost = missing.map(
