@@ -1,7 +1,8 @@
 // The side effects of conntrack-takeover.ts: `conntrack -L` read and BPF conntrack entries written
-// when the agent takes a node over from kube-proxy; the BPF conntrack read and `conntrack -D/-I`
-// written when `cleanup` hands the node back. Failures are reported, never thrown: a flow left
-// behind breaks, the node's move goes on.
+// when the agent takes a node over from kube-proxy; the BPF conntrack read, netfilter's entries in
+// the way deleted (ctnetlink.ts) and the flows inserted (`conntrack -R`) when `cleanup` hands the
+// node back. Failures are reported, never thrown: a flow left behind breaks, the node's move goes
+// on.
 
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
