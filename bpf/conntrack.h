@@ -43,9 +43,9 @@ static __always_inline bool kbp_new_flow_allowed(__u32 limit, __u64 now) {
 }
 
 /* A reply of an unrouted flow (entry flags): translated by the egress program only, on its way
- * to the client. */
+ * to the client. The stack's flows (KBP_CT_F_STACK) are translated by nobody here. */
 static __always_inline bool kbp_ct_egress_reply(__u8 flags) {
-	return (flags & (KBP_CT_F_REPLY | KBP_CT_F_ROUTE)) == KBP_CT_F_REPLY;
+	return (flags & (KBP_CT_F_REPLY | KBP_CT_F_ROUTE | KBP_CT_F_STACK)) == KBP_CT_F_REPLY;
 }
 
 #define KBP_FAM 4

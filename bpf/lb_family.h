@@ -243,9 +243,10 @@ static __always_inline int KBP_F(kbp_lb)(void *ctx, const bool xdp, const bool l
 			return KBP_PASS;
 		now = kbp_now();
 		/* A new connection on a tracked tuple: reuse the backend only if the old flow is
-		 * still open (a retransmitted SYN) and its backend is still current. */
+		 * still open (a retransmitted SYN) and its backend is still current. One on a tuple
+		 * the stack translated is ours from now on. */
 		if (!(t.flags & KBP_CT_F_REPLY) && new_syn &&
-		    ((t.tcp_flags & (KBP_TCP_FIN | KBP_TCP_RST)) ||
+		    ((t.flags & KBP_CT_F_STACK) || (t.tcp_flags & (KBP_TCP_FIN | KBP_TCP_RST)) ||
 		     !KBP_F(kbp_backend_current)(&t))) {
 			KBP_CT_KEY old;
 
@@ -257,6 +258,14 @@ static __always_inline int KBP_F(kbp_lb)(void *ctx, const bool xdp, const bool l
 		}
 		KBP_F(kbp_ct_touch)(ct, &t, &p, now);
 		*svc_id = t.svc_id;
+		/* The kernel's conntrack translates it, both ways (KBP_CT_F_STACK), or is about to.
+		 */
+		if (t.flags & KBP_CT_F_HOLD) {
+			*reason = KBP_DROP_HANDOFF;
+			return KBP_DROP;
+		}
+		if (t.flags & KBP_CT_F_STACK)
+			return KBP_PASS;
 		return KBP_F(kbp_deliver)(ctx, xdp, l3, role, &p, &t, reason, hop);
 	}
 	/* A later fragment never starts a flow: its first fragment did, or the datagram is not

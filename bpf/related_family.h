@@ -162,8 +162,9 @@ static __always_inline int KBP_F(kbp_related)(void *ctx, const bool xdp, const b
 	}
 	/* The entry is read in place (its translation fields change only when its flow is made
 	 * anew): a copy would cost the stack the load balancer needs. */
-	/* The egress program owns the errors about unrouted forward packets; ingress the rest. */
-	if (kbp_ct_egress_reply(ct->flags) != !ingress)
+	/* The egress program owns the errors about unrouted forward packets; ingress the rest; the
+	 * kernel's conntrack those of the flows it translates. */
+	if (ct->flags & KBP_CT_F_STACK || kbp_ct_egress_reply(ct->flags) != !ingress)
 		return KBP_PASS;
 	route = ingress && (ct->flags & KBP_CT_F_ROUTE);
 

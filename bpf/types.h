@@ -145,6 +145,15 @@ enum __attribute__((packed)) kbp_ct_flags {
 	 * tc redirects, XDP only transmits back out of the same interface, else leaves it to tc).
 	 * Replies of all other flows are translated by the egress program. */
 	KBP_CT_F_ROUTE = 1 << 4,
+	/* The kernel's conntrack translates the flow: kube-proxy's rules opened it before the agent
+	 * took the node over, or `cleanup` handed it to netfilter, as
+	 * src/dataplanes/bpf/conntrack-takeover.ts decides. The programs pass its packets untouched
+	 * until it ends; a new SYN on its tuple starts a flow of ours. */
+	KBP_CT_F_STACK = 1 << 5,
+	/* The flow is being handed to the kernel's conntrack (`cleanup`): its forward packets are
+	 * dropped for the milliseconds until netfilter has its entry (then KBP_CT_F_STACK). Passed
+	 * untranslated before it, one to a NodePort would meet no socket and reset the flow. */
+	KBP_CT_F_HOLD = 1 << 6,
 };
 _Static_assert(sizeof(enum kbp_ct_flags) == 1, "kbp_ct_flags");
 
@@ -278,6 +287,8 @@ enum kbp_drop_reason {
 	KBP_DROP_FRAG_NEEDED = 10, /* routed packet too big with DF set: ICMP frag needed sent */
 	KBP_DROP_NEW_FLOW_RATE =
 	    11, /* this CPU created kbp_config.new_flow_rate flows this second */
+	KBP_DROP_HANDOFF =
+	    12, /* a forward packet of a flow being handed to netfilter (KBP_CT_F_HOLD) */
 	KBP_DROP_MAX = 16,
 };
 _Static_assert(sizeof(enum kbp_drop_reason) == 4, "kbp_drop_reason");

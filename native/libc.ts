@@ -22,6 +22,7 @@ const c = {
   getsockopt: libc.func(
     'int getsockopt(int fd, int level, int name, _Out_ uint8_t *value, _Inout_ uint32_t *len)',
   ),
+  recv: libc.func('intptr_t recv(int fd, _Out_ uint8_t *buf, size_t len, int flags)'),
 };
 
 export const O_RDONLY = 0;
@@ -121,6 +122,32 @@ export function openRawIPv4Socket(): number {
   const fd = c.socket(AF_INET, SOCK_RAW, IPPROTO_RAW) as number;
   if (fd < 0) throw new NativeError('socket', lastErrno(), 'AF_INET, SOCK_RAW');
   return fd;
+}
+
+const AF_NETLINK = 16;
+const SOCK_CLOEXEC = 0o2000000;
+
+/** A netlink socket of `protocol` (NETLINK_NETFILTER: 12) in this thread's network namespace. */
+export function netlinkSocket(protocol: number): number {
+  const fd = c.socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, protocol) as number;
+  if (fd < 0) throw new NativeError('socket', lastErrno(), `AF_NETLINK, ${protocol}`);
+  return fd;
+}
+
+/**
+ * Sends one netlink request to the kernel and returns its first answer (an ack or error for
+ * requests with NLM_F_ACK): one request at a time, so each answer is the last request's.
+ */
+export function netlinkRequest(fd: number, message: Buffer): Buffer {
+  // sockaddr_nl: family, pad, pid 0 (the kernel), groups 0.
+  const kernel = Buffer.alloc(12);
+  kernel.writeUInt16LE(AF_NETLINK, 0);
+  if ((c.sendto(fd, message, message.length, 0, kernel, kernel.length) as number) < 0)
+    throw new NativeError('sendto', lastErrno(), 'netlink');
+  const answer = Buffer.alloc(8192);
+  const n = c.recv(fd, answer, answer.length, 0) as number;
+  if (n < 0) throw new NativeError('recv', lastErrno(), 'netlink');
+  return answer.subarray(0, n);
 }
 
 /** Sends one IPv4 packet (header included) on a raw socket, routed by its destination address. */

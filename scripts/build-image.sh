@@ -33,8 +33,8 @@ SUITE=bookworm
 # What the agent and the chart's containers run, and nothing else:
 #   libbpf1 (loaded through koffi), libstdc++6 (Node); iproute2: ip (discovery, `ip monitor`, ipvs
 #   mode's dummy device), tc; iptables: iptables-{legacy,nft}{,-save,-restore} of the iptables and
-#   ipvs modes and cleanup; nftables: nft; ipset, ipvsadm: ipvs mode; conntrack: stale UDP entries;
-#   nfacct: iptables mode's packet counters; procps: sysctl (route_localnet, ipvs sysctls); kmod:
+#   ipvs modes and cleanup; nftables: nft; ipset, ipvsadm: ipvs mode; conntrack: stale UDP entries,
+#   and bpf mode's move from and to kube-proxy; nfacct: iptables mode's packet counters; procps: sysctl (route_localnet, ipvs sysctls); kmod:
 #   modprobe, which iptables runs for a missing table (the chart mounts /lib/modules for it).
 #   setpriv (link watch), mount and sh (the bpffs init container) come with minbase.
 PACKAGES=(libbpf1 libstdc++6 iproute2 iptables nftables ipset ipvsadm conntrack nfacct procps kmod)

@@ -7,6 +7,8 @@ import { rm, stat } from 'node:fs/promises';
 import { notOnBpffs } from '../host/bpffs.js';
 import { type CommandRunner, runCommand } from '../host/command.js';
 import { detachBpf } from './bpf/attach.js';
+import { handBackToNetfilter } from './bpf/conntrack-handoff.js';
+import { PIN_LAYOUT_VERSION } from './bpf/object.js';
 import { cleanupIptables } from './iptables/cleanup.js';
 import { IPVS_DUMMY_DEVICE } from './ipvs/names.js';
 import { cleanupNftables } from './nftables/cleanup.js';
@@ -72,6 +74,14 @@ export async function cleanupNode(opts: CleanupOptions): Promise<CleanupReport> 
       return report;
     }
     if (opts.detachBpf ?? true) {
+      // Open flows of the programs go on in the kernel's conntrack once they detach (netlink works
+      // in this process's network namespace, as detaching does).
+      const handback = await handBackToNetfilter(`${opts.pinPath}/${PIN_LAYOUT_VERSION}`, exec);
+      if (handback.flows > 0)
+        report.removed.push(
+          `bpf conntrack: ${handback.flows} open flows handed to netfilter (held ${handback.heldMs} ms)`,
+        );
+      report.errors.push(...handback.errors);
       try {
         for (const name of await detachBpf(opts.pinPath)) report.removed.push(`bpf attachment ${name}`);
       } catch (err) {

@@ -25,6 +25,11 @@ export interface AgentStartOptions {
   /** bpffs "node": the directory of the host's bpffs that is this node's /sys/fs/bpf. */
   nodeBpffs?: string;
   /**
+   * The pid of a process whose mount namespace the agent joins instead (nodeMounts()): its bpffs
+   * and pins outlive the agent, as a node's do, for a later agent or `cleanup` to find.
+   */
+  mountsOf?: number;
+  /**
    * The words that start the CLI in place of `node CLI`: e.g. the image's entry point
    * (scripts/image-entrypoint.sh) inside a memory cgroup, as bench/agent-memory.ts runs it.
    */
@@ -79,22 +84,11 @@ export class LabAgent {
     const bpffs = opts.bpffs ?? 'host';
     // nsenter --net, then unshare: `ip netns exec` would remount /sys, and with it bpffs.
     const child =
-      bpffs === 'host'
-        ? lab.spawn(ns, agent[0]!, agent.slice(1))
-        : lab.spawn(ns, 'unshare', [
-            '--mount',
-            '--propagation',
-            'private',
-            '--',
-            'sh',
-            '-ec',
-            PRIVATE_MOUNTS,
-            'sh',
-            bpffs,
-            findCgroup2Root(),
-            opts.nodeBpffs ?? '-',
-            ...agent,
-          ]);
+      opts.mountsOf !== undefined
+        ? lab.spawn(ns, 'nsenter', [`--mount=/proc/${opts.mountsOf}/ns/mnt`, '--', ...agent])
+        : bpffs === 'host'
+          ? lab.spawn(ns, agent[0]!, agent.slice(1))
+          : spawnWithPrivateMounts(lab, ns, bpffs, agent, opts.nodeBpffs);
     return new LabAgent(child, startedAt);
   }
 
@@ -124,6 +118,27 @@ export class LabAgent {
   stop(): Promise<void> {
     return stopAgentProcess(this.child, this.log);
   }
+}
+
+/**
+ * A node's own mounts, as `bpffs: 'own'` makes them for one agent, held by a process that sleeps
+ * (at most `seconds`) until the caller kills it: agents started with `mountsOf` its pid, one after
+ * another, and `cleanup` run in it, share the node's pins.
+ */
+export function nodeMounts(lab: Lab, ns: string, seconds: number): ChildProcess {
+  return spawnWithPrivateMounts(lab, ns, 'own', ['sleep', String(seconds)]);
+}
+
+/** `command` in a private mount namespace of `ns` prepared by PRIVATE_MOUNTS. */
+function spawnWithPrivateMounts(
+  lab: Lab,
+  ns: string,
+  bpffs: 'absent' | 'own' | 'node',
+  command: string[],
+  nodeBpffs = '-',
+): ChildProcess {
+  const args = ['--mount', '--propagation', 'private', '--', 'sh', '-ec', PRIVATE_MOUNTS, 'sh', bpffs];
+  return lab.spawn(ns, 'unshare', [...args, findCgroup2Root(), nodeBpffs, ...command]);
 }
 
 /** VmRSS and VmHWM (peak) of a process, in MiB, from /proc/PID/status. */

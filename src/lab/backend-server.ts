@@ -8,14 +8,22 @@
 // A client that asks for keep-alive keeps its connection; after SIGTERM the server drains as a
 // well-behaved pod does in its termination grace period: it still answers every request, new
 // connections too, but closes each connection after its answer, so keep-alive clients move on.
-// Usage: node backend-server.js --name be1 [--tcp 8080[,9100...]] [--udp 5353[,...]]
+// A stream port answers each line a connection sends with that JSON and "\n", for as long as the
+// connection lasts: one long-lived TCP connection whose backend a client can ask again and again.
+// Usage: node backend-server.js --name be1 [--tcp 8080[,9100...]] [--udp 5353[,...]] [--stream 7000[,...]]
 
 import { createSocket } from 'node:dgram';
 import { createServer, type ServerResponse } from 'node:http';
+import { createServer as createTcpServer } from 'node:net';
 import { parseArgs } from 'node:util';
 
 const { values } = parseArgs({
-  options: { name: { type: 'string' }, tcp: { type: 'string' }, udp: { type: 'string' } },
+  options: {
+    name: { type: 'string' },
+    tcp: { type: 'string' },
+    udp: { type: 'string' },
+    stream: { type: 'string' },
+  },
 });
 const name = values.name ?? 'backend';
 const pending: Promise<void>[] = [];
@@ -85,6 +93,25 @@ for (const port of ports(values.udp)) {
     socket.send(echo ? Buffer.concat([Buffer.from(`${answer}\n`), msg]) : answer, rinfo.port, rinfo.address);
   });
   pending.push(new Promise((resolve) => socket.bind(port, '::', resolve)));
+}
+
+for (const port of ports(values.stream)) {
+  const server = createTcpServer((socket) => {
+    const client = `${plain(socket.remoteAddress)}:${socket.remotePort}`;
+    const answer = `${JSON.stringify({ backend: name, client })}\n`;
+    let buffered = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (text: string) => {
+      buffered += text;
+      for (let nl = buffered.indexOf('\n'); nl >= 0; nl = buffered.indexOf('\n')) {
+        buffered = buffered.slice(nl + 1);
+        socket.write(answer);
+      }
+    });
+    // A reset (the client's side broke) ends this connection only.
+    socket.on('error', () => socket.destroy());
+  });
+  pending.push(new Promise((resolve) => server.listen(port, '::', resolve)));
 }
 
 await Promise.all(pending);

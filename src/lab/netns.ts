@@ -12,6 +12,8 @@ export interface BackendOptions {
   name: string;
   tcpPorts?: number[];
   udpPorts?: number[];
+  /** Ports answering every line of a long-lived connection (backend-server.ts). */
+  streamPorts?: number[];
 }
 
 /** net.ipv4 rp_filter as distributions ship it: 1 strict (RHEL), 2 loose (systemd's 50-default.conf). */
@@ -161,6 +163,7 @@ export class Lab {
     const args = [backendScript, '--name', opts.name];
     if (opts.tcpPorts?.length) args.push('--tcp', opts.tcpPorts.join(','));
     if (opts.udpPorts?.length) args.push('--udp', opts.udpPorts.join(','));
+    if (opts.streamPorts?.length) args.push('--stream', opts.streamPorts.join(','));
     const child = this.spawn(ns, process.execPath, args);
     await waitForLine(child, 'listening', 10_000);
     return child;
@@ -307,7 +310,7 @@ export async function deleteStaleNamespaces(prefix: string): Promise<void> {
   }
 }
 
-function waitForLine(child: ChildProcess, needle: string, timeoutMs: number): Promise<void> {
+export function waitForLine(child: ChildProcess, needle: string, timeoutMs: number): Promise<void> {
   return new Promise((resolve, reject) => {
     let seen = '';
     const timer = setTimeout(

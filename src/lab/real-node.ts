@@ -110,7 +110,7 @@ export const REAL_NODES: RealNode[] = [
 
 export interface RealNodeSpec {
   /** Pods by name, each on a node, serving HTTP on tcpPorts and UDP echo on udpPorts. */
-  pods: { name: string; node: string; tcpPorts: number[]; udpPorts: number[] }[];
+  pods: { name: string; node: string; tcpPorts: number[]; udpPorts: number[]; streamPorts?: number[] }[];
   /** Servers in the nodes' own network namespaces (host network), e.g. an API server on 6443. */
   hostServers: { name: string; node: string; port: number }[];
   /** LoadBalancer IPs and the node the router sends each to (as a BGP or L2 announcement would). */
@@ -225,7 +225,11 @@ export class RealNodeLab {
   readonly backends = new Map<string, ChildProcess>();
   readonly agents = new Map<string, NodeAgent>();
   /** What startAgents() started the agents with, for restartAgent(). */
-  private agentLaunch: { rendered: RenderedAgent; opts: AgentStartOptions; source: string[] } | null = null;
+  private agentLaunch: {
+    rendered: RenderedAgent;
+    opts: AgentStartOptions | ((node: string) => AgentStartOptions);
+    source: string[];
+  } | null = null;
   /** The chart's pods, when startPods() runs the agents in containers. */
   readonly chartPods = new Map<string, ChartPod>();
   private podman: Podman | null = null;
@@ -437,9 +441,10 @@ export class RealNodeLab {
     this.pods.set(pod.name, { name: pod.name, node: pod.node, ip, ip6, hostInterface });
     await this.enableOffloads(nodeNs(pod.node), hostInterface);
     await this.enableOffloads(ns, 'eth0');
+    const { tcpPorts, udpPorts, streamPorts } = pod;
     this.backends.set(
       pod.name,
-      await this.lab.startBackend(ns, { name: pod.name, tcpPorts: pod.tcpPorts, udpPorts: pod.udpPorts }),
+      await this.lab.startBackend(ns, { name: pod.name, tcpPorts, udpPorts, streamPorts }),
     );
   }
 
@@ -459,12 +464,12 @@ export class RealNodeLab {
    * Starts one agent per node with what the chart renders for `mode` (default values otherwise):
    * the ConfigMap's config.conf and the DaemonSet's container args, with the API server replaced by
    * `source` (default --manifests; e.g. --kubeconfig FILE for a real API server); `set` adds --set
-   * values (e.g. bpf.hostRouting=stack). With bpffs "node", each node's bpffs is the directory
-   * named after it under opts.nodeBpffs. Waits for each agent's first sync.
+   * values (e.g. bpf.hostRouting=stack); `opts` may differ by node. With bpffs "node", each node's
+   * bpffs is the directory named after it under opts.nodeBpffs. Waits for each agent's first sync.
    */
   async startAgents(
     mode: ProxyMode,
-    opts: AgentStartOptions = { bpffs: 'absent' },
+    opts: AgentStartOptions | ((node: string) => AgentStartOptions) = { bpffs: 'absent' },
     set: string[] = [],
     source: string[] = ['--manifests', this.manifestsDir],
   ): Promise<void> {
@@ -489,7 +494,9 @@ export class RealNodeLab {
 
   private launchAgent(node: string): LabAgent {
     if (!this.agentLaunch) throw new Error('startAgents() has not run');
-    const { rendered, opts, source } = this.agentLaunch;
+    const { rendered, source } = this.agentLaunch;
+    const opts =
+      typeof this.agentLaunch.opts === 'function' ? this.agentLaunch.opts(node) : this.agentLaunch.opts;
     const configDir = join(this.workDir, 'agent', node);
     mkdirSync(configDir, { recursive: true });
     writeFileSync(join(configDir, 'config.conf'), rendered.config);

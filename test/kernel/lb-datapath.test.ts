@@ -1,7 +1,7 @@
 // The load balancer programs of bpf/lb.o run on crafted packets with BPF_PROG_TEST_RUN; the maps
 // are written through layout.ts's codecs, as the control plane's writer does.
 
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import {
   BPF_F_INNER_MAP,
   BPF_MAP_TYPE_ARRAY,
@@ -66,17 +66,12 @@ import {
   TCP,
 } from '../../src/net/packets.js';
 import { FAMILY_CASES, itIPv4Only } from '../support/families.js';
+import { macOf, NEIGHBOURS, OUTSIDE, SAME_SEGMENT_BACKEND } from '../support/fib-lab.js';
 import {
-  buildRoutingNamespace,
-  macOf,
-  NEIGHBOURS,
-  OUTSIDE,
-  SAME_SEGMENT_BACKEND,
-} from '../support/fib-lab.js';
-import { enterNetns } from '../support/in-netns.js';
-import {
+  dropCount,
   LB_COMPAT_OBJECT_PATH,
   type LoadedLb,
+  lbInRoutingNamespace,
   loadLb,
   run,
   runXdpOn,
@@ -128,25 +123,12 @@ function serviceDrops(svcId: number, reason: number) {
   return sumPerCpu(dropStats, buf, possibleCpus()).packets;
 }
 
-function drops(reason: number) {
-  const buf = Buffer.alloc(perCpuValueSize(dropStats.size, possibleCpus()));
-  mapLookup(lb.fd.drops, u32Codec.encode(reason), buf);
-  return sumPerCpu(dropStats, buf, possibleCpus()).packets;
-}
+const drops = (reason: number) => dropCount(lb, reason);
 
 describeRoot('bpf/lb.o datapath (BPF_PROG_TEST_RUN)', () => {
   const lab = new Lab(`kbpdp${process.pid}`);
-  let leave: (() => void) | null = null;
-  beforeAll(async () => {
-    await buildRoutingNamespace(lab);
-    leave = enterNetns(lab.ns('fib'));
-    lb = loadLb();
-    writeConfig(lb);
-  });
-  afterAll(async () => {
-    lb?.close();
-    leave?.();
-    await lab.destroy();
+  lbInRoutingNamespace(lab, (loaded) => {
+    lb = loaded;
   });
 
   describe.each(FAMILY_CASES)('DNAT and reverse NAT ($family)', ({ A, v4 }) => {

@@ -3,7 +3,7 @@
 // fragment of a datagram gets the translation of its first fragment, in both directions, on the
 // routed (SNAT) path too; a fragment whose first one was not seen passes untouched and is counted.
 
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { mapLookup, mapUpdate, possibleCpus } from '../../native/libbpf.js';
 import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
 import {
@@ -29,16 +29,14 @@ import {
   TCP,
 } from '../../src/net/packets.js';
 import { FAMILY_CASES, type FamilyCase } from '../support/families.js';
-import { buildRoutingNamespace, macOf, NEIGHBOURS } from '../support/fib-lab.js';
-import { enterNetns } from '../support/in-netns.js';
+import { macOf, NEIGHBOURS } from '../support/fib-lab.js';
 import {
   type LoadedLb,
-  loadLb,
+  lbInRoutingNamespace,
   run,
   TC_ACT_REDIRECT,
   TC_ACT_UNSPEC,
   TEST_CONFIG,
-  writeConfig,
   writeFrontend,
   XDP_PASS,
 } from '../support/lb-object.js';
@@ -154,17 +152,8 @@ function expectReassembled(outs: Buffer[], sent: Buffer): ParsedPacket {
 
 describeRoot('bpf/lb.o fragments (BPF_PROG_TEST_RUN)', () => {
   const lab = new Lab(`kbpfrag${process.pid}`);
-  let leave: (() => void) | null = null;
-  beforeAll(async () => {
-    await buildRoutingNamespace(lab);
-    leave = enterNetns(lab.ns('fib'));
-    lb = loadLb();
-    writeConfig(lb);
-  });
-  afterAll(async () => {
-    lb?.close();
-    leave?.();
-    await lab.destroy();
+  lbInRoutingNamespace(lab, (loaded) => {
+    lb = loaded;
   });
 
   describe.each(FAMILY_CASES)('$family', (family) => {

@@ -2,6 +2,7 @@
 // several engineers' tests share this machine's memory).
 
 import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll } from 'vitest';
 import {
   BPF_FUNC_SET_RETVAL,
   BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
@@ -12,15 +13,18 @@ import {
   loadObject,
   mapDelete,
   mapFd,
+  mapLookup,
   mapUpdate,
   mapUpdateBatch,
   openObject,
+  possibleCpus,
   programFd,
   setMapInitialValue,
   setMapMaxEntries,
   type TestRunResult,
   testRun,
 } from '../../native/libbpf.js';
+import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
 import { publishConfig } from '../../src/dataplanes/bpf/kernel-store.js';
 import {
   ACTION,
@@ -31,6 +35,7 @@ import {
   backend4,
   backend6,
   type DatapathRodata,
+  dropStats,
   MAPS,
   RODATA_MAP,
   rodata,
@@ -44,7 +49,10 @@ import {
   u8Codec,
   u32Codec,
 } from '../../src/dataplanes/bpf/layout.js';
+import type { Lab } from '../../src/lab/netns.js';
 import { ipFamilyOf } from '../../src/net/ip.js';
+import { buildRoutingNamespace } from './fib-lab.js';
+import { enterNetns } from './in-netns.js';
 
 /** The programs' return codes (linux/pkt_cls.h TC_ACT_*, linux/bpf.h enum xdp_action). */
 export const TC_ACT_UNSPEC = -1;
@@ -230,4 +238,33 @@ export function runXdpOn(lb: LoadedLb, prog: string, frame: Buffer, ingressIfind
   ctx.writeUInt32LE(frame.length, 4);
   ctx.writeUInt32LE(ingressIfindex, 12);
   return testRun(lb.prog(prog), { data: frame, ctx });
+}
+
+/**
+ * For a describe block: bpf/lb.o loaded inside fib-lab.ts's routing namespace (its FIB lookups see
+ * that namespace's routes), with TEST_CONFIG, handed to `loaded` in beforeAll; the namespace and
+ * the object go after the block.
+ */
+export function lbInRoutingNamespace(lab: Lab, loaded: (lb: LoadedLb) => void): void {
+  let lb: LoadedLb | undefined;
+  let leave: (() => void) | null = null;
+  beforeAll(async () => {
+    await buildRoutingNamespace(lab);
+    leave = enterNetns(lab.ns('fib'));
+    lb = loadLb();
+    writeConfig(lb);
+    loaded(lb);
+  });
+  afterAll(async () => {
+    lb?.close();
+    leave?.();
+    await lab.destroy();
+  });
+}
+
+/** Packets kbp_drops_v1 counted for `reason`, over every CPU. */
+export function dropCount(lb: LoadedLb, reason: number): bigint {
+  const buf = Buffer.alloc(perCpuValueSize(dropStats.size, possibleCpus()));
+  mapLookup(lb.fd.drops, u32Codec.encode(reason), buf);
+  return sumPerCpu(dropStats, buf, possibleCpus()).packets;
 }

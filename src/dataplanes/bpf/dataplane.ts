@@ -15,6 +15,7 @@ import type { IPFamily } from '../../model/types.js';
 import type { BpfStats, BpfStatsProvider } from '../stats.js';
 import { Attacher, type AttachReport, kernelHasIPv6Sockets, programsAtStart } from './attach.js';
 import { bpfConntrackTimeouts, type ConntrackGcStats } from './conntrack-gc.js';
+import { takeOverNetfilterFlows } from './conntrack-handoff.js';
 import { ConntrackWork } from './conntrack-work.js';
 import { hostRoutingDecision, kernelHasHostRoutingHelpers, readNetfilterChains } from './host-route.js';
 import { IdAllocator } from './ids.js';
@@ -60,6 +61,8 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
   private reservation: PortReservation | null = null;
   /** Backends whose id is past kbp_best_v1 at the last sync (counted per service only). */
   private uncountedBackends = 0;
+  /** The first sync took over netfilter's flows (conntrack-handoff.ts). */
+  private tookOver = false;
 
   private constructor(
     readonly lb: LoadedObject,
@@ -202,6 +205,11 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     // The maps are read back on the full syncs the sync loop or the brain ask for (the periodic
     // repair), not when the planner widens one for its own reasons.
     if (given.full) this.writer.resync();
+    // Before the first frontends: flows kube-proxy's rules opened stay the kernel's to translate.
+    if (!this.tookOver) {
+      this.tookOver = true;
+      await takeOverNetfilterFlows(plan, this.store.families, this.lb.fd, this.log);
+    }
     const result = await this.writer.apply(plan, scope);
     this.plan = plan;
     this.reportProblems([

@@ -89,6 +89,8 @@ export const CT_F = cEnum('CT_F', 'kbp_ct_flags', 'KBP_CT_F_', {
   HAIRPIN: 1 << 2,
   EXTERNAL: 1 << 3,
   ROUTE: 1 << 4,
+  STACK: 1 << 5,
+  HOLD: 1 << 6,
 });
 
 export const TCP_FLAG = cEnum('TCP_FLAG', 'kbp_tcp_flags', 'KBP_TCP_', {
@@ -116,6 +118,7 @@ export const DROP_REASON = cEnum(
     fib: 9,
     fragNeeded: 10,
     newFlowRate: 11,
+    handoff: 12,
   },
   {
     names: {
