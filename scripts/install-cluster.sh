@@ -18,11 +18,14 @@
 #   bash scripts/install-cluster.sh --locate   builds nothing, prints them, exits 1 if one is missing
 #
 # The pieces build in the order a cluster harness can use them, each moved into place when done.
-# See docs/conformance.md for what each image holds and the measured times.
+# Measured on 2 busy cores (docs/conformance.md has each piece, and what each image holds): with an
+# empty Go build cache (after the control plane's), 16 minutes; with our cache empty but Go's warm,
+# about 2 minutes (mostly the images' mmdebstrap); cached 0.3 s, --locate 0.1 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 source scripts/lib/k8s-wrapper.sh
+source scripts/lib/cache-dir.sh
 source scripts/lib/debs.sh
 SUITE=bookworm
 source scripts/lib/debian-sources.sh
@@ -32,7 +35,6 @@ locate_only=0
 k8s_version=v1.37.2
 containerd_version=v2.4.2
 coredns_version=v1.15.0
-cache_root=${KBP_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kube-bpf-proxy}
 node_dir=$cache_root/k8s-node-$k8s_version
 containerd_dir=$cache_root/containerd-$containerd_version
 cni_dir=$root/.tools/cni/bin
@@ -46,28 +48,6 @@ e2e_bins=(e2e.test agnhost)
 
 # Two shared cores: stay behind interactive work.
 nice_cmd=(nice -n 10)
-
-have_all() {
-  local dir=$1
-  shift
-  local b
-  for b in "$@"; do [[ -e $dir/$b ]] || return 1; done
-}
-
-# in_build_dir NAME DEST FUNCTION...: runs FUNCTION... in a fresh directory under the cache, then
-# moves the out/ it made to DEST, so DEST appears only complete.
-in_build_dir() {
-  local name=$1 dest=$2
-  shift 2
-  local work started=$SECONDS
-  work=$(mktemp -d "$cache_root/.$name-build.XXXXXX")
-  trap 'rm -rf "$work"' RETURN
-  mkdir "$work/out"
-  (cd "$work" && "$@")
-  rm -rf "$dest"
-  mv "$work/out" "$dest"
-  echo "install-cluster: built $name in $((SECONDS - started)) s: $dest"
-}
 
 build_node() {
   local pkgs=() b
@@ -102,8 +82,9 @@ build_e2e() {
 # --- The images
 # The images the cluster's pods run, built without a registry: what a node's containerd imports
 # under the names the kubelet (pause), kubeadm (CoreDNS) and the e2e image manifest (agnhost) of
-# Kubernetes $k8s_version ask for. The key hashes this section, the pause source and the archive
-# writer; the Debian packages are the mirror's of the day of the build (test images, not shipped).
+# Kubernetes $k8s_version ask for. The key hashes this section, the pause source, the archive writer
+# and the apt sources (scripts/lib/debian-sources.sh: KBP_DEBIAN_SNAPSHOT pins the packages); from a
+# moving mirror the packages are those of the day of the build (test images, not shipped).
 IMAGES_EPOCH=1764547200
 # test/utils/image/manifest.go (Pause, Agnhost) and cmd/kubeadm/app/constants/constants.go
 # (CoreDNSImageName, CoreDNSVersion; cmd/kubeadm/app/images/images.go adds the coredns/ path) at
@@ -118,7 +99,7 @@ AGNHOST_PACKAGES=(bash curl netcat-openbsd iproute2 socat wget bind9-dnsutils bu
 
 images_key() {
   {
-    echo "$k8s_version $coredns_version $SUITE"
+    printf '%s\n' "$k8s_version $coredns_version" "${sources[@]}"
     sed -n '/^# --- The images/,/^# --- end of the images/p' scripts/install-cluster.sh
     cat scripts/images/pause.c scripts/oci-archive.mjs
   } | sha256sum | cut -c1-16
@@ -158,7 +139,7 @@ agnhost_base() {
     --dpkgopt='path-exclude=/usr/share/locale/*' "${aptopts[@]}" \
     --customize-hook='rm -f "$1/etc/resolv.conf" "$1/etc/hostname"' \
     --customize-hook='ln -sf bash "$1/usr/bin/sh"' --customize-hook="$applets" \
-    "$SUITE" base-full.tar "${sources[@]}"
+    "$SUITE" base-full.tar "${sources[@]}" >mmdebstrap.log 2>&1 || { cat mmdebstrap.log >&2 && return 1; }
   mmtarfilter --path-exclude='/dev/*' <base-full.tar >base.tar
   rm base-full.tar
 }
@@ -178,8 +159,11 @@ build_agnhost() {
 
 build_agnhost_image() {
   mkdir -p agnhost-module agnhost
-  (cd agnhost-module && k8s_wrapper_module "$k8s_version" k8s.io/kubernetes/test/images/agnhost &&
-    build_agnhost ../agnhost/agnhost)
+  (
+    cd agnhost-module
+    k8s_wrapper_module "$k8s_version" k8s.io/kubernetes/test/images/agnhost
+    build_agnhost ../agnhost/agnhost
+  )
   agnhost_base
   image_archive out/agnhost.tar "$agnhost_image" "base.tar=Debian $SUITE (${AGNHOST_PACKAGES[*]})" \
     "agnhost=agnhost from k8s.io/kubernetes/test/images/agnhost $k8s_version" -- \
@@ -223,17 +207,20 @@ main() {
     echo "install-cluster: no go on PATH; cannot build the cluster's parts" >&2
     return 1
   fi
-  mkdir -p "$cache_root"
-  have_all "$node_dir" "${node_bins[@]}" || in_build_dir k8s-node "$node_dir" build_node
+  have_all "$node_dir" "${node_bins[@]}" || in_build_dir "${node_bins[*]} $k8s_version" "$node_dir" build_node
   # Debian's containerd and runc run a node; clang, libc6-dev and mmdebstrap build the images.
   install_debs "the real cluster" containerd runc clang libc6-dev mmdebstrap
-  have_all "$containerd_dir" "${containerd_bins[@]}" || in_build_dir containerd "$containerd_dir" build_containerd
+  have_all "$containerd_dir" "${containerd_bins[@]}" || in_build_dir "${containerd_bins[*]} $containerd_version" "$containerd_dir" build_containerd
   local started=$SECONDS
   bash scripts/install-deps.sh cni
   echo "install-cluster: CNI plugins ready in $((SECONDS - started)) s: $cni_dir"
-  have_all "$coredns_dir" coredns || in_build_dir coredns "$coredns_dir" build_coredns
-  have_all "$images_dir" "${image_archives[@]}" || in_build_dir cluster-images "$images_dir" build_images
-  have_all "$e2e_dir" "${e2e_bins[@]}" || in_build_dir e2e "$e2e_dir" build_e2e
+  have_all "$coredns_dir" coredns || in_build_dir "coredns $coredns_version" "$coredns_dir" build_coredns
+  if ! have_all "$images_dir" "${image_archives[@]}"; then
+    in_build_dir "the images" "$images_dir" build_images
+    # A bounded cache: the three newest image sets (other checkouts may want an older one).
+    ls -dt "$cache_root"/cluster-images-* | tail -n +4 | xargs -r rm -rf
+  fi
+  have_all "$e2e_dir" "${e2e_bins[@]}" || in_build_dir "e2e.test and agnhost $k8s_version" "$e2e_dir" build_e2e
   locate
 }
 

@@ -18,7 +18,8 @@
 #                  about 20 minutes cold on 2 busy cores, nothing when cached)
 #   cluster        what a real cluster and the upstream e2e tests need: kubelet, kube-scheduler,
 #                  kubectl, containerd 1.6 (Debian) and 2.4, CoreDNS, e2e.test, the pause, agnhost
-#                  and CoreDNS images (scripts/install-cluster.sh; not among the default parts)
+#                  and CoreDNS images (scripts/install-cluster.sh; not among the default parts;
+#                  about 16 minutes cold on 2 busy cores after the control plane, nothing when cached)
 #
 # Idempotent: a part whose pieces are there does nothing. KBP_SKIP_CONTROL_PLANE=1 skips the
 # control plane, KBP_SKIP_HELM=1 helm; a machine without Go skips the Go-built parts and says so.

@@ -29,7 +29,7 @@ k8s_wrapper_module() {
   go mod edit "${edits[@]}"
   local pkgs=() p
   for p in "$@"; do pkgs+=("$p@$version"); done
-  GOFLAGS=-mod=mod go get "${get_flags[@]}" "${pkgs[@]}" >/dev/null 2>&1
+  GOFLAGS=-mod=mod go get "${get_flags[@]}" "${pkgs[@]}" >go-get.log 2>&1 || { cat go-get.log >&2 && return 1; }
 }
 
 # k8s_version_ldflags VERSION: the -X flags that make the binaries report VERSION (without them
