@@ -105,6 +105,8 @@ if [[ -n $cache_dir ]]; then
   key=$(image_hash "$base_key")
   cached=$cache_dir/image-$key/kube-bpf-proxy.oci.tar
   if [[ -f $cached ]]; then
+    # Used now: the pruning below leaves what was used within the last two hours.
+    touch "$(dirname "$cached")"
     echo "build-image.sh: inputs unchanged (key $key): $cached" >&2
     if [[ -n $out ]]; then cp "$cached" "$out" && echo "$out"; else echo "$cached"; fi
     exit 0
@@ -230,8 +232,12 @@ node scripts/oci-archive.mjs --out "$out" --tag "$tag" --created "$SOURCE_DATE_E
   --label "org.opencontainers.image.base.name=debian:$SUITE" >&2
 log "wrote $out ($(du -h "$out" | cut -f1))"
 if [[ -n $cache_dir ]]; then
-  # A bounded cache: the four newest images and the two newest base layers.
-  ls -dt "$cache_dir"/image-* | tail -n +5 | xargs -r rm -rf
+  # A bounded cache: the four newest images and the two newest base layers. An older image used
+  # within the last two hours stays: another run on this machine may be about to import it (one
+  # was pruned under a running test tier while other checkouts built theirs).
+  ls -dt "$cache_dir"/image-* | tail -n +5 | while read -r old; do
+    if [[ -z $(find "$old" -maxdepth 0 -mmin -120) ]]; then rm -rf "$old"; fi
+  done
   ls -t "$cache_dir"/base-*.tar | tail -n +3 | while read -r old; do rm -f "$old" "$old.gz"; done
 fi
 echo "$out"
