@@ -19,7 +19,8 @@
 //   calls made are removed after each round.
 
 import { rmSync } from 'node:fs';
-import { dumpMap, mapDeleteBatch, mapUpdate, mapUpdateBatch, testRun } from '../native/libbpf.js';
+import { dumpMap, mapDeleteBatch, mapUpdate, mapUpdateBatch } from '../native/libbpf/map.js';
+import { testRun } from '../native/libbpf/test-run.js';
 import { publishConfig } from '../src/dataplanes/bpf/kernel-store.js';
 import {
   ACTION,
