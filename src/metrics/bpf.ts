@@ -127,6 +127,31 @@ function writeTraffic(
   for (const [labels, t] of groups) out.sample(`${prefix}_drops_total`, labels, t.droppedPackets);
 }
 
+/** The conntrack garbage collector's totals. */
+function writeConntrackGC(out: Exposition, gc: BpfStats['conntrackGC']): void {
+  for (const [name, help, value] of [
+    ['kube_bpf_proxy_conntrack_gc_runs_total', 'Conntrack garbage collection passes', gc.runs],
+    [
+      'kube_bpf_proxy_conntrack_gc_scanned_entries_total',
+      'Conntrack entries the garbage collector examined',
+      gc.scannedEntries,
+    ],
+    [
+      'kube_bpf_proxy_conntrack_gc_deleted_entries_total',
+      'Expired conntrack entries the garbage collector deleted',
+      gc.deletedEntries,
+    ],
+    [
+      'kube_bpf_proxy_conntrack_gc_duration_seconds_total',
+      'Time spent in conntrack garbage collection',
+      gc.seconds,
+    ],
+  ] as const) {
+    out.family(name, 'counter', help);
+    out.sample(name, '', Number(value));
+  }
+}
+
 /** The text exposition of one BpfStats reading. */
 export function renderBpfStats(stats: BpfStats, maxBackends: number): string {
   const out = new Exposition();
@@ -214,28 +239,7 @@ export function renderBpfStats(stats: BpfStats, maxBackends: number): string {
     stats.conntrackEntries.map((c) => [c.family, c.entries]),
   );
 
-  const gc = stats.conntrackGC;
-  for (const [name, help, value] of [
-    ['kube_bpf_proxy_conntrack_gc_runs_total', 'Conntrack garbage collection passes', gc.runs],
-    [
-      'kube_bpf_proxy_conntrack_gc_scanned_entries_total',
-      'Conntrack entries the garbage collector examined',
-      gc.scannedEntries,
-    ],
-    [
-      'kube_bpf_proxy_conntrack_gc_deleted_entries_total',
-      'Expired conntrack entries the garbage collector deleted',
-      gc.deletedEntries,
-    ],
-    [
-      'kube_bpf_proxy_conntrack_gc_duration_seconds_total',
-      'Time spent in conntrack garbage collection',
-      gc.seconds,
-    ],
-  ] as const) {
-    out.family(name, 'counter', help);
-    out.sample(name, '', Number(value));
-  }
+  writeConntrackGC(out, stats.conntrackGC);
   return out.text();
 }
 
