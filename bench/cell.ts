@@ -11,10 +11,10 @@ import type { BpfConfig } from '../src/config/types.js';
 import { cleanupNode } from '../src/dataplanes/cleanup.js';
 import { LabAgent } from '../src/lab/agent.js';
 import { iptablesBackendDir, KubeProxyProcess, kubeProxyConfig } from '../src/lab/kube-proxy.js';
-import type { Lab } from '../src/lab/netns.js';
+import { inCgroup, type Lab } from '../src/lab/netns.js';
 import { type IPFamily, joinHostPort } from '../src/net/ip.js';
 import type { ApiCluster } from './api-cluster.js';
-import { inCgroup, pinned, withSystemCpu } from './cpu.js';
+import { pinned, withSystemCpu } from './cpu.js';
 import {
   type BenchMode,
   endpointInKernel,

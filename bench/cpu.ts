@@ -41,11 +41,6 @@ export function pinned(cpu: number | undefined, cmd: string, args: string[]): [s
   return cpu === undefined ? [cmd, args] : ['taskset', ['-c', String(cpu), cmd, ...args]];
 }
 
-/** A command that first moves itself into `cgroup` (a cgroup v2 directory), then runs. */
-export function inCgroup(cgroup: string, cmd: string, args: string[]): [string, string[]] {
-  return ['sh', ['-c', 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', 'sh', cgroup, cmd, ...args]];
-}
-
 /** The bench's cgroups: the client pod's commands and the backend pods, under one of the run's. */
 export interface LoadCgroups {
   root: string;

@@ -14,9 +14,9 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { type BuiltCluster, buildCluster, type PodSpec } from '../src/lab/cluster.js';
-import type { Lab } from '../src/lab/netns.js';
+import { inCgroup, type Lab } from '../src/lab/netns.js';
 import { formatIP, parseCIDR } from '../src/net/ip.js';
-import { inCgroup, type LoadCgroups, type Placement, pinned } from './cpu.js';
+import { type LoadCgroups, type Placement, pinned } from './cpu.js';
 import {
   backendPodIP,
   CLIENT_POD_IP,

@@ -9,7 +9,8 @@
 #                  that the agent calls in its modes (ip, tc, iptables, nft, ipset, conntrack,
 #                  nfacct): what `scripts/demo.sh` needs
 #   test-tools     the Debian packages only the tests and the bench use (clang-format, wrk, socat,
-#                  nc, ethtool, rsvg-convert for the plots, openssl for the lab API server)
+#                  nc, ethtool, rsvg-convert for the plots, openssl for the lab API server, bpftool
+#                  for the checks of what the lab attached where)
 #   image          what building and running the agent image needs (scripts/install-image-tools.sh)
 #   helm           the pinned helm, built from the Go module proxy (scripts/install-helm.sh)
 #   cni            the CNI reference plugins of the real-node lab, built from the Go module proxy
@@ -43,7 +44,7 @@ install_run() {
 
 install_test_tools() {
   install_debs "the tests and the bench" clang-format ethtool wrk socat netcat-openbsd librsvg2-bin \
-    fonts-dejavu-core openssl
+    fonts-dejavu-core openssl bpftool
 }
 
 # The CNI reference plugins that wire the pods of the real-node e2e lab (test/e2e/real-node.test.ts)

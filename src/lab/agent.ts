@@ -15,8 +15,8 @@ export interface AgentStartOptions {
    * does not mount it. "own": a private mount namespace with a fresh bpffs of its own, as on a node
    * that mounts it, without sharing pins with the host or the other lab nodes. Private mount
    * namespaces also get their own /run/kube-bpf-proxy, as every real node has, with the host's
-   * cgroup2 root bound read-only at /run/kube-bpf-proxy/cgroupv2, where the Helm chart mounts it
-   * (the chart's bpf.cgroupPath); the host's mounts are never touched. "node": a private mount
+   * cgroup2 root (or hostCgroup) bound read-only at /run/kube-bpf-proxy/cgroupv2, where the Helm
+   * chart mounts it (the chart's bpf.cgroupPath); the host's mounts are never touched. "node": a private mount
    * namespace whose /sys/fs/bpf is `nodeBpffs`, a directory of the host's bpffs bound there, so
    * pins outlive the process as on a node whose bpffs the chart mounts from the host (an agent
    * killed and started again finds its maps), without sharing pins with the other lab nodes.
@@ -24,6 +24,13 @@ export interface AgentStartOptions {
   bpffs?: 'host' | 'absent' | 'own' | 'node';
   /** bpffs "node": the directory of the host's bpffs that is this node's /sys/fs/bpf. */
   nodeBpffs?: string;
+  /**
+   * In a private mount namespace: the cgroup2 directory bound at /run/kube-bpf-proxy/cgroupv2, where
+   * the chart mounts the host's hierarchy (cgroup.hostRoot); default the machine's cgroup2 root. A
+   * lab node's own cgroup here keeps its socket hooks on that node's processes, off the machine's
+   * root.
+   */
+  hostCgroup?: string;
   /**
    * The pid of a process whose mount namespace the agent joins instead (nodeMounts()): its bpffs
    * and pins outlive the agent, as a node's do, for a later agent or `cleanup` to find.
@@ -88,7 +95,7 @@ export class LabAgent {
         ? lab.spawn(ns, 'nsenter', [`--mount=/proc/${opts.mountsOf}/ns/mnt`, '--', ...agent])
         : bpffs === 'host'
           ? lab.spawn(ns, agent[0]!, agent.slice(1))
-          : spawnWithPrivateMounts(lab, ns, bpffs, agent, opts.nodeBpffs);
+          : spawnWithPrivateMounts(lab, ns, bpffs, agent, opts);
     return new LabAgent(child, startedAt);
   }
 
@@ -125,8 +132,8 @@ export class LabAgent {
  * (at most `seconds`) until the caller kills it: agents started with `mountsOf` its pid, one after
  * another, and `cleanup` run in it, share the node's pins.
  */
-export function nodeMounts(lab: Lab, ns: string, seconds: number): ChildProcess {
-  return spawnWithPrivateMounts(lab, ns, 'own', ['sleep', String(seconds)]);
+export function nodeMounts(lab: Lab, ns: string, seconds: number, hostCgroup?: string): ChildProcess {
+  return spawnWithPrivateMounts(lab, ns, 'own', ['sleep', String(seconds)], { hostCgroup });
 }
 
 /** `command` in a private mount namespace of `ns` prepared by PRIVATE_MOUNTS. */
@@ -135,10 +142,11 @@ function spawnWithPrivateMounts(
   ns: string,
   bpffs: 'absent' | 'own' | 'node',
   command: string[],
-  nodeBpffs = '-',
+  opts: Pick<AgentStartOptions, 'nodeBpffs' | 'hostCgroup'>,
 ): ChildProcess {
   const args = ['--mount', '--propagation', 'private', '--', 'sh', '-ec', PRIVATE_MOUNTS, 'sh', bpffs];
-  return lab.spawn(ns, 'unshare', [...args, findCgroup2Root(), nodeBpffs, ...command]);
+  const cgroup = opts.hostCgroup ?? findCgroup2Root();
+  return lab.spawn(ns, 'unshare', [...args, cgroup, opts.nodeBpffs ?? '-', ...command]);
 }
 
 /** VmRSS and VmHWM (peak) of a process, in MiB, from /proc/PID/status. */

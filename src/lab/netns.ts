@@ -20,6 +20,11 @@ export interface BackendOptions {
 export type ReversePathFilter = 1 | 2;
 
 const NETNS_DIR = '/run/netns';
+
+/** A command that first moves itself into `cgroup` (a cgroup v2 directory), then runs. */
+export function inCgroup(cgroup: string, cmd: string, args: string[]): [string, string[]] {
+  return ['sh', ['-c', 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', 'sh', cgroup, cmd, ...args]];
+}
 /**
  * The compiled JavaScript file next to a module: scripts that run as separate node processes
  * (inside namespaces) must be JavaScript, so from the sources (tests under vitest) this is the
@@ -40,6 +45,8 @@ export class Lab {
   readonly prefix: string;
   private readonly namespaces = new Set<string>();
   private readonly processes = new Set<ChildProcess>();
+  /** The cgroup2 directory each namespace's commands start in, where one is set (setCgroup()). */
+  private readonly cgroups = new Map<string, string>();
 
   /** prefix: short and unique per run (pid included), e.g. `kbp${process.pid}`. */
   constructor(prefix: string) {
@@ -145,17 +152,33 @@ export class Lab {
     args: string[],
     opts: { allowFailure?: boolean; input?: string } = {},
   ): Promise<ExecResult> {
-    return runCommand('nsenter', [`--net=${NETNS_DIR}/${this.ns(ns)}`, '--', cmd, ...args], opts);
+    return runCommand('nsenter', this.nsenterArgs(ns, cmd, args), opts);
   }
 
   /** Starts a long-running process inside a namespace; destroy() kills it. */
   spawn(ns: string, cmd: string, args: string[]): ChildProcess {
-    const child = spawn('nsenter', [`--net=${NETNS_DIR}/${this.ns(ns)}`, '--', cmd, ...args], {
+    const child = spawn('nsenter', this.nsenterArgs(ns, cmd, args), {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.processes.add(child);
     child.once('exit', () => this.processes.delete(child));
     return child;
+  }
+
+  /**
+   * Every later command in the namespace (exec(), spawn() and all built on them) starts in the
+   * cgroup2 directory `dir`, as a node's processes live in its cgroup: socket hooks attached there
+   * see them, and none of the machine's other processes. The caller creates and removes `dir`.
+   */
+  setCgroup(ns: string, dir: string): void {
+    this.cgroups.set(ns, dir);
+  }
+
+  /** nsenter's words for `cmd` in the namespace: joining its cgroup first, where one is set. */
+  private nsenterArgs(ns: string, cmd: string, args: string[]): string[] {
+    const cgroup = this.cgroups.get(ns);
+    const [command, words] = cgroup === undefined ? [cmd, args] : inCgroup(cgroup, cmd, args);
+    return [`--net=${NETNS_DIR}/${this.ns(ns)}`, '--', command, ...words];
   }
 
   /** Starts a backend (HTTP on each TCP port, UDP echo on each UDP port) and waits until it listens. */

@@ -17,7 +17,10 @@
 //   systemd timers (this host has no systemd), so the lab runs them itself as the kubelet does:
 //   an HTTP GET from the node to the pod's (the node's) address (probe());
 // - the init container stays after it ran (podman removes "once" init containers racily);
-// - annotations longer than podman 4.3 accepts (the config checksum) are left out.
+// - annotations longer than podman 4.3 accepts (the config checksum) are left out;
+// - the host's cgroup hierarchy (cgroup.hostRoot) is the lab node's own cgroup: the lab's nodes
+//   share one machine, whose root would hold every node's processes (as nodes sharing a machine
+//   each set cgroup.hostRoot to their own).
 
 import { execFile, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -324,15 +327,16 @@ export interface ChartPodOptions {
   name: string;
   node: string;
   nodeRoot: string;
+  /** The node's cgroup2 directory, mounted where the chart mounts the host's hierarchy. */
+  hostCgroup: string;
   serviceAccountDir: string;
   dropCapabilities?: string[];
 }
 
 /**
  * The DaemonSet's pod template as a Pod for `podman kube play` on one lab node (see the header
- * for every translation), its hostPath volumes under `nodeRoot` (the host's cgroup2 hierarchy
- * stays the host's: every lab node shares the kernel's), the ServiceAccount mounted from
- * `serviceAccountDir`.
+ * for every translation), its hostPath volumes under `nodeRoot` but the host's cgroup hierarchy,
+ * which is the node's cgroup `hostCgroup`, the ServiceAccount mounted from `serviceAccountDir`.
  */
 export function chartPodManifest(
   daemonSet: Manifest,
@@ -368,7 +372,7 @@ export function chartPodManifest(
       ];
     }
   }
-  placeHostPaths(spec.volumes ?? [], opts.nodeRoot);
+  placeHostPaths(spec.volumes ?? [], opts.nodeRoot, opts.hostCgroup);
   if (spec.automountServiceAccountToken !== false) {
     spec.volumes = [
       ...(spec.volumes ?? []),
@@ -450,12 +454,19 @@ function seccompToAnnotation(
   delete security.seccompProfile;
 }
 
-/** Moves the hostPath volumes under the node's root, creating them as the kubelet would. */
-function placeHostPaths(volumes: Manifest[], nodeRoot: string): void {
+/**
+ * Moves the hostPath volumes under the node's root, creating them as the kubelet would; the host's
+ * cgroup hierarchy (cgroup.hostRoot) becomes the node's own cgroup, so that the agent's socket
+ * hooks attach there, not at the root of the hierarchy every lab node shares.
+ */
+function placeHostPaths(volumes: Manifest[], nodeRoot: string, hostCgroup: string): void {
   for (const volume of volumes) {
     if (!volume.hostPath) continue;
     const path: string = volume.hostPath.path;
-    if (path === '/sys/fs/cgroup') continue;
+    if (path === '/sys/fs/cgroup') {
+      volume.hostPath.path = hostCgroup;
+      continue;
+    }
     const onNode = join(nodeRoot, path);
     if (volume.hostPath.type === 'FileOrCreate') {
       mkdirSync(join(onNode, '..'), { recursive: true });

@@ -36,6 +36,14 @@ import {
   removeNodeRoots,
   writeManifest,
 } from './pod.js';
+import { removeNodeCgroups } from './real-cluster/cgroups.js';
+import {
+  labCgroupName,
+  makeLabCgroups,
+  nodeCgroupDir,
+  podsCgroupDir,
+  removeStaleLabCgroups,
+} from './real-node-cgroups.js';
 import { type RenderedAgent, renderChart } from './real-node-chart.js';
 import { runCni } from './real-node-cni.js';
 import { addFlannelMasquerade, addVxlanDevices, joinOverlay } from './real-node-flannel.js';
@@ -99,9 +107,17 @@ export class RealNodeLab {
   /** Temporary files: host-local's leases, the manifests, the agents' config. */
   readonly workDir = mkdtempSync(join(tmpdir(), 'kbp-real-node-'));
   readonly manifestsDir = join(this.workDir, 'manifests');
+  /** The lab's cgroup below the cgroup2 root (real-node-cgroups.ts); each node's is below it. */
+  readonly cgroup: string;
 
   constructor(readonly lab: Lab) {
     mkdirSync(this.manifestsDir);
+    this.cgroup = labCgroupName(lab.prefix);
+  }
+
+  /** The cgroup2 directory of a node's host processes, agent included; its socket hooks go there. */
+  nodeCgroup(node: string): string {
+    return nodeCgroupDir(this.cgroup, node);
   }
 
   nodeNs(node: string): string {
@@ -124,6 +140,12 @@ export class RealNodeLab {
 
   async build(spec: RealNodeSpec): Promise<void> {
     const { lab } = this;
+    await removeStaleLabCgroups();
+    makeLabCgroups(
+      this.cgroup,
+      REAL_NODES.map((n) => n.name),
+    );
+    for (const node of REAL_NODES) lab.setCgroup(nodeNs(node.name), this.nodeCgroup(node.name));
     // The router: the nodes' L2 segment (br0, the nodes' default gateway) and the client's link.
     await lab.addNamespace('wire');
     await lab.sysctl('wire', 'net.ipv4.ip_forward', '1');
@@ -193,6 +215,7 @@ export class RealNodeLab {
   private async addPod(pod: RealNodeSpec['pods'][number]): Promise<void> {
     const ns = podNs(pod.name);
     await this.lab.addNamespace(ns);
+    this.lab.setCgroup(ns, podsCgroupDir(this.cgroup, pod.node));
     const result = await runCni(this.lab, this.workDir, 'ADD', pod);
     const addresses = (result.ips ?? []).map((i) => i.address.split('/')[0] ?? '');
     const ip = addresses.find((a) => !a.includes(':'));
@@ -271,6 +294,7 @@ export class RealNodeLab {
     const nodeBpffs = opts.bpffs === 'node' ? join(opts.nodeBpffs ?? '', node) : undefined;
     if (nodeBpffs) mkdirSync(nodeBpffs, { recursive: true });
     const agent = LabAgent.start(this.lab, nodeNs(node), mainScript, [...args, ...source], {
+      hostCgroup: this.nodeCgroup(node),
       ...opts,
       ...(nodeBpffs ? { nodeBpffs } : {}),
     });
@@ -312,6 +336,7 @@ export class RealNodeLab {
         name,
         node: node.name,
         nodeRoot: join(this.nodeRoots ?? podDir, node.name),
+        hostCgroup: this.nodeCgroup(node.name),
         serviceAccountDir: this.controlPlane?.serviceAccountDir ?? '',
         dropCapabilities: run.dropCapabilities ?? [],
       });
@@ -360,7 +385,10 @@ export class RealNodeLab {
     return this.controlPlane?.token ?? '';
   }
 
-  /** Stops the agents, releases the pods' addresses with CNI DEL and deletes every namespace. */
+  /**
+   * Stops the agents, releases the pods' addresses with CNI DEL, deletes every namespace and, once
+   * their processes are gone, the lab's cgroups.
+   */
   async destroy(): Promise<void> {
     for (const agent of this.agents.values()) await agent.stop().catch(() => {});
     if (this.podman) await this.podman.removePods(`${this.lab.prefix}-`);
@@ -368,7 +396,11 @@ export class RealNodeLab {
     if (this.nodeRoots) await removeNodeRoots(this.nodeRoots);
     for (const pod of this.pods.values()) await runCni(this.lab, this.workDir, 'DEL', pod).catch(() => {});
     await this.lab.destroy();
-    rmSync(this.workDir, { recursive: true, force: true });
+    try {
+      await removeNodeCgroups(this.cgroup);
+    } finally {
+      rmSync(this.workDir, { recursive: true, force: true });
+    }
   }
 
   /** The Nodes, Services and EndpointSlices writeManifests() writes, for an API server to serve. */

@@ -252,7 +252,10 @@ describeControlPlane('live migration between the real kube-proxy and kube-bpf-pr
       expect(answer.status, JSON.stringify(answer.body)).toBe(201);
     }
     for (const node of REAL_NODES)
-      holders.set(node.name, nodeMounts(lab, nodes.nodeNs(node.name), LIFETIME_S));
+      holders.set(
+        node.name,
+        nodeMounts(lab, nodes.nodeNs(node.name), LIFETIME_S, nodes.nodeCgroup(node.name)),
+      );
   }, 240_000);
 
   afterAll(async () => {

@@ -3,12 +3,14 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { BpfConfig, ProxyMode } from '../../src/config/types.js';
+import { findCgroup2Root } from '../../src/host/cgroup.js';
 import { deleteStaleNamespaces, Lab, type RequestResult } from '../../src/lab/netns.js';
 import { RealNodeLab } from '../../src/lab/real-node.js';
 import { CNI_BIN } from '../../src/lab/real-node-cni.js';
 import type { LabService } from '../../src/lab/real-node-objects.js';
 import { CLIENT_IP, CLIENT_IP6, ipv6Of, REAL_NODES } from '../../src/lab/real-node-plan.js';
 import type { IPFamily } from '../../src/model/types.js';
+import { cgroupPrograms } from '../support/cgroup-programs.js';
 import type { FakeApiServer } from '../support/fake-apiserver.js';
 import { apiAddress, describeImage, fakeApiServerWith } from '../support/image.js';
 import { describeRoot } from '../support/privileges.js';
@@ -580,6 +582,19 @@ for (const { mode, agent, hostRouting } of VARIANTS) {
           expect(probes.map((p) => p.kind).sort()).toEqual(['liveness', 'readiness', 'startup']);
           expect(probes.filter((p) => p.status !== 200)).toEqual([]);
           expect(nodes.nodeMountType(node.name, '/sys/fs/bpf')).toBe('bpf');
+        }
+      });
+    }
+
+    if (mode === 'bpf') {
+      it("each node's socket hooks are on its own cgroup, none at the machine's cgroup2 root", async () => {
+        const atRoot = new Set((await cgroupPrograms(findCgroup2Root())).map((p) => p.id));
+        for (const node of REAL_NODES) {
+          const hooks = await cgroupPrograms(nodes.nodeCgroup(node.name));
+          expect(hooks.map((p) => p.name)).toEqual(
+            expect.arrayContaining(['kbp_sock4_connect', 'kbp_sock6_connect', 'kbp_sock4_sendmsg']),
+          );
+          expect(hooks.filter((p) => atRoot.has(p.id))).toEqual([]);
         }
       });
     }

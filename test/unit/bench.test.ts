@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadTargets } from '../../bench/cell.js';
 import { benchOptions } from '../../bench/cli.js';
-import { inCgroup, parseSystemUs, pinned, placement, usPerUnit } from '../../bench/cpu.js';
+import { parseSystemUs, pinned, placement, usPerUnit } from '../../bench/cpu.js';
 import {
   ALL_MODES,
   benchCells,
@@ -59,6 +59,7 @@ import {
 } from '../../bench/scenario.js';
 import { histogram, histogramPercentile, mergeHistograms, percentile, summarize } from '../../bench/stats.js';
 import { parseColumns, parseLoadgen, parseWrk } from '../../bench/tools.js';
+import { inCgroup } from '../../src/lab/netns.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
 import { cidrContains, parseCIDR, parseIP } from '../../src/net/ip.js';
 import { readManifests } from '../../src/sources/manifests.js';

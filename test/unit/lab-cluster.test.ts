@@ -1,11 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { DEMO_NODES } from '../../src/cli/demo.js';
 import { clusterSpecFromState, podIPv6 } from '../../src/lab/cluster.js';
+import { deadLabPid, labCgroupName } from '../../src/lab/real-node-cgroups.js';
 import { ipv6Of } from '../../src/lab/real-node-plan.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
 import { readManifests } from '../../src/sources/manifests.js';
 
-// The namespace lab's dual-stack address plan (src/lab/cluster.ts, src/lab/real-node.ts).
+// The namespace lab's dual-stack address plan (src/lab/cluster.ts, src/lab/real-node-plan.ts), and
+// the names of the real-node lab's cgroups (src/lab/real-node-cgroups.ts).
 
 describe('the lab clusters, dual-stack', () => {
   const nodeA = { podCIDR: '10.244.1.0/24', podCIDR6: 'fd00:244:0:1::/64' };
@@ -50,5 +52,19 @@ describe('the lab clusters, dual-stack', () => {
     expect(ipv6Of('10.96.0.1')).toBe('fd00:10:96::1');
     expect(ipv6Of('192.0.2.100')).toBe('fd00:192::2:100');
     expect(ipv6Of('198.51.100.10')).toBe('fd00:198:51::100:10');
+  });
+});
+
+describe("the real-node lab's cgroups", () => {
+  it('are named by the run, so that a later run removes what a killed one left', () => {
+    expect(labCgroupName('kbprnb7', 123)).toBe('/kbp-real-node-123-kbprnb7');
+    const alive = (pid: number) => pid === 200;
+    expect(deadLabPid(labCgroupName('kbprnb100', 100), alive)).toBe(100);
+    expect(deadLabPid('kbp-real-node-100-kbpmig100', alive)).toBe(100);
+    expect(deadLabPid(labCgroupName('kbprnb200', 200), alive)).toBeNull();
+    // This run's own, and names of other labs, are never taken for a dead run's.
+    expect(deadLabPid(labCgroupName('kbprnb1'), () => false)).toBeNull();
+    expect(deadLabPid('/kbpc100-node1', alive)).toBeNull();
+    expect(deadLabPid('/kbp-real-node-x-kbprnb', alive)).toBeNull();
   });
 });

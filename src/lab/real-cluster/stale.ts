@@ -3,22 +3,17 @@
 // (a node's init among them, which takes the node's pid and mount namespaces with it), the
 // namespaces, the nodes' cgroups and the state directories.
 
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { runCommand } from '../../host/command.js';
+import { deadRunPidOf } from '../run-names.js';
 import { cgroupRootsWithPrefix, removeNodeCgroups } from './cgroups.js';
 import { RUN_PREFIX } from './cluster.js';
 
 /** The pid of the run that named `name`, when that run is gone (pure but for the liveness probe). */
-export function deadRunPid(
-  name: string,
-  alive: (pid: number) => boolean = (pid) => existsSync(`/proc/${pid}`),
-): number | null {
-  const match = new RegExp(`^/?${RUN_PREFIX}(\\d+)-`).exec(name);
-  if (!match) return null;
-  const pid = Number(match[1]);
-  return pid === process.pid || alive(pid) ? null : pid;
+export function deadRunPid(name: string, alive?: (pid: number) => boolean): number | null {
+  return deadRunPidOf(RUN_PREFIX, name, alive);
 }
 
 export async function removeStaleRuns(): Promise<void> {
