@@ -16,10 +16,11 @@ export interface AgentStartOptions {
    * that mounts it, without sharing pins with the host or the other lab nodes. Private mount
    * namespaces also get their own /run/kube-bpf-proxy, as every real node has, with the host's
    * cgroup2 root (or hostCgroup) bound read-only at /run/kube-bpf-proxy/cgroupv2, where the Helm
-   * chart mounts it (the chart's bpf.cgroupPath); the host's mounts are never touched. "node": a private mount
-   * namespace whose /sys/fs/bpf is `nodeBpffs`, a directory of the host's bpffs bound there, so
-   * pins outlive the process as on a node whose bpffs the chart mounts from the host (an agent
-   * killed and started again finds its maps), without sharing pins with the other lab nodes.
+   * chart mounts it (the chart's bpf.cgroupPath); the host's mounts are never touched. "node": a
+   * private mount namespace whose /sys/fs/bpf is `nodeBpffs`, a directory of the host's bpffs
+   * bound there, so pins outlive the process as on a node whose bpffs the chart mounts from the
+   * host (an agent killed and started again finds its maps), without sharing pins with the other
+   * lab nodes.
    */
   bpffs?: 'host' | 'absent' | 'own' | 'node';
   /** bpffs "node": the directory of the host's bpffs that is this node's /sys/fs/bpf. */

@@ -20,11 +20,11 @@ export interface BackendOptions {
 export type ReversePathFilter = 1 | 2;
 
 const NETNS_DIR = '/run/netns';
-
 /** A command that first moves itself into `cgroup` (a cgroup v2 directory), then runs. */
 export function inCgroup(cgroup: string, cmd: string, args: string[]): [string, string[]] {
   return ['sh', ['-c', 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', 'sh', cgroup, cmd, ...args]];
 }
+
 /**
  * The compiled JavaScript file next to a module: scripts that run as separate node processes
  * (inside namespaces) must be JavaScript, so from the sources (tests under vitest) this is the
