@@ -23,6 +23,7 @@ import {
   checkLeaks,
   checkMaps,
   checkProgramming,
+  countedFailures,
   mapProblems,
 } from './checks.js';
 import { Churn, type ChurnKind, DISRUPTIONS } from './churn.js';
@@ -225,6 +226,12 @@ async function soak(world: SoakWorld, minutes: number, reportDir: string): Promi
       name: s.name,
       requests: ledger.requests[i] ?? 0,
       failures: ledger.failures.filter((f) => f.stream === i).length,
+    })),
+    failures: countedFailures(r.streams, ledger.failures, r.churn.incarnations).map((f) => ({
+      at: f.at,
+      stream: r.streams[f.stream]?.name ?? String(f.stream),
+      error: f.error,
+      lastBackend: f.lastBackend,
     })),
     perSecond: [...ledger.perSecond].sort((a, b) => a[0] - b[0]).map(([t, [ok, failed]]) => [t, ok, failed]),
     events: r.churn.events,

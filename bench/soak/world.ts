@@ -40,7 +40,7 @@ export const POOL = REAL_NODES.flatMap((node) =>
   [1, 2, 3, 4].map((i) => ({ slot: `w${node.name.slice(-1)}${i}`, node: node.name })),
 );
 export const CLIENT_PODS = REAL_NODES.map((node) => ({ name: `c${node.name.slice(-1)}`, node: node.name }));
-const STABLE_PODS = REAL_NODES.map((node) => ({ name: `s${node.name.slice(-1)}`, node: node.name }));
+export const STABLE_PODS = REAL_NODES.map((node) => ({ name: `s${node.name.slice(-1)}`, node: node.name }));
 const CONTROL_PLANE_ADDRESS = '10.10.0.200';
 
 export interface ServiceAddresses {
