@@ -1,5 +1,6 @@
-// The soak's verdicts (bench/soak/checks.ts) and its reading of the agent's metrics
-// (bench/soak/metrics.ts), on recorded data: what passes, what fails, and what is excused.
+// The soak's verdicts (bench/soak/checks.ts), its reading of the agent's metrics
+// (bench/soak/metrics.ts) and its start line (bench/soak/traffic.ts), on recorded data: what
+// passes, what fails, and what is excused.
 
 import { describe, expect, it } from 'vitest';
 import {
@@ -14,7 +15,7 @@ import {
 } from '../../bench/soak/checks.js';
 import type { Incarnation } from '../../bench/soak/churn.js';
 import { type NodeSample, readAgentMetrics, unreachablesSent } from '../../bench/soak/metrics.js';
-import type { Failure, Stream } from '../../bench/soak/traffic.js';
+import { type Failure, type Stream, startProbes } from '../../bench/soak/traffic.js';
 
 const stream = (kind: Stream['kind'], service: Stream['service'] = 'churn'): Stream => ({
   ns: 'p-ca',
@@ -141,6 +142,34 @@ describe("the agent's metrics", () => {
         { le: Number.POSITIVE_INFINITY, count: 8 },
       ],
     });
+  });
+});
+
+describe('the start line', () => {
+  it("probes every stream's target from its namespace in its protocol: both families, UDP and TCP", () => {
+    // The 2026-12-07 CI rehearsal's two failures were the first requests of node-a's IPv6 UDP
+    // streams to the churned Service: node-a had programmed its IPv4 EndpointSlice, not yet its
+    // IPv6 one, when the soak started on an IPv4 TCP answer alone.
+    const v6 = (kind: Stream['kind'], ns: string) => ({
+      ...stream(kind),
+      ns,
+      family: 'IPv6' as const,
+      target: '[fd00:10:96::20]:53',
+    });
+    const streams = [
+      stream('new'),
+      stream('keepalive'),
+      v6('udp-stream', 'p-ca'),
+      v6('udp', 'n-node-a'),
+      v6('udp', 'n-node-a'),
+      { ...stream('datagram'), ns: 'client', target: '10.10.0.1:30053' },
+    ];
+    expect(startProbes(streams)).toEqual([
+      { ns: 'p-ca', target: '10.96.0.20:80', proto: 'tcp' },
+      { ns: 'p-ca', target: '[fd00:10:96::20]:53', proto: 'udp' },
+      { ns: 'n-node-a', target: '[fd00:10:96::20]:53', proto: 'udp' },
+      { ns: 'client', target: '10.10.0.1:30053', proto: 'udp' },
+    ]);
   });
 });
 
