@@ -14,11 +14,21 @@
 
 import { existsSync, mkdirSync, readdirSync, statSync, unlinkSync } from 'node:fs';
 import {
-  BPF_CGROUP_INET_SOCK_RELEASE,
+  type LinkInfo,
+  linkCreate,
+  linkDetach,
+  linkInfo,
+  linkUpdate,
+  tcAttach,
+  tcDetach,
+  tcHookCreate,
+} from '../../../native/libbpf/attach.js';
+import {
   BPF_CGROUP_INET4_CONNECT,
   BPF_CGROUP_INET4_GETPEERNAME,
   BPF_CGROUP_INET6_CONNECT,
   BPF_CGROUP_INET6_GETPEERNAME,
+  BPF_CGROUP_INET_SOCK_RELEASE,
   BPF_CGROUP_UDP4_RECVMSG,
   BPF_CGROUP_UDP4_SENDMSG,
   BPF_CGROUP_UDP6_RECVMSG,
@@ -30,19 +40,10 @@ import {
   BPF_XDP,
   EINVAL,
   ENOENT,
-  getPinned,
-  type LinkInfo,
-  linkCreate,
-  linkDetach,
-  linkInfo,
-  linkUpdate,
-  pinObject,
-  tcAttach,
-  tcDetach,
-  tcHookCreate,
   XDP_FLAGS_DRV_MODE,
   XDP_FLAGS_SKB_MODE,
-} from '../../../native/libbpf.js';
+} from '../../../native/libbpf/constants.js';
+import { getPinned, pinObject } from '../../../native/libbpf/object.js';
 import { closeFd, NativeError, O_CLOEXEC, O_RDONLY, openPath } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
 import { makeBpffsDir } from '../../host/bpffs.js';
