@@ -142,7 +142,7 @@ full_run() {
   run_tier e2e "$@"
   # The 5-minute bpf soak, about 6.5 minutes in all. Out of the full run after a CI rehearsal lost
   # 2 of 34,150 requests (its start line came before node-a had the churned Service's IPv6
-  # endpoints, docs/soak.md); back after three clean runs in a row with the fixes (docs/soak.md, Runs).
+  # endpoints, docs/soak.md); back after four clean runs in a row with the fixes (docs/soak.md, Runs).
   run_soak
   # Everything conformance.sh would install or build is there by now.
   export KBP_SKIP_BUILD=1
