@@ -10,7 +10,7 @@
  *                     and IPv6)
  *   kbp_xdp_tx        benchmark baseline
  *   kbp_sock4_connect, kbp_sock4_sendmsg, kbp_sock4_recvmsg, kbp_sock4_getpeername, and their
- *   IPv6 counterparts kbp_sock6_connect ... kbp_sock6_getpeername
+ *   IPv6 counterparts kbp_sock6_connect ... kbp_sock6_getpeername, and kbp_sock_release
  *                     cgroup v2 socket hooks: socket-level load balancing (sock.h)
  * The tc programs return TC_ACT_UNSPEC (= TCX_NEXT) to let the packet continue, so they work
  * under tcx and under clsact/cls_bpf direct-action alike.
@@ -214,6 +214,13 @@ SEC("cgroup/getpeername6")
 int kbp_sock6_getpeername(struct bpf_sock_addr *ctx) {
 	kbp_sock_unxlate6(ctx);
 	return KBP_SOCK_PROCEED;
+}
+
+/* Runs for every socket of the cgroup that closes: most never were translated (one lookup). */
+SEC("cgroup/sock_release")
+int kbp_sock_release(struct bpf_sock *ctx) {
+	kbp_sock_forget(bpf_get_socket_cookie(ctx));
+	return 1;
 }
 
 char _license[] SEC("license") = "Dual BSD/GPL";

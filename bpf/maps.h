@@ -264,6 +264,16 @@ struct {
 	__type(value, struct kbp_sockrev6_val);
 } kbp_sockrev6_v1 SEC(".maps");
 
+/* Socket cookie -> the reverse entries the socket made (types.h). Not preallocated: it holds an
+ * entry per live translated socket only, deleted at its release. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, KBP_MAX_SOCK_REV);
+	__type(key, __u64);
+	__type(value, struct kbp_sockidx);
+} kbp_sockidx_v1 SEC(".maps");
+
 /* Datagrams in flight as fragments: entries are never deleted (fragments may come in any order),
  * the LRU forgets the oldest. */
 struct {

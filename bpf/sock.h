@@ -195,4 +195,29 @@ static __always_inline void kbp_sock_unxlate6(struct bpf_sock_addr *ctx) {
 	}
 }
 
+/* sock_release: the socket goes, and the reverse entries it made (kbp_sockidx_v1) with it. */
+static __always_inline void kbp_sock_forget(__u64 cookie) {
+	struct kbp_sockidx *idx = bpf_map_lookup_elem(&kbp_sockidx_v1, &cookie);
+
+	if (!idx)
+		return;
+#pragma unroll
+	for (int i = 0; i < KBP_SOCKIDX_SLOTS; i++) {
+		const struct kbp_sockidx_slot *slot = &idx->slots[i];
+
+		if (slot->family == KBP_SOCKIDX_V4) {
+			struct kbp_sockrev4_key rk = {
+			    .cookie = cookie, .addr = slot->addr[0], .port = slot->port};
+
+			bpf_map_delete_elem(&kbp_sockrev4_v1, &rk);
+		} else if (slot->family == KBP_SOCKIDX_V6) {
+			struct kbp_sockrev6_key rk = {.cookie = cookie, .port = slot->port};
+
+			KBP_ADDR_SET(rk.addr, slot->addr);
+			bpf_map_delete_elem(&kbp_sockrev6_v1, &rk);
+		}
+	}
+	bpf_map_delete_elem(&kbp_sockidx_v1, &cookie);
+}
+
 #endif /* KBP_SOCK_H */

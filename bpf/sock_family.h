@@ -7,6 +7,33 @@
 #define KBP_SOCKREV_KEY struct KBP_FAM_NAME(kbp_sockrev, _key)
 #define KBP_SOCKREV_VAL struct KBP_FAM_NAME(kbp_sockrev, _val)
 
+/* A new reverse entry goes into its socket's slots in kbp_sockidx_v1 (kbp_sock_release deletes
+ * it with them). Two datagrams of one socket at once on two CPUs may take one slot: the entry lost
+ * there is left to the LRU. */
+static __always_inline void KBP_F(kbp_sock_remember)(const KBP_SOCKREV_KEY *rk) {
+	struct kbp_sockidx *idx = bpf_map_lookup_elem(&kbp_sockidx_v1, &rk->cookie);
+	struct kbp_sockidx_slot *slot;
+
+	if (!idx) {
+		struct kbp_sockidx fresh = {};
+
+		bpf_map_update_elem(&kbp_sockidx_v1, &rk->cookie, &fresh, BPF_NOEXIST);
+		idx = bpf_map_lookup_elem(&kbp_sockidx_v1, &rk->cookie);
+		if (!idx)
+			return; /* the map is full: the entry is left to the LRU */
+	}
+	slot = &idx->slots[idx->next % KBP_SOCKIDX_SLOTS];
+	idx->next += 1;
+#if KBP_FAM == 4
+	slot->addr[0] = rk->addr;
+	slot->family = KBP_SOCKIDX_V4;
+#else
+	KBP_ADDR_SET(slot->addr, rk->addr);
+	slot->family = KBP_SOCKIDX_V6;
+#endif
+	slot->port = rk->port;
+}
+
 /*
  * The decision for a socket address of this family: p holds the destination the process asked
  * for and the socket's bound source (zero where unbound). Returns KBP_SOCK_TRANSLATED with *to
@@ -21,6 +48,7 @@ static __always_inline int KBP_F(kbp_sock_xlate)(struct bpf_sock_addr *ctx, KBP_
 	KBP_SOCKREV_VAL rv = {};
 	struct kbp_config *cfg;
 	__u32 backend_id, reason = KBP_DROP_NONE;
+	bool known;
 	int verdict;
 
 	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
@@ -57,12 +85,15 @@ static __always_inline int KBP_F(kbp_sock_xlate)(struct bpf_sock_addr *ctx, KBP_
 	KBP_ADDR_SET(rv.addr, p->daddr);
 	rv.port = p->dport;
 	rv.svc_id = sv.svc_id;
+	known = bpf_map_lookup_elem(&KBP_FAM_NAME(kbp_sockrev, _v1), &rk) != NULL;
 	/* A connect is a new connection; datagrams count once per socket and backend. */
-	if (connect || !bpf_map_lookup_elem(&KBP_FAM_NAME(kbp_sockrev, _v1), &rk)) {
+	if (connect || !known) {
 		kbp_count_new_conn(&kbp_svcst_v1, sv.svc_id);
 		kbp_count_new_conn(&kbp_best_v1, backend_id);
 	}
 	bpf_map_update_elem(&KBP_FAM_NAME(kbp_sockrev, _v1), &rk, &rv, BPF_ANY);
+	if (!known)
+		KBP_F(kbp_sock_remember)(&rk);
 	return KBP_SOCK_TRANSLATED;
 }
 

@@ -459,4 +459,29 @@ struct kbp_sockrev6_val {
 };
 _Static_assert(sizeof(struct kbp_sockrev6_val) == 24, "kbp_sockrev6_val");
 
+/* kbp_sockidx_v1: the reverse entries a socket made, by socket cookie, so kbp_sock_release can
+ * delete them when the socket goes (their keys hold the cookie, a hash map cannot be searched by
+ * it). A ring: a socket that met more backends than it has slots leaves its oldest entries to the
+ * LRU. */
+#define KBP_SOCKIDX_SLOTS 4
+
+/* kbp_sockidx_slot.family: which map holds the entry (only the datapath reads it). */
+#define KBP_SOCKIDX_NONE 0
+#define KBP_SOCKIDX_V4	 4 /* kbp_sockrev4_v1, a mapped peer's entry too */
+#define KBP_SOCKIDX_V6	 6
+
+struct kbp_sockidx_slot {
+	__be32 addr[4]; /* backend: an IPv4 one in addr[0] */
+	__be16 port;
+	__u8 family; /* KBP_SOCKIDX_V4 or _V6; KBP_SOCKIDX_NONE while unused */
+	__u8 pad;
+};
+_Static_assert(sizeof(struct kbp_sockidx_slot) == 20, "kbp_sockidx_slot");
+
+struct kbp_sockidx {
+	__u32 next; /* the slot the next entry takes, modulo KBP_SOCKIDX_SLOTS */
+	struct kbp_sockidx_slot slots[KBP_SOCKIDX_SLOTS];
+};
+_Static_assert(sizeof(struct kbp_sockidx) == 84, "kbp_sockidx");
+
 #endif /* KBP_TYPES_H */

@@ -45,15 +45,24 @@ export function removalTimes(incarnations: readonly Incarnation[]): Map<string, 
   return new Map(incarnations.flatMap((i) => (i.removedAt === null ? [] : [[i.name, i.removedAt]])));
 }
 
+/** The failures the check counts: all but the excused ones. */
+export function countedFailures(
+  streams: readonly Stream[],
+  failures: readonly Failure[],
+  incarnations: readonly Incarnation[],
+): Failure[] {
+  const removedAt = removalTimes(incarnations);
+  return failures.filter((f) => !excused(f, streams[f.stream]!, removedAt));
+}
+
 export function checkFailedRequests(
   streams: readonly Stream[],
   requests: readonly number[],
   failures: readonly Failure[],
   incarnations: readonly Incarnation[],
 ): CheckResult {
-  const removedAt = removalTimes(incarnations);
   const total = requests.reduce((a, b) => a + b, 0);
-  const counted = failures.filter((f) => !excused(f, streams[f.stream]!, removedAt));
+  const counted = countedFailures(streams, failures, incarnations);
   const byStream = new Map<string, number>();
   for (const f of counted) {
     const key = `${streams[f.stream]?.name}: ${f.error}`;
@@ -172,7 +181,9 @@ export function checkMaps(baselines: readonly NodeSample[], finals: readonly Nod
   return {
     name: 'BPF map occupancy returns to what the final state needs',
     passed: finals.length > 0 && problems.length === 0,
-    detail: `${problems.length ? problems.join('; ') : `${summary}; flows, affinity and fragments empty`}; socket reverse entries left: ${finals.map((f) => `${f.node} ${(f.kernel?.sockRev4 ?? 0) + (f.kernel?.sockRev6 ?? 0)}`).join(', ')}`,
+    detail: problems.length
+      ? problems.join('; ')
+      : `${summary}; flows, affinity, fragments and socket reverse entries empty`,
   };
 }
 

@@ -195,10 +195,11 @@ export class Churn {
     this.slots.set(victim.slot, null);
   }
 
-  /** Scales up, down, or moves a pod to the other node (down on one, up on the other). */
-  private async endpointStep(): Promise<void> {
+  /** Scales up, down, or moves a pod to the other node (down on one, up on the other); only up
+   * when `deletions` is false. */
+  private async endpointStep(deletions: boolean): Promise<void> {
     const roll = Math.random();
-    if (roll < 0.4) await this.scaleUp();
+    if (roll < 0.4 || !deletions) await this.scaleUp();
     else if (roll < 0.75) await this.scaleDown();
     else {
       const [from, to] = Math.random() < 0.5 ? REAL_NODES : [...REAL_NODES].reverse();
@@ -340,14 +341,18 @@ export class Churn {
         await sleep(Math.max(0, slotEnd - Date.now()));
       }
     };
+    // No deletion starts within a grace period of the end: each one's SIGKILL comes under traffic,
+    // and the end waits for none.
+    const deletionsUntil = deadline - GRACE_SECONDS * 1000;
     await Promise.all([
-      loop(() => this.endpointStep(), 2000, 5000),
+      loop(() => this.endpointStep(Date.now() < deletionsUntil), 2000, 5000),
       loop(() => this.serviceStep(), 4000, 10_000),
       disruptions(),
     ]);
   }
 
-  /** The end: the Services the churn created deleted, every termination through its grace period. */
+  /** The end: the Services the churn created deleted, every termination through its grace period
+   * (none is left unless a deletion's API call outlived the run). */
   async finish(): Promise<void> {
     this.stopping = true;
     for (const name of [...this.liveServices.keys()])

@@ -105,8 +105,13 @@ function exchange(socket: Socket, payload: Buffer, spec: StreamSpec, connected: 
     const timer = setTimeout(() => done(new Error('timeout')), spec.timeoutMs);
     socket.on('message', onMessage);
     socket.on('error', onError);
-    if (connected) socket.send(payload);
-    else socket.send(payload, port, host);
+    // With a callback, a send the kernel refuses (a socket hook's reject: ECONNREFUSED) fails the
+    // request with its error; without one, node:dgram drops the error and the request times out.
+    const sent = (err: Error | null) => {
+      if (err) onError(err as NodeJS.ErrnoException);
+    };
+    if (connected) socket.send(payload, sent);
+    else socket.send(payload, port, host, sent);
   });
 }
 

@@ -23,24 +23,25 @@ import {
   checkLeaks,
   checkMaps,
   checkProgramming,
+  countedFailures,
   mapProblems,
 } from './checks.js';
 import { Churn, type ChurnKind, DISRUPTIONS } from './churn.js';
 import type { NodeSample } from './metrics.js';
 import { writeReport } from './report.js';
 import { Sampler } from './sampler.js';
-import { planStreams, type Stream, startTraffic, TrafficLedger } from './traffic.js';
-import { GRACE_SECONDS, SoakWorld } from './world.js';
+import { planStreams, type Stream, startProbes, startTraffic, TrafficLedger } from './traffic.js';
+import { GC_INTERVAL_S, GRACE_SECONDS, SoakWorld } from './world.js';
 
 const MODES: readonly ProxyMode[] = ['bpf', 'iptables', 'nftables'];
 const SAMPLE_PERIOD_MS = 5000;
+/** While the flows drain at the end: the drain is over at the first sample that shows it. */
+const SETTLE_SAMPLE_PERIOD_MS = 1000;
 /** The bound on a change's way to the kernel, held by every single change: the soak's own, a
  * bucket bound of kube-proxy's network programming histogram. A change takes 1-3 s here; one that
  * meets a disruption waits for it (an agent frozen through an API server restart and a relist:
  * about 10 s), and 30 s leaves room for the two together on a busy machine. */
 const PROGRAMMING_BOUND_S = 30;
-/** Conntrack GC interval the soak's agents run with (world.ts). */
-const GC_INTERVAL_S = 10;
 /** The longest the flows may take to drain at the end: UDP's 60 s idle timeout, then a GC pass. */
 const SETTLE_LIMIT_MS = 150_000;
 const NODES = REAL_NODES.map((n) => n.name);
@@ -77,7 +78,7 @@ async function settle(sampler: Sampler, start: readonly NodeSample[]): Promise<v
     async () => {
       const samples = await Promise.all(NODES.map((n) => sampler.sample(n)));
       if (samples.every(settled)) return true;
-      await new Promise((r) => setTimeout(r, SAMPLE_PERIOD_MS));
+      await new Promise((r) => setTimeout(r, SETTLE_SAMPLE_PERIOD_MS));
       return false;
     },
     SETTLE_LIMIT_MS,
@@ -89,20 +90,30 @@ function processBaseline(samples: readonly NodeSample[], final: NodeSample): Nod
   return samples.find((s) => s.node === final.node && s.pid === final.pid && s.up) ?? final;
 }
 
-/** Until both churned and stable Services answer a pod: the start line. */
-async function servicesAnswer(world: SoakWorld): Promise<void> {
-  for (const name of ['stable', 'churn']) {
-    const target = `${world.services.get(name)?.clusterIPs.IPv4}:80`;
-    const answered = async () => {
-      const [result] = await world.lab.requests(world.nodes.podNs('ca'), target, {
-        proto: 'tcp',
-        count: 1,
-        timeoutMs: 500,
-      });
-      return result?.error === null;
-    };
-    await until(`${target} answers`, answered, 60_000);
-  }
+/**
+ * The start line: until every stream's target has answered once from the stream's namespace (each
+ * kind of client, TCP and UDP, both families), so that no request counts before both nodes' data
+ * planes have every Service's endpoints. A dual-stack Service's IPv4 and IPv6 EndpointSlices reach
+ * an agent as two changes, which may land in syncs a second apart: a Service with endpoints in one
+ * family only still refuses the other's requests then, as kube-proxy's rules do.
+ */
+async function streamsAnswer(world: SoakWorld, streams: readonly Stream[]): Promise<void> {
+  await Promise.all(
+    startProbes(streams).map((probe) =>
+      until(
+        `${probe.target} (${probe.proto}) answers in ${probe.ns}`,
+        async () => {
+          const [result] = await world.lab.requests(probe.ns, probe.target, {
+            proto: probe.proto,
+            count: 1,
+            timeoutMs: 500,
+          });
+          return result?.error === null;
+        },
+        60_000,
+      ),
+    ),
+  );
 }
 
 /** What a soak recorded, for the checks and the report. */
@@ -132,7 +143,8 @@ async function record(world: SoakWorld, minutes: number): Promise<Recorded> {
     await sampler.sample(node);
   });
   await churn.init();
-  await servicesAnswer(world);
+  // The streams' targets only: the streams themselves are planned for the real start.
+  await streamsAnswer(world, planStreams(world, Date.now()));
   const netnsBefore = await labNamespaces(world.lab.prefix);
   const start = await Promise.all(NODES.map((n) => sampler.sample(n)));
   const startedAt = Date.now();
@@ -225,6 +237,12 @@ async function soak(world: SoakWorld, minutes: number, reportDir: string): Promi
       name: s.name,
       requests: ledger.requests[i] ?? 0,
       failures: ledger.failures.filter((f) => f.stream === i).length,
+    })),
+    failures: countedFailures(r.streams, ledger.failures, r.churn.incarnations).map((f) => ({
+      at: f.at,
+      stream: r.streams[f.stream]?.name ?? String(f.stream),
+      error: f.error,
+      lastBackend: f.lastBackend,
     })),
     perSecond: [...ledger.perSecond].sort((a, b) => a[0] - b[0]).map(([t, [ok, failed]]) => [t, ok, failed]),
     events: r.churn.events,

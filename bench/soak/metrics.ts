@@ -6,9 +6,9 @@ import { MAPS } from '../../src/dataplanes/bpf/layout.js';
 /** Maps the agent's plan sizes: at the end they hold exactly what its plan says. */
 export const PLANNED_MAPS = ['svc4', 'svc6', 'slots', 'backends4', 'backends6'] as const;
 /**
- * Maps of flows and datagrams: empty once traffic has stopped and their timeouts have passed. Not
- * the socket hooks' reverse maps (kbp_sockrev*): LRU maps keyed by socket cookie, which the
- * datapath writes at connect and nothing deletes at close (the report shows their counts).
+ * Maps of flows, datagrams and sockets: empty once traffic has stopped and their timeouts have
+ * passed. The socket hooks' reverse maps (kbp_sockrev*) and their index lose a socket's entries
+ * when it closes (kbp_sock_release): every client socket is closed by then.
  */
 export const FLOW_MAPS = [
   'ct4Tcp',
@@ -19,6 +19,9 @@ export const FLOW_MAPS = [
   'affinity6',
   'fragments4',
   'fragments6',
+  'sockRev4',
+  'sockRev6',
+  'sockIdx',
 ] as const;
 /** The maps whose occupancy the soak follows (arrays and per-CPU counters have fixed sizes). */
 export const COUNTED_MAPS = [
@@ -26,8 +29,6 @@ export const COUNTED_MAPS = [
   'maglev',
   'affinityMatch',
   ...FLOW_MAPS,
-  'sockRev4',
-  'sockRev6',
 ] as const satisfies readonly (keyof typeof MAPS)[];
 export type CountedMap = (typeof COUNTED_MAPS)[number];
 
@@ -60,6 +61,11 @@ export interface NodeSample {
   kernel?: Partial<Record<CountedMap, number>>;
   pins?: number;
   reservedPorts?: string;
+  /** kube_bpf_proxy_drops_total by reason (bpf mode): which rejects and drops a failure met. */
+  drops?: Record<string, number>;
+  /** ICMP and ICMPv6 destination unreachables sent (Icmp OutDestUnreachs, Icmp6OutDestUnreachs)
+   * by the node's namespaces and its pods': who answered a datagram with "port unreachable". */
+  unreachSent?: Record<string, { v4: number; v6: number }>;
 }
 
 interface MetricLine {
@@ -81,6 +87,16 @@ export function parseMetrics(text: string): MetricLine[] {
   return out;
 }
 
+/** Icmp OutDestUnreachs and Icmp6OutDestUnreachs, from /proc/net/snmp and /proc/net/snmp6 read in one. */
+export function unreachablesSent(text: string): { v4: number; v6: number } {
+  const v6 = /^Icmp6OutDestUnreachs\s+(\d+)/m.exec(text);
+  const icmp = text.split('\n').filter((l) => l.startsWith('Icmp:'));
+  const names = icmp[0]?.split(/\s+/) ?? [];
+  const values = icmp[1]?.split(/\s+/) ?? [];
+  const at = names.indexOf('OutDestUnreachs');
+  return { v4: at < 0 ? 0 : Number(values[at]), v6: Number(v6?.[1] ?? 0) };
+}
+
 /** The facts a sample takes from the agent's metrics. */
 export function readAgentMetrics(text: string): Omit<NodeSample, 't' | 'node' | 'pid' | 'up'> {
   const lines = parseMetrics(text);
@@ -97,6 +113,9 @@ export function readAgentMetrics(text: string): Omit<NodeSample, 't' | 'node' | 
     buckets.set(le, (buckets.get(le) ?? 0) + l.value);
   }
   const gcRuns = one('kube_bpf_proxy_conntrack_gc_runs_total');
+  const drops: Record<string, number> = {};
+  for (const l of lines.filter((x) => x.name === 'kube_bpf_proxy_drops_total'))
+    drops[l.labels.reason ?? ''] = l.value;
   return {
     rssBytes: one('process_resident_memory_bytes'),
     lagP50Seconds: one('nodejs_eventloop_lag_p50_seconds'),
@@ -104,6 +123,7 @@ export function readAgentMetrics(text: string): Omit<NodeSample, 't' | 'node' | 
     timers: one('nodejs_active_resources', { type: 'Timeout' }) ?? 0,
     plan,
     ...(gcRuns !== undefined ? { gcRuns } : {}),
+    ...(Object.keys(drops).length > 0 ? { drops } : {}),
     programming: [...buckets].sort((a, b) => a[0] - b[0]).map(([le, count]) => ({ le, count })),
   };
 }

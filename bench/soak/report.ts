@@ -19,6 +19,8 @@ export interface SoakReport {
   settleMs: number;
   checks: CheckResult[];
   streams: { name: string; requests: number; failures: number }[];
+  /** Every failed request the check counted: when, which stream, the error, the flow's last backend. */
+  failures: { at: number; stream: string; error: string; lastBackend: string | null }[];
   perSecond: [number, number, number][];
   events: ChurnEvent[];
   samples: NodeSample[];
@@ -123,6 +125,42 @@ function charts(report: SoakReport): Record<string, string> {
   };
 }
 
+type Counts = Record<string, number>;
+
+/** What grew between two samples' counters (only what grew). */
+function grown(before: Counts | undefined, after: Counts | undefined): string[] {
+  return Object.entries(after ?? {}).flatMap(([k, v]) => {
+    const d = v - (before?.[k] ?? 0);
+    return d > 0 ? [`${k} +${d}`] : [];
+  });
+}
+
+/** Around one failure: the churn just before it, and on each node the drops and the ICMP
+ * unreachables sent between the samples that enclose it (who refused the request). */
+export function failureContext(report: SoakReport, at: number): string {
+  const events = report.events
+    .filter((e) => e.at >= at - 5000 && e.at <= at + 1000)
+    .map((e) => `${((e.at - at) / 1000).toFixed(1)} s ${e.kind} ${e.detail}`);
+  const nodes = [...new Set(report.samples.map((s) => s.node))].sort();
+  const perNode = nodes.flatMap((node) => {
+    const mine = report.samples.filter((s) => s.node === node);
+    const before = mine.filter((s) => s.t <= at).at(-1);
+    const after = mine.find((s) => s.t > at);
+    if (!before || !after) return [];
+    const unreach = (s: NodeSample, v: 'v4' | 'v6') =>
+      Object.fromEntries(Object.entries(s.unreachSent ?? {}).map(([ns, c]) => [`${ns} ${v}`, c[v]]));
+    const seen = [
+      ...grown(before.drops, after.drops).map((d) => `drop ${d}`),
+      ...grown(
+        { ...unreach(before, 'v4'), ...unreach(before, 'v6') },
+        { ...unreach(after, 'v4'), ...unreach(after, 'v6') },
+      ).map((d) => `unreachable sent by ${d}`),
+    ];
+    return seen.length ? [`${node}: ${seen.join(', ')}`] : [];
+  });
+  return [...events, ...perNode].join('; ') || 'nothing seen';
+}
+
 function markdown(report: SoakReport, plots: string[]): string {
   const passed = report.checks.filter((c) => c.passed).length;
   const kinds = [...new Set(report.events.map((e) => e.kind))] as ChurnKind[];
@@ -144,6 +182,17 @@ function markdown(report: SoakReport, plots: string[]): string {
     '| ------ | -------: | -----: |',
     ...report.streams.map((s) => `| ${s.name} | ${s.requests} | ${s.failures} |`),
     '',
+    ...(report.failures.length
+      ? [
+          'Failed requests (time from the start; churn in the 5 s before; what grew between the samples around it):',
+          '',
+          ...report.failures.map(
+            (f) =>
+              `- ${minutes(report, f.at).toFixed(3)} min: ${f.stream}: ${f.error} (last backend ${f.lastBackend ?? 'none'}): ${failureContext(report, f.at)}`,
+          ),
+          '',
+        ]
+      : []),
     '## Churn',
     '',
     '| source | done | refused (API server away) or failed |',

@@ -18,8 +18,9 @@ import {
   type FdCounts,
   type NodeSample,
   readAgentMetrics,
+  unreachablesSent,
 } from './metrics.js';
-import type { SoakWorld } from './world.js';
+import { CLIENT_PODS, POOL, type SoakWorld, STABLE_PODS } from './world.js';
 
 export function fdCounts(pid: number): FdCounts {
   const counts: FdCounts = { total: 0, bpfMaps: 0, bpfProgs: 0, bpfLinks: 0, sockets: 0 };
@@ -103,6 +104,7 @@ export class Sampler {
     } catch {
       // The agent exited between the two reads.
     }
+    sample.unreachSent = await this.unreachables(node);
     if (world.mode === 'bpf') {
       sample.kernel = kernelEntries(this.pinPath(node));
       sample.pins = countPins(join(world.pinRoot, node));
@@ -111,6 +113,21 @@ export class Sampler {
     }
     this.samples.push(sample);
     return sample;
+  }
+
+  /** The ICMP unreachables each namespace of the node has sent: the node's and its pods'. */
+  private async unreachables(node: string): Promise<Record<string, { v4: number; v6: number }>> {
+    const { nodes, lab } = this.world;
+    const pods = [...CLIENT_PODS, ...STABLE_PODS, ...POOL.map((p) => ({ name: p.slot, node: p.node }))];
+    const out: Record<string, { v4: number; v6: number }> = {};
+    for (const ns of [
+      nodes.nodeNs(node),
+      ...pods.filter((p) => p.node === node).map((p) => nodes.podNs(p.name)),
+    ]) {
+      const { stdout } = await lab.exec(ns, 'cat', ['/proc/net/snmp', '/proc/net/snmp6']);
+      out[ns] = unreachablesSent(stdout);
+    }
+    return out;
   }
 
   /** Samples every node every `periodMs` until stop() is called; resolves once the last is in. */

@@ -43,7 +43,7 @@ export function planStreams(world: SoakWorld, deadline: number): Stream[] {
     kind: StreamKind,
     family: IPFamily,
   ) => {
-    const udp = kind === 'udp' || kind === 'udp-stream' || kind === 'datagram';
+    const udp = isUdp(kind);
     streams.push({
       ns,
       name: `${from} → ${to} ${service}/${udp ? 'udp' : 'tcp'} ${kind}${family === 'IPv6' ? ' [IPv6]' : ''}`,
@@ -93,6 +93,25 @@ export function planStreams(world: SoakWorld, deadline: number): Stream[] {
     'IPv4',
   );
   return streams;
+}
+
+/** What the start line asks of each namespace: one answer from every target its streams use. */
+export interface StartProbe {
+  ns: string;
+  target: string;
+  proto: 'tcp' | 'udp';
+}
+
+const isUdp = (kind: StreamKind) => kind === 'udp' || kind === 'udp-stream' || kind === 'datagram';
+
+/** The start line's probes (pure): each stream's target from its namespace, once per protocol. */
+export function startProbes(streams: readonly Stream[]): StartProbe[] {
+  const probes = new Map<string, StartProbe>();
+  for (const s of streams) {
+    const proto = isUdp(s.kind) ? 'udp' : 'tcp';
+    probes.set(`${s.ns} ${proto} ${s.target}`, { ns: s.ns, target: s.target, proto });
+  }
+  return [...probes.values()];
 }
 
 export interface Failure {

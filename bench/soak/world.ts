@@ -32,6 +32,8 @@ import { createLogger } from '../../src/logger.js';
 export const NAMESPACE = 'soak';
 /** The churned pods' terminationGracePeriodSeconds: the kubelet's SIGKILL comes this long after deletion. */
 export const GRACE_SECONDS = 20;
+/** The agents' conntrack GC interval (bpf mode). */
+export const GC_INTERVAL_S = 5;
 export const HTTP_PORT = 8080;
 export const UDP_PORT = 5353;
 export const LB_IP = '198.51.100.10';
@@ -41,7 +43,7 @@ export const POOL = REAL_NODES.flatMap((node) =>
   [1, 2, 3, 4].map((i) => ({ slot: `w${node.name.slice(-1)}${i}`, node: node.name })),
 );
 export const CLIENT_PODS = REAL_NODES.map((node) => ({ name: `c${node.name.slice(-1)}`, node: node.name }));
-const STABLE_PODS = REAL_NODES.map((node) => ({ name: `s${node.name.slice(-1)}`, node: node.name }));
+export const STABLE_PODS = REAL_NODES.map((node) => ({ name: `s${node.name.slice(-1)}`, node: node.name }));
 const CONTROL_PLANE_ADDRESS = '10.10.0.200';
 
 export interface ServiceAddresses {
@@ -94,8 +96,8 @@ export class SoakWorld {
     await this.nodes.startAgents(
       this.mode,
       bpf ? { bpffs: 'node', nodeBpffs: this.pinRoot } : { bpffs: 'absent' },
-      // Conntrack GC every 10 s rather than 30 s: more passes under churn, a shorter drain at the end.
-      bpf ? ['bpf.conntrackGCIntervalSeconds=10'] : [],
+      // Conntrack GC every 5 s rather than 30 s: more passes under churn, a shorter drain at the end.
+      bpf ? [`bpf.conntrackGCIntervalSeconds=${GC_INTERVAL_S}`] : [],
       ['--kubeconfig', kubeconfig],
     );
   }

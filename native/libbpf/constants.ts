@@ -42,6 +42,8 @@ export const BPF_CGROUP_INET6_CONNECT = 11;
 export const BPF_CGROUP_UDP6_SENDMSG = 15;
 export const BPF_CGROUP_UDP6_RECVMSG = 20;
 export const BPF_CGROUP_INET6_GETPEERNAME = 30;
+/** BPF_PROG_TYPE_CGROUP_SOCK's hook on a socket's release (kernel 5.9). */
+export const BPF_CGROUP_INET_SOCK_RELEASE = 34;
 export const BPF_FUNC_SET_RETVAL = 187;
 /** bpf_redirect_neigh and bpf_redirect_peer (5.10+): host routing (bpf.hostRouting) needs both. */
 export const BPF_FUNC_REDIRECT_NEIGH = 152;

@@ -507,14 +507,29 @@ export class ControlPlane {
     this.components.delete(name);
     if (component.child.exitCode !== null || component.child.signalCode !== null) return;
     component.child.kill('SIGTERM');
-    // kube-apiserver v1.37.2 stops serving within 0.1 s of SIGTERM but then sits for 30 s before it
-    // exits (with etcd up and no client left); after 5 s it is killed.
-    const timer = setTimeout(
-      () => component.child.kill('SIGKILL'),
-      name === 'kube-apiserver' ? 5_000 : 30_000,
-    );
+    // kube-apiserver v1.37.2 stops listening within 0.1 s of SIGTERM but then sits for 30 s before
+    // it exits (with etcd up and no client left): it is killed once it no longer listens (5 s at most).
+    const apiServer = name === 'kube-apiserver';
+    const timer = setTimeout(() => component.child.kill('SIGKILL'), apiServer ? 5_000 : 30_000);
+    if (apiServer) void this.untilNotListening(component.exited).then(() => component.child.kill('SIGKILL'));
     await component.exited;
     clearTimeout(timer);
+  }
+
+  /** Until the API server refuses connections, or `exited` settles first. */
+  private async untilNotListening(exited: Promise<unknown>): Promise<void> {
+    let gone = false;
+    void exited.then(() => {
+      gone = true;
+    });
+    while (!gone) {
+      const refused = await this.request('GET', '/readyz', undefined, { timeoutMs: 500 }).then(
+        () => false,
+        (err: NodeJS.ErrnoException) => err.code === 'ECONNREFUSED',
+      );
+      if (refused) return;
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
   }
 
   /**

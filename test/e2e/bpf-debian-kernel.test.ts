@@ -25,6 +25,7 @@ const PROGRAMS = [
   'kbp_sock6_sendmsg',
   'kbp_sock6_recvmsg',
   'kbp_sock6_getpeername',
+  'kbp_sock_release',
 ];
 
 describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {

@@ -232,6 +232,7 @@ describeRoot('attaching the programs to the interfaces found', () => {
         'cgroup-recvmsg6@cgroup kbp_sock6_recvm',
         'cgroup-sendmsg4@cgroup kbp_sock4_sendm',
         'cgroup-sendmsg6@cgroup kbp_sock6_sendm',
+        'cgroup-sock-release@cgroup kbp_sock_releas',
         'tc-egress@eth0 kbp_tc_egress',
         'tc-egress@flannel.1 kbp_tc_egress',
         'tc-egress@tun0 kbp_tc_egress_l',
@@ -299,6 +300,7 @@ describeRoot('attaching the programs to the interfaces found', () => {
         'cgroup-sendmsg6 kbp_sock6_sendmsg',
         'cgroup-recvmsg6 kbp_sock6_recvmsg',
         'cgroup-getpeername6 kbp_sock6_getpeername',
+        'cgroup-sock-release kbp_sock_release',
       ]);
       expect(attachments.find((a) => a.interface === 'tun0' && a.hook === 'tc-egress')?.program).toBe(
         'kbp_tc_egress_l3',

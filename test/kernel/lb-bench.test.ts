@@ -53,9 +53,16 @@ const REPEAT = 1_000_000;
 const ROUNDS = 5;
 const CAPACITY = 131_072;
 const BASELINE = process.env.KBP_BENCH_BASELINE;
-/** What fragment tracking, the IPv6 socket hooks and the IPv6 SNAT source added: absent from an
- * older baseline object. */
-const MAPS_SINCE_BASELINE = ['fragments4', 'fragStats', 'sockRev6', 'ifAddrs6', 'fragments6'] as const;
+/** What fragment tracking, the IPv6 socket hooks, the IPv6 SNAT source and the socket release hook
+ * added: absent from an older baseline object. */
+const MAPS_SINCE_BASELINE = [
+  'fragments4',
+  'fragStats',
+  'sockRev6',
+  'ifAddrs6',
+  'fragments6',
+  'sockIdx',
+] as const;
 const KATRAN = process.env.KBP_BENCH_KATRAN;
 /** New flows per family and round (each two conntrack entries: far below CAPACITY, no eviction). */
 const NEW_FLOWS = 2_000;

@@ -14,7 +14,7 @@ import { mkdirSync, rmdirSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { linkCreate } from '../../native/libbpf/attach.js';
 import { BPF_F_INNER_MAP, BPF_MAP_TYPE_ARRAY } from '../../native/libbpf/constants.js';
-import { createMap, mapLookup, mapUpdate, mapUpdateBatch } from '../../native/libbpf/map.js';
+import { createMap, dumpMap, mapLookup, mapUpdate, mapUpdateBatch } from '../../native/libbpf/map.js';
 import { possibleCpus } from '../../native/libbpf/probe.js';
 import { closeFd, netnsCookie, O_CLOEXEC, O_RDONLY, openPath } from '../../native/libc.js';
 import { detachAll, SOCK_HOOKS, sockHooksFor, syncSockHooks } from '../../src/dataplanes/bpf/attach.js';
@@ -29,6 +29,7 @@ import {
   affMatchKey,
   affVal,
   ip4Codec,
+  MAPS,
   node6Key,
   SCOPE,
   SOCK_SCOPE,
@@ -114,6 +115,40 @@ for (let i = 0; i < r.count; i++) {
 }
 `;
 
+// Keeps its sockets open until its stdin ends: one unconnected UDP socket sending a datagram to
+// each of r.count backends in turn, one connected UDP socket, one TCP connection (half-open once
+// the backend has answered). Prints the backends that answered, then waits.
+const HOLDER = `
+import net from 'node:net';
+import dgram from 'node:dgram';
+const r = JSON.parse(process.env.KBP_REQUEST);
+const type = net.isIPv6(r.udp.host) ? 'udp6' : 'udp4';
+const answer = (s) => new Promise((resolve) => s.once('message', (m) => resolve(JSON.parse(m).backend)));
+const seen = [];
+const unconnected = dgram.createSocket(type);
+for (let i = 0; i < r.count; i++) {
+  unconnected.send('ping', r.udp.port, r.udp.host);
+  seen.push(await answer(unconnected));
+}
+const connected = dgram.createSocket(type);
+await new Promise((resolve) => connected.connect(r.udp.port, r.udp.host, resolve));
+connected.send('ping');
+seen.push(await answer(connected));
+const tcp = net.connect({ host: r.tcp.host, port: r.tcp.port, allowHalfOpen: true });
+await new Promise((resolve) => tcp.once('connect', resolve));
+tcp.write('GET / HTTP/1.0\\r\\n\\r\\n');
+tcp.resume();
+await new Promise((resolve) => tcp.once('end', resolve));
+console.log(JSON.stringify(seen));
+process.stdin.on('end', () => process.exit(0));
+process.stdin.resume();
+`;
+
+/** Entries of a map (its keys walked). */
+function entries(fd: number, layout: { keySize: number; valueSize: number }): number {
+  return dumpMap(fd, layout.keySize, layout.valueSize).keys.length;
+}
+
 describeRoot('socket-level load balancing on the cgroup hooks', () => {
   const lab = new Lab(`kbpso${process.pid}`);
   const cgroup = `${findCgroup2Root()}/kbp-sock-test-${process.pid}`;
@@ -161,6 +196,43 @@ describeRoot('socket-level load balancing on the cgroup hooks', () => {
               .map((l) => JSON.parse(l) as Answer),
           );
       });
+    });
+  }
+
+  /** Runs HOLDER in namespace `ns` inside the cgroup; resolves once its sockets are open, with
+   * the backends that answered and a function that closes them (the process exits). */
+  function hold(
+    ns: string,
+    req: { udp: { host: string; port: number }; tcp: { host: string; port: number }; count: number },
+  ): Promise<{ seen: string[]; close: () => Promise<void> }> {
+    const child = spawn(
+      'sh',
+      [
+        '-c',
+        'echo $$ > "$1/cgroup.procs" && exec nsenter --net="/run/netns/$2" -- "$3" --input-type=module -e "$4"',
+        'sh',
+        cgroup,
+        lab.ns(ns),
+        process.execPath,
+        HOLDER,
+      ],
+      { env: { ...process.env, KBP_REQUEST: JSON.stringify(req) }, stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    clients.add(child);
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    void exited.then(() => clients.delete(child));
+    return new Promise((resolve, reject) => {
+      child.once('error', reject);
+      void exited.then(() => reject(new Error('the holder exited before its sockets were open')));
+      child.stdout.once('data', (d: Buffer) =>
+        resolve({
+          seen: JSON.parse(d.toString()) as string[],
+          close: () => {
+            child.stdin.end();
+            return exited;
+          },
+        }),
+      );
     });
   }
 
@@ -451,6 +523,42 @@ describeRoot('socket-level load balancing on the cgroup hooks', () => {
       for (const a of connected) expect(a).toMatchObject({ peer: peer('10.96.0.7', 53), error: null });
     });
 
+    it("a socket's reverse entries go when it closes: datagrams to two backends, connected UDP, TCP", async () => {
+      const rev = v4
+        ? { fd: lb.fd.sockRev4, layout: MAPS.sockRev4 }
+        : { fd: lb.fd.sockRev6, layout: MAPS.sockRev6 };
+      // Every socket of the cases before has closed: none left an entry.
+      expect(entries(rev.fd, rev.layout)).toBe(0);
+      expect(entries(lb.fd.sockIdx, MAPS.sockIdx)).toBe(0);
+      writeFrontend(lb, {
+        svcId: svc(14),
+        addr: fam('10.96.0.14'),
+        port: 53,
+        proto: IPPROTO_UDP,
+        algorithm: ALGORITHM.rr,
+        backends: [beUA, beUB],
+      });
+      writeFrontend(lb, {
+        svcId: svc(15),
+        addr: fam('10.96.0.15'),
+        port: 80,
+        proto: IPPROTO_TCP,
+        backends: [beA],
+      });
+      const held = await hold('node', {
+        udp: { host: fam('10.96.0.14'), port: 53 },
+        tcp: { host: fam('10.96.0.15'), port: 80 },
+        count: 2,
+      });
+      expect(held.seen.slice(0, 2).sort()).toEqual(['a', 'b']);
+      // Two backends of the unconnected socket, the connected one's, the TCP connection's; three sockets.
+      expect(entries(rev.fd, rev.layout)).toBe(4);
+      expect(entries(lb.fd.sockIdx, MAPS.sockIdx)).toBe(3);
+      await held.close();
+      expect(entries(rev.fd, rev.layout)).toBe(0);
+      expect(entries(lb.fd.sockIdx, MAPS.sockIdx)).toBe(0);
+    });
+
     it('scope host leaves sockets of other namespaces alone; scope all serves them too', async () => {
       writeFrontend(lb, {
         svcId: svc(8),
@@ -485,6 +593,9 @@ describeRoot('socket-level load balancing on the cgroup hooks', () => {
       expect(answers.every((a) => a.backend === 'a' || a.backend === 'b')).toBe(true);
     }
     expect(newConns(lb.fd.svcStats, 21) - udpBefore).toBe(4n);
+    // Their entries were IPv4 ones, deleted with their sockets.
+    expect(entries(lb.fd.sockRev4, MAPS.sockRev4)).toBe(0);
+    expect(entries(lb.fd.sockIdx, MAPS.sockIdx)).toBe(0);
   });
 
   it("the agent's pinned links: attached, swapped on a restart, listed, and removed by cleanup", async () => {

@@ -82,6 +82,7 @@ const TEST_CAPACITY: Partial<Record<MapName, number>> = {
   srcRange6: 1024,
   sockRev4: 4096,
   sockRev6: 4096,
+  sockIdx: 4096,
 };
 
 export function loadLb(

@@ -139,7 +139,8 @@ describe('metrics helpers', () => {
 
 describe('which programs the kernel verifies when the agent starts', () => {
   const tc = [PROGRAMS.tcFromPod, PROGRAMS.tcFromExternal, PROGRAMS.tcEgress];
-  const sock4 = SOCK_HOOKS.filter((h) => h.hook.endsWith('4')).map((h) => h.program);
+  // The IPv4 hooks and the release hook, which serves both families.
+  const sock4 = SOCK_HOOKS.filter((h) => !h.hook.endsWith('6')).map((h) => h.program);
 
   it('those of pod-facing and Ethernet external interfaces and the socket hooks; not the L3 or XDP variants, nor the benchmark baseline', () => {
     const programs = programsAtStart({ xdpMode: 'off', socketLB: 'host' }, true);

@@ -1,5 +1,6 @@
-// The soak's verdicts (bench/soak/checks.ts) and its reading of the agent's metrics
-// (bench/soak/metrics.ts), on recorded data: what passes, what fails, and what is excused.
+// The soak's verdicts (bench/soak/checks.ts), its reading of the agent's metrics
+// (bench/soak/metrics.ts) and its start line (bench/soak/traffic.ts), on recorded data: what
+// passes, what fails, and what is excused.
 
 import { describe, expect, it } from 'vitest';
 import {
@@ -13,8 +14,8 @@ import {
   WARM_UP_MS,
 } from '../../bench/soak/checks.js';
 import type { Incarnation } from '../../bench/soak/churn.js';
-import { type NodeSample, readAgentMetrics } from '../../bench/soak/metrics.js';
-import type { Failure, Stream } from '../../bench/soak/traffic.js';
+import { type NodeSample, readAgentMetrics, unreachablesSent } from '../../bench/soak/metrics.js';
+import { type Failure, type Stream, startProbes } from '../../bench/soak/traffic.js';
 
 const stream = (kind: Stream['kind'], service: Stream['service'] = 'churn'): Stream => ({
   ns: 'p-ca',
@@ -111,7 +112,7 @@ describe('network programming', () => {
 });
 
 describe("the agent's metrics", () => {
-  it('reads RSS, lag, timers, planned map entries, GC passes and the programming histogram', () => {
+  it('reads RSS, lag, timers, planned map entries, GC passes, drops and the programming histogram', () => {
     const text = [
       '# HELP process_resident_memory_bytes Resident memory size in bytes.',
       'process_resident_memory_bytes 73400320',
@@ -122,6 +123,7 @@ describe("the agent's metrics", () => {
       'kube_bpf_proxy_map_entries{map="kbp_svc4_v1"} 12',
       'kube_bpf_proxy_map_entries{map="kbp_slot_v2"} 40',
       'kube_bpf_proxy_conntrack_gc_runs_total 6',
+      'kube_bpf_proxy_drops_total{reason="no_endpoints"} 2',
       'kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="30"} 4',
       'kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv6",le="30"} 3',
       'kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="+Inf"} 5',
@@ -134,6 +136,7 @@ describe("the agent's metrics", () => {
       timers: 7,
       plan: { svc4: 12, slots: 40 },
       gcRuns: 6,
+      drops: { no_endpoints: 2 },
       programming: [
         { le: 30, count: 7 },
         { le: Number.POSITIVE_INFINITY, count: 8 },
@@ -142,17 +145,74 @@ describe("the agent's metrics", () => {
   });
 });
 
+describe('the start line', () => {
+  it("probes every stream's target from its namespace in its protocol: both families, UDP and TCP", () => {
+    // The 2026-12-07 CI rehearsal's two failures were the first requests of node-a's IPv6 UDP
+    // streams to the churned Service: node-a had programmed its IPv4 EndpointSlice, not yet its
+    // IPv6 one, when the soak started on an IPv4 TCP answer alone.
+    const v6 = (kind: Stream['kind'], ns: string) => ({
+      ...stream(kind),
+      ns,
+      family: 'IPv6' as const,
+      target: '[fd00:10:96::20]:53',
+    });
+    const streams = [
+      stream('new'),
+      stream('keepalive'),
+      v6('udp-stream', 'p-ca'),
+      v6('udp', 'n-node-a'),
+      v6('udp', 'n-node-a'),
+      { ...stream('datagram'), ns: 'client', target: '10.10.0.1:30053' },
+    ];
+    expect(startProbes(streams)).toEqual([
+      { ns: 'p-ca', target: '10.96.0.20:80', proto: 'tcp' },
+      { ns: 'p-ca', target: '[fd00:10:96::20]:53', proto: 'udp' },
+      { ns: 'n-node-a', target: '[fd00:10:96::20]:53', proto: 'udp' },
+      { ns: 'client', target: '10.10.0.1:30053', proto: 'udp' },
+    ]);
+  });
+});
+
+describe("a namespace's ICMP counters", () => {
+  it('reads the destination unreachables sent from /proc/net/snmp and /proc/net/snmp6 read in one', () => {
+    const text = [
+      'Ip: Forwarding DefaultTTL',
+      'Ip: 1 64',
+      'Icmp: InMsgs InErrors OutMsgs OutDestUnreachs',
+      'Icmp: 9 0 7 3',
+      'Icmp6InMsgs                     \t4',
+      'Icmp6OutDestUnreachs            \t5',
+    ].join('\n');
+    expect(unreachablesSent(text)).toEqual({ v4: 3, v6: 5 });
+  });
+});
+
 describe('what the end must look like', () => {
   const planned = { svc4: 10, svc6: 10, slots: 30, backends4: 6, backends6: 6 };
 
   it('maps: planned ones as planned, a pair per slot, flow maps empty, Maglev as at the start', () => {
     const start = sample({ kernel: { ...planned, maglev: 4 } });
-    // The socket hooks' reverse entries are not flows: nothing deletes them (checks.ts).
-    const end = { ...planned, affinityMatch: 30, maglev: 4, sockRev4: 9 };
-    expect(mapProblems(start, sample({ plan: planned, kernel: { ...end, ct4Tcp: 0 } }))).toEqual([]);
+    const end = { ...planned, affinityMatch: 30, maglev: 4 };
+    expect(mapProblems(start, sample({ plan: planned, kernel: { ...end, ct4Tcp: 0, sockRev4: 0 } }))).toEqual(
+      [],
+    );
+    // The socket hooks' reverse entries and their index go with their sockets, closed by the end.
     expect(
-      mapProblems(start, sample({ plan: planned, kernel: { ...end, slots: 31, maglev: 5, ct6Any: 2 } })),
-    ).toEqual(['slots 31 (plan 30)', 'affinityMatch 30 (slots 31)', 'ct6Any 2', 'maglev 5 (at the start 4)']);
+      mapProblems(
+        start,
+        sample({
+          plan: planned,
+          kernel: { ...end, slots: 31, maglev: 5, ct6Any: 2, sockRev6: 3, sockIdx: 1 },
+        }),
+      ),
+    ).toEqual([
+      'slots 31 (plan 30)',
+      'affinityMatch 30 (slots 31)',
+      'ct6Any 2',
+      'sockRev6 3',
+      'sockIdx 1',
+      'maglev 5 (at the start 4)',
+    ]);
   });
 
   it('leaks: BPF fds exactly, other fds and timers within slack, pins and the port reservation exactly', () => {

@@ -63,4 +63,13 @@ it('never runs', () => {});`,
     );
     expect(summarize(clean)).toEqual({ line: '3 passed, 0 failed, 1 skipped', status: 0 });
   });
+
+  it("counts each of the soak's checks as a test in the total, beside the vitest tiers", () => {
+    const soak = join(fixtures, 'soak.json');
+    const checks = [true, true, false].map((passed, i) => ({ name: `check ${i}`, passed, detail: '' }));
+    writeFileSync(soak, JSON.stringify({ mode: 'bpf', checks }));
+    const { line, status } = summarize('--label', 'total', report, soak);
+    expect(line).toBe('total: 3 passed, 3 failed, 0 skipped');
+    expect(status).toBe(1);
+  });
 });

@@ -24,6 +24,7 @@ import {
   tcHookCreate,
 } from '../../../native/libbpf/attach.js';
 import {
+  BPF_CGROUP_INET_SOCK_RELEASE,
   BPF_CGROUP_INET4_CONNECT,
   BPF_CGROUP_INET4_GETPEERNAME,
   BPF_CGROUP_INET6_CONNECT,
@@ -79,6 +80,12 @@ export const SOCK_HOOKS = [
     hook: 'cgroup-getpeername6',
     program: PROGRAMS.sockGetpeername6,
     attachType: BPF_CGROUP_INET6_GETPEERNAME,
+  },
+  // Both families: a closing socket's reverse entries go with it.
+  {
+    hook: 'cgroup-sock-release',
+    program: PROGRAMS.sockRelease,
+    attachType: BPF_CGROUP_INET_SOCK_RELEASE,
   },
 ] as const;
 export type SockHook = (typeof SOCK_HOOKS)[number]['hook'];

@@ -22,6 +22,8 @@ import {
 
 export const u32Codec = new ScalarCodec(4, u32(0));
 export const u8Codec = new ScalarCodec(1, u8(0));
+/** A socket cookie as a whole key (kbp_sockidx_v1). */
+export const u64Codec = new ScalarCodec(8, u64(0));
 export const ip4Codec = new ScalarCodec(4, ip4(0));
 /** An IPv6 address as a whole key (kbp_node6_key's one field). */
 export const ip6Codec = new ScalarCodec(16, ip6(0));
@@ -325,6 +327,10 @@ export const sockRev6Val = new StructCodec(
   { addr: ip6(0), port: port(16), svcId: u32(20) },
   { pad: 18 },
 );
+/** kbp_sockidx_v1: the reverse entries a socket made, deleted with it by kbp_sock_release. Only the
+ * datapath reads and writes it: the control plane counts its entries, so its slots are left
+ * undecoded (checked against BTF as padding is). */
+export const sockIdx = new StructCodec('kbp_sockidx', 84, { next: u32(0) }, { slots: 4 });
 /** kbp_frag4_v1 (LRU): a fragmented datagram, by the fields every fragment repeats... */
 export const frag4Key = new StructCodec(
   'kbp_frag4_key',
@@ -415,6 +421,7 @@ export const STRUCTS: readonly StructCodec<Fields>[] = [
   sockRev4Val,
   sockRev6Key,
   sockRev6Val,
+  sockIdx,
   frag4Key,
   frag4Val,
   fragStats,
@@ -478,6 +485,9 @@ export const MAPS = {
   /** LRU: {socket cookie, backend} -> the service address the socket asked for. */
   sockRev4: mapLayout('kbp_sockrev4_v1', sockRev4Key, sockRev4Val),
   sockRev6: mapLayout('kbp_sockrev6_v1', sockRev6Key, sockRev6Val),
+  /** Socket cookie -> the sockRev entries the socket made (not preallocated): kbp_sock_release
+   * deletes them when the socket closes. */
+  sockIdx: mapLayout('kbp_sockidx_v1', u64Codec, sockIdx),
   /** LRU: {saddr, daddr, IP id, proto} of a fragmented datagram -> its first fragment's ports. */
   fragments4: mapLayout('kbp_frag4_v1', frag4Key, frag4Val),
   /** Per CPU, one entry: fragments recorded, followed, and passed untouched. */
@@ -517,6 +527,8 @@ export const PROGRAMS = {
   sockSendmsg6: 'kbp_sock6_sendmsg',
   sockRecvmsg6: 'kbp_sock6_recvmsg',
   sockGetpeername6: 'kbp_sock6_getpeername',
+  /** cgroup sock_release: a closing socket's sockRev entries go with it (sockIdx). */
+  sockRelease: 'kbp_sock_release',
 } as const;
 
 // ---------- load-time constants (.rodata) ----------

@@ -87,6 +87,7 @@ export const MAP_SIZE_SETTING: Record<MapName, string> = {
   sockConfig: '',
   sockRev4: 'bpf.mapSizes.socketReverse',
   sockRev6: 'bpf.mapSizes.socketReverse',
+  sockIdx: 'bpf.mapSizes.socketReverse',
   fragments4: '',
   fragStats: '',
   fragments6: '',
@@ -128,6 +129,8 @@ export function mapCapacities(sizes: BpfConfig['mapSizes']): Record<MapName, num
     sockConfig: null,
     sockRev4: sizes.socketReverse,
     sockRev6: sizes.socketReverse,
+    // One entry per live translated socket, however many sockRev entries it made.
+    sockIdx: sizes.socketReverse,
     // Datagrams in flight as fragments (fragments6 too): the object's 8192 (an LRU: the oldest
     // are forgotten).
     fragments4: null,
