@@ -4,11 +4,13 @@
 # `e2e.test --provider=skeleton`, writes the junit report, takes the cluster down.
 #
 #   bash scripts/conformance.sh [--mode bpf|iptables|nftables|kube-proxy-iptables|kube-proxy-nftables]
-#                               [--focus REGEX] [--report-dir DIR]
+#                               [--focus REGEX] [--report-dir DIR] [--dual-stack | --ip-family ipv4|dual]
 #
 # The specs are `[sig-network] Services` and `[sig-network] Networking Granular Checks: Services`
 # without [Serial], [Disruptive] and [Feature:...] (a spec that needs a cloud load balancer skips
-# itself, saying why); --focus narrows them to the ones that also match REGEX (e.g. '\[Conformance\]'). The bpf, iptables and nftables
+# itself, saying why); --focus narrows them to the ones that also match REGEX (e.g. '\[Conformance\]').
+# --dual-stack (--ip-family dual) brings up a dual-stack cluster (IPv4 and IPv6 pods, Services and
+# nodes) and runs the [Feature:IPv6DualStack] specs but SCTP's instead. The bpf, iptables and nftables
 # modes are kube-bpf-proxy from its chart, with the image scripts/build-image.sh builds (KBP_IMAGE,
 # when set, is that archive); the kube-proxy-* modes are the real kube-proxy v1.37.2.
 # Builds what is missing first (the cluster's parts, the control plane, helm, the image: all cached
@@ -22,7 +24,8 @@ args=()
 while (($#)); do
   case $1 in
   --mode) mode=$2 && args+=("$1" "$2") && shift 2 ;;
-  --focus | --report-dir) args+=("$1" "$2") && shift 2 ;;
+  --focus | --report-dir | --ip-family) args+=("$1" "$2") && shift 2 ;;
+  --dual-stack) args+=(--ip-family dual) && shift ;;
   *) echo "conformance.sh: unknown argument $1" >&2 && exit 2 ;;
   esac
 done

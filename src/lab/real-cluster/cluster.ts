@@ -2,8 +2,9 @@
 // kube-proxy: the project's control plane (etcd, kube-apiserver, kube-controller-manager with every
 // controller and pod CIDR allocation) plus kube-scheduler in one network namespace; two nodes
 // (node.ts), node1 on Debian's containerd 1.6 and node2 on containerd 2.4, on one wire (a bridge in
-// a namespace of its own) with routes to each other's pod CIDR; the pause, agnhost and CoreDNS
-// images and the agent's imported into each node's containerd. Nothing is set up in the root
+// a namespace of its own) with routes to each other's pod CIDRs; the pause, agnhost and CoreDNS
+// images and the agent's imported into each node's containerd. Single-stack IPv4 or dual-stack
+// (addresses.ts): dual-stack gives the Services, the pods and the nodes an address of each family. Nothing is set up in the root
 // network namespace but the control plane's management link (src/lab/control-plane.ts), which
 // the harness, kubectl and helm use. down() removes all of it; removeStale() what a killed run left.
 
@@ -23,23 +24,30 @@ import { join } from 'node:path';
 import { ControlPlane, type StaticToken } from '../control-plane.js';
 import { Lab } from '../netns.js';
 import { until } from '../until.js';
+import {
+  anyRoute,
+  clusterFamilies,
+  controllerManagerArgs,
+  type FamilyAddresses,
+  type IpFamilyMode,
+  joined,
+  ofFamily,
+} from './addresses.js';
 import { ClusterNode } from './node.js';
 import type { NodeSpec, Runtime } from './node-config.js';
 import type { ClusterParts } from './parts.js';
 
-export const CLUSTER_CIDR = '10.244.0.0/16';
-export const SERVICE_CIDR = '10.96.0.0/16';
+/** kube-dns's ClusterIP, the kubelets' clusterDNS: IPv4 in either mode (kubeadm's is single-stack). */
 export const CLUSTER_DNS = '10.96.0.10';
-/** The wire between the nodes: the control plane at .1, node N at .(N+1). */
-export const API_SERVER_IP = '10.250.0.1';
-const WIRE_PREFIX = 24;
+/** The API server's address on the wire, the control plane's IPv4 one (it advertises one). */
+export const API_SERVER_IP = clusterFamilies('ipv4')[0]?.wireAddress(1) as string;
 const RUNTIMES: Runtime[] = ['containerd-1.6', 'containerd-2.4'];
 /** Names of the run's namespaces, cgroups and state directories start with this, then the pid. */
 export const RUN_PREFIX = 'kbpc';
 
 interface NodeObject {
   metadata: { name: string };
-  spec: { podCIDR?: string };
+  spec: { podCIDRs?: string[] };
   status?: { conditions?: { type: string; status: string }[] };
 }
 
@@ -52,12 +60,18 @@ export class RealCluster {
   private readonly nodeTokens: StaticToken[];
   cp: ControlPlane | null = null;
 
-  constructor(readonly parts: ClusterParts) {
+  readonly families: FamilyAddresses[];
+
+  constructor(
+    readonly parts: ClusterParts,
+    readonly ipFamily: IpFamilyMode = 'ipv4',
+  ) {
+    this.families = clusterFamilies(ipFamily);
     this.lab = new Lab(`${RUN_PREFIX}${process.pid}`);
     this.stateDir = mkdtempSync(join(tmpdir(), `${RUN_PREFIX}${process.pid}-`));
     const specs: NodeSpec[] = RUNTIMES.map((runtime, i) => ({
       name: `node${i + 1}`,
-      ip: `10.250.0.${i + 2}`,
+      ips: this.families.map((f) => f.wireAddress(i + 2)),
       runtime,
       stateDir: join(this.stateDir, `node${i + 1}`),
       cgroupRoot: `/${RUN_PREFIX}${process.pid}-node${i + 1}`,
@@ -69,6 +83,11 @@ export class RealCluster {
       user: `system:node:${spec.name}`,
       groups: ['system:nodes'],
     }));
+  }
+
+  /** The pod CIDRs, comma-separated (kube-proxy's clusterCIDR, the chart's config.clusterCIDR). */
+  get clusterCIDRs(): string {
+    return joined(this.families, 'clusterCIDR');
   }
 
   get controlPlane(): ControlPlane {
@@ -114,22 +133,22 @@ export class RealCluster {
   }
 
   private async startControlPlane(): Promise<void> {
+    const [primary, ...secondary] = this.families as [FamilyAddresses, ...FamilyAddresses[]];
     this.cp = await ControlPlane.start(this.lab, {
-      wire: { ns: 'wire', bridge: 'br0', address: `${API_SERVER_IP}/${WIRE_PREFIX}` },
-      serviceCIDRs: [SERVICE_CIDR],
+      wire: { ns: 'wire', bridge: 'br0', address: `${primary.wireAddress(1)}/${primary.wirePrefix}` },
+      serviceCIDRs: this.families.map((f) => f.serviceCIDR),
       // As kubeadm: the API server reaches kubelets (logs, exec) at the node's address, not by a
       // host name nothing here resolves.
       apiServerArgs: ['--kubelet-preferred-address-types=InternalIP,ExternalIP,Hostname'],
       authorizationModes: 'Node,RBAC',
       tokens: [...this.nodeTokens, { token: this.kubeProxyToken, user: 'system:kube-proxy', groups: [] }],
       controllers: '*',
-      controllerManagerArgs: [
-        '--allocate-node-cidrs=true',
-        `--cluster-cidr=${CLUSTER_CIDR}`,
-        '--node-cidr-mask-size=24',
-        `--service-cluster-ip-range=${SERVICE_CIDR}`,
-      ],
+      controllerManagerArgs: controllerManagerArgs(this.families),
     });
+    // The control plane's side of the wire in the other family: the nodes' default route of that
+    // family, and where the e2e tests reach pods from.
+    for (const f of secondary)
+      await this.lab.addAddress(this.cp.ns, 'eth0', `${f.wireAddress(1)}/${f.wirePrefix}`);
     const kubeconfig = join(this.stateDir, 'scheduler.kubeconfig');
     writeFileSync(kubeconfig, this.cp.kubeconfig(this.cp.adminToken, 'https://127.0.0.1:6443'));
     this.cp.startComponent('kube-scheduler', join(this.parts.dirs.node, 'kube-scheduler'), [
@@ -143,19 +162,26 @@ export class RealCluster {
   }
 
   /**
-   * The node's link to the wire, its address, a default route via the control plane's address (a
-   * node has one; kube-proxy's iptables rules need a route to a ClusterIP before they rewrite
-   * it), and the sysctls kubeadm's preflight asks for.
+   * The node's link to the wire, its address and a default route via the control plane's address
+   * in each family (a node has one; kube-proxy's iptables rules need a route to a ClusterIP before
+   * they rewrite it), and the sysctls kubeadm's preflight asks for (the IPv6 ones too when the
+   * cluster is dual-stack).
    */
   private async joinWire(node: ClusterNode): Promise<void> {
-    const { name, ip } = node.spec;
+    const { name, ips } = node.spec;
     await this.lab.addNamespace(name);
     await this.lab.link(name, 'eth0', 'wire', `w-${name}`);
     await this.lab.exec('wire', 'ip', ['link', 'set', `w-${name}`, 'master', 'br0']);
-    await this.lab.addAddress(name, 'eth0', `${ip}/${WIRE_PREFIX}`);
-    await this.lab.addRoute(name, 'default', 'via', API_SERVER_IP);
+    for (const [i, f] of this.families.entries()) {
+      await this.lab.addAddress(name, 'eth0', `${ips[i]}/${f.wirePrefix}`);
+      await this.lab.addRoute(name, anyRoute(f.clusterCIDR), 'via', f.wireAddress(1));
+    }
     await this.lab.sysctl(name, 'net.ipv4.ip_forward', '1');
     await this.lab.sysctl(name, 'net.bridge.bridge-nf-call-iptables', '1');
+    if (this.families.length > 1) {
+      await this.lab.sysctl(name, 'net.ipv6.conf.all.forwarding', '1');
+      await this.lab.sysctl(name, 'net.bridge.bridge-nf-call-ip6tables', '1');
+    }
   }
 
   private async nodeObjects(): Promise<NodeObject[]> {
@@ -164,17 +190,19 @@ export class RealCluster {
   }
 
   /**
-   * Once the controller manager has given every node its pod CIDR: each node's CNI network, and
-   * routes to each pod CIDR on the other nodes and on the control plane's side (where the API
-   * server answers pods, and the e2e tests run).
+   * Once the controller manager has given every node its pod CIDRs (one per family): each node's
+   * CNI network, and routes to each pod CIDR on the other nodes and on the control plane's side
+   * (where the API server answers pods, and the e2e tests run), via the node's address of the
+   * CIDR's family.
    */
   private async podNetwork(): Promise<void> {
-    const cidrs = new Map<string, string>();
+    const cidrs = new Map<string, string[]>();
     await until(
-      'every node registered with a pod CIDR',
+      'every node registered with its pod CIDRs',
       async () => {
         for (const node of await this.nodeObjects().catch(() => []))
-          if (node.spec.podCIDR) cidrs.set(node.metadata.name, node.spec.podCIDR);
+          if (node.spec.podCIDRs?.length === this.families.length)
+            cidrs.set(node.metadata.name, node.spec.podCIDRs);
         const exited = this.nodes.find((node) => !node.running);
         if (exited) throw new Error(`${exited.spec.name} exited:\n${exited.logTail('kubelet')}`);
         return this.nodes.every((node) => cidrs.has(node.spec.name));
@@ -182,10 +210,11 @@ export class RealCluster {
       90_000,
     );
     for (const node of this.nodes) {
-      const cidr = cidrs.get(node.spec.name) as string;
-      node.writeCniConfig(cidr);
+      const podCIDRs = cidrs.get(node.spec.name) as string[];
+      node.writeCniConfig(podCIDRs);
       for (const other of ['cp', ...this.nodes.filter((n) => n !== node).map((n) => n.ns)])
-        await this.lab.addRoute(other, cidr, 'via', node.spec.ip);
+        for (const cidr of podCIDRs)
+          await this.lab.addRoute(other, cidr, 'via', ofFamily(node.spec.ips, cidr));
     }
   }
 

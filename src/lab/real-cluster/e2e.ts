@@ -14,6 +14,20 @@ export const SERVICES_FOCUS = String.raw`\[sig-network\] Services|\[sig-network\
  * (e2eskipper), saying why, so they are counted as skipped with their reason.
  */
 export const DEFAULT_SKIP = String.raw`\[Serial\]|\[Disruptive\]|\[Feature:`;
+/**
+ * In a dual-stack cluster: the dual-stack specs (test/e2e/network/dual_stack.go at v1.37.2: the
+ * Services of each family and order, the granular Service checks on the secondary family, and the
+ * pods' and nodes' addresses of both families), but for SCTP's, which the bpf data plane leaves out.
+ */
+export const DUAL_STACK_FOCUS = String.raw`\[Feature:IPv6DualStack\]`;
+export const DUAL_STACK_SKIP = String.raw`\[Serial\]|\[Disruptive\]|\[Feature:SCTPConnectivity\]`;
+
+/** The specs a cluster of either IP family mode runs, before --focus narrows them. */
+export function specSelection(ipFamily: 'ipv4' | 'dual'): { focus: string; skip: string } {
+  return ipFamily === 'dual'
+    ? { focus: DUAL_STACK_FOCUS, skip: DUAL_STACK_SKIP }
+    : { focus: SERVICES_FOCUS, skip: DEFAULT_SKIP };
+}
 
 /** The specs that match both regular expressions (RE2 has no lookahead: either order). */
 export function narrowFocus(base: string, extra: string | undefined): string {

@@ -2,13 +2,15 @@
 // (1.6 and 2.x differ in layout), the CNI network list. Settings and the reasons for them are
 // from the measured recipe of docs/conformance.md.
 
+import { anyRoute } from './addresses.js';
+
 /** The container runtimes the nodes use: Debian's containerd 1.6, and 2.4 built with `go install`. */
 export type Runtime = 'containerd-1.6' | 'containerd-2.4';
 
 export interface NodeSpec {
   name: string;
-  /** The node's address on the wire between the nodes (its InternalIP). */
-  ip: string;
+  /** The node's addresses on the wire between the nodes (its InternalIPs), one per family, IPv4 first. */
+  ips: string[];
   runtime: Runtime;
   /** Per-node state: containerd's root, the kubelet's /var/lib, logs, configs. */
   stateDir: string;
@@ -113,11 +115,13 @@ export function containerdConfig(node: NodeSpec, cniBin: string): string {
 }
 
 /**
- * The CNI network: a bridge (cni0) with host-local addresses from the node's pod CIDR, as kubeadm
- * guides set it up; ipMasq off, or pods on the other node see the node's address instead of the
- * client pod's; hairpin mode, so a pod reaches itself through a Service; portmap for hostPorts.
+ * The CNI network: a bridge (cni0) with host-local addresses from the node's pod CIDRs (one range
+ * and one default route per family: a pod of a dual-stack node gets an address of each), as
+ * kubeadm guides set it up; ipMasq off, or pods on the other node see the node's address instead
+ * of the client pod's; hairpin mode, so a pod reaches itself through a Service; portmap for
+ * hostPorts.
  */
-export function cniConfig(podCIDR: string): string {
+export function cniConfig(podCIDRs: readonly string[]): string {
   return `${JSON.stringify(
     {
       cniVersion: '1.0.0',
@@ -131,8 +135,8 @@ export function cniConfig(podCIDR: string): string {
           hairpinMode: true,
           ipam: {
             type: 'host-local',
-            ranges: [[{ subnet: podCIDR }]],
-            routes: [{ dst: '0.0.0.0/0' }],
+            ranges: podCIDRs.map((subnet) => [{ subnet }]),
+            routes: podCIDRs.map((cidr) => ({ dst: anyRoute(cidr) })),
             dataDir: '/var/lib/cni/networks',
           },
         },

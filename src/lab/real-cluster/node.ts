@@ -71,7 +71,7 @@ export class ClusterNode {
       `--config=${this.path('kubelet/config.json')}`,
       `--kubeconfig=${this.path('kubelet/kubeconfig')}`,
       `--hostname-override=${this.spec.name}`,
-      `--node-ip=${this.spec.ip}`,
+      `--node-ip=${this.spec.ips.join(',')}`,
     ];
     const child = spawn(
       'nsenter',
@@ -148,9 +148,9 @@ export class ClusterNode {
     });
   }
 
-  /** The CNI network of the node's pod CIDR: containerd picks it up, and the node turns Ready. */
-  writeCniConfig(podCIDR: string): void {
-    writeFileSync(join(cniConfDir(this.spec), '10-kbpc.conflist'), cniConfig(podCIDR));
+  /** The CNI network of the node's pod CIDRs: containerd picks it up, and the node turns Ready. */
+  writeCniConfig(podCIDRs: readonly string[]): void {
+    writeFileSync(join(cniConfDir(this.spec), '10-kbpc.conflist'), cniConfig(podCIDRs));
   }
 
   /** The node's log files (containerd's, the kubelet's, kube-proxy's), for the report. */

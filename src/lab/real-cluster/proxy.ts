@@ -1,7 +1,7 @@
 // The Service proxy under test on the real cluster, installed as its users install it:
 //   - kube-bpf-proxy (modes bpf, iptables, nftables): `helm install` of charts/kube-bpf-proxy with
 //     the values a user must give (the API server's address, the mode, the image they built and
-//     imported, the cluster CIDR), its DaemonSet pods run by the kubelets;
+//     imported, the cluster CIDRs), its DaemonSet pods run by the kubelets;
 //   - the real kube-proxy v1.37.2 (modes kube-proxy-iptables, kube-proxy-nftables), the control:
 //     one process per node, inside the node's namespaces, with kube-proxy's defaults but for the
 //     conntrack sysctls it is told to leave alone (src/lab/kube-proxy.ts). A process and not
@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { CHART, helm } from '../helm.js';
 import { kubeProxyConfig } from '../kube-proxy.js';
 import { until } from '../until.js';
-import { API_SERVER_IP, CLUSTER_CIDR, type RealCluster } from './cluster.js';
+import { API_SERVER_IP, type RealCluster } from './cluster.js';
 
 export const PROXY_MODES = [
   'bpf',
@@ -36,17 +36,21 @@ export function archiveImageName(archive: string): { repository: string; tag: st
   return { repository: match[1] as string, tag: match[2] as string };
 }
 
-/** helm's values for the agent in a mode: only what the chart asks a user for. */
+/**
+ * helm's --set values for the agent in a mode: only what the chart asks a user for. clusterCIDRs is
+ * kube-proxy's comma-separated list; --set splits at commas, `\,` keeps one in the value.
+ */
 export function chartValues(
   mode: 'bpf' | 'iptables' | 'nftables',
   image: { repository: string; tag: string },
+  clusterCIDRs: string,
 ): string[] {
   return [
     `k8sServiceHost=${API_SERVER_IP}`,
     `proxyMode=${mode}`,
     `image.repository=${image.repository}`,
     `image.tag=${image.tag}`,
-    `config.clusterCIDR=${CLUSTER_CIDR}`,
+    `config.clusterCIDR=${clusterCIDRs.replaceAll(',', '\\,')}`,
   ];
 }
 
@@ -65,7 +69,8 @@ export async function installAgent(
     '--kubeconfig',
     cluster.adminKubeconfig('host'),
   ];
-  for (const value of chartValues(mode, archiveImageName(agentArchive))) args.push('--set', value);
+  for (const value of chartValues(mode, archiveImageName(agentArchive), cluster.clusterCIDRs))
+    args.push('--set', value);
   args.push('--wait', '--timeout', '4m');
   await helm(join(cluster.stateDir, 'helm'), args);
 }
@@ -84,7 +89,7 @@ export async function startKubeProxies(cluster: RealCluster, mode: 'iptables' | 
       const config = join(node.spec.stateDir, 'kube-proxy.yaml');
       writeFileSync(
         config,
-        kubeProxyConfig({ mode, hostname: node.spec.name, clusterCIDR: CLUSTER_CIDR, kubeconfig }),
+        kubeProxyConfig({ mode, hostname: node.spec.name, clusterCIDR: cluster.clusterCIDRs, kubeconfig }),
       );
       const child = node.spawn(binary, [`--config=${config}`, '--v=2']);
       await firstSync(child, join(node.logDir, 'kube-proxy.log'));
