@@ -74,8 +74,10 @@ export async function takeOverNetfilterFlows(
   exec: CommandRunner = runCommand,
 ): Promise<TakeoverReport> {
   const report: TakeoverReport = { flows: 0, errors: [] };
-  for (const family of families) {
-    const flows = await dnatFlows(exec, family);
+  // Both families listed at once: each listing is a process of its own, on the first sync's way.
+  const listed = await Promise.all(families.map((family) => dnatFlows(exec, family)));
+  for (const [i, family] of families.entries()) {
+    const flows = listed[i]!;
     if (typeof flows === 'string') {
       report.errors.push(flows);
       continue;
