@@ -23,6 +23,7 @@ const c = {
     'int getsockopt(int fd, int level, int name, _Out_ uint8_t *value, _Inout_ uint32_t *len)',
   ),
   recv: libc.func('intptr_t recv(int fd, _Out_ uint8_t *buf, size_t len, int flags)'),
+  malloc_trim: libc.func('int malloc_trim(size_t pad)'),
 };
 
 export const O_RDONLY = 0;
@@ -63,6 +64,14 @@ export function openPath(path: string, flags = O_RDONLY | O_CLOEXEC): number {
   const fd = c.open(path, flags) as number;
   if (fd < 0) throw new NativeError('open', lastErrno(), path);
   return fd;
+}
+
+/**
+ * Gives the pages glibc's malloc holds free back to the kernel, in every arena (the main one and
+ * those of the worker threads), not only at the top of the main heap as free() does by itself.
+ */
+export function mallocTrim(): void {
+  c.malloc_trim(0);
 }
 
 export function closeFd(fd: number): void {
