@@ -23,13 +23,13 @@ import {
   handbacks,
   missingHandbacks,
   type NetfilterFlow,
+  type PlanFrontends,
   parseNetfilterFlows,
   stackEntries,
 } from './conntrack-takeover.js';
 import { IPPROTO } from './frontend-codec.js';
 import { CT_F, ct4Key, ct4Val, ct6Key, ct6Val } from './layout.js';
 import { mapPinPath } from './object.js';
-import type { BpfPlan } from './plan.js';
 
 /** A family's two conntrack maps (TCP, and every other protocol) and their codecs. */
 const CT_MAPS = {
@@ -68,7 +68,7 @@ export interface TakeoverReport {
  * Runs before the first sync writes the frontends, so no packet of those flows meets them first.
  */
 export async function takeOverNetfilterFlows(
-  plan: BpfPlan,
+  plan: PlanFrontends,
   families: readonly IPFamily[],
   fds: CtFds,
   log: Logger,
