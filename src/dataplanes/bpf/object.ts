@@ -257,7 +257,7 @@ function autoloadOnly(obj: BpfObject, wanted: readonly string[]): string[] {
  * the object of its own that reuses every map of the first (all of the object's maps are in MAPS)
  * and gets the same .rodata, so they read and write the same state. Programs asked for together
  * are verified at once on koffi's worker threads: the kernel verifies one program per thread, and
- * the start's three took 0.65-0.7x the time of one object holding them all (two shared cores).
+ * three tc programs took 0.65-0.7x the time of one object holding them all (two shared cores).
  */
 class ProgramLoader {
   private readonly owner = new Map<string, BpfObject>();
