@@ -24,10 +24,12 @@ const c = {
   ),
   recv: libc.func('intptr_t recv(int fd, _Out_ uint8_t *buf, size_t len, int flags)'),
   malloc_trim: libc.func('int malloc_trim(size_t pad)'),
+  fcntl: libc.func('int fcntl(int fd, int cmd, ...)'),
 };
 
 export const O_RDONLY = 0;
 export const O_CLOEXEC = 0o2000000;
+const F_DUPFD_CLOEXEC = 1030;
 export const CLONE_NEWNET = 0x40000000;
 export const O_DIRECTORY = 0o200000;
 export const LOCK_EX = 2;
@@ -72,6 +74,13 @@ export function openPath(path: string, flags = O_RDONLY | O_CLOEXEC): number {
  */
 export function mallocTrim(): void {
   c.malloc_trim(0);
+}
+
+/** A second descriptor of what `fd` refers to, closed on exec; the caller closes it. */
+export function dupFd(fd: number): number {
+  const copy = c.fcntl(fd, F_DUPFD_CLOEXEC, 'int', 0) as number;
+  if (copy < 0) throw new NativeError('fcntl(F_DUPFD_CLOEXEC)', lastErrno(), String(fd));
+  return copy;
 }
 
 export function closeFd(fd: number): void {
