@@ -9,9 +9,10 @@
 //       [--sources manifests,api-json,api-protobuf] [--distinct] [--as-stored] [--cli dist/src/cli/main.js]
 // --as-stored: the API server's objects carry what a real one adds (bench/scenario.ts asStored).
 // --cli measures another build of the agent (e.g. an older commit's) in the same run.
-// --memory-limit MiB runs the agent as the chart's pod with resources.limits.memory set: through
-// the image's entry point (scripts/image-entrypoint.sh, which sizes V8's heap to the limit) in a
-// memory cgroup of its own with that limit, and reports the OOM kills the cgroup saw.
+// The agent starts as the image starts it: through its entry point (scripts/image-entrypoint.sh,
+// which sets V8's heap flags). --memory-limit MiB runs it as the chart's pod with
+// resources.limits.memory set: in a memory cgroup of its own with that limit (which the entry
+// point sizes the heap to), and reports the OOM kills the cgroup saw.
 
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -32,7 +33,7 @@ import {
   type Scenario,
   scenarioMapSizes,
 } from './scenario.js';
-import { cliEntryPoint } from './tools.js';
+import { cliEntryPoint, imageEntrypoint } from './tools.js';
 
 export const MEMORY_SOURCES = ['manifests', 'api-json', 'api-protobuf'] as const;
 export type MemorySource = (typeof MEMORY_SOURCES)[number];
@@ -65,8 +66,6 @@ export interface AgentMemory {
   oomKills?: number;
 }
 
-const ENTRYPOINT = fileURLToPath(new URL('../../scripts/image-entrypoint.sh', import.meta.url));
-
 /** A memory cgroup limited to `limitMiB`: cgroup v2's where it has the memory controller, else v1's. */
 function memoryCgroup(
   name: string,
@@ -88,21 +87,6 @@ function memoryCgroup(
       if (existsSync(dir)) rmdirSync(dir);
     },
   };
-}
-
-/** The words that start the agent through the image's entry point, inside the cgroup. */
-function entrypointLauncher(cli: string, cgroupDir: string): string[] {
-  return [
-    'env',
-    `KBP_NODE=${process.execPath}`,
-    `KBP_MAIN=${cli}`,
-    `KBP_CGROUP_ROOT=${cgroupDir}`,
-    'sh',
-    '-c',
-    'echo $$ > "$0/cgroup.procs" && exec sh "$@"',
-    cgroupDir,
-    ENTRYPOINT,
-  ];
 }
 
 const LIST_SERVER = fileURLToPath(new URL('list-server.js', import.meta.url));
@@ -187,8 +171,8 @@ export async function measureAgentMemory(
       args.push('--master', `http://127.0.0.1:${LIST_SERVER_PORT}`);
     }
     const cli = opts.cli ?? cliEntryPoint();
-    const launcher = cgroup ? entrypointLauncher(cli, cgroup.dir) : undefined;
-    agent = LabAgent.start(lab, name, cli, args, { bpffs: 'own', ...(launcher && { launcher }) });
+    const launcher = imageEntrypoint(cli, cgroup?.dir);
+    agent = LabAgent.start(lab, name, cli, args, { bpffs: 'own', launcher });
     const first = await agent.waitForSync(1, opts.timeoutMs);
     const synced = agent.memory();
     const changeSyncMs: number[] = [];

@@ -41,7 +41,14 @@ import {
   UDP_TARGET_PORT,
 } from './scenario.js';
 import { histogram, summarize } from './stats.js';
-import { type LoadgenSummary, parseColumns, parseLoadgen, parseWrk, type Tools } from './tools.js';
+import {
+  imageEntrypoint,
+  type LoadgenSummary,
+  parseColumns,
+  parseLoadgen,
+  parseWrk,
+  type Tools,
+} from './tools.js';
 import type { BenchTopology } from './topology.js';
 
 export interface CellSettings {
@@ -192,7 +199,10 @@ function startProxy(
     });
   }
   const source = feed.kind === 'manifests' ? ['--manifests', feed.dir, '--hostname-override', NODE_NAME] : [];
-  return LabAgent.start(lab, topology.nodeNs, ctx.cli, ['--config', configPath, ...source]);
+  // As the image starts it (its entry point's V8 flags), beside kube-proxy as its image runs it.
+  return LabAgent.start(lab, topology.nodeNs, ctx.cli, ['--config', configPath, ...source], {
+    launcher: imageEntrypoint(ctx.cli),
+  });
 }
 
 /** Where the client's loads go: the measured Service, or (direct) its backend pods themselves. */
@@ -449,7 +459,9 @@ export async function runCell(
     if (usesIptables(kernelMode(mode))) base.iptablesBackend = probeBackend();
     add('coldStartMs', first.at - agent.startedAt);
     add('firstSyncMs', first.durationMs);
-    add('agentRssMiB', agent.memory().rssMiB);
+    const synced = agent.memory();
+    add('agentRssMiB', synced.rssMiB);
+    add('agentPeakRssMiB', synced.peakMiB);
 
     if (dataPlane) {
       const position =

@@ -12,6 +12,7 @@ export type MeasureId =
   | 'changeSyncMs'
   | 'agentRssMiB'
   | 'agentSettledRssMiB'
+  | 'agentPeakRssMiB'
   | 'crrPerSec'
   | 'tcpConnectUs'
   | 'udpRttUs'
@@ -71,6 +72,13 @@ export const MEASURES: Record<MeasureId, MeasureInfo> = {
   },
   agentSettledRssMiB: {
     title: 'Proxy memory settled (VmRSS 13 s after the first sync)',
+    unit: 'MiB',
+    better: 'lower',
+    pooled: false,
+    plane: 'control',
+  },
+  agentPeakRssMiB: {
+    title: 'Proxy peak memory up to its first sync (VmHWM)',
     unit: 'MiB',
     better: 'lower',
     pooled: false,

@@ -20,6 +20,20 @@ export function cliEntryPoint(): string {
   return path;
 }
 
+/**
+ * The words that start the agent as the image does: through its entry point
+ * (scripts/image-entrypoint.sh: V8's semi-space, and the old generation capped below the memory
+ * limit), with this checkout's Node and `cli`. With `cgroupDir`, the process first joins that
+ * memory cgroup, whose limit the entry point then reads.
+ */
+export function imageEntrypoint(cli: string, cgroupDir?: string): string[] {
+  const env = ['env', `KBP_NODE=${process.execPath}`, `KBP_MAIN=${cli}`];
+  const entrypoint = fromRoot('scripts/image-entrypoint.sh');
+  if (!cgroupDir) return [...env, 'sh', entrypoint];
+  const joining = ['sh', '-c', 'echo $$ > "$0/cgroup.procs" && exec sh "$@"', cgroupDir];
+  return [...env, `KBP_CGROUP_ROOT=${cgroupDir}`, ...joining, entrypoint];
+}
+
 export interface Tools {
   backend: string;
   loadgen: string;

@@ -23,10 +23,13 @@ const c = {
     'int getsockopt(int fd, int level, int name, _Out_ uint8_t *value, _Inout_ uint32_t *len)',
   ),
   recv: libc.func('intptr_t recv(int fd, _Out_ uint8_t *buf, size_t len, int flags)'),
+  malloc_trim: libc.func('int malloc_trim(size_t pad)'),
+  fcntl: libc.func('int fcntl(int fd, int cmd, ...)'),
 };
 
 export const O_RDONLY = 0;
 export const O_CLOEXEC = 0o2000000;
+const F_DUPFD_CLOEXEC = 1030;
 export const CLONE_NEWNET = 0x40000000;
 export const O_DIRECTORY = 0o200000;
 export const LOCK_EX = 2;
@@ -63,6 +66,21 @@ export function openPath(path: string, flags = O_RDONLY | O_CLOEXEC): number {
   const fd = c.open(path, flags) as number;
   if (fd < 0) throw new NativeError('open', lastErrno(), path);
   return fd;
+}
+
+/**
+ * Gives the pages glibc's malloc holds free back to the kernel, in every arena (the main one and
+ * those of the worker threads), not only at the top of the main heap as free() does by itself.
+ */
+export function mallocTrim(): void {
+  c.malloc_trim(0);
+}
+
+/** A second descriptor of what `fd` refers to, closed on exec; the caller closes it. */
+export function dupFd(fd: number): number {
+  const copy = c.fcntl(fd, F_DUPFD_CLOEXEC, 'int', 0) as number;
+  if (copy < 0) throw new NativeError('fcntl(F_DUPFD_CLOEXEC)', lastErrno(), String(fd));
+  return copy;
 }
 
 export function closeFd(fd: number): void {

@@ -10,6 +10,9 @@
 # at 8 MiB (V8 grows it to 16 on a large heap): a smaller young generation on top of the limit,
 # for a few more scavenges in a large first sync.
 #
+# The limit is KBP_MEMORY_LIMIT (bytes) when set: the Helm chart passes its resources.limits.memory
+# there through the downward API, which holds where the container's view of cgroup files does not
+# (a cgroup v1 node without cgroup namespaces shows the host's root). Else the cgroup's own files.
 # Without a limit (memory.max "max", or cgroup v1's huge default), only the semi-space is set.
 # A flag already given in NODE_OPTIONS wins. For tests and for running a checkout:
 # KBP_CGROUP_ROOT (default /sys/fs/cgroup), KBP_NODE and KBP_MAIN name other files.
@@ -28,6 +31,11 @@ min_old_space_mib=64
 # mounted at /sys/fs/cgroup/memory, or KBP_CGROUP_ROOT inside the v1 memory hierarchy); nothing
 # when there is none.
 memory_limit() {
+  case ${KBP_MEMORY_LIMIT:-} in
+  '') ;;
+  *[!0-9]*) echo "KBP_MEMORY_LIMIT is not a number of bytes: $KBP_MEMORY_LIMIT" >&2 && exit 1 ;;
+  *) echo "$KBP_MEMORY_LIMIT" && return 0 ;;
+  esac
   for file in "$cgroup_root/memory.max" "$cgroup_root/memory/memory.limit_in_bytes" \
     "$cgroup_root/memory.limit_in_bytes"; do
     [ -r "$file" ] || continue

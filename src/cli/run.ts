@@ -94,14 +94,13 @@ export function heapAfterFullSyncs(log: Logger, quietDelayMs?: number): SyncObse
 }
 
 /**
- * What kube-proxy sets on the node before it proxies, in every mode: its own oom_score_adj (a
- * refusal is logged, not fatal) and the netfilter conntrack sysctls of `conntrack.*` (a failure
- * stops the start). In bpf mode netfilter conntrack still tracks what the stack carries past the
+ * What kube-proxy sets on the node before it proxies, in every mode, besides its own
+ * oom_score_adj (startAgent): the netfilter conntrack sysctls of `conntrack.*` (a failure stops
+ * the start). In bpf mode netfilter conntrack still tracks what the stack carries past the
  * programs (the node's own connections, the CNI's masquerade), so the sysctls matter there too,
  * unless the kernel has no netfilter conntrack at all.
  */
-export async function applyNodeSettings(config: ProxyConfig, log: Logger): Promise<void> {
-  await applyOomScoreAdj(config.oomScoreAdj, log);
+export function applyNodeSettings(config: ProxyConfig, log: Logger): void {
   if (config.mode === 'bpf' && !netfilterConntrackPresent()) {
     log.info('netfilter conntrack is not loaded: the conntrack.* sysctls are not applied');
     return;
@@ -125,6 +124,10 @@ export async function startAgent(
   // source lists (or reads) and parses the objects. Events that arrive before the first sync only
   // fill the tracker.
   let onChange = () => {};
+  // The process's own score (a refusal is logged, not fatal) touches nothing of the node's, so it
+  // is written while the data plane opens: where the kernel refuses the first write, kube-proxy's
+  // retry 100 ms later is not on the way to the first sync.
+  const oomScore = applyOomScoreAdj(config.oomScoreAdj, log);
   const opening = openDataplane(config, log);
   const source = await openSource(opts, config, nodeName, log);
   // kube-proxy waits for the initial lists before its first sync, so a restart never programs a
@@ -141,7 +144,8 @@ export async function startAgent(
   try {
     opened = await opening;
     // Once the bpf data plane holds its pin path: a second agent there stops before it touches the node.
-    await applyNodeSettings(config, log);
+    applyNodeSettings(config, log);
+    await oomScore;
   } catch (err) {
     await source.stop().catch(() => {});
     await opened?.dataplane.close().catch(() => {});

@@ -1,12 +1,13 @@
-// HTTP GETs to the API server with the credentials of a client-node KubeConfig (client
-// certificates, bearer and rotated token files, exec plugins, proxies), rate limited. Plain
+// HTTP GETs to the API server with the source's credentials (credentials.ts: client certificates,
+// bearer and rotated token files; exec plugins and proxies through client-node's KubeConfig), rate
+// limited. Plain
 // node:http(s) rather than client-node's fetch so that a watch response is a stream we can close
 // ourselves and whose every chunk we see as it arrives.
 
 import http from 'node:http';
 import https from 'node:https';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { KubeConfig } from '@kubernetes/client-node';
+import type { ApiCredentials } from './credentials.js';
 import type { RequestRateLimiter } from './flow-control.js';
 import { PROTOBUF_CONTENT_TYPE } from './protobuf.js';
 
@@ -42,7 +43,7 @@ export class ApiTransport {
   private readonly accept: string;
 
   constructor(
-    private readonly kubeConfig: KubeConfig,
+    private readonly credentials: ApiCredentials,
     private readonly limiter: RequestRateLimiter,
     /** clientConnection.contentType: application/vnd.kubernetes.protobuf (kube-proxy's default) or application/json. */
     contentType: string,
@@ -51,7 +52,7 @@ export class ApiTransport {
   }
 
   get server(): string {
-    return this.kubeConfig.getCurrentCluster()?.server ?? '';
+    return this.credentials.server;
   }
 
   /** Starts a GET and resolves with the response once it is a 200; any other status throws ApiError. */
@@ -62,14 +63,12 @@ export class ApiTransport {
   ): Promise<http.IncomingMessage> {
     const wait = this.limiter.reserve();
     if (wait > 0) await sleep(wait, undefined, { signal });
-    const cluster = this.kubeConfig.getCurrentCluster();
-    if (!cluster) throw new Error('the kubeconfig has no current cluster');
-    const url = new URL(cluster.server.replace(/\/+$/, '') + path);
+    const url = new URL(this.credentials.server.replace(/\/+$/, '') + path);
     for (const [name, value] of Object.entries(query)) url.searchParams.set(name, value);
 
     // Asked per request: token files and exec credentials rotate.
     const auth: https.RequestOptions = {};
-    await this.kubeConfig.applyToHTTPSOptions(auth);
+    await this.credentials.applyToHTTPSOptions(auth);
     const agent = auth.agent;
     const releaseAgent = () => {
       if (agent instanceof http.Agent) agent.destroy();

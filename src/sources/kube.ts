@@ -1,23 +1,30 @@
 // The Kubernetes API source: what kube-proxy's informers watch (Services and EndpointSlices with
 // its label selector, this node's Node, and every ServiceCIDR), delivered as raw objects. Each
-// resource runs its own list/watch loop (reflector.ts) on top of client-node's KubeConfig for
-// credentials; see docs/sources.md for why not client-node's informer. KubeConfig is imported
-// when a source starts, not with this module, and without client-node's generated models
-// (kube-config.ts): an agent reading manifest files loads none of client-node.
+// resource runs its own list/watch loop (reflector.ts) with the credentials of credentials.ts;
+// see docs/sources.md for why not client-node's informer. client-node's KubeConfig is imported
+// only for a kubeconfig that credentials.ts leaves to it (an exec plugin, an auth provider, ...),
+// when the source starts, and without client-node's generated models (kube-config.ts): an agent
+// in a pod, or reading manifest files, loads none of client-node.
 
-import { existsSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import type { KubeConfig } from '@kubernetes/client-node';
 import type { ProxyConfig } from '../config/types.js';
 import { type Logger, silentLogger } from '../logger.js';
 import type { SourceEvent } from '../model/events.js';
 import { KUBE_PROXY_LABEL_SELECTOR } from '../model/types.js';
 import { ApiTransport } from './api-transport.js';
+import {
+  type ApiCredentials,
+  type InClusterFiles,
+  inClusterFiles,
+  inClusterTlsAndAuth,
+  leanCredentials,
+  tlsAndAuthOf,
+} from './credentials.js';
 import { type BackoffPolicy, DEFAULT_BACKOFF, RequestRateLimiter } from './flow-control.js';
 import { importKubeConfig } from './kube-config.js';
 import { Reflector, type WatchedResource } from './reflector.js';
 import type { Source } from './types.js';
-
-const SERVICE_ACCOUNT_TOKEN = '/var/run/secrets/kubernetes.io/serviceaccount/token';
 
 export interface KubeSourceOptions {
   /** The settings this source honours (see docs/sources.md for contentType). */
@@ -50,39 +57,52 @@ export function watchedResources(nodeName: string): WatchedResource[] {
   ];
 }
 
-function inClusterPossible(): boolean {
-  return (
-    Boolean(process.env.KUBERNETES_SERVICE_HOST && process.env.KUBERNETES_SERVICE_PORT) &&
-    existsSync(SERVICE_ACCOUNT_TOKEN)
-  );
+/** A kubeconfig file's contents: JSON, or YAML (its usual form), whose parser is loaded only then. */
+async function readKubeconfig(path: string): Promise<unknown> {
+  const text = readFileSync(path, 'utf8');
+  try {
+    return JSON.parse(text);
+  } catch {
+    const { parse } = await import('yaml');
+    return parse(text) as unknown;
+  }
 }
 
 /**
  * client-go's BuildConfigFromFlags: the kubeconfig file if given, else the pod's service account
  * when running in a cluster, else --master alone (no credentials); --master overrides the server
- * in every case.
+ * in every case. Read without client-node where credentials.ts can (tlsAndAuthOf).
  */
-export async function loadKubeConfig(
+export async function loadCredentials(
   kubeconfigPath: string,
   master: string,
-  inCluster = inClusterPossible(),
-): Promise<KubeConfig> {
+  inCluster: InClusterFiles | null = inClusterFiles(),
+): Promise<ApiCredentials> {
+  if (kubeconfigPath !== '') {
+    const settings = tlsAndAuthOf(await readKubeconfig(kubeconfigPath), kubeconfigPath);
+    if (settings) return leanCredentials(settings, master);
+    return kubeConfigCredentials(await loadKubeConfig(kubeconfigPath, master));
+  }
+  if (inCluster) return leanCredentials(inClusterTlsAndAuth(inCluster), master);
+  if (master !== '') return leanCredentials({ server: master }, master);
+  throw new Error(
+    'no API server to talk to: set clientConnection.kubeconfig or --master, or run in a pod with a service account',
+  );
+}
+
+/** client-node's KubeConfig as the transport's credentials. */
+function kubeConfigCredentials(config: KubeConfig): ApiCredentials {
+  return {
+    server: config.getCurrentCluster()?.server ?? '',
+    applyToHTTPSOptions: (options) => config.applyToHTTPSOptions(options),
+  };
+}
+
+/** A kubeconfig file as client-node reads it, with --master (when set) as its current server. */
+async function loadKubeConfig(kubeconfigPath: string, master: string): Promise<KubeConfig> {
   const KubeConfig = await importKubeConfig();
   const config = new KubeConfig();
-  if (kubeconfigPath !== '') {
-    config.loadFromFile(kubeconfigPath);
-  } else if (inCluster) {
-    config.loadFromCluster();
-  } else if (master !== '') {
-    config.loadFromClusterAndUser(
-      { name: 'master', server: master, skipTLSVerify: false },
-      { name: 'master' },
-    );
-  } else {
-    throw new Error(
-      'no API server to talk to: set clientConnection.kubeconfig or --master, or run in a pod with a service account',
-    );
-  }
+  config.loadFromFile(kubeconfigPath);
   const current = config.getCurrentCluster();
   if (!current) throw new Error(`kubeconfig ${kubeconfigPath} has no current context with a cluster`);
   const server = master !== '' ? master : current.server;
@@ -117,7 +137,7 @@ export class KubeSource implements Source {
     this.started = true;
     const { kubeconfig, qps, burst, contentType } = this.options.clientConnection;
     const transport = new ApiTransport(
-      await loadKubeConfig(kubeconfig, this.options.master),
+      await loadCredentials(kubeconfig, this.options.master),
       new RequestRateLimiter(qps, burst),
       contentType,
     );

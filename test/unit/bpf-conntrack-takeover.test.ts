@@ -5,6 +5,7 @@
 
 import { describe, expect, it } from 'vitest';
 import { ctRecord } from '../../src/dataplanes/bpf/conntrack-gc.js';
+import { takeOverNetfilterFlows } from '../../src/dataplanes/bpf/conntrack-handoff.js';
 import {
   type BpfCtEntry,
   HANDBACK_TIMEOUT_SECONDS,
@@ -18,6 +19,7 @@ import {
   stackEntries,
 } from '../../src/dataplanes/bpf/conntrack-takeover.js';
 import { CT_F, ct4Key, ct4Val, TCP_FLAG } from '../../src/dataplanes/bpf/layout.js';
+import { silentLogger } from '../../src/logger.js';
 
 const LIST = `tcp      6 431999 ESTABLISHED src=10.244.1.2 dst=10.96.1.3 sport=40000 dport=80 src=10.244.2.3 dst=10.244.1.2 sport=7000 dport=40000 [ASSURED] mark=0 use=1
 tcp      6 119 TIME_WAIT src=10.244.1.2 dst=10.96.1.3 sport=40001 dport=80 src=10.244.2.3 dst=10.244.1.2 sport=7000 dport=40001 [ASSURED] mark=0 use=1
@@ -75,6 +77,30 @@ describe('parseNetfilterFlows', () => {
     );
     expect(flow?.orig.src).toBe('fd00:244:0:1::2');
     expect(flow?.reply.src).toBe('fd00:244:0:2::3');
+  });
+});
+
+describe('takeOverNetfilterFlows', () => {
+  it("lists both families' netfilter flows at once, and reports a family whose listing failed", async () => {
+    const listing: string[] = [];
+    let inFlight = 0;
+    let most = 0;
+    const exec = async (cmd: string, args: string[]) => {
+      listing.push(`${cmd} ${args.join(' ')}`);
+      most = Math.max(most, ++inFlight);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      inFlight--;
+      const failed = args.includes('ipv6');
+      return { stdout: '', stderr: failed ? 'no nf_conntrack_ipv6' : '', code: failed ? 1 : 0 };
+    };
+    const fds = { ct4Tcp: -1, ct4Any: -1, ct6Tcp: -1, ct6Any: -1 };
+    const report = await takeOverNetfilterFlows(PLAN, ['IPv4', 'IPv6'], fds, silentLogger, exec);
+    expect(listing).toEqual(['conntrack -L -f ipv4 --dst-nat', 'conntrack -L -f ipv6 --dst-nat']);
+    expect(most).toBe(2);
+    expect(report).toEqual({
+      flows: 0,
+      errors: ['conntrack -L -f ipv6 --dst-nat (1): no nf_conntrack_ipv6'],
+    });
   });
 });
 

@@ -492,6 +492,15 @@ describeHelm('defaults', () => {
       annotations['checksum/config'],
     );
   });
+
+  it("passes a memory limit to the image's entry point, which sizes V8's heap below it", async () => {
+    expect(envOf(agent(objects), 'KBP_MEMORY_LIMIT')).toBeUndefined();
+    const limited = agent(await render({ ...base, resources: { limits: { memory: '1Gi' } } }));
+    expect(limited.resources.limits).toEqual({ memory: '1Gi' });
+    expect(envOf(limited, 'KBP_MEMORY_LIMIT')?.valueFrom).toEqual({
+      resourceFieldRef: { resource: 'limits.memory' },
+    });
+  });
 });
 
 describeHelm('privileges', () => {

@@ -13,7 +13,7 @@ const MiB = 1024 * 1024;
 let cgroupRoot = '';
 
 /** The command line the entry point would exec, with these cgroup files under a fresh root. */
-function commandLine(files: Record<string, string>, nodeOptions = ''): string {
+function commandLine(files: Record<string, string>, nodeOptions = '', memoryLimit = ''): string {
   cgroupRoot = mkdtempSync(join(tmpdir(), 'kbp-entrypoint-'));
   for (const [file, text] of Object.entries(files)) {
     mkdirSync(dirname(join(cgroupRoot, file)), { recursive: true });
@@ -25,6 +25,7 @@ function commandLine(files: Record<string, string>, nodeOptions = ''): string {
     KBP_NODE: 'echo',
     KBP_MAIN: 'main.js',
     NODE_OPTIONS: nodeOptions,
+    KBP_MEMORY_LIMIT: memoryLimit,
   };
   return execFileSync('sh', [ENTRYPOINT, 'run', '--config', 'c'], { env, encoding: 'utf8' }).trim();
 }
@@ -45,6 +46,16 @@ describe('the image entry point', () => {
     expect(commandLine({ 'memory.limit_in_bytes': String(1024 * MiB) })).toContain(
       '--max-old-space-size=936',
     );
+  });
+
+  it("takes the chart's limit from KBP_MEMORY_LIMIT before the cgroup's files", () => {
+    expect(commandLine({ 'memory.max': 'max' }, '', String(1024 * MiB))).toContain(
+      '--max-old-space-size=936',
+    );
+    expect(commandLine({ 'memory.max': String(512 * MiB) }, '', String(2048 * MiB))).toContain(
+      '--max-old-space-size=1960',
+    );
+    expect(() => commandLine({}, '', '1Gi')).toThrow(/KBP_MEMORY_LIMIT is not a number of bytes: 1Gi/);
   });
 
   it('sets only the semi-space without a limit', () => {

@@ -1,14 +1,16 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import { type Logger, pino } from 'pino';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { SourceEvent } from '../../src/model/events.js';
 import { parseEvent } from '../../src/model/parse.js';
 import { KUBE_PROXY_LABEL_SELECTOR } from '../../src/model/types.js';
+import { type ApiCredentials, tlsAndAuthOf } from '../../src/sources/credentials.js';
 import { backoffDelayMs, RequestRateLimiter } from '../../src/sources/flow-control.js';
-import { KubeSource, loadKubeConfig } from '../../src/sources/kube.js';
+import { KubeSource, loadCredentials } from '../../src/sources/kube.js';
 import { diffRelist, goneObject, isExpired, parseWatchLine } from '../../src/sources/reflector.js';
 import { FakeApiServer, type FakeObject } from '../support/fake-apiserver.js';
 
@@ -536,21 +538,108 @@ async function expectHandlesBackTo(baseline: Record<string, number>): Promise<vo
 }
 
 describe('kube source configuration', () => {
+  const folder = mkdtempSync(path.join(tmpdir(), `kbp-credentials-${process.pid}-`));
+  afterAll(() => rmSync(folder, { recursive: true, force: true }));
+  const kubeconfigWith = (cluster: object, user: object) => {
+    const file = path.join(folder, `kubeconfig-${Math.random().toString(36).slice(2)}`);
+    writeFileSync(
+      file,
+      JSON.stringify({
+        clusters: [{ name: 'c', cluster }],
+        users: [{ name: 'u', user }],
+        contexts: [{ name: 'x', context: { cluster: 'c', user: 'u' } }],
+        'current-context': 'x',
+      }),
+    );
+    return file;
+  };
+  const requestOptions = async (credentials: ApiCredentials) => {
+    const options: https.RequestOptions = {};
+    await credentials.applyToHTTPSOptions(options);
+    return options;
+  };
+
   it('needs a kubeconfig, --master or a service account', async () => {
-    await expect(loadKubeConfig('', '', false)).rejects.toThrow(/no API server/);
+    await expect(loadCredentials('', '', null)).rejects.toThrow(/no API server/);
   });
 
-  it('--master alone talks to that server, plain http included', async () => {
-    const config = await loadKubeConfig('', 'http://127.0.0.1:8080', false);
-    expect(config.getCurrentCluster()).toMatchObject({
-      server: 'http://127.0.0.1:8080',
-      skipTLSVerify: true,
+  it('--master alone talks to that server, plain http included, verifying TLS', async () => {
+    const plain = await loadCredentials('', 'http://127.0.0.1:8080', null);
+    expect(plain.server).toBe('http://127.0.0.1:8080');
+    expect(await requestOptions(plain)).toEqual({});
+    const secure = await requestOptions(await loadCredentials('', 'https://10.0.0.1:6443', null));
+    expect(secure.agent).toBeInstanceOf(https.Agent);
+    expect((secure.agent as https.Agent).options.rejectUnauthorized).toBe(true);
+  });
+
+  it("reads a kubeconfig's CA, client certificate and key, files relative to its folder", async () => {
+    writeFileSync(path.join(folder, 'ca.pem'), 'CA');
+    const file = kubeconfigWith(
+      { server: 'https://api:6443', 'certificate-authority': 'ca.pem', 'tls-server-name': 'kubernetes' },
+      {
+        'client-certificate-data': Buffer.from('CERT').toString('base64'),
+        'client-key-data': Buffer.from('KEY').toString('base64'),
+      },
+    );
+    const credentials = await loadCredentials(file, '', null);
+    expect(credentials.server).toBe('https://api:6443');
+    const agent = (await requestOptions(credentials)).agent as https.Agent;
+    expect(agent.options).toMatchObject({ servername: 'kubernetes', rejectUnauthorized: true });
+    expect(String(agent.options.ca)).toBe('CA');
+    expect([String(agent.options.cert), String(agent.options.key)]).toEqual(['CERT', 'KEY']);
+  });
+
+  it('reads a token file again for each request, as a projected token rotates', async () => {
+    const tokenFile = path.join(folder, 'token');
+    writeFileSync(tokenFile, 'first\n');
+    const credentials = await loadCredentials(
+      kubeconfigWith({ server: 'https://api:6443', 'insecure-skip-tls-verify': true }, { tokenFile }),
+      '',
+      null,
+    );
+    const options = await requestOptions(credentials);
+    expect(options.headers).toEqual({ Authorization: 'Bearer first' });
+    expect((options.agent as https.Agent).options.rejectUnauthorized).toBe(false);
+    writeFileSync(tokenFile, 'second');
+    expect((await requestOptions(credentials)).headers).toEqual({ Authorization: 'Bearer second' });
+  });
+
+  it("takes a pod's service account: the Service's address, its CA, its rotating token", async () => {
+    const tokenFile = path.join(folder, 'sa-token');
+    const caFile = path.join(folder, 'sa-ca.crt');
+    writeFileSync(tokenFile, 'sa');
+    writeFileSync(caFile, 'SA-CA');
+    const files = { host: 'fd00:96::1', port: '443', tokenFile, caFile };
+    const credentials = await loadCredentials('', '', files);
+    expect(credentials.server).toBe('https://[fd00:96::1]:443');
+    const options = await requestOptions(credentials);
+    expect(options.headers).toEqual({ Authorization: 'Bearer sa' });
+    expect(String((options.agent as https.Agent).options.ca)).toBe('SA-CA');
+    expect((await loadCredentials('', 'https://10.0.0.1:6443', files)).server).toBe('https://10.0.0.1:6443');
+  });
+
+  it('leaves exec plugins, auth providers and unknown fields to client-node', () => {
+    const cluster = { server: 'https://api:6443' };
+    const parsed = (user: object, extra: object = {}) =>
+      JSON.parse(readFileSync(kubeconfigWith({ ...cluster, ...extra }, user), 'utf8')) as unknown;
+    expect(tlsAndAuthOf(parsed({ token: 't' }), '/k')).toMatchObject({
+      server: 'https://api:6443',
+      token: 't',
     });
-    const secure = await loadKubeConfig('', 'https://10.0.0.1:6443', false);
-    expect(secure.getCurrentCluster()).toMatchObject({
-      server: 'https://10.0.0.1:6443',
-      skipTLSVerify: false,
-    });
+    expect(tlsAndAuthOf(parsed({ exec: { command: 'aws' } }), '/k')).toBeNull();
+    expect(tlsAndAuthOf(parsed({ 'auth-provider': { name: 'oidc' } }), '/k')).toBeNull();
+    expect(tlsAndAuthOf(parsed({ as: 'someone' }), '/k')).toBeNull();
+    expect(tlsAndAuthOf(parsed({}, { 'proxy-url': 'http://proxy:3128' }), '/k')).toBeNull();
+    expect(tlsAndAuthOf({ clusters: [], 'current-context': 'x' }, '/k')).toBeNull();
+  });
+
+  it('reads a kubeconfig with an exec plugin through client-node, --master overriding its server', async () => {
+    const file = kubeconfigWith(
+      { server: 'https://api:6443' },
+      { exec: { command: 'true', apiVersion: 'v1' } },
+    );
+    expect((await loadCredentials(file, '', null)).server).toBe('https://api:6443');
+    expect((await loadCredentials(file, 'http://127.0.0.1:8080', null)).server).toBe('http://127.0.0.1:8080');
   });
 });
 

@@ -23,13 +23,13 @@ import {
   handbacks,
   missingHandbacks,
   type NetfilterFlow,
+  type PlanFrontends,
   parseNetfilterFlows,
   stackEntries,
 } from './conntrack-takeover.js';
 import { IPPROTO } from './frontend-codec.js';
 import { CT_F, ct4Key, ct4Val, ct6Key, ct6Val } from './layout.js';
 import { mapPinPath } from './object.js';
-import type { BpfPlan } from './plan.js';
 
 /** A family's two conntrack maps (TCP, and every other protocol) and their codecs. */
 const CT_MAPS = {
@@ -68,15 +68,17 @@ export interface TakeoverReport {
  * Runs before the first sync writes the frontends, so no packet of those flows meets them first.
  */
 export async function takeOverNetfilterFlows(
-  plan: BpfPlan,
+  plan: PlanFrontends,
   families: readonly IPFamily[],
   fds: CtFds,
   log: Logger,
   exec: CommandRunner = runCommand,
 ): Promise<TakeoverReport> {
   const report: TakeoverReport = { flows: 0, errors: [] };
-  for (const family of families) {
-    const flows = await dnatFlows(exec, family);
+  // Both families listed at once: each listing is a process of its own, on the first sync's way.
+  const listed = await Promise.all(families.map((family) => dnatFlows(exec, family)));
+  for (const [i, family] of families.entries()) {
+    const flows = listed[i]!;
     if (typeof flows === 'string') {
       report.errors.push(flows);
       continue;
