@@ -123,6 +123,14 @@ describe('host routing to other nodes (remoteBypass)', () => {
       node({ routes: [...ROUTES.slice(0, 3), { dst: '10.244.0.0/16', gateway: '10.10.0.9', dev: 'eth0' }] }),
     );
     expect(wide.stack[0]?.reason).toBe("holds this node's pods");
+    const split = remoteBypass(
+      node({ routes: [...ROUTES, { dst: '10.244.2.128/25', gateway: '10.99.0.3', dev: 'wg0' }] }),
+    );
+    expect(split.stack.map((s) => s.reason)).toEqual([
+      'a more specific route inside',
+      expect.stringMatching(/tunnel/),
+    ]);
+    expect(split.prefixes.IPv4).toEqual([]);
   });
 
   it('a ptp node: each pod is a /32 route out of its veth, each judged as a source', () => {

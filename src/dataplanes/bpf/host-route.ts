@@ -189,8 +189,9 @@ function deviceProblem(node: RemoteBypassNode, dev: string): string | null {
  * Which other nodes' pods host routing carries flows to (pure), per destination prefix of the main
  * table: a unicast route through a gateway (a remote pod CIDR: via the other node on the underlay,
  * or via its VTEP on a vxlan overlay) out of an external Ethernet device, holding none of this
- * node's pods, that netfilter provably never masquerades from any of this node's pods (the routes
- * out of their devices). A connected route (the underlay's subnet, where host-network backends live
+ * node's pods and no more specific route (the FIB would send part of it elsewhere, and the
+ * request and its reply would part ways), that netfilter provably never masquerades from any of
+ * this node's pods (the routes out of their devices). A connected route (the underlay's subnet, where host-network backends live
  * and the CNI masquerades towards), the default route, multipath routes, other tunnels, and every
  * route of a node that routes by policy (the FIB could then pick another way than the one judged)
  * keep the stack's path.
@@ -208,6 +209,7 @@ export function remoteBypass(node: RemoteBypassNode): RemoteBypass {
       : node.rules.some((r) => !defaultRule(r))
         ? 'policy routing'
         : null;
+  const inner = node.routes.map((r) => prefixOf(r.dst)).filter((c): c is ParsedCIDR => c !== null);
   for (const r of node.routes) {
     const dst = prefixOf(r.dst);
     if (!dst || !r.gateway || !r.dev || (r.type ?? 'unicast') !== 'unicast' || r.nexthops) continue;
@@ -218,6 +220,9 @@ export function remoteBypass(node: RemoteBypassNode): RemoteBypass {
       deviceProblem(node, r.dev) ??
       (mine.length === 0 ? 'no local pod of the family' : null) ??
       (mine.some((s) => cidrRelation(dst, s) !== false) ? "holds this node's pods" : null) ??
+      (inner.some((c) => c.prefixLength > dst.prefixLength && cidrRelation(dst, c) === true)
+        ? 'a more specific route inside'
+        : null) ??
       (nat === null ? 'nat table unread' : null) ??
       (mine.every((src) => neverMasqueraded(nat!, { src, dst, dev: r.dev! })) ? null : 'masqueraded');
     if (reason) {
