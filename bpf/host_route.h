@@ -123,12 +123,16 @@ static __always_inline bool kbp_host_remote6(const __be32 *addr) {
  * packet (KBP_REDIRECT_PEER into a veth's pod, KBP_REDIRECT out of a bridge, KBP_REDIRECT_NEIGH
  * when the neighbour is not resolved yet), and so does a listed device towards other nodes when
  * the flow is a KBP_CT_F_HOST one (KBP_REDIRECT with the FIB's MACs, or KBP_REDIRECT_NEIGH);
- * anything else (another node otherwise, the node itself, no route, TTL 1, too big) is KBP_PASS:
- * the stack's path, as without host routing.
+ * anything else (another node otherwise, the node itself, no route, TTL 1, too big but for a
+ * KBP_CT_F_HOST flow's KBP_FRAG_NEEDED) is KBP_PASS: the stack's path, as without host routing.
  */
 static __always_inline int kbp_host_hop(int verdict, const struct kbp_hop *hop, __u8 flags) {
 	enum kbp_host_if *kind;
 
+	/* Too big for the route and DF set: tc answers, as for a routed flow, so that the stack
+	 * meets no packet of a flow whose reply it never sees. */
+	if (verdict == KBP_FRAG_NEEDED && flags & KBP_CT_F_HOST)
+		return verdict;
 	if (verdict != KBP_REDIRECT && verdict != KBP_REDIRECT_NEIGH)
 		return KBP_PASS;
 	kind = bpf_map_lookup_elem(&kbp_hostif_v1, &hop->ifindex);

@@ -29,6 +29,8 @@ import { Lab } from '../../src/lab/netns.js';
 import {
   buildPacket,
   ETH_HLEN,
+  IPPROTO_ICMP,
+  IPPROTO_ICMPV6,
   IPPROTO_TCP,
   IPV6_EXT,
   onesSum,
@@ -295,6 +297,46 @@ describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
           expect(ttlOf(out.dataOut)).toBe(64);
           expect(back.retval).toBe(TC_ACT_UNSPEC);
           expect(back.dataOut).toEqual(reply);
+        }
+      },
+    );
+
+    it(
+      bypass
+        ? 'too big for the way to the other node, DF set: tc answers the client itself (the stack meets no packet of the flow)'
+        : 'too big for the way to the other node: the stack`s to answer',
+      async () => {
+        const first = syn('10.96.0.83');
+        const { saddr, daddr, sport, dport } = parsePacket(first);
+        run(lb, TC_POD, first);
+        const big = buildPacket({
+          saddr,
+          daddr,
+          sport,
+          dport,
+          proto: IPPROTO_TCP,
+          tcpFlags: TCP.ACK,
+          payload: Buffer.alloc(1460 - (family === 'IPv4' ? 40 : 60)),
+        });
+        await lab.exec('fib', 'ip', ['link', 'set', 'r0', 'mtu', '1400']);
+        try {
+          const out = run(lb, TC_POD, big);
+          if (!bypass) {
+            expect(out.retval).toBe(TC_ACT_UNSPEC);
+            return;
+          }
+          expect(out.retval).toBe(TC_ACT_REDIRECT);
+          const icmp = parsePacket(out.dataOut);
+          expect(icmp).toMatchObject({
+            proto: family === 'IPv4' ? IPPROTO_ICMP : IPPROTO_ICMPV6,
+            daddr: A(CLIENT_POD.ip),
+          });
+          // Fragmentation needed (3/4) or packet too big (2), with r0's MTU.
+          if (family === 'IPv4')
+            expect([icmp.l4[0], icmp.l4[1], icmp.l4.readUInt16BE(6)]).toEqual([3, 4, 1400]);
+          else expect([icmp.l4[0], icmp.l4.readUInt32BE(4)]).toEqual([2, 1400]);
+        } finally {
+          await lab.exec('fib', 'ip', ['link', 'set', 'r0', 'mtu', '1500']);
         }
       },
     );
