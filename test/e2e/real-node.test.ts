@@ -63,9 +63,11 @@ import { describeRoot } from '../support/privileges.js';
 // are set explicitly. Each runs the whole matrix: one pass takes about 17 s here (8 s to build the
 // lab and start the agents, 9-10 s of cells; the four variants 68 s), so a subset would save
 // seconds of CI's 30 minutes and give up the proof that the setting changes nothing but the flows
-// between local pods. Every cell
-// between two pods of one node also checks where its connections went: none in the node's
-// netfilter conntrack under the bypass, each of them there on the stack's path.
+// it carries. Every cell between two pods of one node, and every one between a pod and a pod of
+// the other node (across flannel's vxlan overlay, whose prefix the agents list for the bypass),
+// also checks where its connections went: none in the client's node's netfilter conntrack under
+// the bypass, each of them there on the stack's path (and, across nodes, in the backend's node's,
+// which routes them as any pod's traffic).
 const VARIANTS: { mode: ProxyMode; agent: 'process' | 'pod'; hostRouting?: BpfConfig['hostRouting'] }[] = [
   { mode: 'bpf', agent: 'process' },
   { mode: 'bpf', agent: 'process', hostRouting: 'bpf' },
@@ -218,6 +220,10 @@ interface Cell {
   /** Client and backend are pods of one node: host routing (bpf.hostRouting, when it resolves
    * to bpf) keeps the flow out of the node's netfilter conntrack, the stack's path puts it there. */
   localPods?: boolean;
+  /** Client and backend are pods of two nodes: host routing keeps the flow out of the client's
+   * node's netfilter conntrack (the overlay's prefix is one remoteBypass lists), the stack's path
+   * puts it there; the backend's node routes it as any pod's traffic and holds it either way. */
+  remotePods?: boolean;
   /** A node whose stack reassembles the datagrams and fragments them again (netfilter conntrack
    * at PREROUTING, then the output's MTU): its ReasmOKs and FragCreates must grow (IPv6: its
    * Ip6FragCreates, and the client's Ip6ReasmOKs by one per echo; see the header). */
@@ -251,6 +257,7 @@ const CELLS: Cell[] = [
         proto: 'tcp',
         backends: [ONLY[peer.name]![1]],
         clientAddress: 'preserved',
+        remotePods: true,
       },
       {
         name: `${who} → ClusterIP, backends on both nodes`,
@@ -384,6 +391,7 @@ const CELLS: Cell[] = [
     backends: ['b2'],
     clientAddress: 'preserved',
     downloadBytes: DOWNLOAD_BYTES,
+    remotePods: true,
   },
   {
     name: '64 MiB: outside ← NodePort on node-b, local backend',
@@ -640,17 +648,19 @@ for (const { mode, agent, hostRouting } of VARIANTS) {
           const clientBefore = reassembler && !v4 ? await fragStats(lab, ns, family) : null;
           const results = await send(download ? 1 : REQUESTS);
           expect(problems(cell, clientIP, results)).toEqual([]);
-          if (cell.localPods) {
+          if (cell.localPods || cell.remotePods) {
             const backend = nodes.pod(cell.backends[0]!);
-            const entries = await conntrackEntries(
-              lab,
-              nodes.nodeNs(nodes.pod(cell.from).node),
-              family,
-              clientIP,
-              v4 ? backend.ip : backend.ip6,
-            );
-            if (bypass) expect(entries, 'connections in the node conntrack').toBe(0);
-            else expect(entries, 'connections in the node conntrack').toBeGreaterThan(0);
+            const entries = (node: string) =>
+              conntrackEntries(lab, nodes.nodeNs(node), family, clientIP, v4 ? backend.ip : backend.ip6);
+            const clientNode = nodes.pod(cell.from).node;
+            const atClient = await entries(clientNode);
+            if (bypass) expect(atClient, `connections in ${clientNode}'s conntrack`).toBe(0);
+            else expect(atClient, `connections in ${clientNode}'s conntrack`).toBeGreaterThan(0);
+            if (cell.remotePods)
+              expect(
+                await entries(backend.node),
+                `connections in ${backend.node}'s conntrack`,
+              ).toBeGreaterThan(0);
           }
           if (reassembler && before) {
             const after = await fragStats(lab, reassembler, family);
