@@ -11,6 +11,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { deleteStaleNamespaces, Lab, waitForLine } from '../src/lab/netns.js';
+import { tcpConntrackEntries } from '../src/lab/node-conntrack.js';
 import { ipv6Of, REAL_NODES, RealNodeLab } from '../src/lab/real-node.js';
 import type { IPFamily } from '../src/net/ip.js';
 import { median, type Summary, summarize } from './stats.js';
@@ -73,22 +74,6 @@ export function crossNodeTable(runs: readonly CrossNodeRun[]): string {
   return `${lines.join('\n')}\n`;
 }
 
-async function conntrackCount(lab: Lab, ns: string, family: IPFamily, client: string, backend: string) {
-  const f = family === 'IPv4' ? 'ipv4' : 'ipv6';
-  const { stdout } = await lab.exec(ns, 'conntrack', [
-    '-L',
-    '-f',
-    f,
-    '-p',
-    'tcp',
-    '-s',
-    client,
-    '-r',
-    backend,
-  ]);
-  return stdout.split('\n').filter((line) => line.trim() !== '').length;
-}
-
 async function timedRun(
   nodes: RealNodeLab,
   tools: Tools,
@@ -124,7 +109,7 @@ async function timedRun(
     connectUs: summarize(connectUs),
     requestUs: summarize(totalUs),
     errors: summary.errors,
-    nodeAConntrack: await conntrackCount(lab, nodeA, run.family, clientIP, backendIP),
+    nodeAConntrack: await tcpConntrackEntries(lab, nodeA, run.family, clientIP, backendIP),
   };
 }
 

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { BpfConfig, ProxyMode } from '../../src/config/types.js';
 import { deleteStaleNamespaces, Lab, type RequestResult } from '../../src/lab/netns.js';
+import { tcpConntrackEntries } from '../../src/lab/node-conntrack.js';
 import {
   CLIENT_IP,
   CLIENT_IP6,
@@ -518,22 +519,6 @@ function problems(cell: Cell, clientIP: string, results: RequestResult[]): strin
   return [...new Set(out)];
 }
 
-/** The node's netfilter conntrack entries of TCP connections from `client` answered by `backend`. */
-async function conntrackEntries(lab: Lab, ns: string, family: IPFamily, client: string, backend: string) {
-  const { stdout } = await lab.exec(ns, 'conntrack', [
-    '-L',
-    '-f',
-    family === 'IPv4' ? 'ipv4' : 'ipv6',
-    '-p',
-    'tcp',
-    '-s',
-    client,
-    '-r',
-    backend,
-  ]);
-  return stdout.split('\n').filter((line) => line.trim() !== '').length;
-}
-
 for (const { mode, agent, hostRouting } of VARIANTS) {
   const pod = agent === 'pod';
   const describeVariant = pod ? describeImage(['KBP_IMAGE']) : describeRoot;
@@ -651,7 +636,7 @@ for (const { mode, agent, hostRouting } of VARIANTS) {
           if (cell.localPods || cell.remotePods) {
             const backend = nodes.pod(cell.backends[0]!);
             const entries = (node: string) =>
-              conntrackEntries(lab, nodes.nodeNs(node), family, clientIP, v4 ? backend.ip : backend.ip6);
+              tcpConntrackEntries(lab, nodes.nodeNs(node), family, clientIP, v4 ? backend.ip : backend.ip6);
             const clientNode = nodes.pod(cell.from).node;
             const atClient = await entries(clientNode);
             if (bypass) expect(atClient, `connections in ${clientNode}'s conntrack`).toBe(0);
