@@ -139,7 +139,13 @@ export class InterfaceFollower {
     this.logReport(report, interfaces);
     this.store.setNodeAddresses(nodeAddresses(host.links));
     this.store.setInterfaceAddresses(interfaceAddresses(host.links));
-    if (this.hostRouting) await this.refreshHostRouting(host, interfaces);
+    if (this.hostRouting) {
+      await this.refreshHostRouting(host, interfaces);
+    } else {
+      // Pinned maps may hold a previous run's entries: empty unless host routing is on.
+      this.store.setHostRouteInterfaces(new Map());
+      this.store.setHostRouteDestinations({ IPv4: [], IPv6: [] });
+    }
     return report;
   }
 
