@@ -388,6 +388,20 @@ describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
     }
   });
 
+  it('a listed prefix whose way out the agent did not list (KBP_HOST_IF_REMOTE) keeps the request on the stack', () => {
+    const lb = loaded.get(true)!;
+    const { A } = FAMILY_CASES[0]!;
+    mapDelete(lb.fd.hostIfs, u32Codec.encode(r0));
+    try {
+      const out = run(lb, TC_POD, synFromClient(A, '10.96.0.83'));
+      expect(out.retval).toBe(TC_ACT_UNSPEC);
+      expect(parsePacket(out.dataOut)).toMatchObject({ daddr: A(REMOTE_POD), dport: 8080 });
+      expect(out.dataOut[ETH_HLEN + 8]).toBe(64); // untouched: the stack decrements it
+    } finally {
+      mapUpdate(lb.fd.hostIfs, u32Codec.encode(r0), u32Codec.encode(HOST_IF.remote));
+    }
+  });
+
   it('a device the agent did not list keeps the stack`s path with host routing loaded', () => {
     const lb = loaded.get(true)!;
     const { A } = FAMILY_CASES[0]!;
