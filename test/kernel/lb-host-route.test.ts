@@ -7,7 +7,7 @@
 // it.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mapDelete, mapLookup, mapUpdate } from '../../native/libbpf.js';
+import { mapDelete, mapLookup, mapUpdate } from '../../native/libbpf/map.js';
 import { ifNameToIndex } from '../../native/libc.js';
 import type { BpfConfig } from '../../src/config/types.js';
 import { hostRoutingDecision } from '../../src/dataplanes/bpf/host-route.js';
