@@ -4,8 +4,10 @@
 // chart renders them). A pod on node-a opens new connections (bench/c/loadgen.c crr) to a ClusterIP
 // whose one backend, bench/c/backend.c, is a pod on node-b; the agents run with bpf.hostRouting
 // bpf, then stack, alternating (bpf, stack, stack, bpf, ...) so that drift in the machine falls on
-// both alike, in one run. Each run also counts the flow's connections in node-a's netfilter
-// conntrack: none under the bypass, all of them on the stack's path.
+// both alike, in one run. The lab is built twice: nodes joined by flannel's vxlan overlay, then by
+// its host-gw routes over the underlay (RealNodeSpec.flannelBackend). Each run also counts the
+// flow's connections in node-a's netfilter conntrack: none under the bypass, all of them on the
+// stack's path.
 
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -28,9 +30,12 @@ export interface CrossNodeOptions {
 }
 
 type Setting = 'bpf' | 'stack';
+type FlannelBackend = 'vxlan' | 'host-gw';
+const BACKENDS: readonly FlannelBackend[] = ['vxlan', 'host-gw'];
 
 /** One timed load: its new connections per second, connect times, and node-a's conntrack count. */
 export interface CrossNodeRun {
+  flannel: FlannelBackend;
   setting: Setting;
   family: IPFamily;
   rep: number;
@@ -54,12 +59,15 @@ export function settingsOrder(rep: number): Setting[] {
 /** Each family's medians over the repetitions, and host routing ÷ the stack (pure). */
 export function crossNodeTable(runs: readonly CrossNodeRun[]): string {
   const lines = [
-    '| family | measure (median of the runs) | bpf.hostRouting bpf | bpf.hostRouting stack | bpf ÷ stack |',
-    '| --- | --- | --- | --- | --- |',
+    '| between the nodes | family | measure (median of the runs) | bpf.hostRouting bpf | bpf.hostRouting stack | bpf ÷ stack |',
+    '| --- | --- | --- | --- | --- | --- |',
   ];
-  for (const family of [...new Set(runs.map((r) => r.family))]) {
+  const groups = [...new Set(runs.map((r) => `${r.flannel} ${r.family}`))];
+  for (const [flannel, family] of groups.map((g) => g.split(' '))) {
     const of = (setting: Setting, pick: (r: CrossNodeRun) => number) =>
-      median(runs.filter((r) => r.family === family && r.setting === setting).map(pick));
+      median(
+        runs.filter((r) => r.flannel === flannel && r.family === family && r.setting === setting).map(pick),
+      );
     for (const [name, pick, digits] of [
       ['new connections per second', (r: CrossNodeRun) => r.connPerSec, 0],
       ['TCP connect time, median (µs)', (r: CrossNodeRun) => r.connectUs.median, 1],
@@ -69,7 +77,9 @@ export function crossNodeTable(runs: readonly CrossNodeRun[]): string {
     ] as const) {
       const [bpf, stack] = [of('bpf', pick), of('stack', pick)];
       const ratio = stack > 0 ? `${(bpf / stack).toFixed(2)}×` : '-';
-      lines.push(`| ${family} | ${name} | ${bpf.toFixed(digits)} | ${stack.toFixed(digits)} | ${ratio} |`);
+      lines.push(
+        `| ${flannel} | ${family} | ${name} | ${bpf.toFixed(digits)} | ${stack.toFixed(digits)} | ${ratio} |`,
+      );
     }
   }
   return `${lines.join('\n')}\n`;
@@ -79,7 +89,7 @@ async function timedRun(
   nodes: RealNodeLab,
   tools: Tools,
   workDir: string,
-  run: Pick<CrossNodeRun, 'setting' | 'family' | 'rep'>,
+  run: Pick<CrossNodeRun, 'flannel' | 'setting' | 'family' | 'rep'>,
   seconds: number,
 ): Promise<CrossNodeRun> {
   const { lab } = nodes;
@@ -89,7 +99,7 @@ async function timedRun(
   const nodeA = nodes.nodeNs(REAL_NODES[0]!.name);
   await lab.exec(nodeA, 'conntrack', ['-F']);
   const ip = v4 ? CLUSTER_IP : ipv6Of(CLUSTER_IP);
-  const file = join(workDir, `${run.setting}-${run.family}-${run.rep}.txt`);
+  const file = join(workDir, `${run.flannel}-${run.setting}-${run.family}-${run.rep}.txt`);
   // Warm-up (neighbours, the backend's first accept), then the timed load.
   await lab.exec(nodes.podNs('a1'), tools.loadgen, ['crr', ip, '80', '0.3', '100000', file]);
   const { stdout } = await lab.exec(nodes.podNs('a1'), tools.loadgen, [
@@ -114,20 +124,18 @@ async function timedRun(
   };
 }
 
-/** Builds the lab, runs every repetition, writes results.json and results.md; returns the folder. */
-export async function runCrossNode(opts: CrossNodeOptions): Promise<string> {
-  const workDir = mkdtempSync(join(tmpdir(), 'kbp-cross-node-'));
-  const lab = new Lab(`kbpxn${process.pid}`);
+/** One lab with the nodes joined by `flannel`: every repetition of both settings, both families. */
+async function measureOn(flannel: FlannelBackend, tools: Tools, workDir: string, opts: CrossNodeOptions) {
+  const lab = new Lab(`kbpxn${flannel[0]}${process.pid}`);
   const nodes = new RealNodeLab(lab);
   const runs: CrossNodeRun[] = [];
   try {
-    const tools = await compileTools(workDir);
     await deleteStaleNamespaces(lab.prefix);
     const pods = [
       { name: 'a1', node: REAL_NODES[0]!.name, tcpPorts: [], udpPorts: [] },
       { name: 'b2', node: REAL_NODES[1]!.name, tcpPorts: [], udpPorts: [] },
     ];
-    await nodes.build({ pods, hostServers: [], loadBalancerRoutes: [] });
+    await nodes.build({ pods, hostServers: [], loadBalancerRoutes: [], flannelBackend: flannel });
     const server = lab.spawn(nodes.podNs('b2'), tools.backend, [
       'b2',
       String(BACKEND_PORT),
@@ -142,9 +150,9 @@ export async function runCrossNode(opts: CrossNodeOptions): Promise<string> {
       for (const setting of settingsOrder(rep)) {
         await nodes.startAgents('bpf', { bpffs: 'absent' }, [`bpf.hostRouting=${setting}`]);
         for (const family of opts.families) {
-          const run = await timedRun(nodes, tools, workDir, { setting, family, rep }, opts.seconds);
+          const run = await timedRun(nodes, tools, workDir, { flannel, setting, family, rep }, opts.seconds);
           opts.progress(
-            `rep ${rep + 1}/${opts.reps} ${setting} ${family}: ${run.connPerSec.toFixed(0)} conn/s, connect ${run.connectUs.median.toFixed(1)} µs, node-a conntrack ${run.nodeAConntrack}`,
+            `${flannel} rep ${rep + 1}/${opts.reps} ${setting} ${family}: ${run.connPerSec.toFixed(0)} conn/s, connect ${run.connectUs.median.toFixed(1)} µs, node-a conntrack ${run.nodeAConntrack}`,
           );
           runs.push(run);
         }
@@ -154,14 +162,24 @@ export async function runCrossNode(opts: CrossNodeOptions): Promise<string> {
     }
   } finally {
     await nodes.destroy();
+  }
+  return runs;
+}
+
+/** Runs every repetition on both labs, writes results.json and results.md; returns the folder. */
+export async function runCrossNode(opts: CrossNodeOptions): Promise<string> {
+  const workDir = mkdtempSync(join(tmpdir(), 'kbp-cross-node-'));
+  const runs: CrossNodeRun[] = [];
+  try {
+    const tools = await compileTools(workDir);
+    for (const flannel of BACKENDS) runs.push(...(await measureOn(flannel, tools, workDir, opts)));
+  } finally {
     rmSync(workDir, { recursive: true, force: true });
   }
   const dir = join(opts.out, `${new Date().toISOString().replace(/[:.]/g, '-')}-cross-node`);
   mkdirSync(dir, { recursive: true });
-  writeFileSync(
-    join(dir, 'results.json'),
-    `${JSON.stringify({ options: { ...opts, progress: undefined }, runs }, null, 2)}\n`,
-  );
+  const options = { reps: opts.reps, seconds: opts.seconds, families: opts.families, backends: BACKENDS };
+  writeFileSync(join(dir, 'results.json'), `${JSON.stringify({ options, runs }, null, 2)}\n`);
   writeFileSync(join(dir, 'results.md'), crossNodeTable(runs));
   return dir;
 }

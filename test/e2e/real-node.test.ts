@@ -63,11 +63,20 @@ import { describeRoot } from '../support/privileges.js';
 // the other node (across flannel's vxlan overlay, whose prefix the agents list for the bypass),
 // also checks where its connections went: none in the client's node's netfilter conntrack under
 // the bypass, each of them there on the stack's path (and, across nodes, in the backend's node's,
-// which routes them as any pod's traffic).
-const VARIANTS: { mode: ProxyMode; agent: 'process' | 'pod'; hostRouting?: BpfConfig['hostRouting'] }[] = [
+// which routes them as any pod's traffic). Two more variants run the matrix with flannel's
+// host-gw backend instead of vxlan (RealNodeSpec.flannelBackend: each node's pods routed through
+// it on the underlay), auto and stack: there the bypass leaves by the underlay itself.
+const VARIANTS: {
+  mode: ProxyMode;
+  agent: 'process' | 'pod';
+  hostRouting?: BpfConfig['hostRouting'];
+  flannel?: 'host-gw';
+}[] = [
   { mode: 'bpf', agent: 'process' },
   { mode: 'bpf', agent: 'process', hostRouting: 'bpf' },
   { mode: 'bpf', agent: 'process', hostRouting: 'stack' },
+  { mode: 'bpf', agent: 'process', flannel: 'host-gw' },
+  { mode: 'bpf', agent: 'process', hostRouting: 'stack', flannel: 'host-gw' },
   { mode: 'iptables', agent: 'process' },
   { mode: 'bpf', agent: 'pod' },
 ];
@@ -514,15 +523,17 @@ function problems(cell: Cell, clientIP: string, results: RequestResult[]): strin
   return [...new Set(out)];
 }
 
-for (const { mode, agent, hostRouting } of VARIANTS) {
+for (const { mode, agent, hostRouting, flannel } of VARIANTS) {
   const pod = agent === 'pod';
   const describeVariant = pod ? describeImage(['KBP_IMAGE']) : describeRoot;
-  const title = `issue 10 matrix on real-shaped nodes, ${mode} mode${hostRouting ? `, bpf.hostRouting ${hostRouting}` : ''}${pod ? ", agents in the chart's pods" : ''}`;
+  const title = `issue 10 matrix on real-shaped nodes, ${mode} mode${hostRouting ? `, bpf.hostRouting ${hostRouting}` : ''}${flannel ? `, flannel ${flannel}` : ''}${pod ? ", agents in the chart's pods" : ''}`;
   // auto resolves to bpf on these nodes (see VARIANTS).
   const bypass = mode === 'bpf' && hostRouting !== 'stack';
   describeVariant(title, () => {
     const lab = new Lab(
-      pod ? `him-rn${process.pid}` : `kbprn${mode[0]}${hostRouting?.[0] ?? ''}${process.pid}`,
+      pod
+        ? `him-rn${process.pid}`
+        : `kbprn${mode[0]}${hostRouting?.[0] ?? ''}${flannel ? 'h' : ''}${process.pid}`,
     );
     let nodes: RealNodeLab;
     let api: FakeApiServer | undefined;
@@ -537,6 +548,7 @@ for (const { mode, agent, hostRouting } of VARIANTS) {
         pods: PODS,
         hostServers: REAL_NODES.map((node) => ({ name: `host-${node.name}`, node: node.name, port: API })),
         loadBalancerRoutes: LB_ROUTES,
+        ...(flannel ? { flannelBackend: flannel } : {}),
       });
       if (pod) {
         execFileSync('podman', ['load', '--quiet', '--input', process.env.KBP_IMAGE ?? '']);

@@ -5,6 +5,7 @@ const summary = (median: number) => ({ median, p99: median * 2, n: 100 });
 
 function run(setting: 'bpf' | 'stack', rep: number, connPerSec: number, connect: number): CrossNodeRun {
   return {
+    flannel: 'vxlan',
     setting,
     family: 'IPv4',
     rep,
@@ -34,8 +35,8 @@ describe('bench --cross-node', () => {
     ];
     const table = crossNodeTable(runs);
     // Medians of two runs (nearest rank: the lower one).
-    expect(table).toContain('| IPv4 | new connections per second | 7000 | 6000 | 1.17× |');
-    expect(table).toContain('| IPv4 | TCP connect time, median (µs) | 50.0 | 60.0 | 0.83× |');
-    expect(table).toContain("| IPv4 | node-a's conntrack entries of the flow | 0 | 5000 | 0.00× |");
+    expect(table).toContain('| vxlan | IPv4 | new connections per second | 7000 | 6000 | 1.17× |');
+    expect(table).toContain('| vxlan | IPv4 | TCP connect time, median (µs) | 50.0 | 60.0 | 0.83× |');
+    expect(table).toContain("| vxlan | IPv4 | node-a's conntrack entries of the flow | 0 | 5000 | 0.00× |");
   });
 });
