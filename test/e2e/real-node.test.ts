@@ -57,9 +57,9 @@ import { describeRoot } from '../support/privileges.js';
 // bpf.hostRouting (docs/bpf-datapath.md, "Host routing"): the chart's default, auto, resolves to
 // bpf on these nodes (the helpers are there, no NetworkPolicy chain in netfilter); bpf and stack
 // are set explicitly. Each runs the whole matrix: one pass takes about 17-21 s here (8 s to build
-// the lab and start the agents, 9-13 s of cells; the six process variants 124 s), so a subset would save
-// seconds of CI's 30 minutes and give up the proof that the setting changes nothing but the flows
-// it carries. Every cell between two pods of one node, and every one between a pod and a pod of
+// the lab and start the agents, 9-13 s of cells; the six process variants 124 s), so a subset
+// would save seconds of CI's 30 minutes and give up the proof that the setting changes nothing but
+// the flows it carries. Every cell between two pods of one node, and every one between a pod and a pod of
 // the other node (across flannel's vxlan overlay, whose prefix the agents list for the bypass),
 // also checks where its connections went: none in the client's node's netfilter conntrack under
 // the bypass, each of them there on the stack's path (and, across nodes, in the backend's node's,
