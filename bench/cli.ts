@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { Command, Option } from 'commander';
 import type { BpfConfig } from '../src/config/types.js';
 import { IP_FAMILIES, type IPFamily } from '../src/net/ip.js';
+import { runCrossNode } from './cross-node.js';
 import { ALL_MODES, type BenchOptions, type BenchResults, runBench, writeReport } from './harness.js';
 import { runIpvsLab } from './ipvs-lab.js';
 import type { BenchMode } from './kernel-probe.js';
@@ -29,6 +30,7 @@ interface BenchFlags {
   bpfHostRouting?: BpfConfig['hostRouting'];
   timeoutScale?: string;
   ipvsLab?: boolean;
+  crossNode?: boolean;
   render?: string;
 }
 
@@ -185,6 +187,12 @@ export function benchCommand(name: string): Command {
         'run the matrix inside the IPVS lab instead (Debian kernel with IPVS under QEMU, every mode in that kernel; see docs/benchmark.md)',
       ),
     )
+    .addOption(
+      new Option(
+        '--cross-node',
+        "instead of the matrix: new connections from a pod to a ClusterIP whose backend is a pod of another node, on the real-node lab's two nodes, bpf.hostRouting bpf against stack in one run (--reps, --seconds, --families; see docs/benchmark.md)",
+      ),
+    )
     .option(
       '--render <dir>',
       "redraw a saved run's results.md and plots from its results.json, measure nothing",
@@ -200,6 +208,13 @@ export function benchCommand(name: string): Command {
         throw new Error('bench needs root: it creates network namespaces and loads BPF programs');
       const progress = (line: string) => process.stderr.write(`${line}\n`);
       const options = benchOptions(flags, progress);
+      if (flags.crossNode) {
+        const { reps, families, out } = options;
+        process.stdout.write(
+          `${await runCrossNode({ reps, seconds: options.cell.seconds, families, out, progress })}\n`,
+        );
+        return;
+      }
       // This kernel has no IPVS: the lab runs the same matrix, every mode, in a kernel that has.
       const dir = flags.ipvsLab ? await runIpvsLab(options) : (await runBench(options)).dir;
       process.stdout.write(`${dir}\n`);

@@ -109,6 +109,8 @@ static __always_inline int KBP_F(kbp_new_flow)(void *ctx, const bool xdp, const 
 	out->flags = (snat ? KBP_CT_F_SNAT | KBP_CT_F_ROUTE : 0) |
 		     (hairpin ? KBP_CT_F_HAIRPIN : 0) |
 		     (role == KBP_ROLE_EXT ? KBP_CT_F_EXTERNAL : 0);
+	if (!snat && kbp_host_candidate(xdp, role, p->frag, 0) && KBP_F(kbp_host_remote)(b.addr))
+		out->flags |= KBP_CT_F_HOST;
 	out->tcp_flags = p->tcp_flags;
 	out->pad = 0;
 	if (snat) {
@@ -173,9 +175,10 @@ forward:
 
 /*
  * Sends a packet of a tracked flow on its way: rewrite to the entry's tuple, count. A
- * KBP_CT_F_ROUTE packet is forwarded by the program itself (kbp_route4/6), and so is one between
- * two local pods under host routing (host_route.h). Replies of other flows are not ours at
- * ingress: the egress program translates them (see the top of the file).
+ * KBP_CT_F_ROUTE packet is forwarded by the program itself (kbp_route4/6), and so is one host
+ * routing carries (host_route.h: between two local pods, or a KBP_CT_F_HOST flow). Replies of
+ * other flows are not ours at ingress: the egress program translates them (see the top of the
+ * file).
  */
 static __always_inline int KBP_F(kbp_deliver)(void *ctx, const bool xdp, const bool l3, int role,
 					      const KBP_PKT *p, const KBP_CT_VAL *t, __u32 *reason,
@@ -189,7 +192,7 @@ static __always_inline int KBP_F(kbp_deliver)(void *ctx, const bool xdp, const b
 		/* Not to a local pod: a request goes on to the stack rewritten, a reply
 		 * untouched. */
 		if (host)
-			verdict = kbp_host_hop(verdict, hop);
+			verdict = kbp_host_hop(verdict, hop, t->flags);
 		if (verdict == KBP_DROP || verdict == KBP_FRAG_NEEDED ||
 		    (verdict == KBP_PASS && (!host || reply)))
 			return verdict;

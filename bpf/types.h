@@ -154,6 +154,10 @@ enum __attribute__((packed)) kbp_ct_flags {
 	 * dropped for the milliseconds until netfilter has its entry (then KBP_CT_F_STACK). Passed
 	 * untranslated before it, one to a NodePort would meet no socket and reset the flow. */
 	KBP_CT_F_HOLD = 1 << 6,
+	/* BPF host routing carries the flow, both ways, between a local pod and a pod of another
+	 * node (host_route.h): decided once, when the flow is new, so that netfilter sees neither
+	 * direction. */
+	KBP_CT_F_HOST = 1 << 7,
 };
 _Static_assert(sizeof(enum kbp_ct_flags) == 1, "kbp_ct_flags");
 

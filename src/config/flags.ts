@@ -451,7 +451,7 @@ const FLAG_SPECS: readonly FlagSpec[] = [
   flag(
     'bpf-host-routing',
     'string',
-    `Flows between local pods from veth to veth past the node's stack: auto (where the node allows it), bpf or stack (default ${BPF.hostRouting})`,
+    `Pods' service flows past the node's stack (local pods; other nodes' pods where safe): auto (where the node allows it), bpf or stack (default ${BPF.hostRouting})`,
     (s, v) => {
       s.bpf.hostRouting = v as BpfConfig['hostRouting'];
       return 'bpf.hostRouting';

@@ -1,6 +1,7 @@
 // flannel on the real-node lab's nodes (src/lab/real-node.ts), as flanneld sets a node up: its
 // masquerade rules, its vxlan devices (flannel.1 over the IPv4 underlay, flannel-v6.1 over the
-// IPv6 one) and, for each remote node's lease, the route, neighbour and FDB entry.
+// IPv6 one) and, for each remote node's lease, the route, neighbour and FDB entry; or, with its
+// host-gw backend, no device and a route through the remote node for each lease.
 
 import type { Lab } from './netns.js';
 import {
@@ -125,6 +126,17 @@ export async function joinOverlay(lab: Lab): Promise<void> {
           'permanent',
         ]);
       }
+    }
+  }
+}
+
+/** flannel's host-gw backend on every node: each remote lease routed through its node on the
+ * underlay, in both families. */
+export async function joinHostGw(lab: Lab): Promise<void> {
+  for (const node of REAL_NODES) {
+    for (const remote of REAL_NODES.filter((r) => r !== node)) {
+      await lab.addRoute(nodeNs(node.name), remote.podCIDR, 'via', remote.ip, 'dev', 'eth0');
+      await lab.addRoute(nodeNs(node.name), remote.podCIDR6, 'via', remote.ip6, 'dev', 'eth0');
     }
   }
 }

@@ -74,6 +74,10 @@ export interface RealNodeSpec {
   hostServers: { name: string; node: string; port: number }[];
   /** LoadBalancer IPs and the node the router sends each to (as a BGP or L2 announcement would). */
   loadBalancerRoutes: { ip: string; node: string }[];
+  /** How the nodes reach each other's pods: flannel's vxlan overlay (the default), or its host-gw
+   * backend (each remote pod CIDR routed through its node on the underlay, as Calico's BGP without
+   * encapsulation routes them too). */
+  flannelBackend?: 'vxlan' | 'host-gw';
 }
 
 export interface PodInfo {

@@ -1,5 +1,6 @@
 // Two nodes shaped like real ones (issue 10), unlike the lab of cluster.ts: an underlay behind a
-// router, a flannel-style vxlan overlay with flannel's masquerade rules, pods wired by the real CNI
+// router, a flannel-style vxlan overlay (or flannel's host-gw routes, RealNodeSpec.flannelBackend)
+// with flannel's masquerade rules, pods wired by the real CNI
 // reference plugins (bridge on node-a, ptp on node-b, host-local IPAM), distributions' kernel
 // settings (rp_filter strict on node-a as RHEL ships it, loose on node-b as Ubuntu does; a
 // conntrack INVALID drop in FORWARD; TSO and GRO on), host-network servers, and agents that run the
@@ -46,7 +47,7 @@ import {
 } from './real-node-cgroups.js';
 import { type RenderedAgent, renderChart } from './real-node-chart.js';
 import { runCni } from './real-node-cni.js';
-import { addFlannelMasquerade, addVxlanDevices, joinOverlay } from './real-node-flannel.js';
+import { addFlannelMasquerade, addVxlanDevices, joinHostGw, joinOverlay } from './real-node-flannel.js';
 import { type LabService, labObjects } from './real-node-objects.js';
 import {
   CLIENT_GATEWAY,
@@ -155,8 +156,9 @@ export class RealNodeLab {
     await lab.addAddress('wire', 'br0', `${UNDERLAY_GATEWAY}/24`);
     await lab.addAddress('wire', 'br0', `${ipv6Of(UNDERLAY_GATEWAY)}/64`);
 
-    for (const [index, node] of REAL_NODES.entries()) await this.buildNode(node, `w${index}`);
-    await joinOverlay(lab);
+    const vxlan = (spec.flannelBackend ?? 'vxlan') === 'vxlan';
+    for (const [index, node] of REAL_NODES.entries()) await this.buildNode(node, `w${index}`, vxlan);
+    await (vxlan ? joinOverlay(lab) : joinHostGw(lab));
 
     await lab.addNamespace(CLIENT_NS);
     await lab.link(CLIENT_NS, 'eth0', 'wire', 'wc');
@@ -183,7 +185,7 @@ export class RealNodeLab {
       await lab.waitForIPv6Addresses(ns);
   }
 
-  private async buildNode(node: RealNode, wirePort: string): Promise<void> {
+  private async buildNode(node: RealNode, wirePort: string, vxlan: boolean): Promise<void> {
     const { lab } = this;
     const ns = nodeNs(node.name);
     await lab.addNamespace(ns);
@@ -204,7 +206,7 @@ export class RealNodeLab {
     // nf_conntrack is built into this kernel, nothing to load.
     await lab.dropInvalidForwards(ns);
     await addFlannelMasquerade(lab, ns, node);
-    await addVxlanDevices(lab, ns, node);
+    if (vxlan) await addVxlanDevices(lab, ns, node);
   }
 
   /** veths come with TSO on and GRO off; real NICs have both on. */

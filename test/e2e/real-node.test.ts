@@ -5,6 +5,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { BpfConfig, ProxyMode } from '../../src/config/types.js';
 import { findCgroup2Root } from '../../src/host/cgroup.js';
 import { deleteStaleNamespaces, Lab, type RequestResult } from '../../src/lab/netns.js';
+import { tcpConntrackEntries } from '../../src/lab/node-conntrack.js';
 import { RealNodeLab } from '../../src/lab/real-node.js';
 import { CNI_BIN } from '../../src/lab/real-node-cni.js';
 import type { LabService } from '../../src/lab/real-node-objects.js';
@@ -57,16 +58,27 @@ import { describeRoot } from '../support/privileges.js';
 
 // bpf.hostRouting (docs/bpf-datapath.md, "Host routing"): the chart's default, auto, resolves to
 // bpf on these nodes (the helpers are there, no NetworkPolicy chain in netfilter); bpf and stack
-// are set explicitly. Each runs the whole matrix: one pass takes about 17 s here (8 s to build the
-// lab and start the agents, 9-10 s of cells; the four variants 68 s), so a subset would save
-// seconds of CI's 30 minutes and give up the proof that the setting changes nothing but the flows
-// between local pods. Every cell
-// between two pods of one node also checks where its connections went: none in the node's
-// netfilter conntrack under the bypass, each of them there on the stack's path.
-const VARIANTS: { mode: ProxyMode; agent: 'process' | 'pod'; hostRouting?: BpfConfig['hostRouting'] }[] = [
+// are set explicitly. Each runs the whole matrix: one pass takes about 17-21 s here (8 s to build
+// the lab and start the agents, 9-13 s of cells; the six process variants 124 s), so a subset
+// would save seconds of CI's 30 minutes and give up the proof that the setting changes nothing but
+// the flows it carries. Every cell between two pods of one node, and every one between a pod and a pod of
+// the other node (across flannel's vxlan overlay, whose prefix the agents list for the bypass),
+// also checks where its connections went: none in the client's node's netfilter conntrack under
+// the bypass, each of them there on the stack's path (and, across nodes, in the backend's node's,
+// which routes them as any pod's traffic). Two more variants run the matrix with flannel's
+// host-gw backend instead of vxlan (RealNodeSpec.flannelBackend: each node's pods routed through
+// it on the underlay), auto and stack: there the bypass leaves by the underlay itself.
+const VARIANTS: {
+  mode: ProxyMode;
+  agent: 'process' | 'pod';
+  hostRouting?: BpfConfig['hostRouting'];
+  flannel?: 'host-gw';
+}[] = [
   { mode: 'bpf', agent: 'process' },
   { mode: 'bpf', agent: 'process', hostRouting: 'bpf' },
   { mode: 'bpf', agent: 'process', hostRouting: 'stack' },
+  { mode: 'bpf', agent: 'process', flannel: 'host-gw' },
+  { mode: 'bpf', agent: 'process', hostRouting: 'stack', flannel: 'host-gw' },
   { mode: 'iptables', agent: 'process' },
   { mode: 'bpf', agent: 'pod' },
 ];
@@ -215,6 +227,10 @@ interface Cell {
   /** Client and backend are pods of one node: host routing (bpf.hostRouting, when it resolves
    * to bpf) keeps the flow out of the node's netfilter conntrack, the stack's path puts it there. */
   localPods?: boolean;
+  /** Client and backend are pods of two nodes: host routing keeps the flow out of the client's
+   * node's netfilter conntrack (the overlay's prefix is one remoteBypass lists), the stack's path
+   * puts it there; the backend's node routes it as any pod's traffic and holds it either way. */
+  remotePods?: boolean;
   /** A node whose stack reassembles the datagrams and fragments them again (netfilter conntrack
    * at PREROUTING, then the output's MTU): its ReasmOKs and FragCreates must grow (IPv6: its
    * Ip6FragCreates, and the client's Ip6ReasmOKs by one per echo; see the header). */
@@ -248,6 +264,7 @@ const CELLS: Cell[] = [
         proto: 'tcp',
         backends: [ONLY[peer.name]![1]],
         clientAddress: 'preserved',
+        remotePods: true,
       },
       {
         name: `${who} → ClusterIP, backends on both nodes`,
@@ -381,6 +398,7 @@ const CELLS: Cell[] = [
     backends: ['b2'],
     clientAddress: 'preserved',
     downloadBytes: DOWNLOAD_BYTES,
+    remotePods: true,
   },
   {
     name: '64 MiB: outside ← NodePort on node-b, local backend',
@@ -507,31 +525,17 @@ function problems(cell: Cell, clientIP: string, results: RequestResult[]): strin
   return [...new Set(out)];
 }
 
-/** The node's netfilter conntrack entries of TCP connections from `client` answered by `backend`. */
-async function conntrackEntries(lab: Lab, ns: string, family: IPFamily, client: string, backend: string) {
-  const { stdout } = await lab.exec(ns, 'conntrack', [
-    '-L',
-    '-f',
-    family === 'IPv4' ? 'ipv4' : 'ipv6',
-    '-p',
-    'tcp',
-    '-s',
-    client,
-    '-r',
-    backend,
-  ]);
-  return stdout.split('\n').filter((line) => line.trim() !== '').length;
-}
-
-for (const { mode, agent, hostRouting } of VARIANTS) {
+for (const { mode, agent, hostRouting, flannel } of VARIANTS) {
   const pod = agent === 'pod';
   const describeVariant = pod ? describeImage(['KBP_IMAGE']) : describeRoot;
-  const title = `issue 10 matrix on real-shaped nodes, ${mode} mode${hostRouting ? `, bpf.hostRouting ${hostRouting}` : ''}${pod ? ", agents in the chart's pods" : ''}`;
+  const title = `issue 10 matrix on real-shaped nodes, ${mode} mode${hostRouting ? `, bpf.hostRouting ${hostRouting}` : ''}${flannel ? `, flannel ${flannel}` : ''}${pod ? ", agents in the chart's pods" : ''}`;
   // auto resolves to bpf on these nodes (see VARIANTS).
   const bypass = mode === 'bpf' && hostRouting !== 'stack';
   describeVariant(title, () => {
     const lab = new Lab(
-      pod ? `him-rn${process.pid}` : `kbprn${mode[0]}${hostRouting?.[0] ?? ''}${process.pid}`,
+      pod
+        ? `him-rn${process.pid}`
+        : `kbprn${mode[0]}${hostRouting?.[0] ?? ''}${flannel ? 'h' : ''}${process.pid}`,
     );
     let nodes: RealNodeLab;
     let api: FakeApiServer | undefined;
@@ -546,6 +550,7 @@ for (const { mode, agent, hostRouting } of VARIANTS) {
         pods: PODS,
         hostServers: REAL_NODES.map((node) => ({ name: `host-${node.name}`, node: node.name, port: API })),
         loadBalancerRoutes: LB_ROUTES,
+        ...(flannel ? { flannelBackend: flannel } : {}),
       });
       if (pod) {
         execFileSync('podman', ['load', '--quiet', '--input', process.env.KBP_IMAGE ?? '']);
@@ -650,17 +655,19 @@ for (const { mode, agent, hostRouting } of VARIANTS) {
           const clientBefore = reassembler && !v4 ? await fragStats(lab, ns, family) : null;
           const results = await send(download ? 1 : REQUESTS);
           expect(problems(cell, clientIP, results)).toEqual([]);
-          if (cell.localPods) {
+          if (cell.localPods || cell.remotePods) {
             const backend = nodes.pod(cell.backends[0]!);
-            const entries = await conntrackEntries(
-              lab,
-              nodes.nodeNs(nodes.pod(cell.from).node),
-              family,
-              clientIP,
-              v4 ? backend.ip : backend.ip6,
-            );
-            if (bypass) expect(entries, 'connections in the node conntrack').toBe(0);
-            else expect(entries, 'connections in the node conntrack').toBeGreaterThan(0);
+            const entries = (node: string) =>
+              tcpConntrackEntries(lab, nodes.nodeNs(node), family, clientIP, v4 ? backend.ip : backend.ip6);
+            const clientNode = nodes.pod(cell.from).node;
+            const atClient = await entries(clientNode);
+            if (bypass) expect(atClient, `connections in ${clientNode}'s conntrack`).toBe(0);
+            else expect(atClient, `connections in ${clientNode}'s conntrack`).toBeGreaterThan(0);
+            if (cell.remotePods)
+              expect(
+                await entries(backend.node),
+                `connections in ${backend.node}'s conntrack`,
+              ).toBeGreaterThan(0);
           }
           if (reassembler && before) {
             const after = await fragStats(lab, reassembler, family);

@@ -1,19 +1,36 @@
 // BPF host routing (bpf.hostRouting; bpf/host_route.h) with BPF_PROG_TEST_RUN: each value of the
 // setting resolved as the agent resolves it (hostRoutingDecision) and loaded as the agent loads
-// it (.rodata kbp_host_routing, the pods' devices in kbp_hostif_v1). The redirect's target is the
-// FIB's egress device, which the test run does not carry out: the frame's MACs are that device's
-// (source) and its neighbour's (destination), the TTL is one less, as the redirect sends it.
+// it (.rodata kbp_host_routing, the pods' devices in kbp_hostif_v1, and with them the device
+// towards other nodes and their pods' prefix, as remoteBypass lists them). The redirect's target
+// is the FIB's egress device, which the test run does not carry out: the frame's MACs are that
+// device's (source) and its neighbour's (destination), the TTL is one less, as the redirect sends
+// it.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mapDelete, mapUpdate } from '../../native/libbpf/map.js';
+import { mapDelete, mapLookup, mapUpdate } from '../../native/libbpf/map.js';
 import { ifNameToIndex } from '../../native/libc.js';
 import type { BpfConfig } from '../../src/config/types.js';
 import { hostRoutingDecision } from '../../src/dataplanes/bpf/host-route.js';
-import { BE_F, HOST_IF, PROGRAMS, u32Codec } from '../../src/dataplanes/bpf/layout.js';
+import {
+  BE_F,
+  CT_F,
+  ct4Key,
+  ct4Val,
+  ct6Key,
+  ct6Val,
+  HOST_IF,
+  hostDst4Key,
+  hostDst6Key,
+  PROGRAMS,
+  u8Codec,
+  u32Codec,
+} from '../../src/dataplanes/bpf/layout.js';
 import { Lab } from '../../src/lab/netns.js';
 import {
   buildPacket,
   ETH_HLEN,
+  IPPROTO_ICMP,
+  IPPROTO_ICMPV6,
   IPPROTO_TCP,
   IPV6_EXT,
   onesSum,
@@ -43,6 +60,10 @@ const BACKEND_POD = { ip: '10.244.2.62', mac: '02:00:00:00:02:62' };
 /** A backend on r2's network without a neighbour entry: bpf_redirect_neigh resolves it. */
 const UNRESOLVED_POD = '10.244.2.63';
 const VIP = '10.96.0.80';
+/** Another node's pods, routed through that node (the remote backend's neighbour on r0, the
+ * underlay) as flannel's host-gw or Calico's BGP routes them: the prefix the agent lists. */
+const REMOTE_PODS = '10.244.7.0/24';
+const REMOTE_POD = '10.244.7.70';
 
 /** Each value of bpf.hostRouting on a node with the helpers: auto twice, without and with a
  * NetworkPolicy engine's chains in netfilter. */
@@ -73,10 +94,12 @@ describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
   const loaded = new Map<boolean, LoadedLb>();
   let r2: number;
   let r2Mac: string;
+  let r0: number;
+  let r0Mac: string;
 
   beforeAll(async () => {
     await buildRoutingNamespace(lab);
-    for (const { A } of FAMILY_CASES) {
+    for (const { A, cidr } of FAMILY_CASES) {
       await lab.exec('fib', 'ip', [
         'neigh',
         'add',
@@ -88,17 +111,29 @@ describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
         'nud',
         'permanent',
       ]);
+      await lab.addRoute('fib', cidr(REMOTE_PODS), 'via', A(NEIGHBOURS.remoteBackend.ip), 'dev', 'r0');
     }
-    const { stdout } = await lab.exec('fib', 'ip', ['-j', 'link', 'show', 'r2']);
-    r2Mac = (JSON.parse(stdout) as { address: string }[])[0]!.address;
+    const macOfLink = async (dev: string) => {
+      const { stdout } = await lab.exec('fib', 'ip', ['-j', 'link', 'show', dev]);
+      return (JSON.parse(stdout) as { address: string }[])[0]!.address;
+    };
+    r2Mac = await macOfLink('r2');
+    r0Mac = await macOfLink('r0');
     leave = enterNetns(lab.ns('fib'));
     r2 = ifNameToIndex('r2');
+    r0 = ifNameToIndex('r0');
     // The two objects the agent can load: kbp_host_routing 1 and 0, each with r2 listed (as the
     // agent lists it only with 1, the listing alone must not bypass anything).
     for (const hostRouting of [true, false]) {
       const lb = loadLb({}, { coarseClock: true, sockSetRetval: false, hostRouting });
       writeConfig(lb);
       mapUpdate(lb.fd.hostIfs, u32Codec.encode(r2), u32Codec.encode(HOST_IF.peer));
+      mapUpdate(lb.fd.hostIfs, u32Codec.encode(r0), u32Codec.encode(HOST_IF.remote));
+      for (const { family, cidr } of FAMILY_CASES) {
+        const [addr = '', bits] = cidr(REMOTE_PODS).split('/');
+        const [map, key] = family === 'IPv4' ? [lb.fd.hostDst4, hostDst4Key] : [lb.fd.hostDst6, hostDst6Key];
+        mapUpdate(map, key.encode({ prefixlen: Number(bits), addr }), u8Codec.encode(1));
+      }
       loaded.set(hostRouting, lb);
     }
   });
@@ -142,7 +177,22 @@ describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
         proto: IPPROTO_TCP,
         backends: [{ id: 82, addr: A(UNRESOLVED_POD), port: 8080, flags: BE_F.LOCAL }],
       });
+      writeFrontend(lb, {
+        svcId: ids + 3,
+        addr: A('10.96.0.83'),
+        port: 80,
+        proto: IPPROTO_TCP,
+        backends: [{ id: 83, addr: A(REMOTE_POD), port: 8080 }],
+      });
     });
+
+    /** The flags of a flow's conntrack entry, by the entry's key. */
+    const ctFlags = (key: { saddr: string; daddr: string; sport: number; dport: number }) => {
+      const [map, k, v] = family === 'IPv4' ? [lb.fd.ct4Tcp, ct4Key, ct4Val] : [lb.fd.ct6Tcp, ct6Key, ct6Val];
+      const buf = Buffer.alloc(v.size);
+      expect(mapLookup(map, k.encode({ ...key, proto: IPPROTO_TCP }), buf)).toBe(true);
+      return (v.decode(buf) as { flags: number }).flags;
+    };
 
     const syn = (daddr: string) => synFromClient(A, daddr);
     const ttlOf = (frame: Buffer) => frame[ETH_HLEN + (family === 'IPv4' ? 8 : 7)];
@@ -192,7 +242,106 @@ describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
       expect(out.retval).toBe(bypass ? TC_ACT_REDIRECT : TC_ACT_UNSPEC);
     });
 
-    it('a backend on another node keeps the stack`s path both ways', () => {
+    it(
+      bypass
+        ? "a pod on another node behind a listed prefix: the request out of the underlay with the FIB's MACs, the reply into the pod, both entries KBP_CT_F_HOST"
+        : 'a pod on another node behind a listed prefix: both directions left to the stack, no KBP_CT_F_HOST',
+      () => {
+        const first = syn('10.96.0.83');
+        const out = run(lb, TC_POD, first);
+        const p = parsePacket(out.dataOut);
+        expect(p).toMatchObject({ saddr: A(CLIENT_POD.ip), daddr: A(REMOTE_POD), dport: 8080 });
+        expect(p.l4ChecksumOk).toBe(true);
+        const forward = ctFlags({
+          saddr: A(CLIENT_POD.ip),
+          daddr: A('10.96.0.83'),
+          sport: p.sport,
+          dport: 80,
+        });
+        const reverse = ctFlags({
+          saddr: A(REMOTE_POD),
+          daddr: A(CLIENT_POD.ip),
+          sport: 8080,
+          dport: p.sport,
+        });
+        expect([forward & CT_F.HOST, reverse & CT_F.HOST]).toEqual(bypass ? [CT_F.HOST, CT_F.HOST] : [0, 0]);
+        expect(reverse & CT_F.REPLY).toBe(CT_F.REPLY);
+        // The reply comes back from the other node at the underlay's ingress (kbp_tc_ext).
+        const reply = replyTo(out.dataOut);
+        const back = run(lb, TC_EXT, reply);
+        if (bypass) {
+          expect(out.retval).toBe(TC_ACT_REDIRECT);
+          expect([macOf(out.dataOut, 0), macOf(out.dataOut, 6)]).toEqual([
+            NEIGHBOURS.remoteBackend.mac,
+            r0Mac,
+          ]);
+          expect(ttlOf(out.dataOut)).toBe(63);
+          expect(back.retval).toBe(TC_ACT_REDIRECT);
+          const r = parsePacket(back.dataOut);
+          expect(r).toMatchObject({
+            saddr: A('10.96.0.83'),
+            sport: 80,
+            daddr: A(CLIENT_POD.ip),
+            dport: p.sport,
+          });
+          expect(r.l4ChecksumOk).toBe(true);
+          expect([macOf(back.dataOut, 0), macOf(back.dataOut, 6)]).toEqual([CLIENT_POD.mac, r2Mac]);
+          expect(ttlOf(back.dataOut)).toBe(63);
+          // A later packet of the flow, each way: the same path (the flag, not a new decision).
+          const { saddr, daddr, sport, dport } = parsePacket(first);
+          const ack = buildPacket({ saddr, daddr, sport, dport, proto: IPPROTO_TCP, tcpFlags: TCP.ACK });
+          expect(run(lb, TC_POD, ack).retval).toBe(TC_ACT_REDIRECT);
+          expect(run(lb, TC_EXT, replyTo(out.dataOut, TCP.ACK)).retval).toBe(TC_ACT_REDIRECT);
+        } else {
+          expect(out.retval).toBe(TC_ACT_UNSPEC);
+          expect(ttlOf(out.dataOut)).toBe(64);
+          expect(back.retval).toBe(TC_ACT_UNSPEC);
+          expect(back.dataOut).toEqual(reply);
+        }
+      },
+    );
+
+    it(
+      bypass
+        ? 'too big for the way to the other node, DF set: tc answers the client itself (the stack meets no packet of the flow)'
+        : 'too big for the way to the other node: the stack`s to answer',
+      async () => {
+        const first = syn('10.96.0.83');
+        const { saddr, daddr, sport, dport } = parsePacket(first);
+        run(lb, TC_POD, first);
+        const big = buildPacket({
+          saddr,
+          daddr,
+          sport,
+          dport,
+          proto: IPPROTO_TCP,
+          tcpFlags: TCP.ACK,
+          payload: Buffer.alloc(1460 - (family === 'IPv4' ? 40 : 60)),
+        });
+        await lab.exec('fib', 'ip', ['link', 'set', 'r0', 'mtu', '1400']);
+        try {
+          const out = run(lb, TC_POD, big);
+          if (!bypass) {
+            expect(out.retval).toBe(TC_ACT_UNSPEC);
+            return;
+          }
+          expect(out.retval).toBe(TC_ACT_REDIRECT);
+          const icmp = parsePacket(out.dataOut);
+          expect(icmp).toMatchObject({
+            proto: family === 'IPv4' ? IPPROTO_ICMP : IPPROTO_ICMPV6,
+            daddr: A(CLIENT_POD.ip),
+          });
+          // Fragmentation needed (3/4) or packet too big (2), with r0's MTU.
+          if (family === 'IPv4')
+            expect([icmp.l4[0], icmp.l4[1], icmp.l4.readUInt16BE(6)]).toEqual([3, 4, 1400]);
+          else expect([icmp.l4[0], icmp.l4.readUInt32BE(4)]).toEqual([2, 1400]);
+        } finally {
+          await lab.exec('fib', 'ip', ['link', 'set', 'r0', 'mtu', '1500']);
+        }
+      },
+    );
+
+    it('a backend on another node outside the listed prefixes (a host-network one) keeps the stack`s path both ways', () => {
       const out = run(lb, TC_POD, syn('10.96.0.81'));
       expect(out.retval).toBe(TC_ACT_UNSPEC);
       expect(parsePacket(out.dataOut)).toMatchObject({ daddr: A(NEIGHBOURS.remoteBackend.ip) });
@@ -236,6 +385,20 @@ describeRoot('bpf.hostRouting in bpf/lb.o (BPF_PROG_TEST_RUN)', () => {
       expect([macOf(out.dataOut, 0), macOf(out.dataOut, 6)]).toEqual([BACKEND_POD.mac, r2Mac]);
     } finally {
       mapUpdate(lb.fd.hostIfs, u32Codec.encode(r2), u32Codec.encode(HOST_IF.peer));
+    }
+  });
+
+  it('a listed prefix whose way out the agent did not list (KBP_HOST_IF_REMOTE) keeps the request on the stack', () => {
+    const lb = loaded.get(true)!;
+    const { A } = FAMILY_CASES[0]!;
+    mapDelete(lb.fd.hostIfs, u32Codec.encode(r0));
+    try {
+      const out = run(lb, TC_POD, synFromClient(A, '10.96.0.83'));
+      expect(out.retval).toBe(TC_ACT_UNSPEC);
+      expect(parsePacket(out.dataOut)).toMatchObject({ daddr: A(REMOTE_POD), dport: 8080 });
+      expect(out.dataOut[ETH_HLEN + 8]).toBe(64); // untouched: the stack decrements it
+    } finally {
+      mapUpdate(lb.fd.hostIfs, u32Codec.encode(r0), u32Codec.encode(HOST_IF.remote));
     }
   });
 

@@ -138,7 +138,8 @@ export function discoverInterfaces(
   return out;
 }
 
-async function ipJson<T>(args: string[]): Promise<T[]> {
+/** `ip -j ARGS`, parsed. */
+export async function ipJson<T>(args: string[]): Promise<T[]> {
   const { stdout } = await runCommand('ip', ['-j', ...args]);
   return JSON.parse(stdout) as T[];
 }

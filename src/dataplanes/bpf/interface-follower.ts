@@ -10,8 +10,14 @@ import type { Logger } from '../../logger.js';
 import type { IPFamily } from '../../model/types.js';
 import { canonicalIP, isLoopback, parseIP } from '../../net/ip.js';
 import { type Attacher, type AttachReport, plannedAttachments } from './attach.js';
-import { type DiscoveredInterface, discoverInterfaces, type IpLink, probeHostNetwork } from './discover.js';
-import { hostRouteInterfaces } from './host-route.js';
+import {
+  type DiscoveredInterface,
+  discoverInterfaces,
+  type HostNetwork,
+  type IpLink,
+  probeHostNetwork,
+} from './discover.js';
+import { hostRouteInterfaces, readRemoteBypassNode, remoteBypass } from './host-route.js';
 import type { KernelStore } from './kernel-store.js';
 import { SerialQueue } from './serial-queue.js';
 
@@ -70,6 +76,8 @@ export class InterfaceFollower {
   private refreshTimer: NodeJS.Timeout | null = null;
   private readonly queue = new SerialQueue();
   private closed = false;
+  /** The last remoteBypass outcome logged, so that only a change is. */
+  private remoteLogged = '';
 
   constructor(
     private readonly attacher: Attacher,
@@ -131,10 +139,34 @@ export class InterfaceFollower {
     this.logReport(report, interfaces);
     this.store.setNodeAddresses(nodeAddresses(host.links));
     this.store.setInterfaceAddresses(interfaceAddresses(host.links));
-    this.store.setHostRouteInterfaces(
-      this.hostRouting ? hostRouteInterfaces(host.links, interfaces) : new Map(),
-    );
+    if (this.hostRouting) {
+      await this.refreshHostRouting(host, interfaces);
+    } else {
+      // Pinned maps may hold a previous run's entries: empty unless host routing is on.
+      this.store.setHostRouteInterfaces(new Map());
+      this.store.setHostRouteDestinations({ IPv4: [], IPv6: [] });
+    }
     return report;
+  }
+
+  /** Host routing's devices and remote destinations (kbp_hostif_v1, kbp_hostdst4/6_v1). */
+  private async refreshHostRouting(
+    host: HostNetwork,
+    interfaces: readonly DiscoveredInterface[],
+  ): Promise<void> {
+    const podDevices = hostRouteInterfaces(host.links, interfaces);
+    const remote = remoteBypass({
+      ...(await readRemoteBypassNode()),
+      links: host.links,
+      interfaces,
+      podDevices,
+    });
+    this.store.setHostRouteInterfaces(new Map([...podDevices, ...remote.devices]));
+    this.store.setHostRouteDestinations(remote.prefixes);
+    const outcome = { bypass: remote.prefixes, stack: remote.stack };
+    if (JSON.stringify(outcome) === this.remoteLogged) return;
+    this.remoteLogged = JSON.stringify(outcome);
+    this.log.info(outcome, 'host routing to other nodes');
   }
 
   /** A program that fails to load is logged here; its attachments then fail in the attacher, which

@@ -37,6 +37,8 @@ import {
   dropStats,
   type FragStats,
   fragStats,
+  hostDst4Key,
+  hostDst6Key,
   ip4Codec,
   ip6Codec,
   MAPS,
@@ -420,6 +422,28 @@ export class KernelStore implements MapStore {
       fresh.length,
     );
     this.deleteBatch('hostIfs', u32Codec.encodeMany(stale), stale.length);
+  }
+
+  /** Other nodes' pod prefixes host routing carries flows to (kbp_hostdst4/6_v1; see
+   * remoteBypass): new ones written, the others deleted. */
+  setHostRouteDestinations(wanted: Record<IPFamily, readonly string[]>): void {
+    for (const [family, map, codec, bits] of [
+      ['IPv4', 'hostDst4', hostDst4Key, 32],
+      ['IPv6', 'hostDst6', hostDst6Key, 128],
+    ] as const) {
+      const current = dumpMap(this.fd[map], codec.size, 1).keys.map((k) => {
+        const key = codec.decode(k);
+        return `${key.addr}/${key.prefixlen}`;
+      });
+      const encode = (cidr: string) => {
+        const [addr = '', prefixlen = String(bits)] = cidr.split('/');
+        return codec.encode({ prefixlen: Number(prefixlen), addr });
+      };
+      for (const cidr of wanted[family].filter((c) => !current.includes(c)))
+        this.guard(map, () => mapUpdate(this.fd[map], encode(cidr), u8Codec.encode(1)));
+      for (const cidr of current.filter((c) => !wanted[family].includes(c)))
+        mapDelete(this.fd[map], encode(cidr));
+    }
   }
 
   /** The interfaces' SNAT sources as the maps hold them (ifindex -> address), per family. */

@@ -93,6 +93,7 @@ export const CT_F = cEnum('CT_F', 'kbp_ct_flags', 'KBP_CT_F_', {
   ROUTE: 1 << 4,
   STACK: 1 << 5,
   HOLD: 1 << 6,
+  HOST: 1 << 7,
 });
 
 export const TCP_FLAG = cEnum('TCP_FLAG', 'kbp_tcp_flags', 'KBP_TCP_', {
@@ -136,8 +137,9 @@ export const DROP_REASON = cEnum(
 /** kbp_sockcfg.scope */
 export const SOCK_SCOPE = cEnum('SOCK_SCOPE', 'kbp_sock_scope', 'KBP_SOCK_SCOPE_', { host: 0, all: 1 });
 
-/** kbp_hostif_v1's value: how host routing hands a packet to a local pod's device (host_route.h). */
-export const HOST_IF = cEnum('HOST_IF', 'kbp_host_if', 'KBP_HOST_IF_', { peer: 1, bridge: 2 });
+/** kbp_hostif_v1's value: how host routing hands a packet to a device (host_route.h): a local pod's
+ * veth or bridge, or a device towards other nodes' pods. */
+export const HOST_IF = cEnum('HOST_IF', 'kbp_host_if', 'KBP_HOST_IF_', { peer: 1, bridge: 2, remote: 3 });
 
 /** Every constant table above with its C enum: what verifyLayoutAgainstBtf checks. */
 export const ENUMS: readonly EnumLayout[] = enumLayouts;
@@ -267,6 +269,9 @@ export const srcRange6Key = new StructCodec('kbp_srcr6_key', 24, {
   svcId: u32(4),
   addr: ip6(8),
 });
+/** kbp_hostdst4/6_v1's keys: another node's pod prefix host routing may reach (host_route.h). */
+export const hostDst4Key = new StructCodec('kbp_hostdst4_key', 8, { prefixlen: u32(0), addr: ip4(4) });
+export const hostDst6Key = new StructCodec('kbp_hostdst6_key', 20, { prefixlen: u32(0), addr: ip6(4) });
 /** Bits of kbp_srcr*_key.prefixlen that cover svc_id. */
 export const SRC_RANGE_ID_BITS = 32;
 export const rrVal = new StructCodec('kbp_rr_val', 8, { next: u32(4) }, { lock: 0 });
@@ -480,6 +485,9 @@ export const MAPS = {
   ifAddrs6: mapLayout('kbp_ifaddr6_v1', u32Codec, ifAddr6Val),
   /** ifindex -> HOST_IF: the local pods' devices host routing delivers to (bpf.hostRouting). */
   hostIfs: mapLayout('kbp_hostif_v1', u32Codec, u32Codec),
+  /** LPM: other nodes' pod prefixes host routing carries flows to, both ways (bpf.hostRouting). */
+  hostDst4: mapLayout('kbp_hostdst4_v1', hostDst4Key, u8Codec),
+  hostDst6: mapLayout('kbp_hostdst6_v1', hostDst6Key, u8Codec),
   /** Whose sockets the socket hooks serve (one entry, written before they are attached). */
   sockConfig: mapLayout('kbp_sockcfg_v1', u32Codec, sockConfig),
   /** LRU: {socket cookie, backend} -> the service address the socket asked for. */
