@@ -19,7 +19,8 @@
 //   calls made are removed after each round.
 
 import { rmSync } from 'node:fs';
-import { dumpMap, mapDeleteBatch, mapUpdate, mapUpdateBatch, testRun } from '../native/libbpf.js';
+import { dumpMap, mapDeleteBatch, mapUpdate, mapUpdateBatch } from '../native/libbpf/map.js';
+import { testRun } from '../native/libbpf/test-run.js';
 import { publishConfig } from '../src/dataplanes/bpf/kernel-store.js';
 import {
   ACTION,
@@ -281,36 +282,10 @@ export async function measureBpfCost(opts: {
 }): Promise<BpfCostSample[]> {
   const counts = [...opts.serviceCounts].sort((a, b) => a - b);
   const families = opts.families ?? ['IPv4'];
-  const capacity = Math.max(1024, 2 ** Math.ceil(Math.log2((counts.at(-1) ?? 1) + 2)));
-  const lb = await loadPinnedObject({
-    pinPath: opts.pinPath,
-    log: opts.log,
-    mapSizes: {
-      services: capacity,
-      backends: capacity,
-      backendCounters: capacity,
-      // Each family's frontends have slots of their own (writeServices).
-      backendSlots: capacity * families.length,
-      // The new flows of a round (two entries each) fit beside the tracked flow, never evicted.
-      conntrack: Math.max(16384, 4 * NEW_FLOW_ROWS.length * NEW_FLOW_CALLS),
-      affinity: 1024,
-      sourceRanges: 1024,
-      socketReverse: 1024,
-    },
-  });
+  const lb = await loadCostObject(opts.pinPath, opts.log, counts.at(-1) ?? 1, families.length);
   const samples: BpfCostSample[] = [];
   try {
-    publishConfig(lb.fd, {
-      snatAddr4: '192.168.50.1',
-      snatAddr6: '::',
-      snatPortMin: 61000,
-      snatPortMax: 61999,
-      maglevSize: 16381,
-      hashSeed: 0x1234abcd,
-      nodeportMin: 30000,
-      nodeportMax: 32767,
-      newFlowRate: 0,
-    });
+    publishCostConfig(lb);
     const packets = new Map(families.map((family) => [family, familyPackets(family)]));
     for (const family of families) {
       writeTrackedFlow(lb, {
@@ -319,61 +294,128 @@ export async function measureBpfCost(opts: {
         backend: inFamily(family, BACKEND),
       });
     }
+    const run: CostRun = { ...opts, lb, families, packets };
     let written = 0;
     for (const services of counts) {
       opts.onStep?.(`BPF_PROG_TEST_RUN with ${services.toLocaleString('en')} service(s) of each family`);
       for (const family of families) writeServices(lb, written + 1, services, family);
       written = Math.max(written, services);
-      // The rows measured in each family: trivial ones in the first only.
-      const measured = (rows: readonly CostRow[], family: IPFamily) =>
-        rows.filter((row) => {
-          if (trivial(row)) return family === families[0];
-          const { tracked, syns, backend } = packets.get(family) as ReturnType<typeof familyPackets>;
-          const ok = translates(lb.prog(row.prog), syns.get(row.label)?.[0] ?? tracked, backend);
-          if (row.path === 'new') removeNewFlows(lb, family);
-          if (ok) return true;
-          if (row.prog !== PROGRAMS.xdpFromExternal)
-            throw new Error(`${row.label} ${family}: one run did not send the packet to ${backend}`);
-          opts.onStep?.(`${row.label} ${family}: the program does not translate ${family}: not measured`);
-          return false;
-        });
-      const sample = (row: CostRow, family: IPFamily, round: number, nsPerPacket: number) =>
+      const sample: AddCostSample = (row, family, round, nsPerPacket) =>
         samples.push({ program: row.label, family, services, round, nsPerPacket, floor: row.floor });
-      for (const family of families) {
-        const { tracked } = packets.get(family) as ReturnType<typeof familyPackets>;
-        for (const row of measured(REPEATED, family)) {
-          for (let round = 0; round < opts.rounds; round++)
-            sample(
-              row,
-              family,
-              round,
-              testRun(lb.prog(row.prog), { data: tracked, repeat: opts.repeat }).durationNs,
-            );
-        }
-      }
-      const perCall = families.flatMap((family) =>
-        measured(PER_CALL, family).map((row) => {
-          const { tracked, syns } = packets.get(family) as ReturnType<typeof familyPackets>;
-          // A tracked packet is rewritten in the output only: every call is the same input.
-          const frames = syns.get(row.label) ?? Array.from({ length: NEW_FLOW_CALLS }, () => tracked);
-          return { row, family, fd: lb.prog(row.prog), frames };
-        }),
-      );
-      // Each round runs every row's calls in a block, as a program's packets come one after
-      // another (interleaving the rows call by call would leave the maps cold for whichever row
-      // comes first after the floor); the rounds interleave the rows in time.
-      for (let round = 0; round < opts.rounds; round++) {
-        for (const m of perCall) {
-          let total = 0;
-          for (const frame of m.frames) total += testRun(m.fd, { data: frame }).durationNs;
-          sample(m.row, m.family, round, total / m.frames.length);
-        }
-        for (const family of families) removeNewFlows(lb, family);
-      }
+      measureRepeated(run, sample);
+      measurePerCall(run, sample);
     }
     return samples;
   } finally {
     lb.close();
     rmSync(opts.pinPath, { recursive: true, force: true });
+  }
+}
+
+type FamilyPackets = ReturnType<typeof familyPackets>;
+type AddCostSample = (row: CostRow, family: IPFamily, round: number, nsPerPacket: number) => void;
+
+/** What the measures of one service count share: the object, each family's packets, the counts. */
+interface CostRun {
+  lb: LoadedObject;
+  families: readonly IPFamily[];
+  packets: Map<IPFamily, FamilyPackets>;
+  rounds: number;
+  repeat: number;
+  onStep?: (text: string) => void;
+}
+
+/** The object pinned at `pinPath`, its maps sized for `maxServices` Services of each family. */
+function loadCostObject(
+  pinPath: string,
+  log: Logger,
+  maxServices: number,
+  families: number,
+): Promise<LoadedObject> {
+  const capacity = Math.max(1024, 2 ** Math.ceil(Math.log2(maxServices + 2)));
+  return loadPinnedObject({
+    pinPath,
+    log,
+    mapSizes: {
+      services: capacity,
+      backends: capacity,
+      backendCounters: capacity,
+      // Each family's frontends have slots of their own (writeServices).
+      backendSlots: capacity * families,
+      // The new flows of a round (two entries each) fit beside the tracked flow, never evicted.
+      conntrack: Math.max(16384, 4 * NEW_FLOW_ROWS.length * NEW_FLOW_CALLS),
+      affinity: 1024,
+      sourceRanges: 1024,
+      socketReverse: 1024,
+    },
+  });
+}
+
+function publishCostConfig(lb: LoadedObject): void {
+  publishConfig(lb.fd, {
+    snatAddr4: '192.168.50.1',
+    snatAddr6: '::',
+    snatPortMin: 61000,
+    snatPortMax: 61999,
+    maglevSize: 16381,
+    hashSeed: 0x1234abcd,
+    nodeportMin: 30000,
+    nodeportMax: 32767,
+    newFlowRate: 0,
+  });
+}
+
+/** The rows measured in a family: trivial ones in the first only, the others where one run
+ * takes the intended path (XDP may not translate a family; a tc row must). */
+function measuredRows(run: CostRun, rows: readonly CostRow[], family: IPFamily): CostRow[] {
+  return rows.filter((row) => {
+    if (trivial(row)) return family === run.families[0];
+    const { tracked, syns, backend } = run.packets.get(family) as FamilyPackets;
+    const ok = translates(run.lb.prog(row.prog), syns.get(row.label)?.[0] ?? tracked, backend);
+    if (row.path === 'new') removeNewFlows(run.lb, family);
+    if (ok) return true;
+    if (row.prog !== PROGRAMS.xdpFromExternal)
+      throw new Error(`${row.label} ${family}: one run did not send the packet to ${backend}`);
+    run.onStep?.(`${row.label} ${family}: the program does not translate ${family}: not measured`);
+    return false;
+  });
+}
+
+/** The rows measured by the kernel's own repeat of the tracked packet. */
+function measureRepeated(run: CostRun, sample: AddCostSample): void {
+  for (const family of run.families) {
+    const { tracked } = run.packets.get(family) as FamilyPackets;
+    for (const row of measuredRows(run, REPEATED, family)) {
+      for (let round = 0; round < run.rounds; round++)
+        sample(
+          row,
+          family,
+          round,
+          testRun(run.lb.prog(row.prog), { data: tracked, repeat: run.repeat }).durationNs,
+        );
+    }
+  }
+}
+
+/** The rows measured call by call (NEW_FLOW_CALLS calls of one run each), new flows removed after each round. */
+function measurePerCall(run: CostRun, sample: AddCostSample): void {
+  const perCall = run.families.flatMap((family) =>
+    measuredRows(run, PER_CALL, family).map((row) => {
+      const { tracked, syns } = run.packets.get(family) as FamilyPackets;
+      // A tracked packet is rewritten in the output only: every call is the same input.
+      const frames = syns.get(row.label) ?? Array.from({ length: NEW_FLOW_CALLS }, () => tracked);
+      return { row, family, fd: run.lb.prog(row.prog), frames };
+    }),
+  );
+  // Each round runs every row's calls in a block, as a program's packets come one after
+  // another (interleaving the rows call by call would leave the maps cold for whichever row
+  // comes first after the floor); the rounds interleave the rows in time.
+  for (let round = 0; round < run.rounds; round++) {
+    for (const m of perCall) {
+      let total = 0;
+      for (const frame of m.frames) total += testRun(m.fd, { data: frame }).durationNs;
+      sample(m.row, m.family, round, total / m.frames.length);
+    }
+    for (const family of run.families) removeNewFlows(run.lb, family);
   }
 }

@@ -401,6 +401,17 @@ async function runDirectCell(ctx: CellContext, scenario: Scenario, rep: number):
   }
 }
 
+/** What a cell sets up on the node before its proxy starts, and takes down after. */
+interface CellSetup {
+  pinPath: string;
+  configPath: string;
+  /** The socket-LB cgroup (bpf-sock), or null. */
+  sockCgroup: string | null;
+  clientExec: ClientExec;
+  /** The iptables binary that writes the backend hint chain, when the run names a backend. */
+  hintBinary: string | null;
+}
+
 export async function runCell(
   ctx: CellContext,
   mode: BenchMode,
@@ -409,7 +420,7 @@ export async function runCell(
   dataPlane = true,
 ): Promise<Sample[]> {
   if (mode === 'direct') return runDirectCell(ctx, scenario, rep);
-  const { lab, topology, settings } = ctx;
+  const { settings } = ctx;
   const samples: Sample[] = [];
   const family = scenarioFamily(scenario);
   const base: Pick<Sample, 'mode' | 'family' | 'services' | 'rep' | 'iptablesBackend'> = {
@@ -420,28 +431,13 @@ export async function runCell(
   };
   const add = (measure: MeasureId, value: number, extra: Partial<Sample> = {}) =>
     samples.push({ measure, ...base, value, ...extra });
-  const target = measuredService(scenario);
-  const pinPath = `/sys/fs/bpf/${lab.prefix}-${mode}`;
-  const configPath = join(ctx.workDir, `agent-${mode}.yaml`);
-  // socketLB all serves every socket under its cgroup: a cgroup of the bench's own, which only the
-  // client's commands join, so nothing else on a shared machine is translated. It sits under the
-  // load's cgroup, whose system time is the CPU measures'.
-  const sockCgroup = mode === 'bpf-sock' ? join(topology.cgroups.root, 'bpf-sock') : null;
-  if (sockCgroup) mkdirSync(sockCgroup, { recursive: true });
-  writeFileSync(configPath, agentConfig(mode, ctx.feed, pinPath, sockCgroup, scenario, settings.hostRouting));
-  const clientExec = clientCommand(ctx, sockCgroup);
-  await setMeasuredSlice(ctx.feed, scenario, []);
-  await flushConntrack(ctx);
-  const iptablesMode = kernelMode(mode) === 'iptables';
-  const hintBinary = settings.iptablesBackend === 'auto' ? null : `iptables-${settings.iptablesBackend}`;
-  const hinted = usesIptables(kernelMode(mode)) && hintBinary !== null;
-  if (hinted) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
+  const setup = await setUpCell(ctx, mode, scenario);
 
   ctx.step(`${isKubeProxyMode(mode) ? 'kube-proxy' : 'agent'} cold start`);
   // The real kube-proxy has no backend detection of its own: it is given the one ours would pick
   // ("auto": nft on a clean node, as kube-proxy's iptables-wrapper decides).
   const kubeProxyBackend = settings.iptablesBackend === 'legacy' ? 'legacy' : 'nft';
-  const agent = startProxy(ctx, mode, configPath, kubeProxyBackend, family);
+  const agent = startProxy(ctx, mode, setup.configPath, kubeProxyBackend, family);
   /** The iptables backend in use: the one kube-proxy was given, or the one our agent logged. */
   const probeBackend = () =>
     isKubeProxyMode(mode)
@@ -456,37 +452,13 @@ export async function runCell(
     add('agentRssMiB', agent.memory().rssMiB);
 
     if (dataPlane) {
-      const position = iptablesMode
-        ? await kubeServicesPosition(ctx, probeBackend(), target.ip, family)
-        : undefined;
-      await measureDataPlane(ctx, scenario, mode, rep, clientExec, add, position);
+      const position =
+        kernelMode(mode) === 'iptables'
+          ? await kubeServicesPosition(ctx, probeBackend(), measuredService(scenario).ip, family)
+          : undefined;
+      await measureDataPlane(ctx, scenario, mode, rep, setup.clientExec, add, position);
     }
-    ctx.step('EndpointSlice change to kernel');
-    const probe: ProbeContext = {
-      lab,
-      nodeNs: topology.nodeNs,
-      pinPath,
-      iptablesBackend: probeBackend(),
-      serviceIP: target.ip,
-      family,
-    };
-    for (let change = 0; change < settings.endpointChanges; change++) {
-      // Past minSyncPeriod since the last sync, so the change is not held back by the rate limit.
-      await sleep(1100);
-      const ip = changedEndpointIP(rep * settings.endpointChanges + change, family);
-      const syncsBefore = agent.syncs.length;
-      const started = performance.now();
-      await setMeasuredSlice(ctx.feed, scenario, [ip]);
-      const deadline = started + CHANGE_TO_KERNEL_MS * settings.timeoutScale;
-      while (!(await endpointInKernel(mode, probe, target.name, ip))) {
-        if (performance.now() > deadline)
-          throw new Error(`endpoint ${ip} not in the kernel after ${(deadline - started) / 1000} s`);
-        await sleep(2);
-      }
-      add('endpointChangeMs', performance.now() - started);
-      const sync = await agent.waitForSync(syncsBefore + 1, CHANGE_SYNC_LOGGED_MS * settings.timeoutScale);
-      add('changeSyncMs', sync.durationMs);
-    }
+    await measureEndpointChanges(ctx, mode, scenario, rep, agent, setup.pinPath, probeBackend(), add);
     await sleep(first.at + SETTLED_AFTER_FIRST_SYNC_MS - performance.now());
     add('agentSettledRssMiB', agent.memory().rssMiB);
     return samples;
@@ -496,16 +468,89 @@ export async function runCell(
   } finally {
     ctx.step('stop and clean up');
     await agent.stop();
-    await cleanupNode({
-      pinPath,
-      exec: (cmd, args, opts) => lab.exec(topology.nodeNs, cmd, args, opts),
+    await tearDownCell(ctx, setup);
+  }
+}
+
+/** The agent's config, the socket-LB cgroup, the measured slice emptied, conntrack flushed, the hint. */
+async function setUpCell(ctx: CellContext, mode: BenchMode, scenario: Scenario): Promise<CellSetup> {
+  const { lab, topology, settings } = ctx;
+  const pinPath = `/sys/fs/bpf/${lab.prefix}-${mode}`;
+  const configPath = join(ctx.workDir, `agent-${mode}.yaml`);
+  // socketLB all serves every socket under its cgroup: a cgroup of the bench's own, which only the
+  // client's commands join, so nothing else on a shared machine is translated. It sits under the
+  // load's cgroup, whose system time is the CPU measures'.
+  const sockCgroup = mode === 'bpf-sock' ? join(topology.cgroups.root, 'bpf-sock') : null;
+  if (sockCgroup) mkdirSync(sockCgroup, { recursive: true });
+  writeFileSync(configPath, agentConfig(mode, ctx.feed, pinPath, sockCgroup, scenario, settings.hostRouting));
+  const clientExec = clientCommand(ctx, sockCgroup);
+  await setMeasuredSlice(ctx.feed, scenario, []);
+  await flushConntrack(ctx);
+  const hintBinary =
+    settings.iptablesBackend !== 'auto' && usesIptables(kernelMode(mode))
+      ? `iptables-${settings.iptablesBackend}`
+      : null;
+  if (hintBinary) await lab.exec(topology.nodeNs, hintBinary, HINT_CHAIN);
+  return { pinPath, configPath, sockCgroup, clientExec, hintBinary };
+}
+
+/** After the proxy stopped: its kernel state, conntrack, the socket-LB cgroup and the hint go. */
+async function tearDownCell(ctx: CellContext, setup: CellSetup): Promise<void> {
+  const { lab, topology } = ctx;
+  await cleanupNode({
+    pinPath: setup.pinPath,
+    exec: (cmd, args, opts) => lab.exec(topology.nodeNs, cmd, args, opts),
+  });
+  await flushConntrack(ctx);
+  // Empty once the client's commands have exited.
+  if (setup.sockCgroup) rmdirSync(setup.sockCgroup);
+  if (setup.hintBinary)
+    await lab.exec(topology.nodeNs, setup.hintBinary, ['-t', 'mangle', '-X', 'KUBE-IPTABLES-HINT'], {
+      allowFailure: true,
     });
-    await flushConntrack(ctx);
-    // Empty once the client's commands have exited.
-    if (sockCgroup) rmdirSync(sockCgroup);
-    if (hinted)
-      await lab.exec(topology.nodeNs, hintBinary, ['-t', 'mangle', '-X', 'KUBE-IPTABLES-HINT'], {
-        allowFailure: true,
-      });
+}
+
+/**
+ * The EndpointSlice change measures: per change, the time until the new endpoint is in the kernel
+ * (polled) and the duration of the sync the proxy logs for it.
+ */
+async function measureEndpointChanges(
+  ctx: CellContext,
+  mode: BenchMode,
+  scenario: Scenario,
+  rep: number,
+  agent: LabAgent | KubeProxyProcess,
+  pinPath: string,
+  iptablesBackend: string,
+  add: AddSample,
+): Promise<void> {
+  const { lab, topology, settings } = ctx;
+  const family = scenarioFamily(scenario);
+  const target = measuredService(scenario);
+  ctx.step('EndpointSlice change to kernel');
+  const probe: ProbeContext = {
+    lab,
+    nodeNs: topology.nodeNs,
+    pinPath,
+    iptablesBackend,
+    serviceIP: target.ip,
+    family,
+  };
+  for (let change = 0; change < settings.endpointChanges; change++) {
+    // Past minSyncPeriod since the last sync, so the change is not held back by the rate limit.
+    await sleep(1100);
+    const ip = changedEndpointIP(rep * settings.endpointChanges + change, family);
+    const syncsBefore = agent.syncs.length;
+    const started = performance.now();
+    await setMeasuredSlice(ctx.feed, scenario, [ip]);
+    const deadline = started + CHANGE_TO_KERNEL_MS * settings.timeoutScale;
+    while (!(await endpointInKernel(mode, probe, target.name, ip))) {
+      if (performance.now() > deadline)
+        throw new Error(`endpoint ${ip} not in the kernel after ${(deadline - started) / 1000} s`);
+      await sleep(2);
+    }
+    add('endpointChangeMs', performance.now() - started);
+    const sync = await agent.waitForSync(syncsBefore + 1, CHANGE_SYNC_LOGGED_MS * settings.timeoutScale);
+    add('changeSyncMs', sync.durationMs);
   }
 }

@@ -2,7 +2,8 @@
 // poll costs little even with 30,000 services programmed: one iptables chain, one nft chain, one
 // scan of the BPF backends map, or one IPVS virtual server.
 
-import { dumpMap, getPinned } from '../native/libbpf.js';
+import { dumpMap } from '../native/libbpf/map.js';
+import { getPinned } from '../native/libbpf/object.js';
 import { closeFd } from '../native/libc.js';
 import { backend4, backend6, u32Codec } from '../src/dataplanes/bpf/layout.js';
 import { mapPinPath, PIN_LAYOUT_VERSION } from '../src/dataplanes/bpf/object.js';

@@ -10,7 +10,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import pino from 'pino';
-import { dumpMap, mapFdById } from '../native/libbpf.js';
+import { dumpMap, mapFdById } from '../native/libbpf/map.js';
 import { closeFd } from '../native/libc.js';
 import { SyncLoop } from '../src/brain/sync-loop.js';
 import { loadConfig } from '../src/config/load.js';

@@ -15,7 +15,7 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { createPod, deletePod, mergePatch } from '../../src/lab/kube-objects.js';
-import { REAL_NODES } from '../../src/lab/real-node.js';
+import { REAL_NODES } from '../../src/lab/real-node-plan.js';
 import { GRACE_SECONDS, HTTP_PORT, NAMESPACE, POOL, type SoakWorld, UDP_PORT } from './world.js';
 
 export type ChurnKind =

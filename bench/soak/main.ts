@@ -11,7 +11,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { ProxyMode } from '../../src/config/types.js';
 import { runCommand } from '../../src/host/command.js';
-import { REAL_NODES } from '../../src/lab/real-node.js';
+import { REAL_NODES } from '../../src/lab/real-node-plan.js';
 import { until } from '../../src/lab/until.js';
 import {
   type CheckResult,

@@ -7,7 +7,8 @@
 
 import { readdirSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { getPinned, mapInfo, mapNextKey } from '../../native/libbpf.js';
+import { mapInfo, mapNextKey } from '../../native/libbpf/map.js';
+import { getPinned } from '../../native/libbpf/object.js';
 import { closeFd } from '../../native/libc.js';
 import { MAPS } from '../../src/dataplanes/bpf/layout.js';
 import { PIN_LAYOUT_VERSION } from '../../src/dataplanes/bpf/object.js';

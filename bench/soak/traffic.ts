@@ -6,7 +6,7 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { compiledSibling } from '../../src/lab/netns.js';
-import { ipv6Of, REAL_NODES } from '../../src/lab/real-node.js';
+import { ipv6Of, REAL_NODES } from '../../src/lab/real-node-plan.js';
 import type { IPFamily } from '../../src/model/types.js';
 import type { ClientLine, StreamKind, StreamSpec } from './client.js';
 import { CLIENT_PODS, LB_IP, NODE_PORTS, type SoakWorld } from './world.js';

@@ -25,7 +25,8 @@ import {
   type PodFacts,
 } from '../../src/lab/kube-objects.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
-import { ipv6Of, REAL_NODES, RealNodeLab } from '../../src/lab/real-node.js';
+import { RealNodeLab } from '../../src/lab/real-node.js';
+import { ipv6Of, REAL_NODES } from '../../src/lab/real-node-plan.js';
 import { createLogger } from '../../src/logger.js';
 
 export const NAMESPACE = 'soak';

@@ -319,6 +319,15 @@ export async function removeNodeRoots(dir: string): Promise<void> {
   await execFileAsync('umount', ['--recursive', '--lazy', dir]).catch(() => {});
 }
 
+/** chartPodManifest's options: the lab node, its root, the ServiceAccount, capabilities taken out. */
+export interface ChartPodOptions {
+  name: string;
+  node: string;
+  nodeRoot: string;
+  serviceAccountDir: string;
+  dropCapabilities?: string[];
+}
+
 /**
  * The DaemonSet's pod template as a Pod for `podman kube play` on one lab node (see the header
  * for every translation), its hostPath volumes under `nodeRoot` (the host's cgroup2 hierarchy
@@ -327,25 +336,12 @@ export async function removeNodeRoots(dir: string): Promise<void> {
  */
 export function chartPodManifest(
   daemonSet: Manifest,
-  opts: {
-    name: string;
-    node: string;
-    nodeRoot: string;
-    serviceAccountDir: string;
-    dropCapabilities?: string[];
-  },
+  opts: ChartPodOptions,
 ): { pod: Manifest; probes: PodProbe[]; capabilities: string[] } {
   const template = structuredClone(daemonSet.spec.template);
   const spec = template.spec;
   spec.nodeName = opts.node;
-  // podman 4.3 holds annotation values to the 63 characters of a label value: the config
-  // checksum (which only tells the DaemonSet controller to roll the pods) cannot go through.
-  const annotations: Record<string, string> = Object.fromEntries(
-    Object.entries((template.metadata.annotations ?? {}) as Record<string, string>).filter(
-      ([, v]) => v.length <= 63,
-    ),
-  );
-  annotations['io.podman.annotations.init.container.type'] = 'always';
+  const annotations = podmanAnnotations(template.metadata.annotations ?? {});
   const probes: PodProbe[] = [];
   let capabilities: string[] = [];
   for (const container of [...(spec.initContainers ?? []), ...spec.containers]) {
@@ -354,43 +350,10 @@ export function chartPodManifest(
       (container.ports ?? []).map((p: Manifest) => [p.name, p.containerPort] as [string, number]),
     );
     delete container.ports;
-    for (const env of container.env ?? []) {
-      if (env.valueFrom?.fieldRef?.fieldPath === 'spec.nodeName') {
-        delete env.valueFrom;
-        env.value = opts.node;
-      }
-    }
-    // The kubelet expands $(VAR) in command and args from the container's env; podman does not.
-    const values = new Map<string, string>(
-      (container.env ?? []).flatMap((e: Manifest) =>
-        typeof e.value === 'string' ? [[e.name, e.value]] : [],
-      ),
-    );
-    for (const field of ['command', 'args'] as const) {
-      if (!container[field]) continue;
-      container[field] = container[field].map((arg: string) => expandVars(arg, values));
-    }
-    for (const kind of ['startup', 'liveness', 'readiness'] as const) {
-      const probe = container[`${kind}Probe`];
-      delete container[`${kind}Probe`];
-      if (!isAgent || !probe?.httpGet) continue;
-      const port =
-        typeof probe.httpGet.port === 'number' ? probe.httpGet.port : ports.get(probe.httpGet.port);
-      if (!port)
-        throw new Error(`the ${kind} probe names port ${probe.httpGet.port}, which the container lacks`);
-      probes.push({ kind, path: probe.httpGet.path, port });
-    }
+    expandContainerEnv(container, opts.node);
+    probes.push(...takeProbes(container, ports, isAgent));
     const security = container.securityContext ?? {};
-    if (security.seccompProfile) {
-      const type = security.seccompProfile.type;
-      annotations[`container.seccomp.security.alpha.kubernetes.io/${container.name}`] =
-        type === 'Unconfined'
-          ? 'unconfined'
-          : type === 'RuntimeDefault'
-            ? 'runtime/default'
-            : `localhost/${security.seccompProfile.localhostProfile}`;
-      delete security.seccompProfile;
-    }
+    seccompToAnnotation(container.name, security, annotations);
     if (isAgent && security.capabilities?.add) {
       security.capabilities.add = security.capabilities.add.filter(
         (cap: string) => !(opts.dropCapabilities ?? []).includes(cap),
@@ -405,19 +368,7 @@ export function chartPodManifest(
       ];
     }
   }
-  for (const volume of spec.volumes ?? []) {
-    if (!volume.hostPath) continue;
-    const path: string = volume.hostPath.path;
-    if (path === '/sys/fs/cgroup') continue;
-    const onNode = join(opts.nodeRoot, path);
-    if (volume.hostPath.type === 'FileOrCreate') {
-      mkdirSync(join(onNode, '..'), { recursive: true });
-      closeSync(openSync(onNode, 'a'));
-    } else {
-      mkdirSync(onNode, { recursive: true });
-    }
-    volume.hostPath.path = onNode;
-  }
+  placeHostPaths(spec.volumes ?? [], opts.nodeRoot);
   if (spec.automountServiceAccountToken !== false) {
     spec.volumes = [
       ...(spec.volumes ?? []),
@@ -436,6 +387,84 @@ export function chartPodManifest(
     spec,
   };
   return { pod, probes, capabilities };
+}
+
+/** The template's annotations podman takes, and the one that runs init containers at every start. */
+function podmanAnnotations(template: Record<string, string>): Record<string, string> {
+  // podman 4.3 holds annotation values to the 63 characters of a label value: the config
+  // checksum (which only tells the DaemonSet controller to roll the pods) cannot go through.
+  const annotations: Record<string, string> = Object.fromEntries(
+    Object.entries(template).filter(([, v]) => v.length <= 63),
+  );
+  annotations['io.podman.annotations.init.container.type'] = 'always';
+  return annotations;
+}
+
+/** The downward API's spec.nodeName as a plain value, and $(VAR) expanded in command and args. */
+function expandContainerEnv(container: Manifest, node: string): void {
+  for (const env of container.env ?? []) {
+    if (env.valueFrom?.fieldRef?.fieldPath === 'spec.nodeName') {
+      delete env.valueFrom;
+      env.value = node;
+    }
+  }
+  // The kubelet expands $(VAR) in command and args from the container's env; podman does not.
+  const values = new Map<string, string>(
+    (container.env ?? []).flatMap((e: Manifest) => (typeof e.value === 'string' ? [[e.name, e.value]] : [])),
+  );
+  for (const field of ['command', 'args'] as const) {
+    if (!container[field]) continue;
+    container[field] = container[field].map((arg: string) => expandVars(arg, values));
+  }
+}
+
+/** Takes the probes out of the container (see the header); the agent's are returned for the lab to run. */
+function takeProbes(container: Manifest, ports: Map<string, number>, isAgent: boolean): PodProbe[] {
+  const probes: PodProbe[] = [];
+  for (const kind of ['startup', 'liveness', 'readiness'] as const) {
+    const probe = container[`${kind}Probe`];
+    delete container[`${kind}Probe`];
+    if (!isAgent || !probe?.httpGet) continue;
+    const port = typeof probe.httpGet.port === 'number' ? probe.httpGet.port : ports.get(probe.httpGet.port);
+    if (!port)
+      throw new Error(`the ${kind} probe names port ${probe.httpGet.port}, which the container lacks`);
+    probes.push({ kind, path: probe.httpGet.path, port });
+  }
+  return probes;
+}
+
+/** securityContext.seccompProfile as the annotation podman 4.3 reads instead. */
+function seccompToAnnotation(
+  container: string,
+  security: Manifest,
+  annotations: Record<string, string>,
+): void {
+  if (!security.seccompProfile) return;
+  const type = security.seccompProfile.type;
+  annotations[`container.seccomp.security.alpha.kubernetes.io/${container}`] =
+    type === 'Unconfined'
+      ? 'unconfined'
+      : type === 'RuntimeDefault'
+        ? 'runtime/default'
+        : `localhost/${security.seccompProfile.localhostProfile}`;
+  delete security.seccompProfile;
+}
+
+/** Moves the hostPath volumes under the node's root, creating them as the kubelet would. */
+function placeHostPaths(volumes: Manifest[], nodeRoot: string): void {
+  for (const volume of volumes) {
+    if (!volume.hostPath) continue;
+    const path: string = volume.hostPath.path;
+    if (path === '/sys/fs/cgroup') continue;
+    const onNode = join(nodeRoot, path);
+    if (volume.hostPath.type === 'FileOrCreate') {
+      mkdirSync(join(onNode, '..'), { recursive: true });
+      closeSync(openSync(onNode, 'a'));
+    } else {
+      mkdirSync(onNode, { recursive: true });
+    }
+    volume.hostPath.path = onNode;
+  }
 }
 
 /** Kubernetes' $(VAR) expansion: known names are replaced, $$ escapes a $, the rest stays. */

@@ -11,20 +11,20 @@
 // dual-stack node's CNI and kubelet setup turn it on; the agent sets no sysctl), and every Service
 // RequireDualStack with an EndpointSlice per address type. ipv6Of() gives each IPv4 address of the
 // lab its IPv6 counterpart.
+//
+// This file builds the lab and runs its agents; its parts: the address plan (real-node-plan.ts),
+// flannel (real-node-flannel.ts), the CNI plugins (real-node-cni.ts), the Kubernetes objects
+// (real-node-objects.ts) and what the chart renders for the agents (real-node-chart.ts).
 
 import { type ChildProcess, execFile } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { parseAllDocuments } from 'yaml';
 import type { ProxyMode } from '../config/types.js';
-import { canonicalIP } from '../net/ip.js';
 import { type AgentStartOptions, LabAgent } from './agent.js';
 import type { SyncLine } from './agent-log.js';
-import { CHART, helm } from './helm.js';
-import { compiledSibling, type Lab, type ReversePathFilter } from './netns.js';
+import { compiledSibling, type Lab } from './netns.js';
 import {
   API_SERVER_IP,
   API_SERVER_PORT,
@@ -36,168 +36,29 @@ import {
   removeNodeRoots,
   writeManifest,
 } from './pod.js';
+import { type RenderedAgent, renderChart } from './real-node-chart.js';
+import { runCni } from './real-node-cni.js';
+import { addFlannelMasquerade, addVxlanDevices, joinOverlay } from './real-node-flannel.js';
+import { type LabService, labObjects } from './real-node-objects.js';
+import {
+  CLIENT_GATEWAY,
+  CLIENT_IP,
+  CLIENT_IP6,
+  CLIENT_NS,
+  ipv6Of,
+  nodeNs,
+  nodeOf,
+  type PodInfo,
+  podNs,
+  REAL_NODES,
+  type RealNode,
+  type RealNodeSpec,
+  UNDERLAY_GATEWAY,
+} from './real-node-plan.js';
 
 const execFileAsync = promisify(execFile);
 
-// The checkout's root, from src/lab (vitest) or dist/src/lab (the build).
-const ROOT = fileURLToPath(
-  new URL(import.meta.url.includes('/dist/src/') ? '../../../' : '../../', import.meta.url),
-);
-/** Where scripts/install-deps.sh builds the CNI plugins and scripts/install-helm.sh helm. */
-export const CNI_BIN = join(ROOT, '.tools/cni/bin');
 const mainScript = compiledSibling(import.meta.url, '../cli/main.js');
-
-/**
- * The lab's IPv6 counterpart of an IPv4 address a.b.c.d: fd00:a:b::c:d (the groups written as the
- * decimal digits read), e.g. 10.96.1.3 -> fd00:10:96::1:3, 192.0.2.100 -> fd00:192::2:100.
- */
-export function ipv6Of(ipv4: string): string {
-  const [a, b, c, d] = ipv4.split('.');
-  const ip = canonicalIP(`fd00:${a}:${b}::${c}:${d}`);
-  if (!ip) throw new Error(`no IPv6 counterpart for ${ipv4}`);
-  return ip;
-}
-
-const CLUSTER_CIDR = '10.244.0.0/16';
-/** The IPv6 cluster CIDR: each node's IPv6 pod CIDR is a /64 of it, as kube-controller-manager
- * allocates them (--node-cidr-mask-size-ipv6 64). */
-const CLUSTER_CIDR6 = 'fd00:244::/48';
-const UNDERLAY_GATEWAY = '10.10.0.254';
-/** The outside client, behind the router that joins it to the nodes' underlay. */
-export const CLIENT_IP = '192.0.2.100';
-export const CLIENT_IP6 = ipv6Of(CLIENT_IP);
-const CLIENT_GATEWAY = '192.0.2.1';
-const VXLAN_MTU = 1450;
-
-export interface RealNode {
-  name: string;
-  ip: string;
-  podCIDR: string;
-  /** flannel.1's address: the pod CIDR's network address, as flannel assigns it. */
-  vtep: string;
-  /** The node's IPv6 address on the underlay (a /64), its IPv6 pod CIDR and flannel-v6.1's address. */
-  ip6: string;
-  podCIDR6: string;
-  vtep6: string;
-  cni: 'bridge' | 'ptp';
-  rpFilter: ReversePathFilter;
-}
-
-export const REAL_NODES: RealNode[] = [
-  {
-    name: 'node-a',
-    ip: '10.10.0.1',
-    podCIDR: '10.244.1.0/24',
-    vtep: '10.244.1.0',
-    ip6: ipv6Of('10.10.0.1'),
-    podCIDR6: 'fd00:244:0:1::/64',
-    vtep6: 'fd00:244:0:1::',
-    cni: 'bridge',
-    rpFilter: 1,
-  },
-  {
-    name: 'node-b',
-    ip: '10.10.0.2',
-    podCIDR: '10.244.2.0/24',
-    vtep: '10.244.2.0',
-    ip6: ipv6Of('10.10.0.2'),
-    podCIDR6: 'fd00:244:0:2::/64',
-    vtep6: 'fd00:244:0:2::',
-    cni: 'ptp',
-    rpFilter: 2,
-  },
-];
-
-export interface RealNodeSpec {
-  /** Pods by name, each on a node, serving HTTP on tcpPorts and UDP echo on udpPorts. */
-  pods: { name: string; node: string; tcpPorts: number[]; udpPorts: number[]; streamPorts?: number[] }[];
-  /** Servers in the nodes' own network namespaces (host network), e.g. an API server on 6443. */
-  hostServers: { name: string; node: string; port: number }[];
-  /** LoadBalancer IPs and the node the router sends each to (as a BGP or L2 announcement would). */
-  loadBalancerRoutes: { ip: string; node: string }[];
-}
-
-export interface PodInfo {
-  name: string;
-  node: string;
-  ip: string;
-  /** Its IPv6 address, from host-local's IPv6 range. */
-  ip6: string;
-  /** The host side of its veth, named by the CNI plugin. */
-  hostInterface: string;
-}
-
-const nodeNs = (node: string) => `n-${node}`;
-const podNs = (pod: string) => `p-${pod}`;
-const CLIENT_NS = 'client';
-
-function nodeOf(name: string): RealNode {
-  const node = REAL_NODES.find((n) => n.name === name);
-  if (!node) throw new Error(`no node ${name}`);
-  return node;
-}
-
-/**
- * flannel's nat rules (its iptables trafficmngr) for one node and family, as `iptables -t nat` /
- * `ip6tables -t nat` argument lists.
- */
-function flannelMasqueradeRules(node: RealNode, family: 'IPv4' | 'IPv6'): string[][] {
-  const v4 = family === 'IPv4';
-  const podCIDR = v4 ? node.podCIDR : node.podCIDR6;
-  const clusterCIDR = v4 ? CLUSTER_CIDR : CLUSTER_CIDR6;
-  const multicast = v4 ? '224.0.0.0/4' : 'ff00::/8';
-  const rule = (...spec: string[]) => [
-    '-A',
-    'FLANNEL-POSTRTG',
-    ...spec,
-    '-m',
-    'comment',
-    '--comment',
-    'flanneld masq',
-  ];
-  return [
-    ['-N', 'FLANNEL-POSTRTG'],
-    ['-A', 'POSTROUTING', '-m', 'comment', '--comment', 'flanneld masq', '-j', 'FLANNEL-POSTRTG'],
-    // kube-proxy's masquerade mark: kube-proxy masquerades those itself.
-    rule('-m', 'mark', '--mark', '0x4000/0x4000', '-j', 'RETURN'),
-    rule('-s', podCIDR, '-d', clusterCIDR, '-j', 'RETURN'),
-    rule('-s', clusterCIDR, '-d', podCIDR, '-j', 'RETURN'),
-    rule('!', '-s', clusterCIDR, '-d', podCIDR, '-j', 'RETURN'),
-    rule('-s', clusterCIDR, '!', '-d', multicast, '-j', 'MASQUERADE', '--random-fully'),
-    rule('!', '-s', clusterCIDR, '-d', clusterCIDR, '-j', 'MASQUERADE', '--random-fully'),
-  ];
-}
-
-/** The netconf flannel's CNI plugin delegates to bridge (kube-flannel.yml's delegate), or ptp. */
-function cniConfig(node: RealNode, dataDir: string): Record<string, unknown> {
-  // One range per family: host-local hands each pod an address of both (flannel's dual-stack
-  // netconf gives the delegate the same two ranges).
-  const ipam = {
-    type: 'host-local',
-    ranges: [[{ subnet: node.podCIDR }], [{ subnet: node.podCIDR6 }]],
-    dataDir,
-    routes:
-      node.cni === 'bridge'
-        ? [{ dst: CLUSTER_CIDR }, { dst: CLUSTER_CIDR6 }]
-        : [{ dst: '0.0.0.0/0' }, { dst: '::/0' }],
-  };
-  const common = { cniVersion: '1.0.0', name: 'cbr0', mtu: VXLAN_MTU, ipMasq: false, ipam };
-  return node.cni === 'bridge'
-    ? {
-        ...common,
-        type: 'bridge',
-        bridge: 'cni0',
-        isGateway: true,
-        isDefaultGateway: true,
-        hairpinMode: true,
-      }
-    : { ...common, type: 'ptp' };
-}
-
-interface CniResult {
-  interfaces?: { name: string; sandbox?: string }[];
-  ips?: { address: string; interface?: number }[];
-}
 
 /** What the tests need of an agent, whether a process (LabAgent) or the chart's pod (ChartPod). */
 export interface NodeAgent {
@@ -273,7 +134,7 @@ export class RealNodeLab {
     await lab.addAddress('wire', 'br0', `${ipv6Of(UNDERLAY_GATEWAY)}/64`);
 
     for (const [index, node] of REAL_NODES.entries()) await this.buildNode(node, `w${index}`);
-    await this.joinOverlay();
+    await joinOverlay(lab);
 
     await lab.addNamespace(CLIENT_NS);
     await lab.link(CLIENT_NS, 'eth0', 'wire', 'wc');
@@ -320,85 +181,8 @@ export class RealNodeLab {
     await this.enableOffloads('wire', wirePort);
     // nf_conntrack is built into this kernel, nothing to load.
     await lab.dropInvalidForwards(ns);
-    for (const args of flannelMasqueradeRules(node, 'IPv4'))
-      await lab.exec(ns, 'iptables', ['-t', 'nat', ...args]);
-    for (const args of flannelMasqueradeRules(node, 'IPv6'))
-      await lab.exec(ns, 'ip6tables', ['-t', 'nat', ...args]);
-    // flannel's vxlan backend: flannel.1 over the IPv4 underlay, flannel-v6.1 over the IPv6 one.
-    for (const [device, local, vtep] of [
-      ['flannel.1', node.ip, `${node.vtep}/32`],
-      ['flannel-v6.1', node.ip6, `${node.vtep6}/128`],
-    ] as const) {
-      await lab.exec(ns, 'ip', [
-        'link',
-        'add',
-        device,
-        'type',
-        'vxlan',
-        'id',
-        '1',
-        'local',
-        local,
-        'dev',
-        'eth0',
-        'dstport',
-        '8472',
-        'nolearning',
-      ]);
-      await lab.exec(ns, 'ip', [
-        'link',
-        'set',
-        device,
-        'mtu',
-        String(VXLAN_MTU - (device === 'flannel.1' ? 0 : 20)),
-        'up',
-      ]);
-      await lab.addAddress(ns, device, vtep);
-    }
-  }
-
-  /** What flanneld programs for each remote lease: route, permanent neighbour, FDB entry. */
-  private async joinOverlay(): Promise<void> {
-    for (const v4 of [true, false]) {
-      const device = v4 ? 'flannel.1' : 'flannel-v6.1';
-      const macs = new Map<string, string>();
-      for (const node of REAL_NODES) {
-        const { stdout } = await this.lab.exec(nodeNs(node.name), 'ip', ['-j', 'link', 'show', device]);
-        macs.set(node.name, (JSON.parse(stdout) as { address: string }[])[0]?.address ?? '');
-      }
-      for (const node of REAL_NODES) {
-        const ns = nodeNs(node.name);
-        for (const remote of REAL_NODES) {
-          if (remote === node) continue;
-          const mac = macs.get(remote.name) ?? '';
-          const vtep = v4 ? remote.vtep : remote.vtep6;
-          const podCIDR = v4 ? remote.podCIDR : remote.podCIDR6;
-          await this.lab.addRoute(ns, podCIDR, 'via', vtep, 'dev', device, 'onlink');
-          await this.lab.exec(ns, 'ip', [
-            'neigh',
-            'replace',
-            vtep,
-            'lladdr',
-            mac,
-            'dev',
-            device,
-            'nud',
-            'permanent',
-          ]);
-          await this.lab.exec(ns, 'bridge', [
-            'fdb',
-            'append',
-            mac,
-            'dev',
-            device,
-            'dst',
-            v4 ? remote.ip : remote.ip6,
-            'self',
-            'permanent',
-          ]);
-        }
-      }
-    }
+    await addFlannelMasquerade(lab, ns, node);
+    await addVxlanDevices(lab, ns, node);
   }
 
   /** veths come with TSO on and GRO off; real NICs have both on. */
@@ -406,30 +190,10 @@ export class RealNodeLab {
     await this.lab.exec(ns, 'ethtool', ['-K', ifname, 'tso', 'on', 'gso', 'on', 'gro', 'on']);
   }
 
-  /** Runs a CNI plugin the way the container runtime does: env, netconf on stdin, in the node's netns. */
-  private async cni(command: 'ADD' | 'DEL', pod: { name: string; node: string }): Promise<CniResult> {
-    const node = nodeOf(pod.node);
-    const conf = cniConfig(node, join(this.workDir, 'cni', node.name));
-    const { stdout } = await this.lab.exec(
-      nodeNs(node.name),
-      'env',
-      [
-        `CNI_COMMAND=${command}`,
-        `CNI_CONTAINERID=${this.lab.prefix}-${pod.name}`,
-        `CNI_NETNS=/run/netns/${this.lab.ns(podNs(pod.name))}`,
-        'CNI_IFNAME=eth0',
-        `CNI_PATH=${CNI_BIN}`,
-        join(CNI_BIN, conf.type as string),
-      ],
-      { input: JSON.stringify(conf) },
-    );
-    return command === 'ADD' ? (JSON.parse(stdout) as CniResult) : {};
-  }
-
   private async addPod(pod: RealNodeSpec['pods'][number]): Promise<void> {
     const ns = podNs(pod.name);
     await this.lab.addNamespace(ns);
-    const result = await this.cni('ADD', pod);
+    const result = await runCni(this.lab, this.workDir, 'ADD', pod);
     const addresses = (result.ips ?? []).map((i) => i.address.split('/')[0] ?? '');
     const ip = addresses.find((a) => !a.includes(':'));
     const ip6 = addresses.find((a) => a.includes(':'));
@@ -602,163 +366,13 @@ export class RealNodeLab {
     if (this.podman) await this.podman.removePods(`${this.lab.prefix}-`);
     await this.controlPlane?.stop();
     if (this.nodeRoots) await removeNodeRoots(this.nodeRoots);
-    for (const pod of this.pods.values()) await this.cni('DEL', pod).catch(() => {});
+    for (const pod of this.pods.values()) await runCni(this.lab, this.workDir, 'DEL', pod).catch(() => {});
     await this.lab.destroy();
     rmSync(this.workDir, { recursive: true, force: true });
   }
 
   /** The Nodes, Services and EndpointSlices writeManifests() writes, for an API server to serve. */
   objects(services: LabService[]): Record<string, unknown>[] {
-    return [
-      ...REAL_NODES.map(nodeObject),
-      ...services.flatMap((svc) => this.serviceObjects(svc) as Record<string, unknown>[]),
-    ];
+    return labObjects(services, (name) => this.pod(name));
   }
-
-  /** A RequireDualStack Service (each address with its ipv6Of() counterpart) and a slice per family. */
-  private serviceObjects(svc: LabService): unknown[] {
-    const metadata = { name: svc.name, namespace: 'default' };
-    const service = {
-      apiVersion: 'v1',
-      kind: 'Service',
-      metadata,
-      spec: {
-        type: svc.type,
-        clusterIP: svc.clusterIP,
-        clusterIPs: [svc.clusterIP, ipv6Of(svc.clusterIP)],
-        ipFamilies: ['IPv4', 'IPv6'],
-        ipFamilyPolicy: 'RequireDualStack',
-        ports: svc.ports,
-        ...(svc.type === 'ClusterIP'
-          ? {}
-          : { externalTrafficPolicy: svc.externalTrafficPolicy ?? 'Cluster' }),
-        ...(svc.healthCheckNodePort ? { healthCheckNodePort: svc.healthCheckNodePort } : {}),
-        ...(svc.externalIPs ? { externalIPs: svc.externalIPs.flatMap((ip) => [ip, ipv6Of(ip)]) } : {}),
-      },
-      status: svc.loadBalancerIP
-        ? {
-            loadBalancer: {
-              ingress: [svc.loadBalancerIP, ipv6Of(svc.loadBalancerIP)].map((ip) => ({ ip, ipMode: 'VIP' })),
-            },
-          }
-        : {},
-    };
-    const slice = (addressType: 'IPv4' | 'IPv6') => {
-      const v4 = addressType === 'IPv4';
-      const endpoints = svc.endpoints.map((endpoint) => {
-        const conditions = { ready: true, serving: true, terminating: false };
-        if ('hostNode' in endpoint) {
-          const node = nodeOf(endpoint.hostNode);
-          return { addresses: [v4 ? node.ip : node.ip6], conditions, nodeName: endpoint.hostNode };
-        }
-        const pod = this.pod(endpoint.pod);
-        return {
-          addresses: [v4 ? pod.ip : pod.ip6],
-          conditions,
-          nodeName: pod.node,
-          targetRef: { kind: 'Pod', namespace: 'default', name: pod.name },
-        };
-      });
-      return {
-        apiVersion: 'discovery.k8s.io/v1',
-        kind: 'EndpointSlice',
-        metadata: {
-          name: `${svc.name}-lab${v4 ? '' : '-v6'}`,
-          namespace: 'default',
-          labels: { 'kubernetes.io/service-name': svc.name },
-        },
-        addressType,
-        ports: svc.ports.map((p) => ({ name: p.name, protocol: p.protocol, port: p.targetPort })),
-        endpoints,
-      };
-    };
-    return [service, slice('IPv4'), slice('IPv6')];
-  }
-}
-
-/** Addresses are IPv4; each Service also gets every address's ipv6Of() counterpart (dual-stack). */
-export interface LabService {
-  name: string;
-  type: 'ClusterIP' | 'NodePort' | 'LoadBalancer';
-  clusterIP: string;
-  ports: { name: string; protocol: 'TCP' | 'UDP'; port: number; targetPort: number; nodePort?: number }[];
-  externalTrafficPolicy?: 'Cluster' | 'Local';
-  healthCheckNodePort?: number;
-  /** status.loadBalancer.ingress, as the cloud or MetalLB writes it. */
-  loadBalancerIP?: string;
-  /** spec.externalIPs: addresses the cluster's network routes to some node. */
-  externalIPs?: string[];
-  /** Pods by name; host-network servers by their node. */
-  endpoints: ({ pod: string } | { hostNode: string })[];
-}
-
-function nodeObject(node: RealNode): Record<string, unknown> {
-  return {
-    apiVersion: 'v1',
-    kind: 'Node',
-    metadata: {
-      name: node.name,
-      labels: { 'kubernetes.io/hostname': node.name, 'kubernetes.io/os': 'linux' },
-    },
-    spec: { podCIDR: node.podCIDR, podCIDRs: [node.podCIDR, node.podCIDR6] },
-    status: {
-      addresses: [
-        { type: 'InternalIP', address: node.ip },
-        { type: 'InternalIP', address: node.ip6 },
-        { type: 'Hostname', address: node.name },
-      ],
-    },
-  };
-}
-
-interface RenderedAgent {
-  config: string;
-  args: string[];
-  /** Where the DaemonSet mounts the ConfigMap. */
-  configMountPath: string;
-  // biome-ignore lint/suspicious/noExplicitAny: rendered manifests are untyped YAML
-  configMap: any;
-  // biome-ignore lint/suspicious/noExplicitAny: rendered manifests are untyped YAML
-  daemonSet: any;
-}
-
-/** `helm template` of the chart with its defaults (plus the required API server address and the mode). */
-export async function renderChart(
-  mode: ProxyMode,
-  workDir: string,
-  set: string[] = [],
-): Promise<RenderedAgent> {
-  const home = join(workDir, 'helm');
-  const stdout = await helm(home, [
-    'template',
-    'kbp',
-    CHART,
-    '-n',
-    'kube-system',
-    '--set',
-    'k8sServiceHost=10.10.0.1',
-    '--set',
-    `proxyMode=${mode}`,
-    ...set.flatMap((value) => ['--set', value]),
-  ]);
-
-  // biome-ignore lint/suspicious/noExplicitAny: rendered manifests are untyped YAML
-  const objects = parseAllDocuments(stdout).map((doc) => doc.toJS() as any);
-  const configMap = objects.find((o) => o?.kind === 'ConfigMap' && o.data?.['config.conf']);
-  const daemonSet = objects.find((o) => o?.kind === 'DaemonSet');
-  const pod = daemonSet?.spec?.template?.spec;
-  const container = pod?.containers?.find((c: { name: string }) => c.name === 'kube-bpf-proxy');
-  const configVolume = pod?.volumes?.find(
-    (v: { configMap?: { name: string } }) => v.configMap?.name === configMap?.metadata?.name,
-  );
-  const mount = container?.volumeMounts?.find((m: { name: string }) => m.name === configVolume?.name);
-  if (!configMap || !container?.args || !mount)
-    throw new Error('the chart rendered no agent ConfigMap or DaemonSet');
-  return {
-    config: configMap.data['config.conf'],
-    args: container.args,
-    configMountPath: mount.mountPath,
-    configMap,
-    daemonSet,
-  };
 }

@@ -40,7 +40,7 @@ describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {
   });
 
   it('pass its verifier: every program of bpf/lb.o and bpf/lb_compat.o loads', async () => {
-    const libbpf = join(PROJECT_ROOT, 'dist/native/libbpf.js');
+    const libbpf = (file: string) => JSON.stringify(join(PROJECT_ROOT, 'dist/native/libbpf', file));
     const layout = join(PROJECT_ROOT, 'dist/src/dataplanes/bpf/layout.js');
     const loader = join(PROJECT_ROOT, 'dist/src/dataplanes/bpf/object.js');
     const objects = [
@@ -51,7 +51,7 @@ describeRoot("the bpf programs on Debian 12's 6.1 kernel", () => {
     // finds it); lb_compat.o with 5.10's. Both with host routing (bpf_redirect_peer and
     // bpf_redirect_neigh are 5.10's), the most code the verifier can be shown.
     const script = [
-      `const l = await import(${JSON.stringify(libbpf)});`,
+      `const l = { ...(await import(${libbpf('constants.js')})), ...(await import(${libbpf('object.js')})), ...(await import(${libbpf('probe.js')})) };`,
       `const { rodata, RODATA_MAP } = await import(${JSON.stringify(layout)});`,
       `const { kernelHasBpfLoop } = await import(${JSON.stringify(loader)});`,
       'const sockSetRetval = l.helperSupported(l.BPF_PROG_TYPE_CGROUP_SOCK_ADDR, l.BPF_FUNC_SET_RETVAL);',

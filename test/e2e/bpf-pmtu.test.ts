@@ -15,7 +15,9 @@
 // IPv6 sender learns a path's MTU, since routers never fragment.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BPF_TCX_EGRESS, BPF_TCX_INGRESS, linkCreate, mapUpdate } from '../../native/libbpf.js';
+import { linkCreate } from '../../native/libbpf/attach.js';
+import { BPF_TCX_EGRESS, BPF_TCX_INGRESS } from '../../native/libbpf/constants.js';
+import { mapUpdate } from '../../native/libbpf/map.js';
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
 import { ACTION, ip4Codec, ip6Codec, PROGRAMS, SVC_F, u32Codec } from '../../src/dataplanes/bpf/layout.js';
 import { Lab } from '../../src/lab/netns.js';

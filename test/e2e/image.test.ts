@@ -5,7 +5,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { Lab, type RequestResult } from '../../src/lab/netns.js';
 import { Podman } from '../../src/lab/pod.js';
-import { type LabService, REAL_NODES, RealNodeLab } from '../../src/lab/real-node.js';
+import { RealNodeLab } from '../../src/lab/real-node.js';
+import type { LabService } from '../../src/lab/real-node-objects.js';
+import { REAL_NODES } from '../../src/lab/real-node-plan.js';
 import type { FakeApiServer } from '../support/fake-apiserver.js';
 import { apiAddress, describeImage, fakeApiServerWith } from '../support/image.js';
 

@@ -28,7 +28,10 @@ import { ControlPlane } from '../../src/lab/control-plane.js';
 import { collectionPath, createNode, type K8sObject } from '../../src/lab/kube-objects.js';
 import { iptablesBackendDir, KubeProxyProcess, kubeProxyConfig } from '../../src/lab/kube-proxy.js';
 import { deleteStaleNamespaces, Lab } from '../../src/lab/netns.js';
-import { CNI_BIN, type LabService, REAL_NODES, RealNodeLab } from '../../src/lab/real-node.js';
+import { RealNodeLab } from '../../src/lab/real-node.js';
+import { CNI_BIN } from '../../src/lab/real-node-cni.js';
+import type { LabService } from '../../src/lab/real-node-objects.js';
+import { REAL_NODES } from '../../src/lab/real-node-plan.js';
 import { type FlowReport, type FlowSpec, LabStreams } from '../../src/lab/streams.js';
 import { describeControlPlane } from '../support/control-plane.js';
 

@@ -8,7 +8,8 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { dumpMap, getPinned, mapInfo } from '../../native/libbpf.js';
+import { dumpMap, mapInfo } from '../../native/libbpf/map.js';
+import { getPinned } from '../../native/libbpf/object.js';
 import { closeFd } from '../../native/libc.js';
 import { mainScript } from '../../src/cli/demo.js';
 import { namesFilePath } from '../../src/dataplanes/bpf/names-file.js';

@@ -4,15 +4,10 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { BpfConfig, ProxyMode } from '../../src/config/types.js';
 import { deleteStaleNamespaces, Lab, type RequestResult } from '../../src/lab/netns.js';
-import {
-  CLIENT_IP,
-  CLIENT_IP6,
-  CNI_BIN,
-  ipv6Of,
-  type LabService,
-  REAL_NODES,
-  RealNodeLab,
-} from '../../src/lab/real-node.js';
+import { RealNodeLab } from '../../src/lab/real-node.js';
+import { CNI_BIN } from '../../src/lab/real-node-cni.js';
+import type { LabService } from '../../src/lab/real-node-objects.js';
+import { CLIENT_IP, CLIENT_IP6, ipv6Of, REAL_NODES } from '../../src/lab/real-node-plan.js';
 import type { IPFamily } from '../../src/model/types.js';
 import type { FakeApiServer } from '../support/fake-apiserver.js';
 import { apiAddress, describeImage, fakeApiServerWith } from '../support/image.js';

@@ -4,7 +4,7 @@
 // of the records of finished datagrams (src/dataplanes/bpf/fragment-gc.ts).
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { mapLookup, mapUpdate, mapUpdateBatch } from '../../native/libbpf.js';
+import { mapLookup, mapUpdate, mapUpdateBatch } from '../../native/libbpf/map.js';
 import { loadConfig } from '../../src/config/load.js';
 import {
   collectConntrack,

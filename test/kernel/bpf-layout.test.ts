@@ -1,14 +1,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import {
-  btfDatasec,
-  btfEnum,
-  closeObject,
-  getPinned,
-  mapInfo,
-  objectBtf,
-  openObject,
-  pinObject,
-} from '../../native/libbpf.js';
+import { btfDatasec, btfEnum, objectBtf } from '../../native/libbpf/btf.js';
+import { mapInfo } from '../../native/libbpf/map.js';
+import { closeObject, getPinned, openObject, pinObject } from '../../native/libbpf/object.js';
 import { closeFd } from '../../native/libc.js';
 import {
   enumMismatches,

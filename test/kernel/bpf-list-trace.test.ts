@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { testRun } from '../../native/libbpf.js';
+import { testRun } from '../../native/libbpf/test-run.js';
 import type { ServicePortDecision } from '../../src/brain/types.js';
 import { listCommand } from '../../src/cli/list.js';
 import { formatTrace, parseTraceInput, traceCommand } from '../../src/cli/trace.js';

@@ -1,6 +1,7 @@
 import { existsSync, rmSync } from 'node:fs';
 import { afterAll, expect, it } from 'vitest';
-import { createMap, dumpMap, mapLookup, mapUpdate, pinObject } from '../../native/libbpf.js';
+import { createMap, dumpMap, mapLookup, mapUpdate } from '../../native/libbpf/map.js';
+import { pinObject } from '../../native/libbpf/object.js';
 import { closeFd } from '../../native/libc.js';
 import {
   backend4,

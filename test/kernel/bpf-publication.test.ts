@@ -7,7 +7,8 @@
 
 import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { dumpMap, mapLookup, mapUpdate, testRun } from '../../native/libbpf.js';
+import { dumpMap, mapLookup, mapUpdate } from '../../native/libbpf/map.js';
+import { testRun } from '../../native/libbpf/test-run.js';
 import type { ProxyDecisions } from '../../src/brain/types.js';
 import { maglevIndex } from '../../src/dataplanes/bpf/flow-hash.js';
 import { encodeFrontendKey } from '../../src/dataplanes/bpf/frontend-codec.js';

@@ -1,6 +1,6 @@
 import { rmSync } from 'node:fs';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { dumpMap } from '../../native/libbpf.js';
+import { dumpMap } from '../../native/libbpf/map.js';
 import type { ProxyDecisions } from '../../src/brain/types.js';
 import { IdAllocator } from '../../src/dataplanes/bpf/ids.js';
 import { KernelStore, readMaglevTable } from '../../src/dataplanes/bpf/kernel-store.js';

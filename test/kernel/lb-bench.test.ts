@@ -31,21 +31,17 @@ import {
   writeServices,
   writeTrackedFlow,
 } from '../../bench/bpf-cost.js';
+import { dumpMap, mapDeleteBatch, mapUpdate, mapUpdateBatch } from '../../native/libbpf/map.js';
 import {
   closeObject,
-  dumpMap,
   findMap,
   loadObject,
-  mapDeleteBatch,
   mapFd,
-  mapUpdate,
-  mapUpdateBatch,
   openObject,
   programFd,
   setMapMaxEntries,
-  type TestRunResult,
-  testRun,
-} from '../../native/libbpf.js';
+} from '../../native/libbpf/object.js';
+import { type TestRunResult, testRun } from '../../native/libbpf/test-run.js';
 import {
   BE_F,
   ct4Key,

@@ -2,17 +2,10 @@
 // are written through layout.ts's codecs, as the control plane's writer does.
 
 import { beforeAll, describe, expect, it } from 'vitest';
-import {
-  BPF_F_INNER_MAP,
-  BPF_MAP_TYPE_ARRAY,
-  createMap,
-  mapDelete,
-  mapLookup,
-  mapUpdate,
-  mapUpdateBatch,
-  possibleCpus,
-  testRun,
-} from '../../native/libbpf.js';
+import { BPF_F_INNER_MAP, BPF_MAP_TYPE_ARRAY } from '../../native/libbpf/constants.js';
+import { createMap, mapDelete, mapLookup, mapUpdate, mapUpdateBatch } from '../../native/libbpf/map.js';
+import { possibleCpus } from '../../native/libbpf/probe.js';
+import { testRun } from '../../native/libbpf/test-run.js';
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
 import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
 import { collectConntrack } from '../../src/dataplanes/bpf/conntrack-gc.js';

@@ -4,7 +4,8 @@
 // routed (SNAT) path too; a fragment whose first one was not seen passes untouched and is counted.
 
 import { beforeAll, describe, expect, it } from 'vitest';
-import { mapLookup, mapUpdate, possibleCpus } from '../../native/libbpf.js';
+import { mapLookup, mapUpdate } from '../../native/libbpf/map.js';
+import { possibleCpus } from '../../native/libbpf/probe.js';
 import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
 import {
   BE_F,

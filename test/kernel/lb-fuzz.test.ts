@@ -6,7 +6,7 @@
 // forward, so nothing is dropped.
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { mapUpdate } from '../../native/libbpf.js';
+import { mapUpdate } from '../../native/libbpf/map.js';
 import { ifNameToIndex } from '../../native/libc.js';
 import { BE_F, ip4Codec, ip6Codec, PROGRAMS, SVC_F, u32Codec } from '../../src/dataplanes/bpf/layout.js';
 import { Lab } from '../../src/lab/netns.js';

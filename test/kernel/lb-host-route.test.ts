@@ -5,7 +5,7 @@
 // (source) and its neighbour's (destination), the TTL is one less, as the redirect sends it.
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { mapDelete, mapUpdate } from '../../native/libbpf.js';
+import { mapDelete, mapUpdate } from '../../native/libbpf/map.js';
 import { ifNameToIndex } from '../../native/libc.js';
 import type { BpfConfig } from '../../src/config/types.js';
 import { hostRoutingDecision } from '../../src/dataplanes/bpf/host-route.js';

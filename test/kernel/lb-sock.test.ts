@@ -12,16 +12,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, rmdirSync } from 'node:fs';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import {
-  BPF_F_INNER_MAP,
-  BPF_MAP_TYPE_ARRAY,
-  createMap,
-  linkCreate,
-  mapLookup,
-  mapUpdate,
-  mapUpdateBatch,
-  possibleCpus,
-} from '../../native/libbpf.js';
+import { linkCreate } from '../../native/libbpf/attach.js';
+import { BPF_F_INNER_MAP, BPF_MAP_TYPE_ARRAY } from '../../native/libbpf/constants.js';
+import { createMap, mapLookup, mapUpdate, mapUpdateBatch } from '../../native/libbpf/map.js';
+import { possibleCpus } from '../../native/libbpf/probe.js';
 import { closeFd, netnsCookie, O_CLOEXEC, O_RDONLY, openPath } from '../../native/libc.js';
 import { detachAll, SOCK_HOOKS, sockHooksFor, syncSockHooks } from '../../src/dataplanes/bpf/attach.js';
 import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';

@@ -4,7 +4,7 @@
 // ours; a flow being handed to netfilter (KBP_CT_F_HOLD) has its forward packets dropped, counted.
 
 import { beforeAll, describe, expect, it } from 'vitest';
-import { mapLookup, mapUpdate } from '../../native/libbpf.js';
+import { mapLookup, mapUpdate } from '../../native/libbpf/map.js';
 import { stackEntries } from '../../src/dataplanes/bpf/conntrack-takeover.js';
 import {
   BE_F,

@@ -14,15 +14,9 @@
 // cases marked ($family) run in both.
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import {
-  BPF_TCX_EGRESS,
-  BPF_TCX_INGRESS,
-  linkCreate,
-  mapUpdate,
-  XDP_FLAGS_DRV_MODE,
-  xdpAttach,
-  xdpDetach,
-} from '../../native/libbpf.js';
+import { linkCreate, xdpAttach, xdpDetach } from '../../native/libbpf/attach.js';
+import { BPF_TCX_EGRESS, BPF_TCX_INGRESS, XDP_FLAGS_DRV_MODE } from '../../native/libbpf/constants.js';
+import { mapUpdate } from '../../native/libbpf/map.js';
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
 import {
   collectConntrack,

@@ -1,27 +1,23 @@
-// native/libbpf.ts attach calls against a real interface: tcx links, clsact filters and XDP, each
+// native/libbpf/attach.ts calls against a real interface: tcx links, clsact filters and XDP, each
 // shown to carry traffic (a UDP datagram between two namespaces this test creates is counted by
 // the program) and to stop when detached.
 
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import {
-  BPF_TC_INGRESS,
-  BPF_TCX_INGRESS,
-  getPinned,
   linkCreate,
   linkDetach,
-  mapLookup,
-  mapUpdate,
-  pinObject,
-  possibleCpus,
   tcAttach,
   tcDetach,
   tcHookCreate,
   tcQuery,
-  XDP_FLAGS_DRV_MODE,
   xdpAttach,
   xdpDetach,
   xdpQueryId,
-} from '../../native/libbpf.js';
+} from '../../native/libbpf/attach.js';
+import { BPF_TC_INGRESS, BPF_TCX_INGRESS, XDP_FLAGS_DRV_MODE } from '../../native/libbpf/constants.js';
+import { mapLookup, mapUpdate } from '../../native/libbpf/map.js';
+import { getPinned, pinObject } from '../../native/libbpf/object.js';
+import { possibleCpus } from '../../native/libbpf/probe.js';
 import { closeFd, ifNameToIndex } from '../../native/libc.js';
 import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
 import { BE_F, PROGRAMS, SVC_F, trafficStats, u32Codec } from '../../src/dataplanes/bpf/layout.js';
@@ -34,7 +30,7 @@ import { describeRoot } from '../support/privileges.js';
 
 const VIP = '10.96.0.10';
 
-describeRoot('native/libbpf.ts attach (tcx, clsact, XDP) on a veth', () => {
+describeRoot('native/libbpf/attach.ts (tcx, clsact, XDP) on a veth', () => {
   const lab = new Lab(`kbpat${process.pid}`);
   let lb: LoadedLb;
   let pinDir = '';

@@ -3,27 +3,21 @@
 
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll } from 'vitest';
+import type { BpfObject } from '../../native/libbpf/bindings.js';
+import { BPF_FUNC_SET_RETVAL, BPF_PROG_TYPE_CGROUP_SOCK_ADDR } from '../../native/libbpf/constants.js';
+import { mapDelete, mapLookup, mapUpdate, mapUpdateBatch } from '../../native/libbpf/map.js';
 import {
-  BPF_FUNC_SET_RETVAL,
-  BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
-  type BpfObject,
   closeObject,
   findMap,
-  helperSupported,
   loadObject,
-  mapDelete,
   mapFd,
-  mapLookup,
-  mapUpdate,
-  mapUpdateBatch,
   openObject,
-  possibleCpus,
   programFd,
   setMapInitialValue,
   setMapMaxEntries,
-  type TestRunResult,
-  testRun,
-} from '../../native/libbpf.js';
+} from '../../native/libbpf/object.js';
+import { helperSupported, possibleCpus } from '../../native/libbpf/probe.js';
+import { type TestRunResult, testRun } from '../../native/libbpf/test-run.js';
 import { perCpuValueSize, sumPerCpu } from '../../src/dataplanes/bpf/codec.js';
 import { publishConfig } from '../../src/dataplanes/bpf/kernel-store.js';
 import {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { DEMO_NODES } from '../../src/cli/demo.js';
 import { clusterSpecFromState, podIPv6 } from '../../src/lab/cluster.js';
-import { ipv6Of } from '../../src/lab/real-node.js';
+import { ipv6Of } from '../../src/lab/real-node-plan.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
 import { readManifests } from '../../src/sources/manifests.js';
 

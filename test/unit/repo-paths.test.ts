@@ -19,6 +19,9 @@ const TRACKED = execFileSync('git', ['ls-files'], { cwd: ROOT, encoding: 'utf8' 
 /** A path-like token: folders and a file with one of the extensions this repository names. */
 const PATH =
   /(?<![\w./@:$-])((?:\.{1,2}\/)*[A-Za-z_.][\w.-]*(?:\/[\w.*-]+)+\.(?:ts|mjs|c|h|sh|md|json|yaml|o|tpl|txt|png|svg))\b/g;
+/** A folder of this repository, named with its trailing slash (bench/results/<run>/). */
+const FOLDER =
+  /(?<![\w./@:$-])((?:bench|bpf|charts|docs|native|scripts|src|test)(?:\/[\w.-]+)*\/)(?![\w.*-])/g;
 /** A top-level document named without a folder (README.md, DESIGN.md). */
 const TOP_LEVEL_DOC = /(?<![\w./-])([A-Z][A-Z_]+\.md)\b/g;
 /** Paths that are not this repository's: upstream projects' files and system headers. */
@@ -38,7 +41,9 @@ function commentText(path: string, text: string): string {
 
 function namedPaths(path: string, text: string): string[] {
   const said = commentText(path, text);
-  const found = [...said.matchAll(PATH), ...said.matchAll(TOP_LEVEL_DOC)].map((m) => m[1] as string);
+  const found = [...said.matchAll(PATH), ...said.matchAll(FOLDER), ...said.matchAll(TOP_LEVEL_DOC)].map(
+    (m) => m[1] as string,
+  );
   return [...new Set(found)].filter((p) => !FOREIGN.test(p));
 }
 
@@ -56,7 +61,7 @@ function exists(path: string): boolean {
 
 function ignoredByGit(path: string): boolean {
   try {
-    execFileSync('git', ['check-ignore', '-q', '--no-index', path], { cwd: ROOT });
+    execFileSync('git', ['check-ignore', '-q', '--no-index', path], { cwd: ROOT, stdio: 'ignore' });
     return true;
   } catch {
     return false;
@@ -71,7 +76,8 @@ function resolves(from: string, named: string): boolean {
   }
   return bases.some((base) => {
     const candidate = join(base, named);
-    return exists(candidate) || ignoredByGit(candidate);
+    // A bench run's own folder is git-ignored until a commit keeps it: ignored there means absent.
+    return exists(candidate) || (!candidate.startsWith('bench/results/') && ignoredByGit(candidate));
   });
 }
 
@@ -87,6 +93,10 @@ describe('paths named in comments and docs', () => {
       '../src/a.ts',
       'DESIGN.md',
     ]);
+    // A run folder a doc cites, which git ignores until a commit names it <date>-<what>/.
+    expect(namedPaths('docs/x.md', 'see `bench/results/socket-lb-quick/` and https://x.io/src/')).toEqual([
+      'bench/results/socket-lb-quick/',
+    ]);
   });
 
   it('resolves a path against the naming file and the folders above it', () => {
@@ -94,6 +104,9 @@ describe('paths named in comments and docs', () => {
     expect(resolves('src/metrics/registry.ts', 'proxy/decide.ts')).toBe(false);
     expect(resolves('docs/config.md', '../charts/kube-bpf-proxy/values.yaml')).toBe(true);
     expect(resolves('README.md', 'bpf/*.o')).toBe(true);
+    expect(resolves('docs/benchmark.md', 'bench/results/2026-12-02-kube-proxy/')).toBe(true);
+    expect(resolves('docs/benchmark.md', 'bench/results/socket-lb-quick/')).toBe(false);
+    expect(resolves('docs/benchmark.md', 'bench/results/2026-12-06T22-10-00-000Z/')).toBe(false);
   });
 
   it('every path a tracked file names exists', () => {

@@ -14,6 +14,16 @@
 
 import { existsSync, mkdirSync, readdirSync, statSync, unlinkSync } from 'node:fs';
 import {
+  type LinkInfo,
+  linkCreate,
+  linkDetach,
+  linkInfo,
+  linkUpdate,
+  tcAttach,
+  tcDetach,
+  tcHookCreate,
+} from '../../../native/libbpf/attach.js';
+import {
   BPF_CGROUP_INET4_CONNECT,
   BPF_CGROUP_INET4_GETPEERNAME,
   BPF_CGROUP_INET6_CONNECT,
@@ -29,19 +39,10 @@ import {
   BPF_XDP,
   EINVAL,
   ENOENT,
-  getPinned,
-  type LinkInfo,
-  linkCreate,
-  linkDetach,
-  linkInfo,
-  linkUpdate,
-  pinObject,
-  tcAttach,
-  tcDetach,
-  tcHookCreate,
   XDP_FLAGS_DRV_MODE,
   XDP_FLAGS_SKB_MODE,
-} from '../../../native/libbpf.js';
+} from '../../../native/libbpf/constants.js';
+import { getPinned, pinObject } from '../../../native/libbpf/object.js';
 import { closeFd, NativeError, O_CLOEXEC, O_RDONLY, openPath } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
 import { makeBpffsDir } from '../../host/bpffs.js';

@@ -2,18 +2,17 @@
 // member offsets, every constant table's C enum, the .rodata variables, and every map's key and
 // value size. A mismatch stops the agent before it writes a map the programs would read otherwise.
 
+import type { BpfObject } from '../../../native/libbpf/bindings.js';
 import {
-  type BpfObject,
   type BtfDatasec,
   type BtfEnum,
   btfDatasec,
   btfEnum,
   btfStruct,
-  findMap,
-  mapFd,
-  mapInfo,
   objectBtf,
-} from '../../../native/libbpf.js';
+} from '../../../native/libbpf/btf.js';
+import { mapInfo } from '../../../native/libbpf/map.js';
+import { findMap, mapFd } from '../../../native/libbpf/object.js';
 import { ENUMS, type EnumLayout, MAPS, RODATA_MAP, rodata, STRUCTS } from './layout.js';
 
 /**

@@ -14,7 +14,7 @@
 // the key's bytes as a latin1 string and the few value fields the policy needs. Both families'
 // maps are collected alike; a map's key size tells which layout it has.
 
-import { mapDelete, mapDeleteBatch, mapInfo, mapLookup, mapLookupBatch } from '../../../native/libbpf.js';
+import { mapDelete, mapDeleteBatch, mapInfo, mapLookup, mapLookupBatch } from '../../../native/libbpf/map.js';
 import { NativeError } from '../../../native/libc.js';
 import { IPPROTO } from './frontend-codec.js';
 import { CT_F, ct4Key, ct4Val, ct6Key, ct6Val, TCP_FLAG } from './layout.js';

@@ -7,7 +7,8 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { getPinned, mapLookup, mapUpdate } from '../../../native/libbpf.js';
+import { mapLookup, mapUpdate } from '../../../native/libbpf/map.js';
+import { getPinned } from '../../../native/libbpf/object.js';
 import { closeFd } from '../../../native/libc.js';
 import { type CommandRunner, runCommand } from '../../host/command.js';
 import { deleteConntrackEntries } from '../../host/ctnetlink.js';

@@ -7,7 +7,7 @@
 // the previous pass: at least one GC interval old. A record rewritten meanwhile (a later datagram
 // that reuses the IP id) is another datagram's, and waits for the next pass.
 
-import { dumpMap, mapInfo } from '../../../native/libbpf.js';
+import { dumpMap, mapInfo } from '../../../native/libbpf/map.js';
 import { deleteKeys } from './conntrack-gc.js';
 
 /** The records (key → value, latin1) found unchanged at two passes in a row: their keys. */

@@ -5,8 +5,8 @@ import {
   BPF_FUNC_REDIRECT_NEIGH,
   BPF_FUNC_REDIRECT_PEER,
   BPF_PROG_TYPE_SCHED_CLS,
-  helperSupported,
-} from '../../../native/libbpf.js';
+} from '../../../native/libbpf/constants.js';
+import { helperSupported } from '../../../native/libbpf/probe.js';
 import type { BpfConfig } from '../../config/types.js';
 import { runCommand } from '../../host/command.js';
 import type { DiscoveredInterface, IpLink } from './discover.js';

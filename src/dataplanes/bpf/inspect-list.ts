@@ -2,16 +2,9 @@
 // attached where. Nothing here writes to the kernel.
 
 import { existsSync, readdirSync } from 'node:fs';
-import {
-  BPF_TC_EGRESS,
-  BPF_TC_INGRESS,
-  getPinned,
-  linkInfo,
-  programNameById,
-  tcQuery,
-  XDP_FLAGS_DRV_MODE,
-  xdpQueryId,
-} from '../../../native/libbpf.js';
+import { linkInfo, programNameById, tcQuery, xdpQueryId } from '../../../native/libbpf/attach.js';
+import { BPF_TC_EGRESS, BPF_TC_INGRESS, XDP_FLAGS_DRV_MODE } from '../../../native/libbpf/constants.js';
+import { getPinned } from '../../../native/libbpf/object.js';
 import { closeFd } from '../../../native/libc.js';
 import type { Protocol } from '../../model/types.js';
 import {

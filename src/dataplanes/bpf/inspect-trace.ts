@@ -1,4 +1,4 @@
-import { mapLookup } from '../../../native/libbpf.js';
+import { mapLookup } from '../../../native/libbpf/map.js';
 import { ipFamilyOf, joinHostPort } from '../../net/ip.js';
 import { flowHash } from './flow-hash.js';
 import { decodeFrontendValue, encodeFrontendKey, IPPROTO } from './frontend-codec.js';

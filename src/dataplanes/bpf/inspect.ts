@@ -3,7 +3,8 @@
 // kernel.
 
 import { existsSync, readFileSync } from 'node:fs';
-import { getPinned, mapInfo } from '../../../native/libbpf.js';
+import { mapInfo } from '../../../native/libbpf/map.js';
+import { getPinned } from '../../../native/libbpf/object.js';
 import { closeFd } from '../../../native/libc.js';
 import { BPFFS_ROOT, notOnBpffs } from '../../host/bpffs.js';
 import { KernelStore } from './kernel-store.js';

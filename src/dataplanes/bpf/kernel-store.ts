@@ -2,13 +2,10 @@
 // has them (hash and array maps), one call per element where it has not (LPM trie, map-in-map).
 // E2BIG/ENOSPC become MapFullError naming the map, its capacity and the setting that raises it.
 
+import { BPF_F_INNER_MAP, BPF_MAP_TYPE_ARRAY, E2BIG, ENOSPC } from '../../../native/libbpf/constants.js';
 import {
-  BPF_F_INNER_MAP,
-  BPF_MAP_TYPE_ARRAY,
   createMap,
   dumpMap,
-  E2BIG,
-  ENOSPC,
   mapDelete,
   mapDeleteBatch,
   mapFdById,
@@ -17,8 +14,8 @@ import {
   mapLookupBatch,
   mapUpdate,
   mapUpdateBatch,
-  possibleCpus,
-} from '../../../native/libbpf.js';
+} from '../../../native/libbpf/map.js';
+import { possibleCpus } from '../../../native/libbpf/probe.js';
 import { closeFd, NativeError } from '../../../native/libc.js';
 import type { IPFamily } from '../../model/types.js';
 import { ipFamilyOf } from '../../net/ip.js';

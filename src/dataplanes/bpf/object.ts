@@ -5,23 +5,21 @@
 import { existsSync, mkdirSync, unlinkSync } from 'node:fs';
 import { release } from 'node:os';
 import { fileURLToPath } from 'node:url';
+import type { BpfObject } from '../../../native/libbpf/bindings.js';
 import {
   BPF_FUNC_LOOP,
   BPF_FUNC_SET_RETVAL,
   BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
   BPF_PROG_TYPE_SCHED_CLS,
   BPF_PROG_TYPE_XDP,
-  type BpfObject,
+} from '../../../native/libbpf/constants.js';
+import { dumpMap, mapInfo, mapLookup, mapUpdateBatch } from '../../../native/libbpf/map.js';
+import {
   closeObject,
-  dumpMap,
   findMap,
   getPinned,
-  helperSupported,
   loadObjectOffThread,
   mapFd,
-  mapInfo,
-  mapLookup,
-  mapUpdateBatch,
   openObject,
   pinObject,
   programFd,
@@ -30,7 +28,8 @@ import {
   setMapInitialValue,
   setMapMaxEntries,
   setProgramAutoload,
-} from '../../../native/libbpf.js';
+} from '../../../native/libbpf/object.js';
+import { helperSupported } from '../../../native/libbpf/probe.js';
 import { closeFd } from '../../../native/libc.js';
 import type { BpfConfig } from '../../config/types.js';
 import { ensureBpffs } from '../../host/bpffs.js';
