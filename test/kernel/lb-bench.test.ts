@@ -169,6 +169,13 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
   });
   afterAll(() => lb?.close());
 
+  /** The baseline object, loaded with the maps it has; `slots`: it has kbp_slot_v2. */
+  function loadBaseline(): { base: LoadedLb; slots: boolean } {
+    const slots = objectHasMap(BASELINE!, MAPS.slots.name);
+    const absent = slots ? MAPS_SINCE_BASELINE : [...MAPS_SINCE_BASELINE, 'slots' as const];
+    return { base: loadLb(capacity, undefined, BASELINE!, absent), slots };
+  }
+
   /** ROUNDS runs of `repeat = REPEAT`: one printed row, the median and every round. */
   function measureRow(name: string, fd: number, data: Buffer): string {
     const ns = Array.from({ length: ROUNDS }, () => testRun(fd, { data, repeat: REPEAT }).durationNs);
@@ -236,13 +243,7 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     () => {
       // A baseline from before kbp_slot_v2 gets no service entry (its slots held the backend id
       // alone): its rows are tracked flows and a packet to no service, which read none.
-      const slots = objectHasMap(BASELINE!, MAPS.slots.name);
-      const base = loadLb(
-        capacity,
-        undefined,
-        BASELINE!,
-        slots ? MAPS_SINCE_BASELINE : [...MAPS_SINCE_BASELINE, 'slots'],
-      );
+      const { base, slots } = loadBaseline();
       try {
         writeConfig(base);
         if (slots) writeServices(base, 1, 1);
@@ -285,14 +286,10 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
   it.runIf(BASELINE)(
     'compares with the baseline object one run per call, new and tracked flows, as ratios to the floor',
     () => {
-      const slots = objectHasMap(BASELINE!, MAPS.slots.name);
-      const base = loadLb(
-        capacity,
-        undefined,
-        BASELINE!,
-        slots ? MAPS_SINCE_BASELINE : [...MAPS_SINCE_BASELINE, 'slots'],
-      );
+      const { base, slots } = loadBaseline();
       try {
+        // New flows need the service entries, which a baseline before kbp_slot_v2 cannot take.
+        expect(slots, 'a baseline with kbp_slot_v2').toBe(true);
         const objects = { base, now: lb };
         for (const o of Object.values(objects)) {
           writeConfig(o);
