@@ -16,10 +16,6 @@
 /* Bytes before the IPv4 header: Ethernet, or nothing on L3 devices (ipip, WireGuard). */
 #define KBP_L2_LEN(l3) ((l3) ? 0u : (__u32)sizeof(struct ethhdr))
 
-/* A branch the packets of tracked and new flows do not take: clang lays its code out of their
- * way, so that their path spans fewer instruction cache lines. */
-#define kbp_unlikely(x) __builtin_expect(!!(x), 0)
-
 static __always_inline void *kbp_data(void *ctx, const bool xdp) {
 	if (xdp)
 		return (void *)(long)((struct xdp_md *)ctx)->data;

@@ -226,11 +226,11 @@ static __always_inline int KBP_F(kbp_lb)(void *ctx, const bool xdp, const bool l
 	__u64 now;
 
 #if KBP_FAM == 4
-	if (kbp_unlikely(kbp_parse4(ctx, xdp, l3, &p) < 0))
+	if (kbp_parse4(ctx, xdp, l3, &p) < 0)
 		return kbp_related4_ingress(ctx, xdp, l3, hop, &p, &t);
 #else
 	/* ICMPv6 errors go to related.h; neighbour discovery passes untouched. */
-	if (kbp_unlikely(kbp_parse6(ctx, xdp, l3, &p) < 0))
+	if (kbp_parse6(ctx, xdp, l3, &p) < 0)
 		return kbp_related6_ingress(ctx, xdp, l3, hop, &p, &t);
 	hop->l4_off = p.l4_off;
 #endif
@@ -250,7 +250,7 @@ static __always_inline int KBP_F(kbp_lb)(void *ctx, const bool xdp, const bool l
 		/* A new connection on a tracked tuple: reuse the backend only if the old flow is
 		 * still open (a retransmitted SYN) and its backend is still current. One on a tuple
 		 * the stack translated is ours from now on. */
-		if (kbp_unlikely(!(t.flags & KBP_CT_F_REPLY) && new_syn) &&
+		if (!(t.flags & KBP_CT_F_REPLY) && new_syn &&
 		    ((t.flags & KBP_CT_F_STACK) || (t.tcp_flags & (KBP_TCP_FIN | KBP_TCP_RST)) ||
 		     !KBP_F(kbp_backend_current)(&t))) {
 			KBP_CT_KEY old;
@@ -265,7 +265,7 @@ static __always_inline int KBP_F(kbp_lb)(void *ctx, const bool xdp, const bool l
 		*svc_id = t.svc_id;
 		/* The kernel's conntrack translates it, both ways (KBP_CT_F_STACK), or is about to.
 		 */
-		if (kbp_unlikely(t.flags & KBP_CT_F_HOLD)) {
+		if (t.flags & KBP_CT_F_HOLD) {
 			*reason = KBP_DROP_HANDOFF;
 			return KBP_DROP;
 		}
@@ -304,7 +304,7 @@ static __always_inline bool KBP_F(kbp_rev_egress)(struct __sk_buff *skb, const b
 	KBP_PKT p = {};
 	KBP_CT_VAL *ct, cv;
 
-	if (kbp_unlikely(KBP_F(kbp_parse)(skb, false, l3, &p) < 0))
+	if (KBP_F(kbp_parse)(skb, false, l3, &p) < 0)
 		return false;
 	ct = KBP_F(kbp_ct_lookup_pkt)(&p);
 	if (!ct)
