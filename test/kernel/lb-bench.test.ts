@@ -14,7 +14,8 @@
 // BPF_PROG_TEST_RUN each, every packet another client port, IPv4 and IPv6 alternating.
 //
 // KBP_BENCH_BASELINE=<an older lb.o> also measures that object against this one, round by round
-// interleaved, and prints the ratios (docs/bpf-datapath.md, "Performance").
+// interleaved, and prints the ratios (docs/bpf-datapath.md, "Performance"): the repeated rows, and
+// new and tracked flows one run per call (both families), each object's as ratios to its floor.
 //
 // KBP_BENCH_KATRAN=<balancer.bpf.o> measures Katran's XDP load balancer (built from
 // facebookincubator/katran at 19f08fe, katran/lib/bpf/balancer.bpf.c, by whoever runs this:
