@@ -10,12 +10,19 @@
 
 #include "maps.h"
 
-static __always_inline void kbp_count_traffic(void *map, __u32 id, __u32 len, bool reply) {
-	struct kbp_traffic_stats *st = bpf_map_lookup_elem(map, &id);
+/* What kbp_count_flow counts: a new connection, the packet (forward, or a reply). */
+#define KBP_COUNT_NEW	0x1
+#define KBP_COUNT_PKT	0x2
+#define KBP_COUNT_REPLY 0x4
 
+static __always_inline void kbp_count_stats(struct kbp_traffic_stats *st, __u32 len, __u32 what) {
 	if (!st)
 		return;
-	if (reply) {
+	if (what & KBP_COUNT_NEW)
+		st->new_conns++;
+	if (!(what & KBP_COUNT_PKT))
+		return;
+	if (what & KBP_COUNT_REPLY) {
 		st->reply_packets++;
 		st->reply_bytes += len;
 	} else {
@@ -24,11 +31,11 @@ static __always_inline void kbp_count_traffic(void *map, __u32 id, __u32 len, bo
 	}
 }
 
-static __always_inline void kbp_count_new_conn(void *map, __u32 id) {
-	struct kbp_traffic_stats *st = bpf_map_lookup_elem(map, &id);
-
-	if (st)
-		st->new_conns++;
+/* A flow's packet (and, for its first, the connection) on its service's and its backend's
+ * records: one lookup of each, whatever is counted. */
+static __always_inline void kbp_count_flow(__u32 svc_id, __u32 backend_id, __u32 len, __u32 what) {
+	kbp_count_stats(bpf_map_lookup_elem(&kbp_svcst_v1, &svc_id), len, what);
+	kbp_count_stats(bpf_map_lookup_elem(&kbp_best_v1, &backend_id), len, what);
 }
 
 static __always_inline void kbp_count_drop(__u32 reason, __u32 svc_id, __u32 len) {

@@ -182,8 +182,9 @@ forward:
  */
 static __always_inline int KBP_F(kbp_deliver)(void *ctx, const bool xdp, const bool l3, int role,
 					      const KBP_PKT *p, const KBP_CT_VAL *t, __u32 *reason,
-					      struct kbp_hop *hop) {
+					      struct kbp_hop *hop, const bool new_flow) {
 	bool reply = t->flags & KBP_CT_F_REPLY;
+	__u32 counted = new_flow ? KBP_COUNT_NEW : 0;
 	bool host = kbp_host_candidate(xdp, role, p->frag, t->flags);
 	int verdict = KBP_PASS;
 
@@ -194,13 +195,17 @@ static __always_inline int KBP_F(kbp_deliver)(void *ctx, const bool xdp, const b
 		if (host)
 			verdict = kbp_host_hop(verdict, hop, t->flags);
 		if (verdict == KBP_DROP || verdict == KBP_FRAG_NEEDED ||
-		    (verdict == KBP_PASS && (!host || reply)))
+		    (verdict == KBP_PASS && (!host || reply))) {
+			if (new_flow)
+				kbp_count_flow(t->svc_id, t->backend_id, 0, counted);
 			return verdict;
+		}
 	} else if (reply) {
 		return KBP_PASS;
 	}
-	kbp_count_traffic(&kbp_svcst_v1, t->svc_id, p->len, reply);
-	kbp_count_traffic(&kbp_best_v1, t->backend_id, p->len, reply);
+	/* A new flow's connection and first packet: one lookup of each record. */
+	kbp_count_flow(t->svc_id, t->backend_id, p->len,
+		       counted | KBP_COUNT_PKT | (reply ? KBP_COUNT_REPLY : 0));
 	if (KBP_F(kbp_rewrite)(ctx, xdp, l3, p, t->xlate_saddr, t->xlate_daddr, t->xlate_sport,
 			       t->xlate_dport, verdict != KBP_PASS) < 0)
 		return KBP_PASS;
@@ -269,7 +274,7 @@ static __always_inline int KBP_F(kbp_lb)(void *ctx, const bool xdp, const bool l
 		}
 		if (t.flags & KBP_CT_F_STACK)
 			return KBP_PASS;
-		return KBP_F(kbp_deliver)(ctx, xdp, l3, role, &p, &t, reason, hop);
+		return KBP_F(kbp_deliver)(ctx, xdp, l3, role, &p, &t, reason, hop, false);
 	}
 	/* A later fragment never starts a flow: its first fragment did, or the datagram is not
 	 * ours. */
@@ -289,9 +294,7 @@ service:
 	now = kbp_now();
 	if (KBP_F(kbp_new_flow)(ctx, xdp, &p, role, &sv, now, &t, reason) != KBP_PASS)
 		return KBP_DROP;
-	kbp_count_new_conn(&kbp_svcst_v1, t.svc_id);
-	kbp_count_new_conn(&kbp_best_v1, t.backend_id);
-	return KBP_F(kbp_deliver)(ctx, xdp, l3, role, &p, &t, reason, hop);
+	return KBP_F(kbp_deliver)(ctx, xdp, l3, role, &p, &t, reason, hop, true);
 }
 
 /*
@@ -313,8 +316,7 @@ static __always_inline bool KBP_F(kbp_rev_egress)(struct __sk_buff *skb, const b
 	if (!kbp_ct_egress_reply(cv.flags))
 		return true;
 	KBP_F(kbp_ct_touch)(ct, &cv, &p, kbp_now());
-	kbp_count_traffic(&kbp_svcst_v1, cv.svc_id, p.len, true);
-	kbp_count_traffic(&kbp_best_v1, cv.backend_id, p.len, true);
+	kbp_count_flow(cv.svc_id, cv.backend_id, p.len, KBP_COUNT_PKT | KBP_COUNT_REPLY);
 	KBP_F(kbp_rewrite)
 	(skb, false, l3, &p, cv.xlate_saddr, cv.xlate_daddr, cv.xlate_sport, cv.xlate_dport, false);
 	return true;

@@ -28,6 +28,16 @@ static __always_inline __u32 kbp_rr_slot(const struct kbp_svc_val *sv) {
 	return n % sv->count;
 }
 
+/* The slot of a new flow by random or rr. One backend needs no choice: neither the random number
+ * (a helper call) nor rr's lock. */
+static __always_inline __u32 kbp_pick_slot(const struct kbp_svc_val *sv) {
+	if (sv->count <= 1)
+		return 0;
+	if (sv->algorithm == KBP_ALG_RR)
+		return kbp_rr_slot(sv);
+	return bpf_get_prandom_u32() % sv->count;
+}
+
 #define KBP_FAM 4
 #include "select_family.h"
 #undef KBP_FAM

@@ -75,11 +75,7 @@ static __always_inline __u32 KBP_F(kbp_select_backend)(const struct kbp_svc_val 
 		*b = *be;
 	} else {
 		/* Maglev without its table falls back to random, as before the table is written. */
-		id = KBP_F(kbp_slot_backend)(sv,
-					     sv->algorithm == KBP_ALG_RR
-						 ? kbp_rr_slot(sv)
-						 : bpf_get_prandom_u32() % sv->count,
-					     b);
+		id = KBP_F(kbp_slot_backend)(sv, kbp_pick_slot(sv), b);
 		if (!id)
 			return 0;
 	}

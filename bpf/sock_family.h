@@ -88,8 +88,7 @@ static __always_inline int KBP_F(kbp_sock_xlate)(struct bpf_sock_addr *ctx, KBP_
 	known = bpf_map_lookup_elem(&KBP_FAM_NAME(kbp_sockrev, _v1), &rk) != NULL;
 	/* A connect is a new connection; datagrams count once per socket and backend. */
 	if (connect || !known) {
-		kbp_count_new_conn(&kbp_svcst_v1, sv.svc_id);
-		kbp_count_new_conn(&kbp_best_v1, backend_id);
+		kbp_count_flow(sv.svc_id, backend_id, 0, KBP_COUNT_NEW);
 	}
 	bpf_map_update_elem(&KBP_FAM_NAME(kbp_sockrev, _v1), &rk, &rv, BPF_ANY);
 	if (!known)

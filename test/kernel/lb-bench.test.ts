@@ -14,7 +14,8 @@
 // BPF_PROG_TEST_RUN each, every packet another client port, IPv4 and IPv6 alternating.
 //
 // KBP_BENCH_BASELINE=<an older lb.o> also measures that object against this one, round by round
-// interleaved, and prints the ratios (docs/bpf-datapath.md, "Performance").
+// interleaved, and prints the ratios (docs/bpf-datapath.md, "Performance"): the repeated rows, and
+// new and tracked flows one run per call (both families), each object's as ratios to its floor.
 //
 // KBP_BENCH_KATRAN=<balancer.bpf.o> measures Katran's XDP load balancer (built from
 // facebookincubator/katran at 19f08fe, katran/lib/bpf/balancer.bpf.c, by whoever runs this:
@@ -42,7 +43,17 @@ import {
   setMapMaxEntries,
 } from '../../native/libbpf/object.js';
 import { type TestRunResult, testRun } from '../../native/libbpf/test-run.js';
-import { BE_F, ct4Key, ct4Val, MAPS, PROGRAMS, SVC_F } from '../../src/dataplanes/bpf/layout.js';
+import {
+  BE_F,
+  ct4Key,
+  ct4Val,
+  ct6Key,
+  ct6Val,
+  MAPS,
+  PROGRAMS,
+  SVC_F,
+} from '../../src/dataplanes/bpf/layout.js';
+import { canonicalIP } from '../../src/net/ip.js';
 import { buildPacket, fragmentPacket, IPPROTO_TCP, parsePacket, TCP } from '../../src/net/packets.js';
 import { FAMILY_CASES } from '../support/families.js';
 import { type LoadedLb, loadLb, writeConfig, writeFrontend, XDP_PASS } from '../support/lb-object.js';
@@ -66,6 +77,8 @@ const MAPS_SINCE_BASELINE = [
 const KATRAN = process.env.KBP_BENCH_KATRAN;
 /** New flows per family and round (each two conntrack entries: far below CAPACITY, no eviction). */
 const NEW_FLOWS = 2_000;
+/** The baseline comparison's new flows' first source port. */
+const PER_CALL_PORT = 20000;
 
 /** Does the object at `path` define the map `name`? */
 function objectHasMap(path: string, name: string): boolean {
@@ -164,6 +177,13 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
   });
   afterAll(() => lb?.close());
 
+  /** The baseline object, loaded with the maps it has; `slots`: it has kbp_slot_v2. */
+  function loadBaseline(): { base: LoadedLb; slots: boolean } {
+    const slots = objectHasMap(BASELINE!, MAPS.slots.name);
+    const absent = slots ? MAPS_SINCE_BASELINE : [...MAPS_SINCE_BASELINE, 'slots' as const];
+    return { base: loadLb(capacity, undefined, BASELINE!, absent), slots };
+  }
+
   /** ROUNDS runs of `repeat = REPEAT`: one printed row, the median and every round. */
   function measureRow(name: string, fd: number, data: Buffer): string {
     const ns = Array.from({ length: ROUNDS }, () => testRun(fd, { data, repeat: REPEAT }).durationNs);
@@ -231,13 +251,7 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
     () => {
       // A baseline from before kbp_slot_v2 gets no service entry (its slots held the backend id
       // alone): its rows are tracked flows and a packet to no service, which read none.
-      const slots = objectHasMap(BASELINE!, MAPS.slots.name);
-      const base = loadLb(
-        capacity,
-        undefined,
-        BASELINE!,
-        slots ? MAPS_SINCE_BASELINE : [...MAPS_SINCE_BASELINE, 'slots'],
-      );
+      const { base, slots } = loadBaseline();
       try {
         writeConfig(base);
         if (slots) writeServices(base, 1, 1);
@@ -274,6 +288,92 @@ describeRoot('bpf/lb.o ns/packet (BPF_PROG_TEST_RUN, printed)', () => {
       }
     },
     // Ten interleaved rounds of five cases on two objects: minutes on a loaded machine.
+    600_000,
+  );
+
+  it.runIf(BASELINE)(
+    'compares with the baseline object one run per call, new and tracked flows, as ratios to the floor',
+    () => {
+      const { base, slots } = loadBaseline();
+      try {
+        // New flows need the service entries, which a baseline before kbp_slot_v2 cannot take.
+        expect(slots, 'a baseline with kbp_slot_v2').toBe(true);
+        const objects = { base, now: lb };
+        for (const o of Object.values(objects)) {
+          writeConfig(o);
+          for (const { family, A: a } of FAMILY_CASES) {
+            writeServices(o, 1, 1, family);
+            writeTrackedFlow(o, { client: a(CLIENT), vip: a(VIP), backend: a(BACKEND) });
+          }
+        }
+        // Each new-flow row its own source ports, none the tracked flow's (40000).
+        const port = (row: number, k: number) => PER_CALL_PORT + row * NEW_FLOWS + k;
+        const rows = [
+          { name: 'xdp_tx floor', prog: PROGRAMS.xdpTx, family: 'IPv4', syn: false },
+          ...FAMILY_CASES.flatMap(({ family }) => [
+            { name: `tc tracked ${family}`, prog: PROGRAMS.tcFromPod, family, syn: false },
+            { name: `XDP tracked ${family}`, prog: PROGRAMS.xdpFromExternal, family, syn: false },
+            { name: `tc new ${family}`, prog: PROGRAMS.tcFromPod, family, syn: true },
+            { name: `XDP new ${family}`, prog: PROGRAMS.xdpFromExternal, family, syn: true },
+          ]),
+        ].map((r, i) => {
+          const a = FAMILY_CASES.find((f) => f.family === r.family)!.A;
+          const packet = (sport: number, tcpFlags: number) =>
+            buildPacket({ saddr: a(CLIENT), daddr: a(VIP), proto: IPPROTO_TCP, sport, dport: 80, tcpFlags });
+          const frames = Array.from({ length: NEW_FLOWS }, (_, k) =>
+            r.syn ? packet(port(i, k), TCP.SYN) : packet(40000, TCP.ACK),
+          );
+          return { ...r, frames, ns: { base: [] as number[], now: [] as number[] } };
+        });
+        const fromNewFlow = (p: number) => p >= PER_CALL_PORT && p < port(rows.length, 0);
+        const removeNewFlows = (o: LoadedLb) => {
+          for (const [fd, key, value] of [
+            [o.fd.ct4Tcp, ct4Key, ct4Val],
+            [o.fd.ct6Tcp, ct6Key, ct6Val],
+          ] as const) {
+            const { keys } = dumpMap(fd, key.size, value.size);
+            const made = keys.filter((k) => {
+              const { sport, dport } = key.decode(k);
+              return fromNewFlow(sport) || fromNewFlow(dport);
+            });
+            if (made.length > 0) mapDeleteBatch(fd, Buffer.concat(made), made.length);
+          }
+        };
+        for (const which of ['base', 'now'] as const) {
+          for (const r of rows.filter((x) => x.prog !== PROGRAMS.xdpTx)) {
+            const out = parsePacket(testRun(objects[which].prog(r.prog), { data: r.frames[0]! }).dataOut);
+            expect(canonicalIP(out.daddr), `${which} ${r.name}`).toBe(
+              canonicalIP(FAMILY_CASES.find((f) => f.family === r.family)!.A(BACKEND)),
+            );
+          }
+          removeNewFlows(objects[which]);
+        }
+        for (let round = 0; round < 2 * ROUNDS; round++) {
+          const order = round % 2 ? (['now', 'base'] as const) : (['base', 'now'] as const);
+          for (const which of order) {
+            for (const r of rows) {
+              const fd = objects[which].prog(r.prog);
+              let total = 0;
+              for (const data of r.frames) total += testRun(fd, { data }).durationNs;
+              r.ns[which].push(total / r.frames.length);
+            }
+            removeNewFlows(objects[which]);
+          }
+        }
+        const floor = rows[0]!.ns;
+        const lines = rows.map((r) => {
+          const ratio = (which: 'base' | 'now') => median(r.ns[which].map((x, i) => x / floor[which][i]!));
+          const b = ratio('base');
+          const n = ratio('now');
+          return `  ${r.name.padEnd(16)} baseline ${String(Math.round(median(r.ns.base))).padStart(5)} ns ${b.toFixed(2)}x  now ${String(Math.round(median(r.ns.now))).padStart(5)} ns ${n.toFixed(2)}x floor  now/baseline ${(n / b).toFixed(3)}`;
+        });
+        console.log(
+          `baseline ${BASELINE}, one run per call: ${NEW_FLOWS} calls per row, object and round, medians of ${2 * ROUNDS} interleaved rounds\n${lines.join('\n')}`,
+        );
+      } finally {
+        base.close();
+      }
+    },
     600_000,
   );
 
