@@ -264,7 +264,10 @@ export function checkFlat(
       return `${node}: -`;
     }
     const ratio = median(last) / median(first);
-    if (Math.abs(ratio - 1) > FLAT_TOLERANCE) problems.push(node);
+    // Growth fails, not a fall: the agent's RSS is a sawtooth (it grows about 1 MiB every 5 s under
+    // the soak's traffic until a major collection gives back 10-15 MiB), and in a 5-minute run the
+    // two 90 s halves may fall on either side of one (a fifth run on 2026-12-07: -9.4%).
+    if (ratio - 1 > FLAT_TOLERANCE) problems.push(node);
     const unit =
       field === 'rssBytes'
         ? (v: number) => `${(v / 2 ** 20).toFixed(1)} MiB`
@@ -274,8 +277,8 @@ export function checkFlat(
   return {
     name:
       field === 'rssBytes'
-        ? 'RSS flat (medians of the halves within 5%)'
-        : 'event-loop lag flat (p50, medians of the halves within 5%)',
+        ? 'RSS flat (the median of the last half at most 5% above the first half)'
+        : 'event-loop lag flat (p50, the median of the last half at most 5% above the first half)',
     passed: nodes.length > 0 && problems.length === 0,
     detail:
       nodes.length === 0
