@@ -23,7 +23,7 @@ import {
   kernelMode,
   type ProbeContext,
 } from './kernel-probe.js';
-import { type MeasureId, type Sample, SETTLED_AFTER_FIRST_SYNC_MS } from './measures.js';
+import type { MeasureId, Sample } from './measures.js';
 import {
   backendPodIP,
   changedEndpointIP,
@@ -58,6 +58,8 @@ export interface CellSettings {
   offeredRate: number;
   udpProbes: number;
   endpointChanges: number;
+  /** When, after the first sync, the settled memory is read (SETTLED_AFTER_FIRST_SYNC_MS unless told). */
+  settleMs: number;
   /** Bound on the whole cold start (large N in iptables mode takes minutes). */
   coldStartTimeoutMs: number;
   /**
@@ -471,7 +473,7 @@ export async function runCell(
       await measureDataPlane(ctx, scenario, mode, rep, setup.clientExec, add, position);
     }
     await measureEndpointChanges(ctx, mode, scenario, rep, agent, setup.pinPath, probeBackend(), add);
-    await sleep(first.at + SETTLED_AFTER_FIRST_SYNC_MS - performance.now());
+    await sleep(first.at + ctx.settings.settleMs - performance.now());
     add('agentSettledRssMiB', agent.memory().rssMiB);
     return samples;
   } catch (err) {

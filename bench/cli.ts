@@ -11,6 +11,7 @@ import { runCrossNode } from './cross-node.js';
 import { ALL_MODES, type BenchOptions, type BenchResults, runBench, writeReport } from './harness.js';
 import { runIpvsLab } from './ipvs-lab.js';
 import type { BenchMode } from './kernel-probe.js';
+import { SETTLED_AFTER_FIRST_SYNC_MS } from './measures.js';
 
 interface BenchFlags {
   quick?: boolean;
@@ -24,6 +25,7 @@ interface BenchFlags {
   offeredRate?: string;
   udpProbes?: string;
   endpointChanges?: string;
+  settleSeconds?: string;
   bpfCostServices?: string;
   out: string;
   iptablesBackend: 'auto' | 'legacy' | 'nft';
@@ -74,6 +76,12 @@ function families(flag: string, text: string): IPFamily[] {
   return IP_FAMILIES.filter((f) => named.includes(f));
 }
 
+function notNegative(flag: string, text: string): number {
+  const v = Number(text);
+  if (!(v >= 0)) throw new Error(`${flag}: expected a number of at least 0, got "${text}"`);
+  return v;
+}
+
 function positive(flag: string, text: string): number {
   const v = Number(text);
   if (!(v > 0)) throw new Error(`${flag}: expected a positive number, got "${text}"`);
@@ -98,6 +106,10 @@ export function benchOptions(flags: BenchFlags, progress: (line: string) => void
       offeredRate: positive('--offered-rate', flags.offeredRate ?? d.offeredRate),
       udpProbes: positive('--udp-probes', flags.udpProbes ?? d.udpProbes),
       endpointChanges: positive('--endpoint-changes', flags.endpointChanges ?? d.endpointChanges),
+      settleMs:
+        flags.settleSeconds === undefined
+          ? SETTLED_AFTER_FIRST_SYNC_MS
+          : notNegative('--settle-seconds', flags.settleSeconds) * 1000,
       coldStartTimeoutMs: 20 * 60_000,
       timeoutScale: positive('--timeout-scale', flags.timeoutScale ?? '1'),
       iptablesBackend: flags.iptablesBackend,
@@ -154,6 +166,10 @@ export function benchCommand(name: string): Command {
     )
     .option('--udp-probes <n>', `UDP request/responses per run (default ${FULL.udpProbes})`)
     .option('--endpoint-changes <n>', `EndpointSlice changes timed per run (default ${FULL.endpointChanges})`)
+    .option(
+      '--settle-seconds <s>',
+      `seconds after the first sync at which a cell reads the settled memory (default ${SETTLED_AFTER_FIRST_SYNC_MS / 1000}: past the agent's quiet-time collection)`,
+    )
     .option(
       '--bpf-cost-services <list>',
       `services in the map for BPF_PROG_TEST_RUN (default ${FULL.bpfCost})`,
