@@ -108,6 +108,9 @@ function agentConfig(source: MemorySource, scenario: Scenario): string {
     '  mapSizes:',
     `    services: ${sizes.services}`,
     `    backendSlots: ${sizes.backendSlots}`,
+    // The lab's cgroup, bound here by the private mounts as the chart binds the host's hierarchy:
+    // the socket hooks (and the memory they cost) as on a node, off the machine's cgroup2 root.
+    '  cgroupPath: /run/kube-bpf-proxy/cgroupv2',
     '',
   ].join('\n');
 }
@@ -139,6 +142,7 @@ export async function measureAgentMemory(
     memoryLimitMiB?: number;
   },
 ): Promise<AgentMemory> {
+  await lab.ownCgroup();
   await lab.addNamespace(name);
   const workDir = mkdtempSync(join(tmpdir(), 'kbp-mem-'));
   const configPath = join(workDir, 'config.yaml');

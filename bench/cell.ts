@@ -113,7 +113,7 @@ function agentConfig(
   mode: BenchMode,
   feed: ClusterFeed,
   pinPath: string,
-  sockCgroup: string | null,
+  cgroups: { sock: string | null; load: string },
   scenario: Scenario,
   hostRouting: BpfConfig['hostRouting'] | undefined,
 ): string {
@@ -124,7 +124,11 @@ function agentConfig(
     '  mapSizes:',
     `    services: ${scenarioMapSizes(scenario).services}`,
     `    backendSlots: ${scenarioMapSizes(scenario).backendSlots}`,
-    ...(sockCgroup ? ['  socketLB: all', `  cgroupPath: ${sockCgroup}`] : []),
+    // bpf mode's socket hooks (socketLB host) go on the load's cgroup, never the machine's cgroup2
+    // root: they still run on the client's connects, as on a node, and on nothing else of the machine.
+    ...(cgroups.sock
+      ? ['  socketLB: all', `  cgroupPath: ${cgroups.sock}`]
+      : [`  cgroupPath: ${cgroups.load}`]),
     ...(hostRouting ? [`  hostRouting: ${hostRouting}`] : []),
   ];
   const proxyMode = isKubeProxyMode(mode) ? KUBE_PROXY_MODES[mode] : mode === 'bpf-sock' ? 'bpf' : mode;
@@ -496,7 +500,17 @@ async function setUpCell(ctx: CellContext, mode: BenchMode, scenario: Scenario):
   // load's cgroup, whose system time is the CPU measures'.
   const sockCgroup = mode === 'bpf-sock' ? join(topology.cgroups.root, 'bpf-sock') : null;
   if (sockCgroup) mkdirSync(sockCgroup, { recursive: true });
-  writeFileSync(configPath, agentConfig(mode, ctx.feed, pinPath, sockCgroup, scenario, settings.hostRouting));
+  writeFileSync(
+    configPath,
+    agentConfig(
+      mode,
+      ctx.feed,
+      pinPath,
+      { sock: sockCgroup, load: topology.cgroups.root },
+      scenario,
+      settings.hostRouting,
+    ),
+  );
   const clientExec = clientCommand(ctx, sockCgroup);
   await setMeasuredSlice(ctx.feed, scenario, []);
   await flushConntrack(ctx);

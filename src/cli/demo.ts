@@ -60,7 +60,8 @@ export interface DemoStep {
   expect: string;
 }
 
-export function demoConfig(mode: ProxyMode, pinPath: string): string {
+/** cgroupPath: the lab's own cgroup (Lab.ownCgroup()), where the socket hooks go. */
+export function demoConfig(mode: ProxyMode, pinPath: string, cgroupPath: string): string {
   return [
     'apiVersion: kubeproxy.config.k8s.io/v1alpha1',
     'kind: KubeProxyConfiguration',
@@ -70,6 +71,7 @@ export function demoConfig(mode: ProxyMode, pinPath: string): string {
     '  minSyncPeriod: 0s',
     'bpf:',
     `  pinPath: ${pinPath}`,
+    `  cgroupPath: ${cgroupPath}`,
     '',
   ].join('\n');
 }
@@ -99,12 +101,15 @@ export async function startDemoCluster(
 ): Promise<DemoCluster> {
   const tracker = new ChangeTracker('');
   tracker.apply(readManifests([opts.manifests]).events);
+  // Before any process starts: every process of the cluster starts in it, and the agents' socket
+  // hooks go there, not at the machine's cgroup2 root. lab.destroy() removes it.
+  const cgroup = await lab.ownCgroup();
   const spec = clusterSpecFromState(tracker.state(), DEMO_NODES, DEMO_CLIENTS, DEMO_CLIENT_ROUTES);
   const cluster = await buildCluster(lab, spec);
   const agents = new Map<string, LabAgent>();
   const startAgent = async (node: string) => {
     const configPath = join(opts.workDir, `${node}.yaml`);
-    writeFileSync(configPath, demoConfig(opts.mode, `${opts.pinRoot}/${node}`));
+    writeFileSync(configPath, demoConfig(opts.mode, `${opts.pinRoot}/${node}`, cgroup));
     const agent = LabAgent.start(lab, cluster.nodeNs(node), mainScript, [
       '--config',
       configPath,

@@ -4,7 +4,6 @@
 
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
-import { findCgroup2Root } from '../host/cgroup.js';
 import { AgentLog, type SyncLine } from './agent-log.js';
 import type { Lab } from './netns.js';
 
@@ -15,7 +14,7 @@ export interface AgentStartOptions {
    * does not mount it. "own": a private mount namespace with a fresh bpffs of its own, as on a node
    * that mounts it, without sharing pins with the host or the other lab nodes. Private mount
    * namespaces also get their own /run/kube-bpf-proxy, as every real node has, with the host's
-   * cgroup2 root (or hostCgroup) bound read-only at /run/kube-bpf-proxy/cgroupv2, where the Helm
+   * cgroup (hostCgroup, else the lab's cgroup of the namespace) bound read-only at /run/kube-bpf-proxy/cgroupv2, where the Helm
    * chart mounts it (the chart's bpf.cgroupPath); the host's mounts are never touched. "node": a
    * private mount namespace whose /sys/fs/bpf is `nodeBpffs`, a directory of the host's bpffs
    * bound there, so pins outlive the process as on a node whose bpffs the chart mounts from the
@@ -27,9 +26,9 @@ export interface AgentStartOptions {
   nodeBpffs?: string;
   /**
    * In a private mount namespace: the cgroup2 directory bound at /run/kube-bpf-proxy/cgroupv2, where
-   * the chart mounts the host's hierarchy (cgroup.hostRoot); default the machine's cgroup2 root. A
-   * lab node's own cgroup here keeps its socket hooks on that node's processes, off the machine's
-   * root.
+   * the chart mounts the host's hierarchy (cgroup.hostRoot); default the lab's cgroup of the
+   * namespace (Lab.setCgroup(), Lab.ownCgroup()), never the machine's cgroup2 root: a lab node's
+   * own cgroup here keeps its socket hooks on that node's processes.
    */
   hostCgroup?: string;
   /**
@@ -146,7 +145,9 @@ function spawnWithPrivateMounts(
   opts: Pick<AgentStartOptions, 'nodeBpffs' | 'hostCgroup'>,
 ): ChildProcess {
   const args = ['--mount', '--propagation', 'private', '--', 'sh', '-ec', PRIVATE_MOUNTS, 'sh', bpffs];
-  const cgroup = opts.hostCgroup ?? findCgroup2Root();
+  const cgroup = opts.hostCgroup ?? lab.cgroupOf(ns);
+  if (cgroup === null)
+    throw new Error(`no cgroup for ${ns}'s agent: set the lab's (Lab.ownCgroup()) or hostCgroup`);
   return lab.spawn(ns, 'unshare', [...args, cgroup, opts.nodeBpffs ?? '-', ...command]);
 }
 

@@ -6,6 +6,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { type ExecResult, runCommand } from '../host/command.js';
+import { makeOwnCgroup, removeOwnCgroup } from './lab-cgroup.js';
 
 export interface BackendOptions {
   /** Name the server answers with, so clients can tell backends apart. */
@@ -47,6 +48,8 @@ export class Lab {
   private readonly processes = new Set<ChildProcess>();
   /** The cgroup2 directory each namespace's commands start in, where one is set (setCgroup()). */
   private readonly cgroups = new Map<string, string>();
+  /** The lab's own cgroup2 directory (ownCgroup()), where a namespace has none of its own. */
+  private own: string | null = null;
 
   /** prefix: short and unique per run (pid included), e.g. `kbp${process.pid}`. */
   constructor(prefix: string) {
@@ -174,9 +177,25 @@ export class Lab {
     this.cgroups.set(ns, dir);
   }
 
+  /**
+   * Makes the lab's own cgroup2 directory and returns it: every later command of a namespace
+   * without a cgroup of its own (setCgroup()) starts in it, so an agent given it as bpf.cgroupPath
+   * serves the lab's processes and attaches nothing at the machine's cgroup2 root. destroy()
+   * removes it.
+   */
+  async ownCgroup(): Promise<string> {
+    this.own ??= await makeOwnCgroup(this.prefix);
+    return this.own;
+  }
+
+  /** The cgroup2 directory the namespace's commands start in, if any. */
+  cgroupOf(ns: string): string | null {
+    return this.cgroups.get(ns) ?? this.own;
+  }
+
   /** nsenter's words for `cmd` in the namespace: joining its cgroup first, where one is set. */
   private nsenterArgs(ns: string, cmd: string, args: string[]): string[] {
-    const cgroup = this.cgroups.get(ns);
+    const cgroup = this.cgroupOf(ns) ?? undefined;
     const [command, words] = cgroup === undefined ? [cmd, args] : inCgroup(cgroup, cmd, args);
     return [`--net=${NETNS_DIR}/${this.ns(ns)}`, '--', command, ...words];
   }
@@ -296,6 +315,8 @@ export class Lab {
       await runCommand('ip', ['netns', 'del', full], { allowFailure: true });
     }
     this.namespaces.clear();
+    if (this.own !== null) await removeOwnCgroup(this.prefix);
+    this.own = null;
   }
 }
 

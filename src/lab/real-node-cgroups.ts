@@ -9,7 +9,7 @@
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { findCgroup2Root } from '../host/cgroup.js';
-import { cgroupRootsWithPrefix, removeNodeCgroups } from './real-cluster/cgroups.js';
+import { removeStaleRunCgroups } from './lab-cgroup.js';
 import { deadRunPidOf } from './run-names.js';
 
 const LAB_CGROUP_PREFIX = 'kbp-real-node-';
@@ -40,7 +40,6 @@ export function makeLabCgroups(labCgroup: string, nodes: readonly string[]): voi
 }
 
 /** Removes the lab cgroups of runs that are gone (a killed run's destroy() never came). */
-export async function removeStaleLabCgroups(): Promise<void> {
-  for (const name of cgroupRootsWithPrefix(LAB_CGROUP_PREFIX).filter((n) => deadLabPid(n) !== null))
-    await removeNodeCgroups(name);
+export function removeStaleLabCgroups(): Promise<void> {
+  return removeStaleRunCgroups(LAB_CGROUP_PREFIX);
 }

@@ -178,6 +178,7 @@ describeRoot('bpf conntrack under a real agent: a SYN flood, a half-closed strea
         iptables: { minSyncPeriod: '0s' },
         bpf: {
           pinPath,
+          cgroupPath: await lab.ownCgroup(),
           mapSizes: { conntrack: CONNTRACK_ENTRIES },
           conntrackGCIntervalSeconds: 1,
           newFlowsPerSecondPerCpu,
@@ -207,6 +208,8 @@ describeRoot('bpf conntrack under a real agent: a SYN flood, a half-closed strea
   beforeAll(async () => {
     await deleteStaleNamespaces(PREFIX);
     rmSync(pinRoot, { recursive: true, force: true });
+    // Before any process starts: the lab's processes start in it, the agent's socket hooks go there.
+    await lab.ownCgroup();
     mkdirSync(manifests);
     writeFileSync(join(manifests, 'ct.yaml'), MANIFESTS.map((m) => stringify(m)).join('---\n'));
     const tracker = new ChangeTracker('');

@@ -69,6 +69,9 @@ const agentArgs = (pinPath: string, wrapper: string[] = []) => [
   'node-a',
   '--bpf-pin-path',
   pinPath,
+  // No socket hooks: nothing here sends traffic, and they would go on the machine's cgroup2 root.
+  '--bpf-socket-lb',
+  'off',
 ];
 
 /** The exit code, or a failure with the output once timeoutMs has passed (the process is killed). */

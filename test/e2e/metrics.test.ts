@@ -332,6 +332,8 @@ describeRoot('bpf counters of `run --proxy-mode bpf` move with real traffic', ()
     await deleteStaleNamespaces(PREFIX);
     const tracker = new ChangeTracker('');
     tracker.apply(readManifests([repo('examples/manifests')]).events);
+    // Before any process starts: the lab's processes start in it, the agent's socket hooks go there.
+    const cgroup = await lab.ownCgroup();
     // The demo's dual-stack nodes: every pod has an IPv6 address too.
     cluster = await buildCluster(lab, clusterSpecFromState(tracker.state(), DEMO_NODES, [], []));
     workDir = await mkdtemp(join(tmpdir(), `${PREFIX}-`));
@@ -346,6 +348,7 @@ describeRoot('bpf counters of `run --proxy-mode bpf` move with real traffic', ()
         'clusterCIDR: 10.244.0.0/16,fd00:244::/48',
         'bpf:',
         `  pinPath: ${pinPath}`,
+        `  cgroupPath: ${cgroup}`,
         '  metricsMaxBackends: 100',
         '',
       ].join('\n'),

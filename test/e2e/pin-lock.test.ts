@@ -33,7 +33,17 @@ interface Agent {
 const agents: Agent[] = [];
 
 function startAgent(extraArgs: string[] = []): Agent {
-  const args = ['run', '--manifests', 'examples/manifests', '--hostname-override', 'node-a', ...extraArgs];
+  // No socket hooks: this test sends no traffic, and they would go on the machine's cgroup2 root.
+  const args = [
+    'run',
+    '--manifests',
+    'examples/manifests',
+    '--hostname-override',
+    'node-a',
+    '--bpf-socket-lb',
+    'off',
+    ...extraArgs,
+  ];
   const child = spawn(
     'nsenter',
     [`--net=/run/netns/${NETNS}`, '--', process.execPath, mainScript, ...args, '--bpf-pin-path', PIN_PATH],

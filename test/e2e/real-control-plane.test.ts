@@ -149,6 +149,8 @@ describeControlPlane(
 
     beforeAll(async () => {
       await deleteStaleNamespaces(PREFIX);
+      // Before any process starts: the lab's processes start in it, the agents' socket hooks go there.
+      await lab.ownCgroup();
       cluster = await buildCluster(lab, {
         nodes: NODES,
         pods: PODS.map((p) => ({ name: p.name, ip: p.ip, node: p.node, tcpPorts: [8080], udpPorts: [] })),
@@ -212,6 +214,9 @@ describeControlPlane(
           '10.244.0.0/16',
           '--min-sync-period',
           '200ms',
+          // The lab's cgroup, which the private mounts bind here, as the chart's bpf.cgroupPath.
+          '--bpf-cgroup-path',
+          '/run/kube-bpf-proxy/cgroupv2',
         ],
         { bpffs: 'absent' },
       );

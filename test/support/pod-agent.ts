@@ -10,7 +10,6 @@
 
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { findCgroup2Root } from '../../src/host/cgroup.js';
 import { stopAgentProcess } from '../../src/lab/agent.js';
 import { AgentLog } from '../../src/lab/agent-log.js';
 import type { Lab } from '../../src/lab/netns.js';
@@ -108,7 +107,7 @@ export class PodAgent {
       'sh',
       spec.workDir,
       mount.mountPath,
-      findCgroup2Root(),
+      ownCgroupOf(lab, ns),
       ...Object.entries(env).map(([k, v]) => `${k}=${v}`),
       process.execPath,
       spec.cli,
@@ -129,4 +128,14 @@ export class PodAgent {
   stop(): Promise<void> {
     return stopAgentProcess(this.child, this.log);
   }
+}
+
+/**
+ * The lab's cgroup of the namespace, mounted where the chart mounts the host's cgroup2 hierarchy:
+ * the agent's socket hooks go there, never at the machine's cgroup2 root.
+ */
+function ownCgroupOf(lab: Lab, ns: string): string {
+  const cgroup = lab.cgroupOf(ns);
+  if (cgroup === null) throw new Error(`no cgroup for ${ns}'s agent: set the lab's (Lab.ownCgroup())`);
+  return cgroup;
 }

@@ -1,13 +1,16 @@
 import { describe, expect, it } from 'vitest';
 import { DEMO_NODES } from '../../src/cli/demo.js';
 import { clusterSpecFromState, podIPv6 } from '../../src/lab/cluster.js';
+import { ownCgroupName } from '../../src/lab/lab-cgroup.js';
 import { deadLabPid, labCgroupName } from '../../src/lab/real-node-cgroups.js';
 import { ipv6Of } from '../../src/lab/real-node-plan.js';
+import { deadRunPidOf } from '../../src/lab/run-names.js';
 import { ChangeTracker } from '../../src/model/tracker.js';
 import { readManifests } from '../../src/sources/manifests.js';
 
 // The namespace lab's dual-stack address plan (src/lab/cluster.ts, src/lab/real-node-plan.ts), and
-// the names of the real-node lab's cgroups (src/lab/real-node-cgroups.ts).
+// the names of the real-node lab's cgroups (src/lab/real-node-cgroups.ts) and of a lab's own
+// (src/lab/lab-cgroup.ts).
 
 describe('the lab clusters, dual-stack', () => {
   const nodeA = { podCIDR: '10.244.1.0/24', podCIDR6: 'fd00:244:0:1::/64' };
@@ -66,5 +69,16 @@ describe("the real-node lab's cgroups", () => {
     expect(deadLabPid(labCgroupName('kbprnb1'), () => false)).toBeNull();
     expect(deadLabPid('/kbpc100-node1', alive)).toBeNull();
     expect(deadLabPid('/kbp-real-node-x-kbprnb', alive)).toBeNull();
+  });
+});
+
+describe("a lab's own cgroup", () => {
+  it('is named by the run and the lab, apart from the real-node lab cgroups', () => {
+    expect(ownCgroupName('kbpdemo', 123)).toBe('/kube-bpf-proxy-lab-123-kbpdemo');
+    const alive = (pid: number) => pid === 200;
+    expect(deadRunPidOf('kube-bpf-proxy-lab-', ownCgroupName('kbpdemo', 100), alive)).toBe(100);
+    expect(deadRunPidOf('kube-bpf-proxy-lab-', ownCgroupName('kbpdemo', 200), alive)).toBeNull();
+    expect(deadLabPid(ownCgroupName('kbprnb', 100), alive)).toBeNull();
+    expect(deadRunPidOf('kube-bpf-proxy-lab-', labCgroupName('kbprnb', 100), alive)).toBeNull();
   });
 });
