@@ -2,7 +2,7 @@
 // mode) to kube-bpf-proxy and back, on the real-node lab's two nodes (src/lab/real-node.ts), with
 // long-lived flows open across each move: TCP connections and connected UDP sockets through a
 // ClusterIP from a pod and from the node itself, and through a NodePort from outside, each asking
-// its backend's name every 100 ms (src/lab/stream-client.ts).
+// its backend's name every 100 ms (test/support/lab/stream-client.mjs).
 //
 //   kube-proxy → bpf, as the README's migration steps do it: kube-proxy stops (its DaemonSet
 //   deleted: its rules stay), `kube-bpf-proxy cleanup` runs (the chart's init container with
@@ -32,8 +32,8 @@ import { RealNodeLab } from '../../src/lab/real-node.js';
 import { CNI_BIN } from '../../src/lab/real-node-cni.js';
 import type { LabService } from '../../src/lab/real-node-objects.js';
 import { REAL_NODES } from '../../src/lab/real-node-plan.js';
-import { type FlowReport, type FlowSpec, LabStreams } from '../../src/lab/streams.js';
 import { describeControlPlane } from '../support/control-plane.js';
+import { type FlowReport, type FlowSpec, LabStreams } from '../support/lab/streams.js';
 
 const repo = (path: string) => fileURLToPath(new URL(`../../${path}`, import.meta.url));
 const CLI = repo('dist/src/cli/main.js');
