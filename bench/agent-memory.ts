@@ -1,5 +1,6 @@
 // The agent's memory as a node runs it, without the backends: `kube-bpf-proxy run` in bpf mode, in
-// a network namespace of its own with a fresh bpffs, reading N Services × E endpoints either from
+// a network namespace and a mount namespace of its own without bpffs (the agent mounts its own, as
+// on a node whose init system does not), reading N Services × E endpoints either from
 // manifest files (--manifests) or from the benchmark's API server (bench/list-server.ts) in JSON or
 // protobuf. VmRSS is read after the first sync and again once settled: after a few EndpointSlice
 // changes and the agent's quiet-time heap collection (src/host/heap.ts), with the peak (VmHWM) of

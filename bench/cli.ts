@@ -131,7 +131,7 @@ export function registerBenchCommand(program: Command): void {
   program.addCommand(benchCommand('bench'));
 }
 
-/** The bench command, named `name`: its options and what it runs. */
+/** The bench command, named `name`: its options (a declarative table); runBenchCommand runs it. */
 export function benchCommand(name: string): Command {
   return new Command(name)
     .description(
@@ -213,26 +213,29 @@ export function benchCommand(name: string): Command {
       '--render <dir>',
       "redraw a saved run's results.md and plots from its results.json, measure nothing",
     )
-    .action(async (flags: BenchFlags) => {
-      if (flags.render) {
-        const results = JSON.parse(readFileSync(join(flags.render, 'results.json'), 'utf8')) as BenchResults;
-        await writeReport(flags.render, results);
-        process.stdout.write(`${flags.render}\n`);
-        return;
-      }
-      if (process.getuid?.() !== 0)
-        throw new Error('bench needs root: it creates network namespaces and loads BPF programs');
-      const progress = (line: string) => process.stderr.write(`${line}\n`);
-      const options = benchOptions(flags, progress);
-      if (flags.crossNode) {
-        const { reps, families, out } = options;
-        process.stdout.write(
-          `${await runCrossNode({ reps, seconds: options.cell.seconds, families, out, progress })}\n`,
-        );
-        return;
-      }
-      // This kernel has no IPVS: the lab runs the same matrix, every mode, in a kernel that has.
-      const dir = flags.ipvsLab ? await runIpvsLab(options) : (await runBench(options)).dir;
-      process.stdout.write(`${dir}\n`);
-    });
+    .action(runBenchCommand);
+}
+
+/** What `bench` runs: a saved run redrawn, the cross-node comparison, or the matrix (here or in the IPVS lab). */
+async function runBenchCommand(flags: BenchFlags): Promise<void> {
+  if (flags.render) {
+    const results = JSON.parse(readFileSync(join(flags.render, 'results.json'), 'utf8')) as BenchResults;
+    await writeReport(flags.render, results);
+    process.stdout.write(`${flags.render}\n`);
+    return;
+  }
+  if (process.getuid?.() !== 0)
+    throw new Error('bench needs root: it creates network namespaces and loads BPF programs');
+  const progress = (line: string) => process.stderr.write(`${line}\n`);
+  const options = benchOptions(flags, progress);
+  if (flags.crossNode) {
+    const { reps, families, out } = options;
+    process.stdout.write(
+      `${await runCrossNode({ reps, seconds: options.cell.seconds, families, out, progress })}\n`,
+    );
+    return;
+  }
+  // This kernel has no IPVS: the lab runs the same matrix, every mode, in a kernel that has.
+  const dir = flags.ipvsLab ? await runIpvsLab(options) : (await runBench(options)).dir;
+  process.stdout.write(`${dir}\n`);
 }

@@ -148,7 +148,7 @@ async function measureOn(flannel: FlannelBackend, tools: Tools, workDir: string,
     ]);
     for (let rep = 0; rep < opts.reps; rep++) {
       for (const setting of settingsOrder(rep)) {
-        await nodes.startAgents('bpf', { bpffs: 'absent' }, [`bpf.hostRouting=${setting}`]);
+        await nodes.startAgents('bpf', { bpffs: 'own' }, [`bpf.hostRouting=${setting}`]);
         for (const family of opts.families) {
           const run = await timedRun(nodes, tools, workDir, { flannel, setting, family, rep }, opts.seconds);
           opts.progress(

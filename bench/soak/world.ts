@@ -95,7 +95,7 @@ export class SoakWorld {
     if (bpf) ensureBpffs(this.pinRoot, createLogger());
     await this.nodes.startAgents(
       this.mode,
-      bpf ? { bpffs: 'node', nodeBpffs: this.pinRoot } : { bpffs: 'absent' },
+      bpf ? { bpffs: 'node', nodeBpffs: this.pinRoot } : { bpffs: 'own' },
       // Conntrack GC every 5 s rather than 30 s: more passes under churn, a shorter drain at the end.
       bpf ? [`bpf.conntrackGCIntervalSeconds=${GC_INTERVAL_S}`] : [],
       ['--kubeconfig', kubeconfig],

@@ -10,10 +10,10 @@ import type { Lab } from './netns.js';
 export interface AgentStartOptions {
   /**
    * The agent's view of bpffs. "host": the lab's own mount namespace (bpffs as the host has it).
-   * "absent": a private mount namespace with /sys/fs/bpf unmounted, as on a node whose init system
-   * does not mount it. "own": a private mount namespace with a fresh bpffs of its own, as on a node
-   * that mounts it, without sharing pins with the host or the other lab nodes. Private mount
-   * namespaces also get their own /run/kube-bpf-proxy, as every real node has, with the host's
+   * "own": a private mount namespace with no bpffs at /sys/fs/bpf, as on a node whose init system
+   * does not mount it: the agent mounts its own (ensureBpffs, src/host/bpffs.ts), which neither the
+   * host nor the other lab nodes see. The lab never mounts bpffs for the agent: that is the
+   * product's job. Private mount namespaces also get their own /run/kube-bpf-proxy, as every real node has, with the host's
    * cgroup (hostCgroup, else the lab's cgroup of the namespace) bound read-only at /run/kube-bpf-proxy/cgroupv2, where the Helm
    * chart mounts it (the chart's bpf.cgroupPath); the host's mounts are never touched. "node": a
    * private mount namespace whose /sys/fs/bpf is `nodeBpffs`, a directory of the host's bpffs
@@ -21,7 +21,7 @@ export interface AgentStartOptions {
    * host (an agent killed and started again finds its maps), without sharing pins with the other
    * lab nodes.
    */
-  bpffs?: 'host' | 'absent' | 'own' | 'node';
+  bpffs?: 'host' | 'own' | 'node';
   /** bpffs "node": the directory of the host's bpffs that is this node's /sys/fs/bpf. */
   nodeBpffs?: string;
   /**
@@ -44,13 +44,13 @@ export interface AgentStartOptions {
 }
 
 // Run by `sh -ec SCRIPT sh MODE CGROUP2_ROOT NODE_BPFFS AGENT...` inside the private mount
-// namespace. bpffs can be mounted several times over the same point, hence the loop; "node" binds
-// its directory over the host's mount (resolved before it is covered) instead.
+// namespace. "own" unmounts every bpffs at /sys/fs/bpf (it can be mounted several times over the
+// same point, hence the loop) and mounts none; "node" binds its directory over the host's mount
+// (resolved before it is covered) instead.
 const PRIVATE_MOUNTS = [
   'if [ "$1" = node ]; then mount --bind "$3" /sys/fs/bpf; else',
   '  while mountpoint -q /sys/fs/bpf; do umount /sys/fs/bpf; done',
   'fi',
-  'if [ "$1" = own ]; then mount -t bpf bpffs /sys/fs/bpf; fi',
   'mkdir -p /run/kube-bpf-proxy',
   'mount -t tmpfs kbp-lab-run /run/kube-bpf-proxy',
   'mkdir /run/kube-bpf-proxy/cgroupv2',
@@ -128,9 +128,10 @@ export class LabAgent {
 }
 
 /**
- * A node's own mounts, as `bpffs: 'own'` makes them for one agent, held by a process that sleeps
- * (at most `seconds`) until the caller kills it: agents started with `mountsOf` its pid, one after
- * another, and `cleanup` run in it, share the node's pins.
+ * A node's own mounts, as `bpffs: 'own'` makes them for one agent (no bpffs), held by a process
+ * that sleeps (at most `seconds`) until the caller kills it. Agents started with `mountsOf` its
+ * pid, one after another, and `cleanup` run in it, share the node's mount namespace: the first
+ * agent mounts bpffs there, and that bpffs, with its pins, outlives the agent as a node's does.
  */
 export function nodeMounts(lab: Lab, ns: string, seconds: number, hostCgroup?: string): ChildProcess {
   return spawnWithPrivateMounts(lab, ns, 'own', ['sleep', String(seconds)], { hostCgroup });
@@ -140,7 +141,7 @@ export function nodeMounts(lab: Lab, ns: string, seconds: number, hostCgroup?: s
 function spawnWithPrivateMounts(
   lab: Lab,
   ns: string,
-  bpffs: 'absent' | 'own' | 'node',
+  bpffs: 'own' | 'node',
   command: string[],
   opts: Pick<AgentStartOptions, 'nodeBpffs' | 'hostCgroup'>,
 ): ChildProcess {

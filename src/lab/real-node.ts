@@ -258,7 +258,7 @@ export class RealNodeLab {
    */
   async startAgents(
     mode: ProxyMode,
-    opts: AgentStartOptions | ((node: string) => AgentStartOptions) = { bpffs: 'absent' },
+    opts: AgentStartOptions | ((node: string) => AgentStartOptions) = { bpffs: 'own' },
     set: string[] = [],
     source: string[] = ['--manifests', this.manifestsDir],
   ): Promise<void> {

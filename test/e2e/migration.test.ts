@@ -2,7 +2,7 @@
 // mode) to kube-bpf-proxy and back, on the real-node lab's two nodes (src/lab/real-node.ts), with
 // long-lived flows open across each move: TCP connections and connected UDP sockets through a
 // ClusterIP from a pod and from the node itself, and through a NodePort from outside, each asking
-// its backend's name every 100 ms (src/lab/stream-client.ts).
+// its backend's name every 100 ms (test/support/lab/stream-client.mjs).
 //
 //   kube-proxy → bpf, as the README's migration steps do it: kube-proxy stops (its DaemonSet
 //   deleted: its rules stay), `kube-bpf-proxy cleanup` runs (the chart's init container with
@@ -12,8 +12,9 @@
 //
 // Each flow must go on answering, from the backend that answered it first: none broken (a reset,
 // a close, an answer from another backend, or silence), in either direction. The flows opened
-// before the first move are followed through both. Each node keeps its own mounts (bpffs, /run)
-// in a process of its own (nodeMounts), as a node's outlive its agents.
+// before the first move are followed through both. Each node keeps its own mount namespace (its
+// /run, and the bpffs its first agent mounts there: the lab mounts none) in a process of its own
+// (nodeMounts), as a node's mounts outlive its agents.
 //
 // Needs `npm run build`, the CNI plugins of scripts/install-deps.sh and the control plane of
 // scripts/install-control-plane.sh (kube-proxy and the API server it watches).
@@ -23,6 +24,7 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { BPFFS_ROOT } from '../../src/host/bpffs.js';
 import { nodeMounts } from '../../src/lab/agent.js';
 import { ControlPlane } from '../../src/lab/control-plane.js';
 import { collectionPath, createNode, type K8sObject } from '../../src/lab/kube-objects.js';
@@ -32,8 +34,8 @@ import { RealNodeLab } from '../../src/lab/real-node.js';
 import { CNI_BIN } from '../../src/lab/real-node-cni.js';
 import type { LabService } from '../../src/lab/real-node-objects.js';
 import { REAL_NODES } from '../../src/lab/real-node-plan.js';
-import { type FlowReport, type FlowSpec, LabStreams } from '../../src/lab/streams.js';
 import { describeControlPlane } from '../support/control-plane.js';
+import { type FlowReport, type FlowSpec, LabStreams } from '../support/lab/streams.js';
 
 const repo = (path: string) => fileURLToPath(new URL(`../../${path}`, import.meta.url));
 const CLI = repo('dist/src/cli/main.js');
@@ -193,6 +195,25 @@ describeControlPlane('live migration between the real kube-proxy and kube-bpf-pr
     await nodes.startAgents('bpf', (node) => ({ mountsOf: holders.get(node)!.pid }));
   }
 
+  /** The filesystem at /sys/fs/bpf in each node's mounts: sysfs until an agent mounts bpffs there. */
+  async function bpffsOfNodes(): Promise<string[]> {
+    const types: string[] = [];
+    for (const node of REAL_NODES) {
+      const mounts = `--mount=/proc/${holders.get(node.name)!.pid}/ns/mnt`;
+      const stat = await lab.exec(nodes.nodeNs(node.name), 'nsenter', [
+        mounts,
+        '--',
+        'stat',
+        '-f',
+        '-c',
+        '%T',
+        BPFFS_ROOT,
+      ]);
+      types.push(stat.stdout.trim());
+    }
+    return types;
+  }
+
   async function stopAgents(): Promise<void> {
     for (const agent of nodes.agents.values()) await agent.stop();
     nodes.agents.clear();
@@ -277,7 +298,14 @@ describeControlPlane('live migration between the real kube-proxy and kube-bpf-pr
 
         await stopKubeProxies();
         console.log(`${mode}: cleanup before the agents\n  ${(await cleanupNodes()).join('\n  ')}`);
+        const bpffsBefore = await bpffsOfNodes();
         await startAgents();
+        // No bpffs until the first agent on each node mounts its own; the next ones find it there.
+        const fresh = mode === MODES[0];
+        expect({ before: bpffsBefore, after: await bpffsOfNodes() }).toEqual({
+          before: REAL_NODES.map(() => (fresh ? 'sysfs' : 'bpf_fs')),
+          after: REAL_NODES.map(() => 'bpf_fs'),
+        });
         await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
         const toBpf = judge(first.before, await reportOf(first.streams));
         figures.push(`${mode} kube-proxy → bpf: ${toBpf.figure}`);

@@ -218,7 +218,7 @@ describeControlPlane(
           '--bpf-cgroup-path',
           '/run/kube-bpf-proxy/cgroupv2',
         ],
-        { bpffs: 'absent' },
+        { bpffs: 'own' },
       );
       await agent.waitForSync(1, 60_000);
     });

@@ -22,9 +22,8 @@ import { describeRoot } from '../support/privileges.js';
 // run exactly what the Helm chart renders with its default values. The same cells run in each mode:
 // iptables mode is kube-proxy's own rules, so a cell failing there means the lab is wrong.
 //
-// The bpf agents run by default in their own mount namespace without bpffs, as on nodes that do
-// not mount it: the agent mounts it itself. KBP_REAL_NODE_BPFFS=own gives each agent a bpffs
-// mounted for it instead.
+// The agents run in their own mount namespace without bpffs, as on nodes that do not mount it:
+// the bpf agents mount it themselves (the lab never does).
 // Needs `npm run build` (agents and backends run dist/) and the CNI plugins of
 // scripts/install-deps.sh.
 //
@@ -82,7 +81,6 @@ const VARIANTS: {
   { mode: 'iptables', agent: 'process' },
   { mode: 'bpf', agent: 'pod' },
 ];
-const BPFFS = process.env.KBP_REAL_NODE_BPFFS === 'own' ? 'own' : 'absent';
 const REQUESTS = 20;
 /** A UDP request is one datagram each way. A TCP request waits past TCP's 1 s initial SYN
  * retransmission timeout: a single SYN lost on a loaded machine is recovered by TCP as any client
@@ -564,7 +562,7 @@ for (const { mode, agent, hostRouting, flannel } of VARIANTS) {
         nodes.writeManifests(SERVICES);
         await nodes.startAgents(
           mode,
-          { bpffs: mode === 'bpf' ? BPFFS : 'absent' },
+          { bpffs: 'own' },
           hostRouting ? [`bpf.hostRouting=${hostRouting}`] : [],
         );
       }

@@ -17,3 +17,11 @@ export function sourceFiles(dir: string): string[] {
 export function resolveImport(file: string, spec: string): string {
   return normalize(join(dirname(file), spec)).replace(/\.js$/, '.ts');
 }
+
+/** Relative module specifiers of static imports, re-exports and dynamic imports. */
+export function importsOf(text: string): string[] {
+  const specs: string[] = [];
+  const pattern = /(?:\bfrom\s+|\bimport\s*\(\s*|^import\s+)['"](\.[^'"]+)['"]/gm;
+  for (const match of text.matchAll(pattern)) specs.push(match[1]!);
+  return specs;
+}

@@ -5,12 +5,13 @@
 //
 // A folder may import its own files and any folder of a lower layer. dataplanes and sources share
 // a layer and may not import each other. Only cli, bench and the tests import lab; only the tests
-// import test/.
+// import test/ (lab code only the tests use lives there, in test/support/lab/: see
+// test/unit/lab-placement.test.ts).
 
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ROOT, resolveImport, sourceFiles } from '../support/source-imports.js';
+import { importsOf, ROOT, resolveImport, sourceFiles } from '../support/source-imports.js';
 
 /** Higher imports lower; equal ranks in different folders may not import each other. */
 const LAYERS: Record<string, number> = {
@@ -54,14 +55,6 @@ function layerViolation(from: string, to: string): string | null {
   return rb === ra ? `${a} and ${b} share a layer and may not import each other` : `${a} may not import ${b}`;
 }
 
-/** Relative module specifiers of static imports, re-exports and dynamic imports. */
-function importsOf(text: string): string[] {
-  const specs: string[] = [];
-  const pattern = /(?:\bfrom\s+|\bimport\s*\(\s*|^import\s+)['"](\.[^'"]+)['"]/gm;
-  for (const match of text.matchAll(pattern)) specs.push(match[1]!);
-  return specs;
-}
-
 describe('import layers', () => {
   const files = ['src', 'bench', 'native'].flatMap(sourceFiles);
 
@@ -89,6 +82,7 @@ describe('import layers', () => {
     );
     expect(layerViolation('bench/cell.ts', 'src/cli/cleanup.ts')).toMatch(/may not import/);
     expect(layerViolation('bench/bpf-cost.ts', 'test/support/packets.ts')).toMatch(/test code/);
+    expect(layerViolation('src/lab/netns.ts', 'test/support/lab/streams.ts')).toMatch(/test code/);
     expect(layerViolation('src/dataplanes/ipvs/dataplane.ts', 'src/sources/host.ts')).toMatch(
       /share a layer/,
     );

@@ -1,19 +1,37 @@
-// Long-lived flows from a lab namespace (stream-client.ts), followed while a node changes its
+// Long-lived flows from a lab namespace (stream-client.mjs), followed while a node changes its
 // proxy: started once every flow has its first answer, reported on demand, stopped at the end.
+// Lab code only the tests use (test/e2e/migration.test.ts), beside the tests; the lab it runs in
+// is src/lab/netns.ts.
 
 import type { ChildProcess } from 'node:child_process';
-import { compiledSibling, type Lab, waitForLine } from './netns.js';
-import type { FlowReport } from './stream-client.js';
+import { fileURLToPath } from 'node:url';
+import { type Lab, waitForLine } from '../../../src/lab/netns.js';
 
-export type { FlowReport };
-
-const streamScript = compiledSibling(import.meta.url, 'stream-client.js');
+const streamScript = fileURLToPath(new URL('./stream-client.mjs', import.meta.url));
 
 export interface FlowSpec {
   id: string;
   proto: 'tcp' | 'udp';
   /** "ip:port" */
   target: string;
+}
+
+/** What stream-client.mjs reports of one flow. */
+export interface FlowReport {
+  id: string;
+  proto: 'tcp' | 'udp';
+  /** The backend that answered first. */
+  backend: string | null;
+  /** Every backend that answered, in order. */
+  backends: string[];
+  asked: number;
+  answers: number;
+  /** What the flow's socket met: error codes, "closed", unreadable answers. */
+  errors: string[];
+  /** The longest silence between two answers. */
+  maxGapMs: number;
+  /** Since the last answer; -1 before the first. */
+  sinceAnswerMs: number;
 }
 
 const REPORT_TIMEOUT_MS = 5000;

@@ -1,11 +1,12 @@
 // The lab's long-lived flows (issue 30's migration test): one process holds several TCP connections
-// (to backend-server.ts's stream ports) and connected UDP sockets, each asking "which backend?" every
+// (to src/lab/backend-server.ts's stream ports) and connected UDP sockets, each asking "which backend?" every
 // --interval ms for as long as it runs, so a test can follow each flow through a change of proxy.
 // It prints "ready" once every flow has had its first answer (or --ready-timeout passed), and on
 // SIGUSR1 one JSON line {"report": [...]}: per flow its first backend, every backend that answered,
 // answers and questions counted, the errors its socket met, the longest silence between two
 // answers and the time since the last. SIGTERM, or --seconds, ends it.
-// Usage: node stream-client.js --streams '[{"id","proto":"tcp"|"udp","target":"ip:port"}]'
+// Plain JavaScript, run by node as it is (streams.ts starts it; nothing compiles test code).
+// Usage: node stream-client.mjs --streams '[{"id","proto":"tcp"|"udp","target":"ip:port"}]'
 //   [--interval MS] [--seconds S] [--ready-timeout MS]
 
 import { createSocket } from 'node:dgram';
@@ -21,43 +22,25 @@ const { values } = parseArgs({
   },
 });
 
-interface Spec {
-  id: string;
-  proto: 'tcp' | 'udp';
-  target: string;
-}
-
-/** What the report says of one flow. */
-export interface FlowReport {
-  id: string;
-  proto: 'tcp' | 'udp';
-  backend: string | null;
-  backends: string[];
-  asked: number;
-  answers: number;
-  errors: string[];
-  maxGapMs: number;
-  sinceAnswerMs: number;
-}
-
 const intervalMs = Number(values.interval);
-const specs = JSON.parse(values.streams ?? '[]') as Spec[];
+/** @type {{id: string, proto: 'tcp' | 'udp', target: string}[]} (streams.ts's FlowSpec) */
+const specs = JSON.parse(values.streams ?? '[]');
 const flows = specs.map((spec) => ({
   spec,
-  backends: [] as string[],
+  /** @type {string[]} */
+  backends: [],
   asked: 0,
   answers: 0,
-  errors: [] as string[],
+  /** @type {string[]} */
+  errors: [],
   lastAnswerAt: 0,
   maxGapMs: 0,
-  ask: (): void => {},
+  ask: () => {},
 }));
-type Flow = (typeof flows)[number];
-
-function answered(flow: Flow, text: string): void {
-  let backend: string;
+function answered(flow, text) {
+  let backend;
   try {
-    backend = String((JSON.parse(text) as { backend: string }).backend);
+    backend = String(JSON.parse(text).backend);
   } catch {
     flow.errors.push(`unreadable answer ${text.slice(0, 80)}`);
     return;
@@ -69,7 +52,7 @@ function answered(flow: Flow, text: string): void {
   if (!flow.backends.includes(backend)) flow.backends.push(backend);
 }
 
-function target(spec: Spec): { host: string; port: number } {
+function target(spec) {
   const split = spec.target.lastIndexOf(':');
   return {
     host: spec.target.slice(0, split).replace(/^\[|\]$/g, ''),
@@ -79,19 +62,19 @@ function target(spec: Spec): { host: string; port: number } {
 
 let stopping = false;
 
-function openTcp(flow: Flow): void {
+function openTcp(flow) {
   const socket = connect(target(flow.spec));
   socket.setNoDelay(true);
   socket.setEncoding('utf8');
   let buffered = '';
-  socket.on('data', (text: string) => {
+  socket.on('data', (text) => {
     buffered += text;
     for (let nl = buffered.indexOf('\n'); nl >= 0; nl = buffered.indexOf('\n')) {
       answered(flow, buffered.slice(0, nl));
       buffered = buffered.slice(nl + 1);
     }
   });
-  socket.on('error', (err: NodeJS.ErrnoException) => flow.errors.push(err.code ?? err.message));
+  socket.on('error', (err) => flow.errors.push(err.code ?? err.message));
   socket.on('close', () => {
     if (!stopping) flow.errors.push('closed');
   });
@@ -100,13 +83,13 @@ function openTcp(flow: Flow): void {
   };
 }
 
-function openUdp(flow: Flow): void {
+function openUdp(flow) {
   const { host, port } = target(flow.spec);
   const socket = createSocket(host.includes(':') ? 'udp6' : 'udp4');
   let connected = false;
   socket.on('message', (msg) => answered(flow, msg.toString()));
   // A connected socket reports an ICMP error for an earlier datagram here, and stays usable.
-  socket.on('error', (err: NodeJS.ErrnoException) => flow.errors.push(err.code ?? err.message));
+  socket.on('error', (err) => flow.errors.push(err.code ?? err.message));
   socket.connect(port, host, () => {
     connected = true;
   });
@@ -124,7 +107,8 @@ const ticker = setInterval(() => {
   }
 }, intervalMs);
 
-function report(): FlowReport[] {
+/** Each flow's state now: streams.ts's FlowReport. */
+function report() {
   const now = Date.now();
   return flows.map((f) => ({
     id: f.spec.id,
