@@ -9,19 +9,18 @@ import type { ProxyConfig } from '../config/types.js';
 import { openDataplane } from '../dataplanes/open.js';
 import { applyConntrackSysctls, netfilterConntrackPresent } from '../host/conntrack-sysctls.js';
 import { collectHeapSoon } from '../host/heap.js';
-import { CachedHostAddresses } from '../host/interfaces.js';
 import { LinkWatch } from '../host/link-watch.js';
 import { applyOomScoreAdj } from '../host/oom-score.js';
 import { createLogger, type Logger } from '../logger.js';
 import type { ObjectProblem } from '../model/parse.js';
-import { probeNodeEnv, proxyFamiliesFor, resolveNodeName } from '../sources/host.js';
 import type { Source } from '../sources/types.js';
 
 /**
  * The modules of the first sync that the data plane's open does not use: the parser and change
- * tracker (with their zod schemas), the brain and its sync loop, the status servers (prom-client).
- * They are imported once the open has started the BPF load (openDataplane starts it within the
- * call), so that their loading runs beside the kernel's map creation rather than before it.
+ * tracker (with their zod schemas), the brain and its sync loop, the status servers (prom-client),
+ * the node's addresses and environment (zod as well). They are imported once the open has started
+ * the BPF load (openDataplane starts it within the call), so that their loading runs beside the
+ * kernel's map creation rather than before it; no module of the start-up closure loads zod.
  */
 function importSyncModules() {
   return Promise.all([
@@ -30,6 +29,8 @@ function importSyncModules() {
     import('../brain/sync-loop.js'),
     import('../brain/runner.js'),
     import('../metrics/status-servers.js'),
+    import('../sources/host.js'),
+    import('../host/interfaces.js'),
   ]);
 }
 
@@ -132,7 +133,6 @@ export async function startAgent(
   log: Logger,
   observers: SyncObserver[] = [],
 ): Promise<RunningAgent> {
-  const nodeName = resolveNodeName(config.hostnameOverride);
   // Both start at once: the data plane's BPF programs are verified off the event loop while the
   // source lists (or reads) and parses the objects. Events that arrive before the first sync only
   // fill the tracker.
@@ -150,7 +150,10 @@ export async function startAgent(
     { SyncLoop },
     { BoundedFrequencyRunner },
     { startStatusServers },
+    { probeNodeEnv, proxyFamiliesFor, resolveNodeName },
+    { CachedHostAddresses },
   ] = await importSyncModules();
+  const nodeName = resolveNodeName(config.hostnameOverride);
   const tracker = new ChangeTracker(nodeName);
   const source = await openSource(opts, config, nodeName, log, formatProblem);
   // kube-proxy waits for the initial lists before its first sync, so a restart never programs a
