@@ -15,7 +15,15 @@
 
 #include "types.h"
 
-/* Default capacities; the agent overrides them from its config before loading. */
+/* Default capacities; the agent overrides them from its config before loading.
+ *
+ * The large hash maps only the agent writes (the programs look them up and never update them:
+ * services, slots, backends, affinity matches) are not preallocated (BPF_F_NO_PREALLOC): their
+ * elements are allocated as the agent writes them, so a node pays for the entries it holds, not
+ * for max_entries, and creating them costs next to nothing (preallocating 2^20 slots and 2^20
+ * affinity matches took 20-180 ms each at a start on a loaded machine). A lookup is the same, and
+ * the agent's update of a full map fails with E2BIG either way. Maps the programs write keep
+ * their preallocation: an allocation in a program could fail under memory pressure. */
 #define KBP_MAX_FRONTENDS 65536
 #define KBP_MAX_SVC_IDS	  65536
 #define KBP_MAX_SLOTS	  262144
@@ -32,6 +40,7 @@
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, KBP_MAX_FRONTENDS);
 	__type(key, struct kbp_svc4_key);
 	__type(value, struct kbp_svc_val);
@@ -39,6 +48,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, KBP_MAX_FRONTENDS);
 	__type(key, struct kbp_svc6_key);
 	__type(value, struct kbp_svc_val);
@@ -46,6 +56,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, KBP_MAX_SLOTS);
 	__type(key, struct kbp_slot_key);
 	__type(value, struct kbp_slot_val);
@@ -53,6 +64,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, KBP_MAX_BACKENDS);
 	__type(key, __u32);
 	__type(value, struct kbp_backend4);
@@ -60,6 +72,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, KBP_MAX_BACKENDS);
 	__type(key, __u32);
 	__type(value, struct kbp_backend6);
@@ -127,6 +140,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, KBP_MAX_SLOTS);
 	__type(key, struct kbp_aff_match_key);
 	__type(value, __u8);

@@ -2,23 +2,37 @@
 // → change tracker → bounded-frequency runner → the brain → the data plane of --proxy-mode.
 
 import type { Command } from 'commander';
-import { BoundedFrequencyRunner } from '../brain/runner.js';
-import { SyncLoop, type SyncObserver } from '../brain/sync-loop.js';
+import type { SyncObserver } from '../brain/sync-loop.js';
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
 import type { ProxyConfig } from '../config/types.js';
 import { openDataplane } from '../dataplanes/open.js';
 import { applyConntrackSysctls, netfilterConntrackPresent } from '../host/conntrack-sysctls.js';
 import { collectHeapSoon } from '../host/heap.js';
-import { CachedHostAddresses } from '../host/interfaces.js';
 import { LinkWatch } from '../host/link-watch.js';
 import { applyOomScoreAdj } from '../host/oom-score.js';
 import { createLogger, type Logger } from '../logger.js';
-import { startStatusServers } from '../metrics/status-servers.js';
-import { formatProblem } from '../model/parse.js';
-import { ChangeTracker } from '../model/tracker.js';
-import { probeNodeEnv, proxyFamiliesFor, resolveNodeName } from '../sources/host.js';
+import type { ObjectProblem } from '../model/parse.js';
 import type { Source } from '../sources/types.js';
+
+/**
+ * The modules of the first sync that the data plane's open does not use: the parser and change
+ * tracker (with their zod schemas), the brain and its sync loop, the status servers (prom-client),
+ * the node's addresses and environment (zod as well). They are imported once the open has started
+ * the BPF load (openDataplane starts it within the call), so that their loading runs beside the
+ * kernel's map creation rather than before it; no module of the start-up closure loads zod.
+ */
+function importSyncModules() {
+  return Promise.all([
+    import('../model/tracker.js'),
+    import('../model/parse.js'),
+    import('../brain/sync-loop.js'),
+    import('../brain/runner.js'),
+    import('../metrics/status-servers.js'),
+    import('../sources/host.js'),
+    import('../host/interfaces.js'),
+  ]);
+}
 
 export const SYNC_BURST = 2;
 const RETRY_AFTER_FAILURE_MS = 1000;
@@ -62,6 +76,7 @@ async function openSource(
   config: ProxyConfig,
   nodeName: string,
   log: Logger,
+  formatProblem: (problem: ObjectProblem) => string,
 ): Promise<Source> {
   if (opts.manifests && opts.manifests.length > 0) {
     const { ManifestSource } = await import('../sources/manifests.js');
@@ -118,8 +133,6 @@ export async function startAgent(
   log: Logger,
   observers: SyncObserver[] = [],
 ): Promise<RunningAgent> {
-  const nodeName = resolveNodeName(config.hostnameOverride);
-  const tracker = new ChangeTracker(nodeName);
   // Both start at once: the data plane's BPF programs are verified off the event loop while the
   // source lists (or reads) and parses the objects. Events that arrive before the first sync only
   // fill the tracker.
@@ -129,7 +142,20 @@ export async function startAgent(
   // retry 100 ms later is not on the way to the first sync.
   const oomScore = applyOomScoreAdj(config.oomScoreAdj, log);
   const opening = openDataplane(config, log);
-  const source = await openSource(opts, config, nodeName, log);
+  // Awaited below; a failure meanwhile is not an unhandled rejection.
+  opening.catch(() => {});
+  const [
+    { ChangeTracker },
+    { formatProblem },
+    { SyncLoop },
+    { BoundedFrequencyRunner },
+    { startStatusServers },
+    { probeNodeEnv, proxyFamiliesFor, resolveNodeName },
+    { CachedHostAddresses },
+  ] = await importSyncModules();
+  const nodeName = resolveNodeName(config.hostnameOverride);
+  const tracker = new ChangeTracker(nodeName);
+  const source = await openSource(opts, config, nodeName, log, formatProblem);
   // kube-proxy waits for the initial lists before its first sync, so a restart never programs a
   // half-known cluster (which would scale services down to nothing).
   const listed = source.start((events) => {

@@ -39,6 +39,7 @@ import {
   trafficPolicy,
   validate,
 } from './schema.js';
+import { isEndpointSliceShape, isServiceShape } from './shape.js';
 import {
   type EndpointConditions,
   type EndpointPort,
@@ -71,7 +72,7 @@ export const DEFAULT_CLIENT_IP_TIMEOUT_SECONDS = 10800;
 const MAX_CLIENT_IP_TIMEOUT_SECONDS = 86400;
 // ---- Service ------------------------------------------------------------------------------------
 
-const serviceSchema = object({
+export const serviceSchema = object({
   kind: kindIs('Service'),
   metadata: namespacedMetadata(dns1035Label()),
   spec: optional(
@@ -122,7 +123,7 @@ const serviceSchema = object({
   ),
 });
 
-type RawService = z.infer<typeof serviceSchema>;
+export type RawService = z.infer<typeof serviceSchema>;
 
 /** Rules of the API server's Service validation that span fields and that kube-proxy's keys rely on. */
 function serviceIssues(raw: RawService): Issue[] {
@@ -244,14 +245,14 @@ function toService(raw: RawService): Built<Service> {
 }
 
 export function parseService(raw: unknown): ParseResult<Service> {
-  return validate(serviceSchema, raw, serviceIssues, toService);
+  return validate(serviceSchema, raw, serviceIssues, toService, isServiceShape);
 }
 
 // ---- EndpointSlice ------------------------------------------------------------------------------
 
 const hintList = () => optional(list(object({ name: boundedText(253) }), API_LIMITS.hintsPerEndpoint));
 
-const endpointSliceSchema = object({
+export const endpointSliceSchema = object({
   kind: kindIs('EndpointSlice'),
   metadata: namespacedMetadata(dns1123Subdomain()),
   addressType: oneOf(['IPv4', 'IPv6', 'FQDN']),
@@ -283,7 +284,7 @@ const endpointSliceSchema = object({
   ),
 });
 
-type RawEndpointSlice = z.infer<typeof endpointSliceSchema>;
+export type RawEndpointSlice = z.infer<typeof endpointSliceSchema>;
 
 type RawEndpoint = NonNullable<RawEndpointSlice['endpoints']>[number];
 
@@ -375,7 +376,7 @@ function toEndpointSlice(raw: RawEndpointSlice): Built<EndpointSlice> {
 }
 
 export function parseEndpointSlice(raw: unknown): ParseResult<EndpointSlice> {
-  return validate(endpointSliceSchema, raw, () => [], toEndpointSlice);
+  return validate(endpointSliceSchema, raw, () => [], toEndpointSlice, isEndpointSliceShape);
 }
 
 // ---- Node ---------------------------------------------------------------------------------------

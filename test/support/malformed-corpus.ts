@@ -298,7 +298,7 @@ const MUTATIONS: Mutation[] = [
  * Objects with entries kube-proxy skips one by one (externalIPs that do not parse, endpoints without a
  * usable address): used without them, and reported with `leftOut` in the reason.
  */
-function partlyBad(i: number): { object: Raw; leftOut: string } {
+export function partlyBad(i: number): { object: Raw; leftOut: string } {
   if (i % 2 === 0) {
     const s = goodService(`badip-${i}`);
     s.spec.externalIPs = ['not-an-ip', '010.001.002.003', 'fd00::zz', ' '];
@@ -392,6 +392,15 @@ export interface Corpus {
   good: Planted[];
   /** The parse of each good object alone, before anything could touch it. */
   alone: Map<Raw, ReturnType<typeof parseObject>>;
+}
+
+/** Each mutation applied to a fresh good object of its kind, in memory. */
+export function malformedObjects(): { object: Raw; kind: WatchedKind; mutation: Mutation }[] {
+  return MUTATIONS.map((mutation, id) => {
+    const object = BASE[mutation.kind](`m${id}`);
+    mutation.mutate(object, `m${id}`);
+    return { object, kind: mutation.kind, mutation };
+  });
 }
 
 /** Generates the corpus (deterministically) and writes it under `root`. */

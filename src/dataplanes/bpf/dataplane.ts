@@ -104,19 +104,18 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
     const problem = maglevTableSizeProblem(bpf.maglevTableSize);
     if (problem) throw new Error(`bpf.maglevTableSize: ${problem}`);
     const started = performance.now();
-    const hostRouting = hostRoutingDecision(bpf.hostRouting, {
-      helpers: kernelHasHostRoutingHelpers(),
-      chains: bpf.hostRouting === 'auto' ? await readNetfilterChains() : [],
-    });
-    if (!hostRouting)
-      throw new Error('bpf.hostRouting: bpf needs bpf_redirect_peer and bpf_redirect_neigh (kernel 5.10+)');
-    log.info({ setting: bpf.hostRouting, bpf: hostRouting.bpf, reason: hostRouting.reason }, 'host routing');
     const ipv6Sockets = kernelHasIPv6Sockets();
+    const hostRoutingDecided = decideHostRouting(bpf, log);
+    // Awaited by loadPinnedObject; a load that fails before it does reports its own error.
+    hostRoutingDecided.catch(() => {});
+    // The kernel creates the maps (the largest part of a first start) while the decision's
+    // commands read the node's netfilter chains: loadPinnedObject starts the creation within the
+    // call and awaits the decision only before the programs, which it sets up, load.
     const lb = await loadPinnedObject({
       pinPath: bpf.pinPath,
       mapSizes: bpf.mapSizes,
       objectPath: options.objectPath,
-      hostRouting: hostRouting.bpf,
+      hostRouting: hostRoutingDecided,
       programs: programsAtStart(bpf, ipv6Sockets),
       log,
     });
@@ -134,7 +133,7 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       graceMs: options.graceMs ?? DEFAULT_GRACE_MS,
     });
     const attacher = new Attacher(lb.pinDir, lb.prog, bpf, log);
-    const dp = new BpfDataplane(lb, store, writer, attacher, config, log, options, hostRouting.bpf);
+    const dp = new BpfDataplane(lb, store, writer, attacher, config, log, options, lb.hostRouting);
     dp.restoreIds();
     dp.reservation = reserveSnatPorts(dp.names.path, log);
     attachSocketLB(lb, store, bpf, ipv6Sockets, log);
@@ -345,6 +344,18 @@ export class BpfDataplane implements Dataplane, BpfStatsProvider {
       this.reservation = null;
     }
   }
+}
+
+/** Whether the programs route to the node's devices themselves (hostRoutingDecision), logged. */
+async function decideHostRouting(bpf: ProxyConfig['bpf'], log: Logger): Promise<boolean> {
+  const decision = hostRoutingDecision(bpf.hostRouting, {
+    helpers: kernelHasHostRoutingHelpers(),
+    chains: bpf.hostRouting === 'auto' ? await readNetfilterChains() : [],
+  });
+  if (!decision)
+    throw new Error('bpf.hostRouting: bpf needs bpf_redirect_peer and bpf_redirect_neigh (kernel 5.10+)');
+  log.info({ setting: bpf.hostRouting, bpf: decision.bpf, reason: decision.reason }, 'host routing');
+  return decision.bpf;
 }
 
 export function openBpfDataplane(

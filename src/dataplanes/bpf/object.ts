@@ -180,6 +180,8 @@ export interface LoadedObject {
   fd: Record<MapName, number>;
   /** max_entries of each map as loaded (a reused map keeps its own). */
   capacity: Record<MapName, number>;
+  /** Host routing in the programs (LoadOptions.hostRouting, decided). */
+  hostRouting: boolean;
   /** Maps found pinned and reused, with the config size they ignored when it differs. */
   reused: { name: MapName; capacity: number; configured: number | null }[];
   /** The fd of a loaded program; throws for one not loaded yet (see loadPrograms). */
@@ -240,8 +242,10 @@ export interface LoadOptions {
   pinPath: string;
   mapSizes: BpfConfig['mapSizes'];
   objectPath?: string;
-  /** Host routing in the programs (kbp_host_routing; hostRoutingDecision); off by default. */
-  hostRouting?: boolean;
+  /** Host routing in the programs (kbp_host_routing; hostRoutingDecision); off by default. The
+   * maps need none of the programs' settings: a decision still under way (it reads the node's
+   * netfilter chains) is awaited only once they are created, before the programs load. */
+  hostRouting?: boolean | Promise<boolean>;
   /** The programs verified at start (default: every one); the others load on first use
    * (LoadedObject.loadPrograms). The kernel verifies each program it loads, the largest cost of a
    * start, so a node loads only what its interfaces and settings use. */
@@ -344,14 +348,8 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
   const capacities = mapCapacities(options.mapSizes);
   const reused: LoadedObject['reused'] = [];
   try {
-    // bpf_ktime_get_coarse_ns arrived in 5.11; on 5.10 the programs read the precise clock.
-    const rodataValue = rodata.encode({
-      coarseClock: kernelAtLeast(5, 11),
-      sockSetRetval: helperSupported(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_FUNC_SET_RETVAL),
-      hostRouting: options.hostRouting ?? false,
-    });
-    setMapInitialValue(findMap(obj, RODATA_MAP), rodataValue);
-    // This copy creates (or reuses) the maps only; the programs load in copies of their own.
+    // This copy creates (or reuses) the maps only; the programs load in copies of their own, each
+    // with the settings in its own .rodata (this copy's is never read).
     const all = autoloadOnly(obj, []);
     for (const name of Object.keys(MAPS) as MapName[]) {
       const map = findMap(obj, MAPS[name].name);
@@ -372,7 +370,19 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
         if (size !== null) setMapMaxEntries(map, size);
       }
     }
-    await loadObjectOffThread(obj);
+    // Off the event loop from here: the caller's own start-up (the host-routing decision's
+    // commands, the agent's remaining modules) runs while the kernel creates the maps.
+    const creating = loadObjectOffThread(obj);
+    // Settled at once, so that a failure of the decision does not leave the creation unawaited.
+    const [created, hostRouting] = await Promise.allSettled([creating, options.hostRouting ?? false]);
+    if (created.status === 'rejected') throw created.reason;
+    if (hostRouting.status === 'rejected') throw hostRouting.reason;
+    // bpf_ktime_get_coarse_ns arrived in 5.11; on 5.10 the programs read the precise clock.
+    const rodataValue = rodata.encode({
+      coarseClock: kernelAtLeast(5, 11),
+      sockSetRetval: helperSupported(BPF_PROG_TYPE_CGROUP_SOCK_ADDR, BPF_FUNC_SET_RETVAL),
+      hostRouting: hostRouting.value,
+    });
     verifyLayoutAgainstBtf(obj);
     const fd = {} as Record<MapName, number>;
     const capacity = {} as Record<MapName, number>;
@@ -397,6 +407,7 @@ export async function loadPinnedObject(options: LoadOptions): Promise<LoadedObje
       pinDir,
       fd,
       capacity,
+      hostRouting: hostRouting.value,
       reused,
       prog: (name) => programs.fdOf(name),
       loadPrograms: (names) => programs.load(names),
