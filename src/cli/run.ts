@@ -127,6 +127,27 @@ export interface RunningAgent {
   stop(): Promise<void>;
 }
 
+/** The bounded-frequency runner of the sync loop: a failed sync is retried soon, not at the next period. */
+function syncRunner(
+  Runner: typeof BoundedFrequencyRunner,
+  loop: { syncOnce(): Promise<boolean> },
+  config: ProxyConfig,
+  log: Logger,
+) {
+  const runner: BoundedFrequencyRunner = new Runner(
+    async () => {
+      if (!(await loop.syncOnce())) runner.retryAfter(RETRY_AFTER_FAILURE_MS);
+    },
+    {
+      minIntervalMs: config.minSyncPeriodSeconds * 1000,
+      maxIntervalMs: config.syncPeriodSeconds * 1000,
+      burst: SYNC_BURST,
+      onError: (err) => log.error({ err }, 'sync crashed'),
+    },
+  );
+  return runner;
+}
+
 export async function startAgent(
   opts: RunOptions,
   config: ProxyConfig,
@@ -201,17 +222,7 @@ export async function startAgent(
     dataplane,
     observers: [loggingObserver(log), ...status.observers, heapAfterFullSyncs(log), ...observers],
   });
-  const runner = new BoundedFrequencyRunner(
-    async () => {
-      if (!(await loop.syncOnce())) runner.retryAfter(RETRY_AFTER_FAILURE_MS);
-    },
-    {
-      minIntervalMs: config.minSyncPeriodSeconds * 1000,
-      maxIntervalMs: config.syncPeriodSeconds * 1000,
-      burst: SYNC_BURST,
-      onError: (err) => log.error({ err }, 'sync crashed'),
-    },
-  );
+  const runner = syncRunner(BoundedFrequencyRunner, loop, config, log);
   await listed;
   onChange = () => {
     loop.noteQueued();
