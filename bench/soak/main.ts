@@ -23,8 +23,10 @@ import {
   checkLeaks,
   checkMaps,
   checkProgramming,
+  checkStreamsRan,
   countedFailures,
   mapProblems,
+  processKey,
 } from './checks.js';
 import { Churn, type ChurnKind, DISRUPTIONS } from './churn.js';
 import type { NodeSample } from './metrics.js';
@@ -42,6 +44,12 @@ const SETTLE_SAMPLE_PERIOD_MS = 1000;
  * meets a disruption waits for it (an agent frozen through an API server restart and a relist:
  * about 10 s), and 30 s leaves room for the two together on a busy machine. */
 const PROGRAMMING_BOUND_S = 30;
+/** A long-lived flow may fail from its pod's deletion until the pod is gone (its grace period) and
+ * the proxy has forgotten the flow (a change's bound); later, its requests must find a live backend. */
+const FLOW_END_MS = (GRACE_SECONDS + PROGRAMMING_BOUND_S) * 1000;
+/** The longest a stream may go without a request ending: a request's timeout (3 s) and interval
+ * (0.3 s), with room for a client's event loop held up on a machine this busy. */
+const STREAM_PAUSE_BOUND_MS = 15_000;
 /** The longest the flows may take to drain at the end: UDP's 60 s idle timeout, then a GC pass. */
 const SETTLE_LIMIT_MS = 150_000;
 const NODES = REAL_NODES.map((n) => n.name);
@@ -87,7 +95,7 @@ async function settle(sampler: Sampler, start: readonly NodeSample[]): Promise<v
 
 /** The first sample of the process that was the node's agent at the end: its baseline. */
 function processBaseline(samples: readonly NodeSample[], final: NodeSample): NodeSample {
-  return samples.find((s) => s.node === final.node && s.pid === final.pid && s.up) ?? final;
+  return samples.find((s) => s.up && processKey(s) === processKey(final)) ?? final;
 }
 
 /**
@@ -205,12 +213,13 @@ function judge(r: Recorded, bpf: boolean): CheckResult[] {
   });
   const steadySamples = sampler.samples.filter((s) => s.node === r.steady);
   return [
-    checkFailedRequests(r.streams, ledger.requests, ledger.failures, churn.incarnations),
+    checkFailedRequests(r.streams, ledger.requests, ledger.failures, churn.incarnations, FLOW_END_MS),
+    checkStreamsRan(r.streams, ledger.pace, r.churnEnds, STREAM_PAUSE_BOUND_MS, ledger.clientExits),
     checkLateAnswers(ledger.backends, churn.incarnations, GRACE_SECONDS * 1000),
     checkProgramming(churn.events, sampler.samples, PROGRAMMING_BOUND_S),
     ...(bpf
       ? [
-          checkMaps(baselines, finals),
+          checkMaps(baselines, finals, sampler.samples, r.startedAt),
           checkConntrackGC(sampler.samples, r.churnEnds - r.startedAt, GC_INTERVAL_S),
         ]
       : []),
@@ -238,7 +247,7 @@ async function soak(world: SoakWorld, minutes: number, reportDir: string): Promi
       requests: ledger.requests[i] ?? 0,
       failures: ledger.failures.filter((f) => f.stream === i).length,
     })),
-    failures: countedFailures(r.streams, ledger.failures, r.churn.incarnations).map((f) => ({
+    failures: countedFailures(r.streams, ledger.failures, r.churn.incarnations, FLOW_END_MS).map((f) => ({
       at: f.at,
       stream: r.streams[f.stream]?.name ?? String(f.stream),
       error: f.error,

@@ -757,6 +757,22 @@ describe('plot', () => {
     expect(chartWidth(['bpf'])).toBeLessThan(chartWidth(names));
   });
 
+  it("draws a time series of an hour's samples as a thin line in a wider plot, a few points with dots", () => {
+    const series = (n: number) => ({
+      name: 'node-a',
+      color: '#000',
+      points: Array.from({ length: n }, (_, i) => ({ x: i / 12, y: 100 + (i % 7) })),
+    });
+    const chart = { title: 't', xLabel: 'minutes', yLabel: 'MiB', xScale: 'linear' as const };
+    const hour = chartSvg({ ...chart, plotWidth: 900, series: [series(720)] });
+    expect(hour).not.toContain('<circle');
+    expect(hour).toContain('stroke-width="1.5"');
+    expect(Number(/<svg[^>]* width="(\d+)"/.exec(hour)?.[1])).toBe(chartWidth(['node-a'], 900));
+    expect(chartWidth(['node-a'], 900)).toBe(chartWidth(['node-a']) + 450);
+    const few = chartSvg({ ...chart, series: [series(12)] });
+    expect(few.match(/<circle/g)).toHaveLength(12);
+  });
+
   it('draws each spread as a whisker, a reference line, and stacks charts into one picture', () => {
     const chart = {
       title: 't',
