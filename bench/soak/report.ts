@@ -53,6 +53,9 @@ function nodeSeries(
   }));
 }
 
+/** Failed requests listed one by one in report.md (an hour that goes wrong may have thousands). */
+const FAILURES_LISTED = 200;
+
 /** The plots' width: an hour of samples every 5 s is 720 points a series. */
 const PLOT_WIDTH = 900;
 
@@ -223,10 +226,15 @@ function markdown(report: SoakReport, plots: string[]): string {
       ? [
           'Failed requests (time from the start; churn in the 5 s before; what grew between the samples around it):',
           '',
-          ...report.failures.map(
-            (f) =>
-              `- ${minutes(report, f.at).toFixed(3)} min: ${f.stream}: ${f.error} (last backend ${f.lastBackend ?? 'none'}): ${failureContext(report, f.at)}`,
-          ),
+          ...report.failures
+            .slice(0, FAILURES_LISTED)
+            .map(
+              (f) =>
+                `- ${minutes(report, f.at).toFixed(3)} min: ${f.stream}: ${f.error} (last backend ${f.lastBackend ?? 'none'}): ${failureContext(report, f.at)}`,
+            ),
+          ...(report.failures.length > FAILURES_LISTED
+            ? [`- and ${report.failures.length - FAILURES_LISTED} more (report.json has them all)`]
+            : []),
           '',
         ]
       : []),
