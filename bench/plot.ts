@@ -27,6 +27,9 @@ export interface Chart {
   xScale?: 'log' | 'linear';
   /** The plot area's width in px (default 450); an hour of samples every 5 s wants more. */
   plotWidth?: number;
+  /** Default: log when every y is positive and they span more than 30×; 'linear' always linear (a
+   * rate over time whose last window, the end, is nearly empty). */
+  yScale?: 'auto' | 'linear';
 }
 
 export const MODE_COLORS: Record<string, string> = {
@@ -134,10 +137,10 @@ export function chartSvg(chart: Chart): string {
   ];
   const { ticks: xTicks, at: xAt } = xAxis(scale, xs);
   const yPositive = ys.length > 0 && Math.min(...ys) > 0;
-  const logY = yPositive && Math.max(...ys) / Math.min(...ys) > 30;
-  const yTicks = logY
-    ? logTicks(Math.min(...ys), Math.max(...ys))
-    : linearTicks(Math.min(0, ...ys), ys.length > 0 ? Math.max(...ys) * 1.05 : 1);
+  const logY = chart.yScale !== 'linear' && yPositive && Math.max(...ys) / Math.min(...ys) > 30;
+  // Only zeros (no request failed) still get an axis from 0 to 1, not one tick.
+  const yTop = Math.max(0, ...ys) > 0 ? Math.max(...ys) * 1.05 : 1;
+  const yTicks = logY ? logTicks(Math.min(...ys), Math.max(...ys)) : linearTicks(Math.min(0, ...ys), yTop);
   const yLo = logY ? Math.log10(yTicks[0] ?? 1) : (yTicks[0] ?? 0);
   const yHi = logY ? Math.log10(yTicks.at(-1) ?? 10) : (yTicks.at(-1) ?? 1);
   const plotW = chart.plotWidth ?? PLOT_WIDTH;

@@ -78,6 +78,7 @@ function charts(report: SoakReport): Record<string, string> {
     xLabel: 'minutes since the start',
     yLabel,
     xScale: 'linear',
+    yScale: 'linear',
     plotWidth: PLOT_WIDTH,
     series,
   });

@@ -771,6 +771,13 @@ describe('plot', () => {
     expect(chartWidth(['node-a'], 900)).toBe(chartWidth(['node-a']) + 450);
     const few = chartSvg({ ...chart, series: [series(12)] });
     expect(few.match(/<circle/g)).toHaveLength(12);
+    // A rate whose last window is nearly empty stays on a linear axis when asked; only zeros (no
+    // failed request) still get an axis up to 1.
+    const rate = { name: 'answered', color: '#000', points: [100, 110, 0.4].map((y, x) => ({ x, y })) };
+    expect(chartSvg({ ...chart, series: [rate] })).toContain('(log scale)');
+    expect(chartSvg({ ...chart, yScale: 'linear', series: [rate] })).not.toContain('(log scale)');
+    const zeros = chartSvg({ ...chart, series: [{ ...rate, points: [0, 0].map((y, x) => ({ x, y })) }] });
+    expect(zeros).toMatch(/dominant-baseline="middle">1<\/text>/);
   });
 
   it('draws each spread as a whisker, a reference line, and stacks charts into one picture', () => {
