@@ -70,20 +70,38 @@ function trafficSeries(report: SoakReport, index: 1 | 2, name: string, color: st
   return { name, color, points: [...buckets].map(([w, n]) => ({ x: (w * window) / 60, y: n / window })) };
 }
 
+/** A chart over the soak's minutes. */
+const chart = (title: string, yLabel: string, series: Series[]): Chart => ({
+  title,
+  xLabel: 'minutes since the start',
+  yLabel,
+  xScale: 'linear',
+  yScale: 'linear',
+  plotWidth: PLOT_WIDTH,
+  series,
+});
+
+/** The BPF maps' entries over time: the flow maps, and the maps of the services. */
+function mapCharts(report: SoakReport): Chart[] {
+  const sum = (s: NodeSample, keys: CountedMap[]) =>
+    s.kernel ? keys.reduce((n, k) => n + (s.kernel?.[k] ?? 0), 0) : undefined;
+  return [
+    chart('BPF flow map entries (counted in the kernel)', 'entries', [
+      ...nodeSeries(report, ' conntrack', (s) => sum(s, ['ct4Tcp', 'ct4Any', 'ct6Tcp', 'ct6Any'])),
+      ...nodeSeries(report, ' fragments', (s) => sum(s, ['fragments4', 'fragments6']), 2),
+      ...nodeSeries(report, ' socket reverse', (s) => sum(s, ['sockRev4', 'sockRev6']), 4),
+    ]),
+    chart('BPF service map entries (counted in the kernel)', 'entries', [
+      ...nodeSeries(report, ' slots', (s) => sum(s, ['slots'])),
+      ...nodeSeries(report, ' services', (s) => sum(s, ['svc4', 'svc6']), 2),
+      ...nodeSeries(report, ' backends', (s) => sum(s, ['backends4', 'backends6']), 4),
+    ]),
+  ];
+}
+
 /** The plots over time: one picture each, some of two charts one above the other, so that a small
  * series (the failed requests, the services) is not drawn flat against a large one's scale. */
 function charts(report: SoakReport): Record<string, string> {
-  const chart = (title: string, yLabel: string, series: Series[]): Chart => ({
-    title,
-    xLabel: 'minutes since the start',
-    yLabel,
-    xScale: 'linear',
-    yScale: 'linear',
-    plotWidth: PLOT_WIDTH,
-    series,
-  });
-  const sum = (s: NodeSample, keys: CountedMap[]) =>
-    s.kernel ? keys.reduce((n, k) => n + (s.kernel?.[k] ?? 0), 0) : undefined;
   const ms = (v: number | undefined) => (v === undefined ? undefined : v * 1000);
   return {
     rss: chartSvg(
@@ -113,18 +131,8 @@ function charts(report: SoakReport): Record<string, string> {
         trafficSeries(report, 2, 'failed', PALETTE[1]!),
       ]),
     ]),
-    maps: stackedSvg([
-      chart('BPF flow map entries (counted in the kernel)', 'entries', [
-        ...nodeSeries(report, ' conntrack', (s) => sum(s, ['ct4Tcp', 'ct4Any', 'ct6Tcp', 'ct6Any'])),
-        ...nodeSeries(report, ' fragments', (s) => sum(s, ['fragments4', 'fragments6']), 2),
-        ...nodeSeries(report, ' socket reverse', (s) => sum(s, ['sockRev4', 'sockRev6']), 4),
-      ]),
-      chart('BPF service map entries (counted in the kernel)', 'entries', [
-        ...nodeSeries(report, ' slots', (s) => sum(s, ['slots'])),
-        ...nodeSeries(report, ' services', (s) => sum(s, ['svc4', 'svc6']), 2),
-        ...nodeSeries(report, ' backends', (s) => sum(s, ['backends4', 'backends6']), 4),
-      ]),
-    ]),
+    // The BPF maps: bpf mode's only (the rule modes' samples count none).
+    ...(report.samples.some((s) => s.kernel) ? { maps: stackedSvg(mapCharts(report)) } : {}),
     fds: stackedSvg([
       chart(
         'Agent file descriptors',
@@ -207,7 +215,7 @@ function markdown(report: SoakReport, plots: string[]): string {
   const lines = [
     `# Soak: ${report.minutes} minutes, ${report.mode} mode`,
     '',
-    `Started ${new Date(report.startedAt).toISOString()}; traffic and churn for ${report.minutes} minutes, then ${(report.settleMs / 1000).toFixed(0)} s until the maps had drained. ${report.steady}'s agent lived through the soak (its RSS and event-loop lag are the ones checked for flatness); the other node's was killed, stopped and frozen. Made by \`scripts/soak.sh\`.`,
+    `Started ${new Date(report.startedAt).toISOString()}; traffic and churn for ${report.minutes} minutes, then ${(report.settleMs / 1000).toFixed(0)} s ${report.mode === 'bpf' ? 'until the maps had drained' : 'to the last samples (no BPF maps to drain in this mode)'}. ${report.steady}'s agent lived through the soak (its RSS and event-loop lag are the ones checked for flatness); the other node's was killed, stopped and frozen. Made by \`scripts/soak.sh\`.`,
     '',
     loadLine(report),
     '',
