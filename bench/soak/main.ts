@@ -4,8 +4,9 @@
 // with "N passed, N failed" (exit 1 when anything failed). Needs root, `npm run build`, the CNI
 // plugins, helm and the control plane (scripts/install-deps.sh).
 // Usage: node dist/bench/soak/main.js --minutes M [--mode bpf|iptables|nftables] [--report-dir DIR]
+//        node dist/bench/soak/main.js --render DIR (report.md and plots again from the report.json in DIR)
 
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -30,7 +31,7 @@ import {
 } from './checks.js';
 import { Churn, type ChurnKind, DISRUPTIONS } from './churn.js';
 import type { NodeSample } from './metrics.js';
-import { writeReport } from './report.js';
+import { type SoakReport, writeReport } from './report.js';
 import { Sampler } from './sampler.js';
 import { planStreams, type Stream, startProbes, startTraffic, TrafficLedger } from './traffic.js';
 import { GC_INTERVAL_S, GRACE_SECONDS, SoakWorld } from './world.js';
@@ -60,14 +61,16 @@ function options() {
       minutes: { type: 'string' },
       mode: { type: 'string', default: 'bpf' },
       'report-dir': { type: 'string' },
+      render: { type: 'string' },
     },
   });
+  if (values.render !== undefined) return { render: resolve(values.render) } as const;
   const minutes = Number(values.minutes);
   const mode = values.mode as ProxyMode;
   if (!(minutes > 0)) throw new Error('--minutes M (M > 0) is required');
   if (!MODES.includes(mode)) throw new Error(`--mode: one of ${MODES.join(', ')}`);
   const reportDir = resolve(values['report-dir'] ?? mkdtempSync(join(tmpdir(), 'kbp-soak-')));
-  return { minutes, mode, reportDir };
+  return { minutes, mode, reportDir, render: undefined };
 }
 
 async function labNamespaces(prefix: string): Promise<number> {
@@ -261,8 +264,17 @@ async function soak(world: SoakWorld, minutes: number, reportDir: string): Promi
   return checks;
 }
 
+/** --render DIR: report.md and the plots drawn again from the report.json in DIR (a kept run's plots). */
+async function render(dir: string): Promise<number> {
+  await writeReport(dir, JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as SoakReport);
+  console.log(`report: ${join(dir, 'report.md')}`);
+  return 0;
+}
+
 async function main(): Promise<number> {
-  const { minutes, mode, reportDir } = options();
+  const opts = options();
+  if (opts.render !== undefined) return render(opts.render);
+  const { minutes, mode, reportDir } = opts;
   const world = new SoakWorld(mode, `kbpsoak${process.pid}`);
   const cleanup = async () => {
     await world.destroy().catch((err) => console.error(`cleanup: ${err}`));
