@@ -25,6 +25,11 @@ export interface Chart {
   reference?: number;
   /** Default log: the benchmark's service counts; linear for time (the soak). */
   xScale?: 'log' | 'linear';
+  /** The plot area's width in px (default 450); an hour of samples every 5 s wants more. */
+  plotWidth?: number;
+  /** Default: log when every y is positive and they span more than 30×; 'linear' always linear (a
+   * rate over time whose last window, the end, is nearly empty). */
+  yScale?: 'auto' | 'linear';
 }
 
 export const MODE_COLORS: Record<string, string> = {
@@ -49,10 +54,14 @@ const MARGIN = { left: 80, top: 48, bottom: 56 };
 const LEGEND_NAME_X = 14 + 32;
 const LEGEND_CHAR_PX = 7.5;
 
+/** A series with more points than this is drawn as a thin line without a dot per point: an
+ * hour's samples every 5 s would otherwise be a band of dots. */
+const DOTTED_POINTS_MAX = 60;
+
 /** The picture's width: the plot, then a legend wide enough for the longest series name. */
-export function chartWidth(seriesNames: readonly string[]): number {
+export function chartWidth(seriesNames: readonly string[], plotWidth = PLOT_WIDTH): number {
   const longest = Math.max(0, ...seriesNames.map((name) => name.length));
-  return MARGIN.left + PLOT_WIDTH + LEGEND_NAME_X + Math.ceil(longest * LEGEND_CHAR_PX) + 12;
+  return MARGIN.left + plotWidth + LEGEND_NAME_X + Math.ceil(longest * LEGEND_CHAR_PX) + 12;
 }
 
 const escapeXml = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
@@ -88,7 +97,14 @@ function logTicks(lo: number, hi: number): number[] {
 export function stackedSvg(charts: readonly Chart[]): string {
   const parts = charts.map(chartSvg);
   if (parts.length === 1) return parts[0]!;
-  const width = Math.max(...charts.map((c) => chartWidth(c.series.map((s) => s.name))));
+  const width = Math.max(
+    ...charts.map((c) =>
+      chartWidth(
+        c.series.map((s) => s.name),
+        c.plotWidth,
+      ),
+    ),
+  );
   const height = HEIGHT * parts.length;
   const nested = parts.map((svg, i) => svg.replace('<svg ', `<svg x="0" y="${i * HEIGHT}" `));
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">\n<rect width="${width}" height="${height}" fill="#ffffff"/>\n${nested.join('')}</svg>\n`;
@@ -121,14 +137,17 @@ export function chartSvg(chart: Chart): string {
   ];
   const { ticks: xTicks, at: xAt } = xAxis(scale, xs);
   const yPositive = ys.length > 0 && Math.min(...ys) > 0;
-  const logY = yPositive && Math.max(...ys) / Math.min(...ys) > 30;
-  const yTicks = logY
-    ? logTicks(Math.min(...ys), Math.max(...ys))
-    : linearTicks(Math.min(0, ...ys), ys.length > 0 ? Math.max(...ys) * 1.05 : 1);
+  const logY = chart.yScale !== 'linear' && yPositive && Math.max(...ys) / Math.min(...ys) > 30;
+  // Only zeros (no request failed) still get an axis from 0 to 1, not one tick.
+  const yTop = Math.max(0, ...ys) > 0 ? Math.max(...ys) * 1.05 : 1;
+  const yTicks = logY ? logTicks(Math.min(...ys), Math.max(...ys)) : linearTicks(Math.min(0, ...ys), yTop);
   const yLo = logY ? Math.log10(yTicks[0] ?? 1) : (yTicks[0] ?? 0);
   const yHi = logY ? Math.log10(yTicks.at(-1) ?? 10) : (yTicks.at(-1) ?? 1);
-  const width = chartWidth(chart.series.map((s) => s.name));
-  const plotW = PLOT_WIDTH;
+  const plotW = chart.plotWidth ?? PLOT_WIDTH;
+  const width = chartWidth(
+    chart.series.map((s) => s.name),
+    plotW,
+  );
   const plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
   const px = (x: number) => MARGIN.left + xAt(x) * plotW;
   const py = (y: number) =>
@@ -178,15 +197,16 @@ export function chartSvg(chart: Chart): string {
     }
     const valid = series.points.filter((p) => Number.isFinite(p.y) && onAxis(p)).sort((a, b) => a.x - b.x);
     const dash = series.dashed ? ' stroke-dasharray="6 4"' : '';
+    const dotted = valid.length <= DOTTED_POINTS_MAX;
     if (valid.length > 1) {
       const d = valid
         .map((p, k) => `${k === 0 ? 'M' : 'L'}${px(p.x).toFixed(1)},${py(p.y).toFixed(1)}`)
         .join(' ');
       out.push(
-        `<path d="${d}" fill="none" stroke="${series.color}" stroke-width="${series.dashed ? 1.5 : 2.5}"${dash}/>`,
+        `<path d="${d}" fill="none" stroke="${series.color}" stroke-width="${series.dashed || !dotted ? 1.5 : 2.5}"${dash}/>`,
       );
     }
-    for (const p of valid) {
+    for (const p of dotted ? valid : []) {
       out.push(
         `<circle cx="${px(p.x).toFixed(1)}" cy="${py(p.y).toFixed(1)}" r="3.5" fill="${series.color}"/>`,
       );

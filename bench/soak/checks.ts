@@ -2,8 +2,8 @@
 // events and pods, and the nodes' samples. Each check passes or fails with one line saying why.
 
 import type { ChurnEvent, ChurnKind, Incarnation } from './churn.js';
-import { FLOW_MAPS, type NodeSample, PLANNED_MAPS } from './metrics.js';
-import type { BackendSeen, Failure, Stream } from './traffic.js';
+import { countWithin, FLOW_MAPS, type NodeSample, PLANNED_MAPS } from './metrics.js';
+import type { BackendSeen, Failure, Stream, StreamPace } from './traffic.js';
 
 export interface CheckResult {
   name: string;
@@ -31,14 +31,23 @@ const median = (values: number[]): number => {
 
 /**
  * A failure is excused only on a long-lived flow (kept-alive connection, connected UDP socket)
- * whose backend had been deleted before it: the flow ends with its pod, as it would with
- * kube-proxy. Every other failure counts: the stable Service's backends stay ready throughout and
- * the churned one always keeps Ready endpoints.
+ * whose backend had been deleted before it, and no later than `flowEndMs` after that deletion: the
+ * flow ends with its pod, as it would with kube-proxy, and then the next request must find a live
+ * backend (once the pod is gone after its grace period, the proxy forgets the flow: kube-proxy
+ * deletes a UDP flow's conntrack entry when its endpoint goes). Without the bound, a connected
+ * socket stuck on a dead pod would fail every request for the rest of an hour, each one excused by
+ * the same deletion. Every other failure counts: the stable Service's backends stay ready throughout
+ * and the churned one always keeps Ready endpoints.
  */
-export function excused(failure: Failure, stream: Stream, removedAt: ReadonlyMap<string, number>): boolean {
+export function excused(
+  failure: Failure,
+  stream: Stream,
+  removedAt: ReadonlyMap<string, number>,
+  flowEndMs: number,
+): boolean {
   if (stream.kind !== 'keepalive' && stream.kind !== 'udp-stream') return false;
   const removed = failure.lastBackend ? removedAt.get(failure.lastBackend) : undefined;
-  return removed !== undefined && removed <= failure.at;
+  return removed !== undefined && removed <= failure.at && failure.at <= removed + flowEndMs;
 }
 
 export function removalTimes(incarnations: readonly Incarnation[]): Map<string, number> {
@@ -50,9 +59,24 @@ export function countedFailures(
   streams: readonly Stream[],
   failures: readonly Failure[],
   incarnations: readonly Incarnation[],
+  flowEndMs: number,
 ): Failure[] {
   const removedAt = removalTimes(incarnations);
-  return failures.filter((f) => !excused(f, streams[f.stream]!, removedAt));
+  return failures.filter((f) => !excused(f, streams[f.stream]!, removedAt, flowEndMs));
+}
+
+/** How long after its pod's deletion each excused failure came, the latest: what the bound allows. */
+export function latestExcused(
+  streams: readonly Stream[],
+  failures: readonly Failure[],
+  incarnations: readonly Incarnation[],
+  flowEndMs: number,
+): number {
+  const removedAt = removalTimes(incarnations);
+  const after = failures
+    .filter((f) => excused(f, streams[f.stream]!, removedAt, flowEndMs))
+    .map((f) => f.at - (removedAt.get(f.lastBackend ?? '') ?? f.at));
+  return Math.max(0, ...after);
 }
 
 export function checkFailedRequests(
@@ -60,9 +84,12 @@ export function checkFailedRequests(
   requests: readonly number[],
   failures: readonly Failure[],
   incarnations: readonly Incarnation[],
+  flowEndMs: number,
 ): CheckResult {
   const total = requests.reduce((a, b) => a + b, 0);
-  const counted = countedFailures(streams, failures, incarnations);
+  const counted = countedFailures(streams, failures, incarnations, flowEndMs);
+  const excusedCount = failures.length - counted.length;
+  const latest = latestExcused(streams, failures, incarnations, flowEndMs);
   const byStream = new Map<string, number>();
   for (const f of counted) {
     const key = `${streams[f.stream]?.name}: ${f.error}`;
@@ -75,7 +102,39 @@ export function checkFailedRequests(
   return {
     name: 'zero failed requests to backends that stayed ready',
     passed: total > 0 && counted.length === 0,
-    detail: `${counted.length} of ${total} requests failed (${failures.length - counted.length} more on long-lived flows whose pod was deleted)${worst.length ? `: ${worst.join('; ')}` : ''}`,
+    detail: `${counted.length} of ${total} requests failed (${excusedCount} more on long-lived flows whose pod was deleted${excusedCount ? `, the latest ${(latest / 1000).toFixed(1)} s after its deletion, within ${flowEndMs / 1000} s` : ''})${worst.length ? `: ${worst.join('; ')}` : ''}`,
+  };
+}
+
+/**
+ * Every stream kept sending from the start to the end of the churn: no gap between two of its
+ * requests' ends (nor from the start to its first, nor from its last to the end) longer than
+ * `boundMs`, and no client process that exited before it was stopped. A client that died or hung
+ * would otherwise stop adding failures, and the failure count would read as clean.
+ */
+export function checkStreamsRan(
+  streams: readonly Stream[],
+  pace: readonly StreamPace[],
+  end: number,
+  boundMs: number,
+  clientExits: readonly string[],
+): CheckResult {
+  const gaps = streams.map((s, i) => {
+    const p = pace[i];
+    const tail = p ? end - p.last : Number.POSITIVE_INFINITY;
+    const longest = Math.max(p?.longest ?? Number.POSITIVE_INFINITY, tail);
+    const at = p && tail > p.longest ? p.last : (p?.longestAt ?? 0);
+    return { name: s.name, longest, at };
+  });
+  const worst = gaps.reduce(
+    (a, b) => (b.longest > a.longest ? b : a),
+    gaps[0] ?? { name: '-', longest: 0, at: 0 },
+  );
+  const stalled = gaps.filter((g) => g.longest > boundMs);
+  return {
+    name: 'every stream kept sending until the end',
+    passed: streams.length > 0 && stalled.length === 0 && clientExits.length === 0,
+    detail: `the longest pause between two requests' ends ${(worst.longest / 1000).toFixed(1)} s (${worst.name}; bound ${boundMs / 1000} s)${stalled.length ? `; stalled: ${stalled.map((g) => `${g.name} ${(g.longest / 1000).toFixed(1)} s`).join(', ')}` : ''}${clientExits.length ? `; clients that exited: ${clientExits.join('; ')}` : ''}`,
   };
 }
 
@@ -101,10 +160,13 @@ export function checkLateAnswers(
   };
 }
 
+/** One agent process: its node, its pid and its start time (a pid alone may come back). */
+export const processKey = (s: NodeSample): string => `${s.node}/${s.pid}/${s.startedAt ?? ''}`;
+
 /** The last sample of each agent process: its histograms are cumulative over its life. */
 function lastPerProcess(samples: readonly NodeSample[]): NodeSample[] {
   const last = new Map<string, NodeSample>();
-  for (const s of samples) if (s.up && s.pid !== null) last.set(`${s.node}/${s.pid}`, s);
+  for (const s of samples) if (s.up && s.pid !== null) last.set(processKey(s), s);
   return [...last.values()];
 }
 
@@ -119,8 +181,8 @@ export function programmingOverBound(
   let total = 0;
   let over = 0;
   for (const s of lastPerProcess(samples)) {
-    const all = s.programming?.find((b) => b.le === Number.POSITIVE_INFINITY)?.count ?? 0;
-    const within = s.programming?.find((b) => b.le === boundSeconds)?.count ?? 0;
+    const all = countWithin(s.programming ?? [], Number.POSITIVE_INFINITY);
+    const within = countWithin(s.programming ?? [], boundSeconds);
     total += all;
     over += all - within;
   }
@@ -168,13 +230,27 @@ export function mapProblems(baseline: NodeSample, final: NodeSample): string[] {
   return problems;
 }
 
-export function checkMaps(baselines: readonly NodeSample[], finals: readonly NodeSample[]): CheckResult {
+/** The maps found full during the run, by node, with the first time (minutes from `from`). */
+export function fullMaps(samples: readonly NodeSample[], from: number): string[] {
+  const first = new Map<string, number>();
+  for (const s of samples)
+    for (const map of s.full ?? []) if (!first.has(`${s.node}: ${map}`)) first.set(`${s.node}: ${map}`, s.t);
+  return [...first].map(([what, t]) => `${what} full at ${((t - from) / 60_000).toFixed(1)} min`);
+}
+
+export function checkMaps(
+  baselines: readonly NodeSample[],
+  finals: readonly NodeSample[],
+  samples: readonly NodeSample[],
+  from: number,
+): CheckResult {
   const problems = finals.flatMap((final) => {
     const baseline = baselines.find((b) => b.node === final.node);
     return baseline
       ? mapProblems(baseline, final).map((p) => `${final.node}: ${p}`)
       : [`${final.node}: no baseline`];
   });
+  problems.push(...fullMaps(samples, from));
   const summary = finals
     .map((f) => `${f.node} ${PLANNED_MAPS.map((k) => `${k} ${f.kernel?.[k]}`).join(', ')}`)
     .join('; ');
@@ -183,7 +259,7 @@ export function checkMaps(baselines: readonly NodeSample[], finals: readonly Nod
     passed: finals.length > 0 && problems.length === 0,
     detail: problems.length
       ? problems.join('; ')
-      : `${summary}; flows, affinity, fragments and socket reverse entries empty`,
+      : `${summary}; flows, affinity, fragments and socket reverse entries empty; no map full during the run`,
   };
 }
 
@@ -236,7 +312,7 @@ export function warmSeries(samples: readonly NodeSample[], field: 'rssBytes' | '
   const out: { node: string; t: number; value: number }[] = [];
   for (const s of samples) {
     if (!s.up || s.pid === null) continue;
-    const key = `${s.node}/${s.pid}`;
+    const key = processKey(s);
     if (!started.has(key)) started.set(key, s.t);
     const value = s[field];
     if (value !== undefined && s.t - (started.get(key) ?? s.t) >= WARM_UP_MS)

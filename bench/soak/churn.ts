@@ -304,10 +304,11 @@ export class Churn {
     const pid = agent.pid;
     if (pid === undefined) throw new Error(`no agent process on ${node}`);
     const linesBefore = agent.lines.length;
+    const gone = `gone-${++this.serviceSerial}`;
     process.kill(pid, 'SIGSTOP');
     try {
       await this.world.controlPlane.restartApiServer();
-      await this.world.createService(`gone-${++this.serviceSerial}`, 'ClusterIP', { app: 'stable' });
+      await this.world.createService(gone, 'ClusterIP', { app: 'stable' });
       await this.world.controlPlane.compactEtcd();
     } finally {
       process.kill(pid, 'SIGCONT');
@@ -317,7 +318,12 @@ export class Churn {
       (line) => agent.lines.indexOf(line) >= linesBefore && /410|expired/i.test(String(line.msg)),
       30_000,
     );
-    return Date.now() - thawed;
+    const ms = Date.now() - thawed;
+    // Gone again, so that an hour's relists leave the cluster's state as it was (finish() deletes
+    // any left by a relist that failed).
+    await this.world.controlPlane.api('DELETE', `/api/v1/namespaces/${NAMESPACE}/services/${gone}`);
+    this.world.services.delete(gone);
+    return ms;
   }
 
   /**

@@ -4,8 +4,9 @@
 // with "N passed, N failed" (exit 1 when anything failed). Needs root, `npm run build`, the CNI
 // plugins, helm and the control plane (scripts/install-deps.sh).
 // Usage: node dist/bench/soak/main.js --minutes M [--mode bpf|iptables|nftables] [--report-dir DIR]
+//        node dist/bench/soak/main.js --render DIR (report.md and plots again from the report.json in DIR)
 
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -23,12 +24,14 @@ import {
   checkLeaks,
   checkMaps,
   checkProgramming,
+  checkStreamsRan,
   countedFailures,
   mapProblems,
+  processKey,
 } from './checks.js';
 import { Churn, type ChurnKind, DISRUPTIONS } from './churn.js';
 import type { NodeSample } from './metrics.js';
-import { writeReport } from './report.js';
+import { type SoakReport, writeReport } from './report.js';
 import { Sampler } from './sampler.js';
 import { planStreams, type Stream, startProbes, startTraffic, TrafficLedger } from './traffic.js';
 import { GC_INTERVAL_S, GRACE_SECONDS, SoakWorld } from './world.js';
@@ -42,6 +45,12 @@ const SETTLE_SAMPLE_PERIOD_MS = 1000;
  * meets a disruption waits for it (an agent frozen through an API server restart and a relist:
  * about 10 s), and 30 s leaves room for the two together on a busy machine. */
 const PROGRAMMING_BOUND_S = 30;
+/** A long-lived flow may fail from its pod's deletion until the pod is gone (its grace period) and
+ * the proxy has forgotten the flow (a change's bound); later, its requests must find a live backend. */
+const FLOW_END_MS = (GRACE_SECONDS + PROGRAMMING_BOUND_S) * 1000;
+/** The longest a stream may go without a request ending: a request's timeout (3 s) and interval
+ * (0.3 s), with room for a client's event loop held up on a machine this busy. */
+const STREAM_PAUSE_BOUND_MS = 15_000;
 /** The longest the flows may take to drain at the end: UDP's 60 s idle timeout, then a GC pass. */
 const SETTLE_LIMIT_MS = 150_000;
 const NODES = REAL_NODES.map((n) => n.name);
@@ -52,14 +61,16 @@ function options() {
       minutes: { type: 'string' },
       mode: { type: 'string', default: 'bpf' },
       'report-dir': { type: 'string' },
+      render: { type: 'string' },
     },
   });
+  if (values.render !== undefined) return { render: resolve(values.render) } as const;
   const minutes = Number(values.minutes);
   const mode = values.mode as ProxyMode;
   if (!(minutes > 0)) throw new Error('--minutes M (M > 0) is required');
   if (!MODES.includes(mode)) throw new Error(`--mode: one of ${MODES.join(', ')}`);
   const reportDir = resolve(values['report-dir'] ?? mkdtempSync(join(tmpdir(), 'kbp-soak-')));
-  return { minutes, mode, reportDir };
+  return { minutes, mode, reportDir, render: undefined };
 }
 
 async function labNamespaces(prefix: string): Promise<number> {
@@ -87,7 +98,7 @@ async function settle(sampler: Sampler, start: readonly NodeSample[]): Promise<v
 
 /** The first sample of the process that was the node's agent at the end: its baseline. */
 function processBaseline(samples: readonly NodeSample[], final: NodeSample): NodeSample {
-  return samples.find((s) => s.node === final.node && s.pid === final.pid && s.up) ?? final;
+  return samples.find((s) => s.up && processKey(s) === processKey(final)) ?? final;
 }
 
 /**
@@ -205,12 +216,13 @@ function judge(r: Recorded, bpf: boolean): CheckResult[] {
   });
   const steadySamples = sampler.samples.filter((s) => s.node === r.steady);
   return [
-    checkFailedRequests(r.streams, ledger.requests, ledger.failures, churn.incarnations),
+    checkFailedRequests(r.streams, ledger.requests, ledger.failures, churn.incarnations, FLOW_END_MS),
+    checkStreamsRan(r.streams, ledger.pace, r.churnEnds, STREAM_PAUSE_BOUND_MS, ledger.clientExits),
     checkLateAnswers(ledger.backends, churn.incarnations, GRACE_SECONDS * 1000),
     checkProgramming(churn.events, sampler.samples, PROGRAMMING_BOUND_S),
     ...(bpf
       ? [
-          checkMaps(baselines, finals),
+          checkMaps(baselines, finals, sampler.samples, r.startedAt),
           checkConntrackGC(sampler.samples, r.churnEnds - r.startedAt, GC_INTERVAL_S),
         ]
       : []),
@@ -238,7 +250,7 @@ async function soak(world: SoakWorld, minutes: number, reportDir: string): Promi
       requests: ledger.requests[i] ?? 0,
       failures: ledger.failures.filter((f) => f.stream === i).length,
     })),
-    failures: countedFailures(r.streams, ledger.failures, r.churn.incarnations).map((f) => ({
+    failures: countedFailures(r.streams, ledger.failures, r.churn.incarnations, FLOW_END_MS).map((f) => ({
       at: f.at,
       stream: r.streams[f.stream]?.name ?? String(f.stream),
       error: f.error,
@@ -252,8 +264,17 @@ async function soak(world: SoakWorld, minutes: number, reportDir: string): Promi
   return checks;
 }
 
+/** --render DIR: report.md and the plots drawn again from the report.json in DIR (a kept run's plots). */
+async function render(dir: string): Promise<number> {
+  await writeReport(dir, JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as SoakReport);
+  console.log(`report: ${join(dir, 'report.md')}`);
+  return 0;
+}
+
 async function main(): Promise<number> {
-  const { minutes, mode, reportDir } = options();
+  const opts = options();
+  if (opts.render !== undefined) return render(opts.render);
+  const { minutes, mode, reportDir } = opts;
   const world = new SoakWorld(mode, `kbpsoak${process.pid}`);
   const cleanup = async () => {
     await world.destroy().catch((err) => console.error(`cleanup: ${err}`));

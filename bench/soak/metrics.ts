@@ -47,6 +47,12 @@ export interface NodeSample {
   pid: number | null;
   /** The agent's metrics answered. */
   up: boolean;
+  /** process_start_time_seconds: with the pid, which agent process this is (pids wrap: a node's
+   * pid_max is often 32768, and an hour of the soak's own commands goes through more). */
+  startedAt?: number;
+  /** The machine's 1-minute load average (/proc/loadavg) when the sample was taken: the soak shares
+   * two cores with whatever else runs, and the report shows how busy they were. */
+  load1?: number;
   rssBytes?: number;
   /** nodejs_eventloop_lag_p50_seconds / _p99_: between two scrapes, with prom-client's 10 ms
    * timer resolution included (an idle loop reads about 10.1 ms). */
@@ -55,10 +61,14 @@ export interface NodeSample {
   timers?: number;
   plan?: Partial<Record<CountedMap, number>>;
   gcRuns?: number;
-  /** kubeproxy_network_programming_duration_seconds: cumulative count per upper bound, and +Inf. */
+  /** kubeproxy_network_programming_duration_seconds: cumulative count per upper bound, and +Inf;
+   * only the bounds whose count differs from the bound below (compactBuckets). */
   programming?: { le: number; count: number }[];
   fds?: FdCounts;
   kernel?: Partial<Record<CountedMap, number>>;
+  /** Counted maps found at their capacity (max_entries) in this sample: an LRU map that full evicts
+   * live flows, which the end, once the flows drained, would never show. */
+  full?: CountedMap[];
   pins?: number;
   reservedPorts?: string;
   /** kube_bpf_proxy_drops_total by reason (bpf mode): which rejects and drops a failure met. */
@@ -97,6 +107,26 @@ export function unreachablesSent(text: string): { v4: number; v6: number } {
   return { v4: at < 0 ? 0 : Number(values[at]), v6: Number(v6?.[1] ?? 0) };
 }
 
+/**
+ * A cumulative histogram without the bounds that add nothing: each kept bound's count differs from
+ * the kept bound below it, and +Inf is always kept. kube-proxy's network programming histogram has
+ * about 60 bounds, nearly all with the count of the one below; an hour's samples keep a few each.
+ * The count within any bound is the count of the largest kept bound at or below it (countWithin).
+ */
+export function compactBuckets(
+  buckets: readonly { le: number; count: number }[],
+): { le: number; count: number }[] {
+  const sorted = [...buckets].sort((a, b) => a.le - b.le);
+  return sorted.filter(
+    (b, i) => b.le === Number.POSITIVE_INFINITY || b.count !== (i === 0 ? 0 : sorted[i - 1]!.count),
+  );
+}
+
+/** Observations at or below `le` in a histogram compacted by compactBuckets. */
+export function countWithin(buckets: readonly { le: number; count: number }[], le: number): number {
+  return buckets.filter((b) => b.le <= le).at(-1)?.count ?? 0;
+}
+
 /** The facts a sample takes from the agent's metrics. */
 export function readAgentMetrics(text: string): Omit<NodeSample, 't' | 'node' | 'pid' | 'up'> {
   const lines = parseMetrics(text);
@@ -116,7 +146,9 @@ export function readAgentMetrics(text: string): Omit<NodeSample, 't' | 'node' | 
   const drops: Record<string, number> = {};
   for (const l of lines.filter((x) => x.name === 'kube_bpf_proxy_drops_total'))
     drops[l.labels.reason ?? ''] = l.value;
+  const startedAt = one('process_start_time_seconds');
   return {
+    ...(startedAt !== undefined ? { startedAt } : {}),
     rssBytes: one('process_resident_memory_bytes'),
     lagP50Seconds: one('nodejs_eventloop_lag_p50_seconds'),
     lagP99Seconds: one('nodejs_eventloop_lag_p99_seconds'),
@@ -124,6 +156,6 @@ export function readAgentMetrics(text: string): Omit<NodeSample, 't' | 'node' | 
     plan,
     ...(gcRuns !== undefined ? { gcRuns } : {}),
     ...(Object.keys(drops).length > 0 ? { drops } : {}),
-    programming: [...buckets].sort((a, b) => a[0] - b[0]).map(([le, count]) => ({ le, count })),
+    programming: compactBuckets([...buckets].map(([le, count]) => ({ le, count }))),
   };
 }

@@ -5,7 +5,7 @@
 // kernel's side: each BPF map's entries counted in the pinned maps themselves, the files pinned
 // under the node's bpffs, and the node's ip_local_reserved_ports (the SNAT port reservation).
 
-import { readdirSync, readlinkSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { mapInfo, mapNextKey } from '../../native/libbpf/map.js';
 import { getPinned } from '../../native/libbpf/object.js';
@@ -40,31 +40,38 @@ export function fdCounts(pid: number): FdCounts {
   return counts;
 }
 
-/** Entries of a map, counted key by key (bounded by its capacity: keys deleted meanwhile restart the walk). */
-function countEntries(fd: number): number {
+/** Entries of a map, counted key by key (bounded by its capacity: keys deleted meanwhile restart
+ * the walk), and whether it was at its capacity. */
+function countEntries(fd: number): { n: number; full: boolean } {
   const { keySize, maxEntries } = mapInfo(fd);
   let key: Buffer | null = null;
   let n = 0;
   for (;;) {
     const next = Buffer.alloc(keySize);
-    if (n > maxEntries || !mapNextKey(fd, key, next)) return n;
+    if (n > maxEntries || !mapNextKey(fd, key, next)) return { n, full: n >= maxEntries };
     n += 1;
     key = next;
   }
 }
 
-/** Every counted map's entries, from the pins of an agent's pin path. */
-export function kernelEntries(pinPath: string): Partial<Record<CountedMap, number>> {
-  const out: Partial<Record<CountedMap, number>> = {};
+/** Every counted map's entries, from the pins of an agent's pin path, and the maps at capacity. */
+export function kernelEntries(pinPath: string): {
+  entries: Partial<Record<CountedMap, number>>;
+  full: CountedMap[];
+} {
+  const entries: Partial<Record<CountedMap, number>> = {};
+  const full: CountedMap[] = [];
   for (const key of COUNTED_MAPS) {
     const fd = getPinned(join(pinPath, PIN_LAYOUT_VERSION, 'maps', MAPS[key].name));
     try {
-      out[key] = countEntries(fd);
+      const counted = countEntries(fd);
+      entries[key] = counted.n;
+      if (counted.full) full.push(key);
     } finally {
       closeFd(fd);
     }
   }
-  return out;
+  return { entries, full };
 }
 
 /** Files pinned under a directory of bpffs, at any depth. */
@@ -97,7 +104,8 @@ export class Sampler {
       '-e',
       "fetch('http://127.0.0.1:10249/metrics').then((r) => r.text()).then((t) => process.stdout.write(t), () => {})",
     ]);
-    const sample: NodeSample = { t: Date.now(), node, pid, up: stdout !== '' };
+    const load1 = Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
+    const sample: NodeSample = { t: Date.now(), node, pid, up: stdout !== '', load1 };
     if (sample.up) Object.assign(sample, readAgentMetrics(stdout));
     try {
       if (pid !== null) sample.fds = fdCounts(pid);
@@ -106,7 +114,9 @@ export class Sampler {
     }
     sample.unreachSent = await this.unreachables(node);
     if (world.mode === 'bpf') {
-      sample.kernel = kernelEntries(this.pinPath(node));
+      const { entries, full } = kernelEntries(this.pinPath(node));
+      sample.kernel = entries;
+      if (full.length > 0) sample.full = full;
       sample.pins = countPins(join(world.pinRoot, node));
       const reserved = await world.lab.exec(ns, 'cat', ['/proc/sys/net/ipv4/ip_local_reserved_ports']);
       sample.reservedPorts = reserved.stdout.trim();

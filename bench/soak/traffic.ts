@@ -129,9 +129,22 @@ export interface BackendSeen {
   requests: number;
 }
 
-/** What the traffic did, kept as it arrives: counts, failures, per-second totals, backends seen. */
+/** A stream's pace: when its last request ended, and its longest pause between two ends (from the
+ * start for the first). */
+export interface StreamPace {
+  last: number;
+  longest: number;
+  /** When the longest pause began. */
+  longestAt: number;
+}
+
+/** What the traffic did, kept as it arrives: counts, failures, per-second totals, backends seen,
+ * each stream's pace, and the clients that exited before they were stopped. Its size grows with
+ * the failures and the pods, not with the requests. */
 export class TrafficLedger {
   readonly requests: number[];
+  readonly pace: StreamPace[];
+  readonly clientExits: string[] = [];
   readonly failures: Failure[] = [];
   readonly backends = new Map<string, BackendSeen>();
   /** Per second since the start: [answered, failed]. */
@@ -143,12 +156,19 @@ export class TrafficLedger {
     readonly startedAt: number,
   ) {
     this.requests = streams.map(() => 0);
+    this.pace = streams.map(() => ({ last: startedAt, longest: 0, longestAt: startedAt }));
     this.lastBackend = streams.map(() => null);
   }
 
   /** One request's line, of the soak's stream `stream`. */
   record(stream: number, line: ClientLine): void {
     this.requests[stream] = (this.requests[stream] ?? 0) + 1;
+    const pace = this.pace[stream];
+    if (pace) {
+      if (line.t - pace.last > pace.longest)
+        Object.assign(pace, { longest: line.t - pace.last, longestAt: pace.last });
+      pace.last = Math.max(pace.last, line.t);
+    }
     const second = Math.floor((line.t - this.startedAt) / 1000);
     const bucket = this.perSecond.get(second) ?? [0, 0];
     this.perSecond.set(second, bucket);
@@ -183,6 +203,7 @@ export function startTraffic(
   for (const [i, s] of streams.entries()) byNs.set(s.ns, [...(byNs.get(s.ns) ?? []), i]);
   const children: ChildProcess[] = [];
   const ends: Promise<void>[] = [];
+  let stopped = false;
   for (const [ns, indexes] of byNs) {
     const spec = {
       deadline,
@@ -204,9 +225,26 @@ export function startTraffic(
         ledger.record(indexes[line.s] ?? -1, line);
       }
     });
-    ends.push(new Promise((resolve) => child.once('close', () => resolve())));
+    // The last of its stderr: why a client that exited early did (a stack trace).
+    let stderr = '';
+    child.stderr?.on('data', (d: Buffer) => {
+      stderr = (stderr + d.toString()).slice(-2000);
+    });
+    ends.push(
+      new Promise((resolve) =>
+        child.once('close', (code, signal) => {
+          // A client ends by itself at its deadline (0), or is stopped: anything else is a failure.
+          if (!stopped && code !== 0)
+            ledger.clientExits.push(
+              `${ns}: ${code ?? signal} at ${new Date().toISOString()} ${stderr.trim()}`,
+            );
+          resolve();
+        }),
+      ),
+    );
   }
   const stop = () => {
+    stopped = true;
     for (const child of children) child.kill('SIGKILL');
   };
   return { done: Promise.all(ends).then(() => {}), stop };

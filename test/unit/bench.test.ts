@@ -757,6 +757,29 @@ describe('plot', () => {
     expect(chartWidth(['bpf'])).toBeLessThan(chartWidth(names));
   });
 
+  it("draws a time series of an hour's samples as a thin line in a wider plot, a few points with dots", () => {
+    const series = (n: number) => ({
+      name: 'node-a',
+      color: '#000',
+      points: Array.from({ length: n }, (_, i) => ({ x: i / 12, y: 100 + (i % 7) })),
+    });
+    const chart = { title: 't', xLabel: 'minutes', yLabel: 'MiB', xScale: 'linear' as const };
+    const hour = chartSvg({ ...chart, plotWidth: 900, series: [series(720)] });
+    expect(hour).not.toContain('<circle');
+    expect(hour).toContain('stroke-width="1.5"');
+    expect(Number(/<svg[^>]* width="(\d+)"/.exec(hour)?.[1])).toBe(chartWidth(['node-a'], 900));
+    expect(chartWidth(['node-a'], 900)).toBe(chartWidth(['node-a']) + 450);
+    const few = chartSvg({ ...chart, series: [series(12)] });
+    expect(few.match(/<circle/g)).toHaveLength(12);
+    // A rate whose last window is nearly empty stays on a linear axis when asked; only zeros (no
+    // failed request) still get an axis up to 1.
+    const rate = { name: 'answered', color: '#000', points: [100, 110, 0.4].map((y, x) => ({ x, y })) };
+    expect(chartSvg({ ...chart, series: [rate] })).toContain('(log scale)');
+    expect(chartSvg({ ...chart, yScale: 'linear', series: [rate] })).not.toContain('(log scale)');
+    const zeros = chartSvg({ ...chart, series: [{ ...rate, points: [0, 0].map((y, x) => ({ x, y })) }] });
+    expect(zeros).toMatch(/dominant-baseline="middle">1<\/text>/);
+  });
+
   it('draws each spread as a whisker, a reference line, and stacks charts into one picture', () => {
     const chart = {
       title: 't',

@@ -7,6 +7,8 @@ import {
   checkFailedRequests,
   checkFlat,
   checkLateAnswers,
+  checkMaps,
+  checkStreamsRan,
   excused,
   leakProblems,
   mapProblems,
@@ -14,8 +16,14 @@ import {
   WARM_UP_MS,
 } from '../../bench/soak/checks.js';
 import type { Incarnation } from '../../bench/soak/churn.js';
-import { type NodeSample, readAgentMetrics, unreachablesSent } from '../../bench/soak/metrics.js';
-import { type Failure, type Stream, startProbes } from '../../bench/soak/traffic.js';
+import {
+  compactBuckets,
+  countWithin,
+  type NodeSample,
+  readAgentMetrics,
+  unreachablesSent,
+} from '../../bench/soak/metrics.js';
+import { type Failure, type Stream, startProbes, TrafficLedger } from '../../bench/soak/traffic.js';
 
 const stream = (kind: Stream['kind'], service: Stream['service'] = 'churn'): Stream => ({
   ns: 'p-ca',
@@ -54,29 +62,75 @@ describe('failed requests', () => {
     lastBackend,
   });
 
+  const flowEnd = 50_000;
+
   it('excuses a long-lived flow whose pod was deleted before it failed, nothing else', () => {
-    expect(excused(failure(1500, 'wa1-3'), stream('keepalive'), removed)).toBe(true);
-    expect(excused(failure(1500, 'wa1-3'), stream('udp-stream'), removed)).toBe(true);
+    expect(excused(failure(1500, 'wa1-3'), stream('keepalive'), removed, flowEnd)).toBe(true);
+    expect(excused(failure(1500, 'wa1-3'), stream('udp-stream'), removed, flowEnd)).toBe(true);
     // Before the deletion, or on a new connection, or after a backend that stayed: counted.
-    expect(excused(failure(900, 'wa1-3'), stream('keepalive'), removed)).toBe(false);
-    expect(excused(failure(1500, 'wa1-3'), stream('new'), removed)).toBe(false);
-    expect(excused(failure(1500, 'sa'), stream('keepalive'), removed)).toBe(false);
+    expect(excused(failure(900, 'wa1-3'), stream('keepalive'), removed, flowEnd)).toBe(false);
+    expect(excused(failure(1500, 'wa1-3'), stream('new'), removed, flowEnd)).toBe(false);
+    expect(excused(failure(1500, 'sa'), stream('keepalive'), removed, flowEnd)).toBe(false);
+  });
+
+  it('excuses a long-lived flow only until its pod is gone and the proxy forgot it', () => {
+    // A connected UDP socket still on its pod long after the pod went fails every request: each
+    // would be excused by the same deletion for the rest of an hour without the bound.
+    expect(excused(failure(1000 + flowEnd, 'wa1-3'), stream('udp-stream'), removed, flowEnd)).toBe(true);
+    expect(excused(failure(1001 + flowEnd, 'wa1-3'), stream('udp-stream'), removed, flowEnd)).toBe(false);
+    const stuck = Array.from({ length: 30 }, (_, i) => failure(1500 + i * 2300, 'wa1-3'));
+    const result = checkFailedRequests(
+      [stream('udp-stream')],
+      [100],
+      stuck,
+      [incarnation('wa1-3', 1000)],
+      flowEnd,
+    );
+    expect(result.passed).toBe(false);
+    expect(result.detail).toMatch(
+      /^8 of 100 requests failed \(22 more on long-lived flows whose pod was deleted, the latest 48\.8 s after its deletion, within 50 s\)/,
+    );
   });
 
   it('passes with every failure excused, fails on one that is not', () => {
     const streams = [stream('keepalive'), stream('new', 'stable')];
     const incarnations = [incarnation('wa1-3', 1000)];
     const excusedOnly = [failure(1500, 'wa1-3')];
-    expect(checkFailedRequests(streams, [50, 50], excusedOnly, incarnations).passed).toBe(true);
+    expect(checkFailedRequests(streams, [50, 50], excusedOnly, incarnations, flowEnd).passed).toBe(true);
     const counted = [...excusedOnly, { stream: 1, at: 2000, error: 'timeout', lastBackend: 'sa' }];
-    const result = checkFailedRequests(streams, [50, 50], counted, incarnations);
+    const result = checkFailedRequests(streams, [50, 50], counted, incarnations, flowEnd);
     expect(result.passed).toBe(false);
     expect(result.detail).toMatch(/^1 of 100 requests failed \(1 more/);
     expect(result.detail).toContain('stable new: timeout');
   });
 
   it('fails when no request was made at all', () => {
-    expect(checkFailedRequests([stream('new')], [0], [], []).passed).toBe(false);
+    expect(checkFailedRequests([stream('new')], [0], [], [], flowEnd).passed).toBe(false);
+  });
+});
+
+describe('every stream kept sending', () => {
+  const line = (s: number, t: number) => ({ s, t, b: 'sa', e: null });
+
+  it('passes streams that kept their pace to the end, fails one whose client stopped or hung', () => {
+    const streams = [stream('new'), stream('udp', 'stable')];
+    const ledger = new TrafficLedger(streams, 0);
+    for (let t = 300; t <= 60_000; t += 300) ledger.record(0, line(0, t));
+    for (let t = 300; t <= 20_000; t += 300) ledger.record(1, line(1, t));
+    // The second stream's client died at 20 s: no more failures from it, and none counted.
+    expect(checkFailedRequests(streams, ledger.requests, ledger.failures, [], 50_000).passed).toBe(true);
+    const result = checkStreamsRan(streams, ledger.pace, 60_000, 15_000, []);
+    expect(result.passed).toBe(false);
+    expect(result.detail).toContain('stalled: pod ca → ClusterIP stable udp 40.2 s');
+    // Both kept going, with one pause of 12 s in the middle: within the bound.
+    for (let t = 32_000; t <= 60_000; t += 300) ledger.record(1, line(1, t));
+    const ok = checkStreamsRan(streams, ledger.pace, 60_000, 15_000, []);
+    expect(ok).toMatchObject({ passed: true });
+    expect(ok.detail).toMatch(
+      /^the longest pause between two requests' ends 12\.2 s \(pod ca → ClusterIP stable udp;/,
+    );
+    // A client that exited before it was stopped fails the check however its streams look.
+    expect(checkStreamsRan(streams, ledger.pace, 60_000, 15_000, ['p-ca: 1']).passed).toBe(false);
   });
 });
 
@@ -96,11 +150,12 @@ describe('answers after a deletion', () => {
 });
 
 describe('network programming', () => {
+  const histogram = (within: number, all: number) => [
+    { le: 30, count: within },
+    { le: Number.POSITIVE_INFINITY, count: all },
+  ];
+
   it('adds up the last reading of each agent process, over the bound', () => {
-    const histogram = (within: number, all: number) => [
-      { le: 30, count: within },
-      { le: Number.POSITIVE_INFINITY, count: all },
-    ];
     const samples = [
       sample({ pid: 10, programming: histogram(3, 3) }),
       sample({ pid: 10, programming: histogram(8, 9) }),
@@ -109,11 +164,37 @@ describe('network programming', () => {
     ];
     expect(programmingOverBound(samples, 30)).toEqual({ total: 18, over: 1 });
   });
+
+  it('tells agent processes apart by their start time when a pid comes back', () => {
+    // pid_max 32768 and an hour of the soak's own commands: a restarted agent may get an old pid.
+    const samples = [
+      sample({ pid: 10, startedAt: 100, programming: histogram(2, 3) }),
+      sample({ pid: 10, startedAt: 900, programming: histogram(4, 4) }),
+    ];
+    expect(programmingOverBound(samples, 30)).toEqual({ total: 7, over: 1 });
+  });
+
+  it('keeps only the bounds that add to the histogram, and reads any bound from them', () => {
+    const full = [0, 0.25, 0.5, 1, 2, 3, 30, 31, Infinity].map((le) => ({
+      le,
+      count: le < 0.5 ? 0 : le < 2 ? 3 : le < 31 ? 5 : 6,
+    }));
+    const compact = compactBuckets(full);
+    expect(compact).toEqual([
+      { le: 0.5, count: 3 },
+      { le: 2, count: 5 },
+      { le: 31, count: 6 },
+      { le: Infinity, count: 6 },
+    ]);
+    for (const { le, count } of full) expect(countWithin(compact, le)).toBe(count);
+    expect(programmingOverBound([sample({ programming: compact })], 30)).toEqual({ total: 6, over: 1 });
+  });
 });
 
 describe("the agent's metrics", () => {
-  it('reads RSS, lag, timers, planned map entries, GC passes, drops and the programming histogram', () => {
+  it('reads its start, RSS, lag, timers, planned map entries, GC passes, drops and the programming histogram', () => {
     const text = [
+      'process_start_time_seconds 1796620100',
       '# HELP process_resident_memory_bytes Resident memory size in bytes.',
       'process_resident_memory_bytes 73400320',
       'nodejs_eventloop_lag_p50_seconds 0.010125',
@@ -130,6 +211,7 @@ describe("the agent's metrics", () => {
       'kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv6",le="+Inf"} 3',
     ].join('\n');
     expect(readAgentMetrics(text)).toEqual({
+      startedAt: 1796620100,
       rssBytes: 73400320,
       lagP50Seconds: 0.010125,
       lagP99Seconds: 0.0125,
@@ -213,6 +295,15 @@ describe('what the end must look like', () => {
       'sockIdx 1',
       'maglev 5 (at the start 4)',
     ]);
+  });
+
+  it('maps: fails on a map found full during the run, though it drained by the end', () => {
+    const start = sample({ kernel: { ...planned, maglev: 0 } });
+    const end = sample({ t: 600_000, plan: planned, kernel: { ...planned, affinityMatch: 30, maglev: 0 } });
+    expect(checkMaps([start], [end], [start, end], 0).passed).toBe(true);
+    const full = sample({ t: 90_000, kernel: { ...planned, ct4Any: 65_536 }, full: ['ct4Any'] });
+    const result = checkMaps([start], [end], [start, full, { ...full, t: 95_000 }, end], 0);
+    expect(result).toEqual({ name: result.name, passed: false, detail: 'node-a: ct4Any full at 1.5 min' });
   });
 
   it('leaks: BPF fds exactly, other fds and timers within slack, pins and the port reservation exactly', () => {
