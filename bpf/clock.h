@@ -31,12 +31,19 @@ static __always_inline __u64 kbp_now(void) {
 		return bpf_ktime_get_ns();
 	jiffies = bpf_jiffies64();
 	c = bpf_map_lookup_elem(&kbp_clock_v1, &zero);
-	if (c && c->jiffies == jiffies)
+	if (c && c->jiffies == jiffies) {
+		/* The time is read after the jiffies it goes with (see the stores below). */
+		asm volatile("" ::: "memory");
 		return c->ns;
+	}
 	now = bpf_ktime_get_coarse_ns();
 	if (c) {
-		c->jiffies = jiffies;
+		/* The time first, then the jiffies that vouch for it: a program that interrupts
+		 * this one on the same CPU (a tc program's softirq over a socket hook in process
+		 * context) and finds the new jiffies finds their time, never an older one. */
 		c->ns = now;
+		asm volatile("" ::: "memory");
+		c->jiffies = jiffies;
 	}
 	return now;
 }
