@@ -16,6 +16,16 @@
 #include "maps.h"
 #include "parse.h"
 
+/*
+ * Keeps a TCP-map call apart from its non-TCP twin. clang would otherwise merge the two calls of
+ * kbp_ct_lookup (and of the insert and delete) into one whose map is chosen before it, and a call
+ * site that may see two maps is one the verifier neither inlines (a lookup) nor turns into a
+ * direct call (an update or delete): it goes through the generic helper and the map's ops, an
+ * indirect call (Linux kernel/bpf/verifier.c, record_func_map and do_misc_fixups, 6.18). The empty
+ * asm on one branch's result leaves the two branches different, so each keeps its own call.
+ */
+#define KBP_CT_ONE_MAP(v) asm volatile("" : "+r"(v))
+
 #define KBP_CT_REFRESH_NS 1000000000ull /* last_seen_ns is refreshed at most once a second */
 
 #define KBP_RATE_WINDOW_NS 1000000000ull

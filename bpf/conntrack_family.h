@@ -4,24 +4,39 @@
 #include "conntrack.h"
 #else
 
+/* Each call below names one map (KBP_CT_ONE_MAP, conntrack.h). */
 static __always_inline KBP_CT_VAL *KBP_F(kbp_ct_lookup)(const KBP_CT_KEY *key) {
-	if (key->proto == IPPROTO_TCP)
-		return bpf_map_lookup_elem(&KBP_FAM_NAME(kbp_ct, tcp_v1), key);
+	KBP_CT_VAL *v;
+
+	if (key->proto == IPPROTO_TCP) {
+		v = bpf_map_lookup_elem(&KBP_FAM_NAME(kbp_ct, tcp_v1), key);
+		KBP_CT_ONE_MAP(v);
+		return v;
+	}
 	return bpf_map_lookup_elem(&KBP_FAM_NAME(kbp_ct, any_v1), key);
 }
 
 static __always_inline long KBP_F(kbp_ct_insert)(const KBP_CT_KEY *key, const KBP_CT_VAL *val,
 						 __u64 flags) {
-	if (key->proto == IPPROTO_TCP)
-		return bpf_map_update_elem(&KBP_FAM_NAME(kbp_ct, tcp_v1), key, val, flags);
+	long rc;
+
+	if (key->proto == IPPROTO_TCP) {
+		rc = bpf_map_update_elem(&KBP_FAM_NAME(kbp_ct, tcp_v1), key, val, flags);
+		KBP_CT_ONE_MAP(rc);
+		return rc;
+	}
 	return bpf_map_update_elem(&KBP_FAM_NAME(kbp_ct, any_v1), key, val, flags);
 }
 
 static __always_inline void KBP_F(kbp_ct_delete)(const KBP_CT_KEY *key) {
-	if (key->proto == IPPROTO_TCP)
-		bpf_map_delete_elem(&KBP_FAM_NAME(kbp_ct, tcp_v1), key);
-	else
+	long rc;
+
+	if (key->proto == IPPROTO_TCP) {
+		rc = bpf_map_delete_elem(&KBP_FAM_NAME(kbp_ct, tcp_v1), key);
+		KBP_CT_ONE_MAP(rc);
+	} else {
 		bpf_map_delete_elem(&KBP_FAM_NAME(kbp_ct, any_v1), key);
+	}
 }
 
 /* The entry for the packet's own tuple, forward or reply. */

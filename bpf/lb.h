@@ -36,6 +36,7 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "clock.h"
 #include "config.h"
 #include "conntrack.h"
 #include "counters.h"

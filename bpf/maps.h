@@ -223,6 +223,14 @@ struct {
 	__type(value, struct kbp_rate);
 } kbp_rate_v1 SEC(".maps");
 
+/* The coarse clock as this CPU last read it, and when (clock.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kbp_clock);
+} kbp_clock_v1 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, KBP_MAX_NODE_ADDR);

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * The object's read-only globals (.rodata): load-time constants the agent sets before loading, and
- * the clock they select. layout.ts `rodata` encodes them at these offsets, and the agent's
- * start-up check holds the object to exactly that: nothing else may live in .rodata (no
- * initialised struct template, no other const global).
+ * The object's read-only globals (.rodata): load-time constants the agent sets before loading
+ * (clock.h reads the clock kbp_coarse_clock selects). layout.ts `rodata` encodes them at these
+ * offsets, and the agent's start-up check holds the object to exactly that: nothing else may live
+ * in .rodata (no initialised struct template, no other const global).
  */
 #ifndef KBP_RODATA_H
 #define KBP_RODATA_H
@@ -26,11 +26,5 @@ const volatile __u32 kbp_sock_set_retval = 0;
  * bpf_redirect_peer and bpf_redirect_neigh (the agent probes both), so with 0 the verifier never
  * sees the peer redirect. */
 const volatile __u32 kbp_host_routing = 0;
-
-static __always_inline __u64 kbp_now(void) {
-	if (kbp_coarse_clock)
-		return bpf_ktime_get_coarse_ns();
-	return bpf_ktime_get_ns();
-}
 
 #endif /* KBP_RODATA_H */

@@ -27,6 +27,7 @@
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
+#include "clock.h"
 #include "config.h"
 #include "counters.h"
 #include "family.h"

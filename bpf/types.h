@@ -349,6 +349,13 @@ struct kbp_rate {
 };
 _Static_assert(sizeof(struct kbp_rate) == 16, "kbp_rate");
 
+/* kbp_clock_v1 (PERCPU_ARRAY, one entry): the coarse clock as this CPU last read it (clock.h). */
+struct kbp_clock {
+	__u64 jiffies; /* bpf_jiffies64 when it was read */
+	__u64 ns;      /* bpf_ktime_get_coarse_ns then */
+};
+_Static_assert(sizeof(struct kbp_clock) == 16, "kbp_clock");
+
 /* kbp_node4_v1: key __be32 node address, value __u32 flags (currently 1) */
 struct kbp_node6_key {
 	__be32 addr[4];

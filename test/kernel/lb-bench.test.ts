@@ -64,8 +64,8 @@ const REPEAT = 1_000_000;
 const ROUNDS = 5;
 const CAPACITY = 131_072;
 const BASELINE = process.env.KBP_BENCH_BASELINE;
-/** What fragment tracking, the IPv6 socket hooks, the IPv6 SNAT source and the socket release hook
- * added: absent from an older baseline object. */
+/** What fragment tracking, the IPv6 socket hooks, the IPv6 SNAT source, the socket release hook and
+ * the clock read once a tick added: absent from an older baseline object. */
 const MAPS_SINCE_BASELINE = [
   'fragments4',
   'fragStats',
@@ -73,6 +73,7 @@ const MAPS_SINCE_BASELINE = [
   'ifAddrs6',
   'fragments6',
   'sockIdx',
+  'clock',
 ] as const;
 const KATRAN = process.env.KBP_BENCH_KATRAN;
 /** New flows per family and round (each two conntrack entries: far below CAPACITY, no eviction). */

@@ -298,6 +298,9 @@ export const config = new StructCodec('kbp_config', 40, {
 });
 /** kbp_rate_v1 (per CPU): this CPU's new flows in the current one-second window. */
 export const rate = new StructCodec('kbp_rate', 16, { windowNs: u64(0), count: u64(8) });
+/** kbp_clock_v1 (per CPU): the coarse clock as this CPU last read it, and the jiffies then
+ * (bpf/clock.h). */
+export const clock = new StructCodec('kbp_clock', 16, { jiffies: u64(0), ns: u64(8) });
 export const node6Key = new StructCodec('kbp_node6_key', 16, { addr: ip6(0) });
 /** kbp_ifaddr6_v1's value: an interface's IPv6 SNAT source. */
 export const ifAddr6Val = new StructCodec('kbp_ifaddr6_val', 16, { addr: ip6(0) });
@@ -432,6 +435,7 @@ export const STRUCTS: readonly StructCodec<Fields>[] = [
   fragStats,
   frag6Key,
   frag6Val,
+  clock,
 ] as unknown as readonly StructCodec<Fields>[];
 
 // ---------- maps ----------
@@ -477,6 +481,8 @@ export const MAPS = {
   configGen: mapLayout('kbp_cfggen_v1', u32Codec, u32Codec),
   /** Per CPU, one entry: new flows in the current second (kbp_config.new_flow_rate). */
   newFlowRate: mapLayout('kbp_rate_v1', u32Codec, rate, true),
+  /** Per CPU, one entry: the clock read once a tick (bpf/clock.h). */
+  clock: mapLayout('kbp_clock_v1', u32Codec, clock, true),
   nodeAddrs4: mapLayout('kbp_node4_v1', ip4Codec, u32Codec),
   nodeAddrs6: mapLayout('kbp_node6_v1', node6Key, u32Codec),
   /** ifindex -> the interface's primary IPv4 address: the SNAT source through it. */
