@@ -2,6 +2,7 @@
 // → change tracker → bounded-frequency runner → the brain → the data plane of --proxy-mode.
 
 import type { Command } from 'commander';
+import type { BoundedFrequencyRunner } from '../brain/runner.js';
 import type { SyncObserver } from '../brain/sync-loop.js';
 import { readConfigFlags, registerConfigFlags } from '../config/flags.js';
 import { formatProblems, loadConfigFile } from '../config/load.js';
