@@ -63,7 +63,8 @@ describeRoot('conntrack GC beside syncs', () => {
     pinPath = makePinDir('ct-gc');
     const loaded = loadConfig({ flags: {} });
     if (!loaded.ok) throw new Error('default config does not load');
-    const config = { ...loaded.config, bpf: { ...loaded.config.bpf, pinPath } };
+    // Socket LB off: the default (host) would attach the socket hooks at the machine's cgroup2 root.
+    const config = { ...loaded.config, bpf: { ...loaded.config.bpf, pinPath, socketLB: 'off' as const } };
     config.bpf.mapSizes = { ...config.bpf.mapSizes, conntrack: 1 << 20 };
     dp = await BpfDataplane.open(config, silentLogger, {
       watchInterfaces: false,

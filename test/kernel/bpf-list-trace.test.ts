@@ -27,6 +27,9 @@ function config(): ProxyConfig {
   c.bpf = {
     ...c.bpf,
     pinPath,
+    // The default (host) would attach the socket hooks at the machine's cgroup2 root; this test
+    // lists and traces the tc and XDP programs only.
+    socketLB: 'off',
     podInterfaces: [],
     externalInterfaces: [],
     maglevTableSize: 251,

@@ -1,4 +1,4 @@
-// The e2e tier's setup file (vitest.config.ts): after each test and after each file, no program of
+// The kernel and e2e tiers' setup file (vitest.config.ts): after each test and after each file, no program of
 // ours (kbp_sock*, bpf/lb.c's socket hooks) is attached at the machine's cgroup2 root. A test's
 // agents attach their socket hooks at a cgroup the test made (Lab.ownCgroup(), the real-node lab's
 // node cgroups), where they see the test's processes and none of the machine's others.
